@@ -1,0 +1,563 @@
+//! The metric catalog: the single table of every family this crate records.
+//!
+//! Each [`MetricDef`] carries a family's vLLM (Prometheus) name, its OpenTelemetry
+//! instrument name, kind, unit, HELP text, label names and bucket boundaries.
+//! Views, instruments, the Prometheus name mapping, the README table and the
+//! docs are all derived from here; no metric name is written anywhere else.
+//!
+//! ```
+//! use vllm_otel_metrics::catalog::{self, Kind};
+//!
+//! let def = &catalog::REQUEST_NUM_PREEMPTIONS;
+//! assert_eq!(def.vllm_name, "vllm:request_num_preemptions");
+//! assert_eq!(def.otel_name, "vllm.request_num_preemptions");
+//! assert_eq!(def.kind, Kind::Histogram);
+//! assert_eq!(def.buckets.boundaries(131_072), vec![1.0, 2.0, 3.0, 4.0, 5.0, 10.0, 20.0]);
+//! ```
+
+/// How a family aggregates, which decides its instrument and exposition type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Monotonic sum (Prometheus `counter`, exposed with `_total`).
+    Counter,
+    /// Explicit-bucket histogram (`_bucket`/`_sum`/`_count`).
+    Histogram,
+    /// Last value (Prometheus `gauge`).
+    Gauge,
+}
+
+impl Kind {
+    /// The Prometheus `# TYPE` word of this kind.
+    pub fn prometheus_type(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Histogram => "histogram",
+            Kind::Gauge => "gauge",
+        }
+    }
+}
+
+/// How a family's sample values are written: vLLM's Rust frontend keeps counts as
+/// integers and times and ratios as floats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueType {
+    /// Whole numbers, written without a decimal point.
+    Integer,
+    /// Floating point, written with a decimal point (`1.0`).
+    Float,
+}
+
+/// Bucket boundaries of a histogram family (upper bounds; `+Inf` is implied).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Buckets {
+    /// Not a histogram.
+    None,
+    /// A fixed list.
+    Fixed(&'static [f64]),
+    /// The 1-2-5 series up to `max_model_len`, then `max_model_len` itself
+    /// (vLLM's `build_1_2_5_buckets` plus the model length).
+    Tokens,
+}
+
+impl Buckets {
+    /// The boundaries for a model whose context is `max_model_len` tokens.
+    ///
+    /// ```
+    /// use vllm_otel_metrics::catalog::Buckets;
+    /// assert_eq!(Buckets::Tokens.boundaries(60), vec![1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 60.0]);
+    /// assert_eq!(Buckets::Tokens.boundaries(50), vec![1.0, 2.0, 5.0, 10.0, 20.0, 50.0]);
+    /// ```
+    pub fn boundaries(&self, max_model_len: u32) -> Vec<f64> {
+        match self {
+            Buckets::None => Vec::new(),
+            Buckets::Fixed(bounds) => bounds.to_vec(),
+            Buckets::Tokens => token_buckets(max_model_len),
+        }
+    }
+}
+
+/// The 1-2-5 series up to `max_model_len`, with `max_model_len` appended
+/// unless it is already the last boundary.
+fn token_buckets(max_model_len: u32) -> Vec<f64> {
+    let max = u64::from(max_model_len.max(1));
+    let mut bounds = Vec::new();
+    let mut decade = 1u64;
+    'series: loop {
+        for mantissa in [1u64, 2, 5] {
+            let bound = mantissa * decade;
+            if bound > max {
+                break 'series;
+            }
+            bounds.push(bound as f64);
+        }
+        decade *= 10;
+    }
+    if bounds.last() != Some(&(max as f64)) {
+        bounds.push(max as f64);
+    }
+    bounds
+}
+
+/// One metric family.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MetricDef {
+    /// The Prometheus family name as vLLM exposes it (`vllm:…`), without `_total`.
+    pub vllm_name: &'static str,
+    /// The OpenTelemetry instrument name (`vllm.…`).
+    pub otel_name: &'static str,
+    /// Aggregation kind.
+    pub kind: Kind,
+    /// UCUM unit of the instrument (never appended to Prometheus names).
+    pub unit: &'static str,
+    /// HELP text, exactly as exposed.
+    pub help: &'static str,
+    /// Label names, in exposition order.
+    pub labels: &'static [&'static str],
+    /// Histogram bucket boundaries.
+    pub buckets: Buckets,
+    /// How sample values are written.
+    pub value_type: ValueType,
+}
+
+/// Label names shared by every vLLM family.
+pub const ENGINE_LABELS: &[&str] = &["model_name", "engine"];
+/// Labels of `vllm:request_success`.
+pub const FINISHED_REASON_LABELS: &[&str] = &["model_name", "engine", "finished_reason"];
+/// Labels of `vllm:prompt_tokens_by_source`.
+pub const SOURCE_LABELS: &[&str] = &["model_name", "engine", "source"];
+/// Labels of the self-telemetry counter.
+pub const REJECTION_LABELS: &[&str] = &["reason"];
+
+/// Values of the `source` label, in the order prefill stats report them:
+/// computed locally, hit in the local prefix cache, transferred from an external KV store.
+pub const PROMPT_TOKEN_SOURCES: [&str; 3] =
+    ["local_compute", "local_cache_hit", "external_kv_transfer"];
+
+/// Preemptions per request.
+pub const PREEMPTION_BUCKETS: &[f64] = &[1.0, 2.0, 3.0, 4.0, 5.0, 10.0, 20.0];
+/// The `n` request parameter.
+pub const N_BUCKETS: &[f64] = &[1.0, 2.0, 5.0, 10.0, 20.0];
+/// Tokens per engine step.
+pub const ITERATION_BUCKETS: &[f64] = &[
+    1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0,
+];
+/// Time to first token.
+pub const TTFT_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+];
+/// Inter-token latency and time per output token.
+pub const ITL_BUCKETS: &[f64] = &[
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+    40.0, 80.0,
+];
+/// Request phase latencies.
+pub const LATENCY_BUCKETS: &[f64] = &[
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+    480.0, 960.0, 1920.0, 7680.0,
+];
+
+/// The default `max_model_len` for the token buckets.
+pub const DEFAULT_MAX_MODEL_LEN: u32 = 131_072;
+
+const fn counter(
+    vllm_name: &'static str,
+    otel_name: &'static str,
+    unit: &'static str,
+    help: &'static str,
+    labels: &'static [&'static str],
+) -> MetricDef {
+    MetricDef {
+        vllm_name,
+        otel_name,
+        kind: Kind::Counter,
+        unit,
+        help,
+        labels,
+        buckets: Buckets::None,
+        value_type: ValueType::Integer,
+    }
+}
+
+const fn histogram(
+    vllm_name: &'static str,
+    otel_name: &'static str,
+    unit: &'static str,
+    help: &'static str,
+    buckets: Buckets,
+) -> MetricDef {
+    MetricDef {
+        vllm_name,
+        otel_name,
+        kind: Kind::Histogram,
+        unit,
+        help,
+        labels: ENGINE_LABELS,
+        buckets,
+        value_type: ValueType::Float,
+    }
+}
+
+const fn gauge(
+    vllm_name: &'static str,
+    otel_name: &'static str,
+    unit: &'static str,
+    help: &'static str,
+    value_type: ValueType,
+) -> MetricDef {
+    MetricDef {
+        vllm_name,
+        otel_name,
+        kind: Kind::Gauge,
+        unit,
+        help,
+        labels: ENGINE_LABELS,
+        buckets: Buckets::None,
+        value_type,
+    }
+}
+
+// ---- per-request tier ----
+
+/// Engine-wide preemption events.
+pub const NUM_PREEMPTIONS: MetricDef = counter(
+    "vllm:num_preemptions",
+    "vllm.num_preemptions",
+    "{preemption}",
+    "Cumulative number of preemption events.",
+    ENGINE_LABELS,
+);
+/// Prompt tokens, cache hits included.
+pub const PROMPT_TOKENS: MetricDef = counter(
+    "vllm:prompt_tokens",
+    "vllm.prompt_tokens",
+    "{token}",
+    "Prompt tokens summed over sequences, including prefix-cache hits; each parallel-sampling child counts its prompt separately. Equals the sum of vllm:prompt_tokens_by_source_total.",
+    ENGINE_LABELS,
+);
+/// Prompt tokens by where their KV came from.
+pub const PROMPT_TOKENS_BY_SOURCE: MetricDef = counter(
+    "vllm:prompt_tokens_by_source",
+    "vllm.prompt_tokens_by_source",
+    "{token}",
+    "Number of prompt tokens by source.",
+    SOURCE_LABELS,
+);
+/// Prompt tokens served from the prefix cache.
+pub const PROMPT_TOKENS_CACHED: MetricDef = counter(
+    "vllm:prompt_tokens_cached",
+    "vllm.prompt_tokens_cached",
+    "{token}",
+    "Number of prompt tokens with prefix cache hits.",
+    ENGINE_LABELS,
+);
+/// Generated tokens.
+pub const GENERATION_TOKENS: MetricDef = counter(
+    "vllm:generation_tokens",
+    "vllm.generation_tokens",
+    "{token}",
+    "Number of generation tokens processed.",
+    ENGINE_LABELS,
+);
+/// Terminated requests by finish reason.
+pub const REQUEST_SUCCESS: MetricDef = counter(
+    "vllm:request_success",
+    "vllm.request_success",
+    "{request}",
+    "Count of successfully processed requests.",
+    FINISHED_REASON_LABELS,
+);
+/// Tokens per engine output batch.
+pub const ITERATION_TOKENS: MetricDef = histogram(
+    "vllm:iteration_tokens_total",
+    "vllm.iteration_tokens_total",
+    "{token}",
+    "Histogram of computed prompt and generated tokens per nonempty engine output batch.",
+    Buckets::Fixed(ITERATION_BUCKETS),
+);
+/// Prompt length per finished request.
+pub const REQUEST_PROMPT_TOKENS: MetricDef = histogram(
+    "vllm:request_prompt_tokens",
+    "vllm.request_prompt_tokens",
+    "{token}",
+    "Prompt length of each finished sequence; each parallel-sampling child is one observation.",
+    Buckets::Tokens,
+);
+/// Generated tokens per finished request.
+pub const REQUEST_GENERATION_TOKENS: MetricDef = histogram(
+    "vllm:request_generation_tokens",
+    "vllm.request_generation_tokens",
+    "{token}",
+    "Number of generation tokens processed.",
+    Buckets::Tokens,
+);
+/// Maximum generated tokens per finished request.
+pub const REQUEST_MAX_NUM_GENERATION_TOKENS: MetricDef = histogram(
+    "vllm:request_max_num_generation_tokens",
+    "vllm.request_max_num_generation_tokens",
+    "{token}",
+    "Histogram of maximum number of requested generation tokens.",
+    Buckets::Tokens,
+);
+/// The `max_tokens` request parameter.
+pub const REQUEST_PARAMS_MAX_TOKENS: MetricDef = histogram(
+    "vllm:request_params_max_tokens",
+    "vllm.request_params_max_tokens",
+    "{token}",
+    "Histogram of the max_tokens request parameter.",
+    Buckets::Tokens,
+);
+/// The `n` request parameter.
+pub const REQUEST_PARAMS_N: MetricDef = histogram(
+    "vllm:request_params_n",
+    "vllm.request_params_n",
+    "{sequence}",
+    "Histogram of the n request parameter.",
+    Buckets::Fixed(N_BUCKETS),
+);
+/// Preemptions per terminated request, zero included: the headline family.
+pub const REQUEST_NUM_PREEMPTIONS: MetricDef = histogram(
+    "vllm:request_num_preemptions",
+    "vllm.request_num_preemptions",
+    "{preemption}",
+    "Histogram of the number of times a request was preempted.",
+    Buckets::Fixed(PREEMPTION_BUCKETS),
+);
+/// KV tokens computed during prefill (cache hits excluded).
+pub const REQUEST_PREFILL_KV_COMPUTED_TOKENS: MetricDef = histogram(
+    "vllm:request_prefill_kv_computed_tokens",
+    "vllm.request_prefill_kv_computed_tokens",
+    "{token}",
+    "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
+    Buckets::Tokens,
+);
+/// Time to first token.
+pub const TIME_TO_FIRST_TOKEN: MetricDef = histogram(
+    "vllm:time_to_first_token_seconds",
+    "vllm.time_to_first_token_seconds",
+    "s",
+    "Histogram of time to first token in seconds.",
+    Buckets::Fixed(TTFT_BUCKETS),
+);
+/// Inter-token latency.
+pub const INTER_TOKEN_LATENCY: MetricDef = histogram(
+    "vllm:inter_token_latency_seconds",
+    "vllm.inter_token_latency_seconds",
+    "s",
+    "Histogram of inter-token latency in seconds.",
+    Buckets::Fixed(ITL_BUCKETS),
+);
+/// End-to-end latency.
+pub const E2E_REQUEST_LATENCY: MetricDef = histogram(
+    "vllm:e2e_request_latency_seconds",
+    "vllm.e2e_request_latency_seconds",
+    "s",
+    "Histogram of e2e request latency in seconds.",
+    Buckets::Fixed(LATENCY_BUCKETS),
+);
+/// Time in the WAITING phase.
+pub const REQUEST_QUEUE_TIME: MetricDef = histogram(
+    "vllm:request_queue_time_seconds",
+    "vllm.request_queue_time_seconds",
+    "s",
+    "Histogram of time spent in WAITING phase for request.",
+    Buckets::Fixed(LATENCY_BUCKETS),
+);
+/// Time in the PREFILL phase.
+pub const REQUEST_PREFILL_TIME: MetricDef = histogram(
+    "vllm:request_prefill_time_seconds",
+    "vllm.request_prefill_time_seconds",
+    "s",
+    "Histogram of time spent in PREFILL phase for request.",
+    Buckets::Fixed(LATENCY_BUCKETS),
+);
+/// Time in the DECODE phase.
+pub const REQUEST_DECODE_TIME: MetricDef = histogram(
+    "vllm:request_decode_time_seconds",
+    "vllm.request_decode_time_seconds",
+    "s",
+    "Histogram of time spent in DECODE phase for request.",
+    Buckets::Fixed(LATENCY_BUCKETS),
+);
+/// Time in the RUNNING phase.
+pub const REQUEST_INFERENCE_TIME: MetricDef = histogram(
+    "vllm:request_inference_time_seconds",
+    "vllm.request_inference_time_seconds",
+    "s",
+    "Histogram of time spent in RUNNING phase for request.",
+    Buckets::Fixed(LATENCY_BUCKETS),
+);
+/// Decode time per output token after the first.
+pub const REQUEST_TIME_PER_OUTPUT_TOKEN: MetricDef = histogram(
+    "vllm:request_time_per_output_token_seconds",
+    "vllm.request_time_per_output_token_seconds",
+    "s",
+    "Histogram of time_per_output_token_seconds per request.",
+    Buckets::Fixed(ITL_BUCKETS),
+);
+
+// ---- scheduler tier ----
+
+/// Requests in the running batch.
+pub const NUM_REQUESTS_RUNNING: MetricDef = gauge(
+    "vllm:num_requests_running",
+    "vllm.num_requests_running",
+    "{request}",
+    "Number of requests in model execution batches.",
+    ValueType::Integer,
+);
+/// Requests in the waiting queue.
+pub const NUM_REQUESTS_WAITING: MetricDef = gauge(
+    "vllm:num_requests_waiting",
+    "vllm.num_requests_waiting",
+    "{request}",
+    "Number of requests waiting to be processed.",
+    ValueType::Integer,
+);
+/// KV-cache usage as a fraction.
+pub const KV_CACHE_USAGE: MetricDef = gauge(
+    "vllm:kv_cache_usage_perc",
+    "vllm.kv_cache_usage_perc",
+    "1",
+    "KV-cache usage. 1 means 100 percent usage.",
+    ValueType::Float,
+);
+/// Tokens looked up in the prefix cache.
+pub const PREFIX_CACHE_QUERIES: MetricDef = counter(
+    "vllm:prefix_cache_queries",
+    "vllm.prefix_cache_queries",
+    "{token}",
+    "Prefix cache queries, in terms of number of queried tokens.",
+    ENGINE_LABELS,
+);
+/// Tokens found in the prefix cache.
+pub const PREFIX_CACHE_HITS: MetricDef = counter(
+    "vllm:prefix_cache_hits",
+    "vllm.prefix_cache_hits",
+    "{token}",
+    "Prefix cache hits, in terms of number of cached tokens.",
+    ENGINE_LABELS,
+);
+
+// ---- self-telemetry ----
+
+/// Input that changed no vLLM metric (this crate's own family, never `vllm:`).
+pub const REJECTED_INPUTS: MetricDef = counter(
+    "vllm_otel_metrics_rejected_inputs",
+    "vllm_otel_metrics.rejected_inputs",
+    "{input}",
+    "Input records or outputs that changed no vLLM metric, by reason.",
+    REJECTION_LABELS,
+);
+
+/// The per-request tier, in exposition order.
+pub const PER_REQUEST: [&MetricDef; 22] = [
+    &NUM_PREEMPTIONS,
+    &PROMPT_TOKENS,
+    &PROMPT_TOKENS_BY_SOURCE,
+    &PROMPT_TOKENS_CACHED,
+    &GENERATION_TOKENS,
+    &REQUEST_SUCCESS,
+    &ITERATION_TOKENS,
+    &REQUEST_PROMPT_TOKENS,
+    &REQUEST_GENERATION_TOKENS,
+    &REQUEST_MAX_NUM_GENERATION_TOKENS,
+    &REQUEST_PARAMS_MAX_TOKENS,
+    &REQUEST_PARAMS_N,
+    &REQUEST_NUM_PREEMPTIONS,
+    &REQUEST_PREFILL_KV_COMPUTED_TOKENS,
+    &TIME_TO_FIRST_TOKEN,
+    &INTER_TOKEN_LATENCY,
+    &E2E_REQUEST_LATENCY,
+    &REQUEST_QUEUE_TIME,
+    &REQUEST_PREFILL_TIME,
+    &REQUEST_DECODE_TIME,
+    &REQUEST_INFERENCE_TIME,
+    &REQUEST_TIME_PER_OUTPUT_TOKEN,
+];
+
+/// The scheduler tier, in exposition order.
+pub const SCHEDULER: [&MetricDef; 5] = [
+    &NUM_REQUESTS_RUNNING,
+    &NUM_REQUESTS_WAITING,
+    &KV_CACHE_USAGE,
+    &PREFIX_CACHE_QUERIES,
+    &PREFIX_CACHE_HITS,
+];
+
+/// This crate's own families.
+pub const SELF_TELEMETRY: [&MetricDef; 1] = [&REJECTED_INPUTS];
+
+/// Every family, in exposition order: per-request tier, scheduler tier, self-telemetry.
+pub fn all() -> impl Iterator<Item = &'static MetricDef> {
+    PER_REQUEST
+        .into_iter()
+        .chain(SCHEDULER)
+        .chain(SELF_TELEMETRY)
+}
+
+/// The family whose OpenTelemetry name is `otel_name`.
+pub fn by_otel_name(otel_name: &str) -> Option<&'static MetricDef> {
+    all().find(|def| def.otel_name == otel_name)
+}
+
+/// The catalog as a Markdown table (the README's metric table is this text).
+pub fn markdown_table(max_model_len: u32) -> String {
+    let mut out = String::from(
+        "| vLLM name | OTel name | kind | unit | labels | buckets | HELP |\n|---|---|---|---|---|---|---|\n",
+    );
+    for def in all() {
+        let buckets = def
+            .buckets
+            .boundaries(max_model_len)
+            .iter()
+            .map(|b| crate::export::prometheus::format_float(*b))
+            .collect::<Vec<_>>()
+            .join(", ");
+        out.push_str(&format!(
+            "| `{}` | `{}` | {} | `{}` | {} | {} | {} |\n",
+            def.vllm_name,
+            def.otel_name,
+            def.kind.prometheus_type(),
+            def.unit,
+            def.labels.join(", "),
+            buckets,
+            def.help
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn otel_name_is_vllm_name_with_dot() {
+        for def in PER_REQUEST.iter().chain(SCHEDULER.iter()) {
+            let rest = def.vllm_name.strip_prefix("vllm:").unwrap();
+            assert_eq!(def.otel_name, format!("vllm.{rest}"));
+        }
+        for def in SELF_TELEMETRY {
+            assert!(!def.vllm_name.starts_with("vllm:"));
+        }
+    }
+
+    #[test]
+    fn token_buckets_follow_1_2_5_then_max_model_len() {
+        let b = Buckets::Tokens.boundaries(DEFAULT_MAX_MODEL_LEN);
+        assert_eq!(b.len(), 17);
+        assert_eq!(&b[..6], &[1.0, 2.0, 5.0, 10.0, 20.0, 50.0]);
+        assert_eq!(&b[14..], &[50000.0, 100000.0, 131072.0]);
+        assert_eq!(Buckets::Tokens.boundaries(1), vec![1.0]);
+        assert_eq!(Buckets::Tokens.boundaries(3), vec![1.0, 2.0, 3.0]);
+    }
+
+    #[test]
+    fn names_are_unique() {
+        let mut names: Vec<_> = all().map(|d| d.vllm_name).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), 28);
+    }
+}

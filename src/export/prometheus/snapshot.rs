@@ -1,0 +1,68 @@
+//! A point-in-time copy of every family, with vLLM names and label order.
+//!
+//! The data model the encoders write; it knows nothing of wire formats.
+
+use std::borrow::Cow;
+use std::cmp::Ordering;
+
+use crate::catalog::{Kind, ValueType};
+
+/// One family: its metadata and its series in exposition order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Family {
+    /// Family name as exposed (vLLM's, for catalog families), without `_total`.
+    pub name: Cow<'static, str>,
+    /// HELP text.
+    pub help: Cow<'static, str>,
+    /// Kind.
+    pub kind: Kind,
+    /// How values are written.
+    pub value_type: ValueType,
+    /// Series, sorted by label values.
+    pub series: Vec<Series>,
+}
+
+/// One label set of a family.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series {
+    /// Label pairs, in exposition order.
+    pub labels: Vec<(String, String)>,
+    /// The value.
+    pub value: Value,
+}
+
+/// The value of a series.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    /// Counter or gauge.
+    Scalar(f64),
+    /// Histogram with cumulative bucket counts; the `+Inf` bucket is `count`.
+    Histogram {
+        /// `(upper bound, cumulative count)` of every finite boundary.
+        buckets: Vec<(f64, u64)>,
+        /// Sum of observations.
+        sum: f64,
+        /// Number of observations.
+        count: u64,
+    },
+}
+
+/// Orders label values numerically where both are integers (`engine="10"` after `"9"`).
+fn compare_label_values(a: &str, b: &str) -> Ordering {
+    match (a.parse::<u64>(), b.parse::<u64>()) {
+        (Ok(x), Ok(y)) => x.cmp(&y),
+        _ => a.cmp(b),
+    }
+}
+
+/// Sorts series by their label values, in label order.
+pub(crate) fn sort_series(series: &mut [Series]) {
+    series.sort_by(|a, b| {
+        a.labels
+            .iter()
+            .zip(&b.labels)
+            .map(|((_, x), (_, y))| compare_label_values(x, y))
+            .find(|o| o.is_ne())
+            .unwrap_or_else(|| a.labels.len().cmp(&b.labels.len()))
+    });
+}

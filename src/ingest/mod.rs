@@ -1,0 +1,3 @@
+//! Sources: they only translate their input into tracker calls.
+
+pub mod jsonl;

@@ -1,0 +1,35 @@
+//! # vllm-otel-metrics
+//!
+//! vLLM's per-request lifecycle metrics — headline: the preemption histogram
+//! `vllm:request_num_preemptions` — recorded through OpenTelemetry instruments
+//! and exposed under vLLM's own Prometheus names.
+//!
+//! Data flows one way: a source ([`ingest`]) turns input into [`protocol`]
+//! records; the [`tracker`] applies vLLM's semantics and records into the
+//! [`instruments`]; the exporters ([`export`]) read the SDK state. The
+//! [`catalog`] is the single table every name, HELP text and bucket list comes from.
+//!
+//! ```
+//! use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
+//! use vllm_otel_metrics::instruments::Instruments;
+//! use vllm_otel_metrics::protocol::{Abort, RequestStart};
+//! use vllm_otel_metrics::tracker::Tracker;
+//!
+//! let (bridge, reader) = PrometheusBridge::builder().build();
+//! let mut tracker = Tracker::new(Instruments::builder().with_reader(reader).build());
+//! tracker.start_request(&RequestStart {
+//!     request_id: "r1".into(), model_name: "m".into(), engine: 0,
+//!     arrival_time: 100.0, prompt_len: 8, max_tokens: None, n: 1,
+//! }).unwrap();
+//! tracker.abort(&Abort { request_id: "r1".into(), received_at: 101.0 }).unwrap();
+//! let text = bridge.encode(Format::Text);
+//! assert!(text.contains("vllm:request_num_preemptions_count{model_name=\"m\",engine=\"0\"} 1\n"));
+//! ```
+
+pub mod catalog;
+pub mod cli;
+pub mod export;
+pub mod ingest;
+pub mod instruments;
+pub mod protocol;
+pub mod tracker;

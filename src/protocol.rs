@@ -1,0 +1,248 @@
+//! Engine-core protocol types: the records every source translates its input into.
+//!
+//! They mirror vLLM's engine-core outputs (`EngineCoreOutput`, `EngineCoreEvent`,
+//! `PrefillStats`, finish reasons) plus the frontend-side request start, abort
+//! and the scheduler's per-step stats. Their serde form is the JSONL trace
+//! format (one [`Record`] per line, tagged by `"type"`).
+//!
+//! ```
+//! use vllm_otel_metrics::protocol::{Record, FinishReason};
+//!
+//! let line = r#"{"type":"outputs","engine":0,"timestamp":10.0,"received_at":5.0,
+//!   "outputs":[{"request_id":"r0","new_token_ids":[5,6],"finish_reason":"length"}]}"#;
+//! let Record::Outputs(batch) = serde_json::from_str(line).unwrap() else { unreachable!() };
+//! assert_eq!(batch.outputs[0].finish_reason, Some(FinishReason::Length));
+//! ```
+
+use serde::{Deserialize, Serialize};
+
+/// One input record: a line of a JSONL trace, or one message of the ingest stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Record {
+    /// A request arrived at the frontend.
+    Request(RequestStart),
+    /// One engine step's outputs.
+    Outputs(OutputBatch),
+    /// The frontend aborted a request (client went away, cancel).
+    Abort(Abort),
+    /// Scheduler state after one engine step.
+    SchedulerStats(SchedulerStats),
+}
+
+/// A request as the frontend registers it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestStart {
+    /// Identifier unique among live requests.
+    pub request_id: String,
+    /// The served model name (label `model_name`).
+    pub model_name: String,
+    /// Engine index (label `engine`).
+    pub engine: u32,
+    /// Frontend wall-clock arrival time, seconds.
+    pub arrival_time: f64,
+    /// Prompt length in tokens.
+    pub prompt_len: u32,
+    /// The `max_tokens` sampling parameter, if the request set one.
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+    /// The `n` sampling parameter.
+    #[serde(default = "one")]
+    pub n: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// The outputs of one engine step, as the frontend receives them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutputBatch {
+    /// Engine index that produced the batch.
+    pub engine: u32,
+    /// Engine monotonic clock at the step, seconds.
+    pub timestamp: f64,
+    /// Frontend wall clock when the batch arrived, seconds.
+    pub received_at: f64,
+    /// One output per request that advanced in this step.
+    pub outputs: Vec<EngineCoreOutput>,
+}
+
+/// One request's share of an engine step (vLLM's `EngineCoreOutput`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct EngineCoreOutput {
+    /// The request this output belongs to.
+    pub request_id: String,
+    /// Tokens generated in this step.
+    pub new_token_ids: Vec<u32>,
+    /// Scheduler events since the previous output.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<EngineCoreEvent>,
+    /// Present on the first output after each (re)scheduling.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefill_stats: Option<PrefillStats>,
+    /// Present when the request finished in this step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<FinishReason>,
+}
+
+/// A scheduler event of a request (vLLM's `EngineCoreEvent`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EngineCoreEvent {
+    /// What happened.
+    #[serde(rename = "type")]
+    pub kind: EventType,
+    /// Engine monotonic clock, seconds.
+    pub timestamp: f64,
+    /// Why (for example the preemption cause); informational.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// The kinds of [`EngineCoreEvent`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventType {
+    /// Entered the waiting queue.
+    Queued,
+    /// Admitted to the running batch.
+    Scheduled,
+    /// Evicted from the running batch (its KV blocks freed).
+    Preempted,
+}
+
+/// Prompt accounting of a (re)scheduled request (vLLM's `PrefillStats`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PrefillStats {
+    /// Prompt tokens of this prefill.
+    pub num_prompt_tokens: u32,
+    /// Tokens whose KV was computed in this prefill.
+    pub num_computed_tokens: u32,
+    /// Tokens found cached (local plus external).
+    pub num_cached_tokens: u32,
+    /// Tokens found in the local prefix cache.
+    pub num_local_cached_tokens: u32,
+    /// Tokens transferred from an external KV store.
+    pub num_external_cached_tokens: u32,
+}
+
+/// Why a request terminated (label `finished_reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// A stop condition (EOS, stop string) was met.
+    Stop,
+    /// `max_tokens` or the model length was reached.
+    Length,
+    /// Aborted by the client or the frontend.
+    Abort,
+    /// Failed in the engine.
+    Error,
+    /// Stopped by repetition detection.
+    Repetition,
+}
+
+impl FinishReason {
+    /// Every reason, in label-value order.
+    pub const ALL: [FinishReason; 5] = [
+        FinishReason::Stop,
+        FinishReason::Length,
+        FinishReason::Abort,
+        FinishReason::Error,
+        FinishReason::Repetition,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::Abort => "abort",
+            FinishReason::Error => "error",
+            FinishReason::Repetition => "repetition",
+        }
+    }
+
+    /// Position in [`FinishReason::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The frontend aborted a request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Abort {
+    /// The aborted request.
+    pub request_id: String,
+    /// Frontend wall clock of the abort, seconds.
+    pub received_at: f64,
+}
+
+/// Scheduler state after one engine step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SchedulerStats {
+    /// The served model name.
+    pub model_name: String,
+    /// Engine index.
+    pub engine: u32,
+    /// Requests in the running batch.
+    pub num_running_reqs: u64,
+    /// Requests in the waiting queue.
+    pub num_waiting_reqs: u64,
+    /// KV-cache usage, 0 to 1.
+    pub kv_cache_usage: f64,
+    /// Tokens queried in the prefix cache during the step.
+    pub prefix_cache_queries: u64,
+    /// Tokens found in the prefix cache during the step.
+    pub prefix_cache_hits: u64,
+}
+
+/// A record whose values cannot be applied (non-finite numbers).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidRecord(pub String);
+
+impl std::fmt::Display for InvalidRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for InvalidRecord {}
+
+fn finite(what: &str, value: f64) -> Result<(), InvalidRecord> {
+    if value.is_finite() {
+        Ok(())
+    } else {
+        Err(InvalidRecord(format!("{what} is not a finite number ({value})")))
+    }
+}
+
+impl Record {
+    /// Checks what the wire format cannot: every time and ratio is a finite number.
+    ///
+    /// ```
+    /// use vllm_otel_metrics::protocol::{Abort, Record};
+    /// let bad = Record::Abort(Abort { request_id: "r".into(), received_at: f64::NAN });
+    /// assert!(bad.validate().is_err());
+    /// ```
+    pub fn validate(&self) -> Result<(), InvalidRecord> {
+        match self {
+            Record::Request(r) => finite("arrival_time", r.arrival_time),
+            Record::Outputs(b) => {
+                finite("timestamp", b.timestamp)?;
+                finite("received_at", b.received_at)?;
+                for output in &b.outputs {
+                    for event in &output.events {
+                        finite("event timestamp", event.timestamp).map_err(|e| {
+                            InvalidRecord(format!("request {}: {e}", output.request_id))
+                        })?;
+                    }
+                }
+                Ok(())
+            }
+            Record::Abort(a) => finite("received_at", a.received_at),
+            Record::SchedulerStats(s) => finite("kv_cache_usage", s.kv_cache_usage),
+        }
+    }
+}

@@ -1,0 +1,515 @@
+//! Per-request lifecycle tracking with vLLM's exact semantics.
+//!
+//! [`RequestMetrics`] is one request's state, for a frontend that owns a value
+//! per request stream (vLLM's `RequestMetricsTracker`): feed it the request's
+//! engine-core outputs, then finish or abort it; dropped without either, it
+//! records `abort`. [`Tracker`] keeps the requests of a whole input stream keyed
+//! by request id, records the per-batch iteration tokens and the scheduler
+//! tier, and turns input that does not fit into counted [`Rejection`]s.
+//!
+//! ```
+//! use opentelemetry_sdk::metrics::ManualReader;
+//! use vllm_otel_metrics::instruments::Instruments;
+//! use vllm_otel_metrics::protocol::{EngineCoreOutput, FinishReason};
+//! use vllm_otel_metrics::tracker::{RequestMetrics, RequestParams};
+//!
+//! let instruments = Instruments::builder().with_reader(ManualReader::builder().build()).build();
+//! let params = RequestParams { arrival_time: 100.0, prompt_len: 64, max_tokens: Some(16), n: 1 };
+//! let mut request = RequestMetrics::start(&instruments, "my-model", 0, params);
+//! let output = EngineCoreOutput {
+//!     request_id: "r1".into(),
+//!     new_token_ids: vec![17],
+//!     finish_reason: Some(FinishReason::Stop),
+//!     ..Default::default()
+//! };
+//! assert!(request.observe_output(10.0, 100.25, &output)); // terminal: recorded once
+//! ```
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::instruments::{Instruments, RequestHandles};
+use crate::protocol::{
+    Abort, EngineCoreEvent, EngineCoreOutput, EventType, FinishReason, OutputBatch, PrefillStats,
+    Record, RequestStart, SchedulerStats,
+};
+
+/// The request parameters the terminal histograms report.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RequestParams {
+    /// Frontend wall-clock arrival time, seconds.
+    pub arrival_time: f64,
+    /// Prompt length in tokens.
+    pub prompt_len: u32,
+    /// The `max_tokens` parameter, if set.
+    pub max_tokens: Option<u32>,
+    /// The `n` parameter.
+    pub n: u32,
+}
+
+impl From<&RequestStart> for RequestParams {
+    fn from(start: &RequestStart) -> Self {
+        RequestParams {
+            arrival_time: start.arrival_time,
+            prompt_len: start.prompt_len,
+            max_tokens: start.max_tokens,
+            n: start.n,
+        }
+    }
+}
+
+/// `end - start` when both are set and ordered, else 0 (vLLM's `diff_or_zero`).
+fn diff_or_zero(end: f64, start: f64) -> f64 {
+    if end > 0.0 && start > 0.0 && end >= start {
+        end - start
+    } else {
+        0.0
+    }
+}
+
+/// The frontend's wall clock, seconds since the Unix epoch.
+pub fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// Lifecycle state of one request, the fields of vLLM's `RequestMetricsTracker`.
+#[derive(Debug, Clone)]
+struct RequestState {
+    params: RequestParams,
+    is_prefilling: bool,
+    queued_ts: f64,
+    scheduled_ts: f64,
+    first_token_ts: f64,
+    last_token_ts: f64,
+    num_generation_tokens: u64,
+    num_preemptions: u64,
+    latest_num_cached_tokens: u32,
+}
+
+impl RequestState {
+    fn new(params: RequestParams) -> Self {
+        RequestState {
+            params,
+            is_prefilling: true,
+            queued_ts: 0.0,
+            scheduled_ts: 0.0,
+            first_token_ts: 0.0,
+            last_token_ts: 0.0,
+            num_generation_tokens: 0,
+            num_preemptions: 0,
+            latest_num_cached_tokens: 0,
+        }
+    }
+
+    /// Mirrors vLLM's `RequestMetricsTracker::observe_output` (DESIGN §3 steps 1–4).
+    fn observe_output(
+        &mut self,
+        h: &RequestHandles,
+        batch_timestamp: f64,
+        received_at: f64,
+        output: &EngineCoreOutput,
+    ) {
+        if let Some(stats) = &output.prefill_stats {
+            self.latest_num_cached_tokens = stats.num_cached_tokens;
+        }
+        let new_tokens = output.new_token_ids.len() as u64;
+        self.num_generation_tokens += new_tokens;
+        h.generation_tokens.add(new_tokens);
+        self.observe_events(h, &output.events);
+
+        // Only outputs that carry tokens drive token timing: a token-less
+        // terminal output must not log a stray TTFT or ITL sample.
+        if new_tokens == 0 {
+            return;
+        }
+        if self.is_prefilling {
+            if let Some(stats) = &output.prefill_stats {
+                record_prompt_tokens(h, stats);
+            }
+            h.time_to_first_token
+                .record(received_at - self.params.arrival_time);
+            self.first_token_ts = batch_timestamp;
+            self.is_prefilling = false;
+        } else if self.last_token_ts > 0.0 {
+            h.inter_token_latency
+                .record(batch_timestamp - self.last_token_ts);
+        }
+        self.last_token_ts = batch_timestamp;
+    }
+
+    fn observe_events(&mut self, h: &RequestHandles, events: &[EngineCoreEvent]) {
+        for event in events {
+            match event.kind {
+                EventType::Queued => self.queued_ts = event.timestamp,
+                // The first admission defines the queue time; re-admissions after
+                // a preemption must not move it.
+                EventType::Scheduled if self.scheduled_ts == 0.0 => {
+                    self.scheduled_ts = event.timestamp
+                }
+                EventType::Scheduled => {}
+                EventType::Preempted => {
+                    self.num_preemptions += 1;
+                    h.num_preemptions.add(1);
+                }
+            }
+        }
+    }
+
+    /// Mirrors vLLM's `record_finished`: every terminal family once, the
+    /// preemption count included even when it is zero.
+    fn record_terminal(&self, h: &RequestHandles, received_at: f64, reason: FinishReason) {
+        let p = &self.params;
+        let tokens = self.num_generation_tokens as f64;
+        h.request_success(reason).add(1);
+        h.request_prompt_tokens.record(f64::from(p.prompt_len));
+        h.request_generation_tokens.record(tokens);
+        h.request_max_num_generation_tokens.record(tokens);
+        if let Some(max_tokens) = p.max_tokens {
+            h.request_params_max_tokens.record(f64::from(max_tokens));
+        }
+        h.request_params_n.record(f64::from(p.n));
+        h.request_num_preemptions.record(self.num_preemptions as f64);
+        h.request_prefill_kv_computed_tokens
+            .record(f64::from(p.prompt_len.saturating_sub(self.latest_num_cached_tokens)));
+        h.e2e_request_latency.record(received_at - p.arrival_time);
+        h.request_queue_time
+            .record(diff_or_zero(self.scheduled_ts, self.queued_ts));
+        h.request_prefill_time
+            .record(diff_or_zero(self.first_token_ts, self.scheduled_ts));
+        let decode = diff_or_zero(self.last_token_ts, self.first_token_ts);
+        h.request_decode_time.record(decode);
+        h.request_inference_time
+            .record(diff_or_zero(self.last_token_ts, self.scheduled_ts));
+        let per_output_token = if self.num_generation_tokens > 1 {
+            decode / (tokens - 1.0)
+        } else {
+            0.0
+        };
+        h.request_time_per_output_token.record(per_output_token);
+    }
+}
+
+/// Mirrors vLLM's `record_prompt_tokens`: the first token's prefill stats.
+fn record_prompt_tokens(h: &RequestHandles, stats: &PrefillStats) {
+    h.prompt_tokens.add(u64::from(stats.num_prompt_tokens));
+    let by_source = [
+        stats.num_computed_tokens,
+        stats.num_local_cached_tokens,
+        stats.num_external_cached_tokens,
+    ];
+    for (handle, tokens) in h.prompt_tokens_by_source.iter().zip(by_source) {
+        handle.add(u64::from(tokens));
+    }
+    h.prompt_tokens_cached.add(u64::from(stats.num_cached_tokens));
+}
+
+/// One request's metrics, owned by whatever owns the request's stream.
+///
+/// Terminal recording happens exactly once: at a finishing output, at
+/// [`finish`](Self::finish) or [`abort`](Self::abort), or, for a value dropped
+/// without any of these, as `abort` at the wall-clock time of the drop (vLLM's
+/// dropped-stream behaviour).
+pub struct RequestMetrics {
+    handles: Arc<RequestHandles>,
+    state: RequestState,
+    terminated: bool,
+}
+
+impl std::fmt::Debug for RequestMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequestMetrics")
+            .field("state", &self.state)
+            .field("terminated", &self.terminated)
+            .finish()
+    }
+}
+
+impl RequestMetrics {
+    /// Starts tracking a request of `(model_name, engine)`. Every series of that
+    /// label set exists from here on.
+    pub fn start(instruments: &Instruments, model_name: &str, engine: u32, params: RequestParams) -> Self {
+        RequestMetrics {
+            handles: instruments.request_handles(model_name, engine),
+            state: RequestState::new(params),
+            terminated: false,
+        }
+    }
+
+    /// Applies one engine-core output of this request, received at
+    /// `received_at` in a batch stamped `batch_timestamp`. When the output
+    /// carries a finish reason the request is terminated; returns whether it is.
+    /// Outputs after termination change nothing.
+    pub fn observe_output(&mut self, batch_timestamp: f64, received_at: f64, output: &EngineCoreOutput) -> bool {
+        if self.terminated {
+            return true;
+        }
+        self.state
+            .observe_output(&self.handles, batch_timestamp, received_at, output);
+        if let Some(reason) = output.finish_reason {
+            self.finish(received_at, reason);
+        }
+        self.terminated
+    }
+
+    /// Terminates the request with `reason` at `received_at` (no-op if already terminated).
+    pub fn finish(&mut self, received_at: f64, reason: FinishReason) {
+        if !self.terminated {
+            self.terminated = true;
+            self.state.record_terminal(&self.handles, received_at, reason);
+        }
+    }
+
+    /// Terminates the request as `abort` at `received_at` (no-op if already terminated).
+    pub fn abort(&mut self, received_at: f64) {
+        self.finish(received_at, FinishReason::Abort);
+    }
+
+    /// Whether terminal metrics were recorded.
+    pub fn is_terminated(&self) -> bool {
+        self.terminated
+    }
+
+    /// Preemptions observed so far.
+    pub fn num_preemptions(&self) -> u64 {
+        self.state.num_preemptions
+    }
+
+    /// Tokens of this request counted towards a batch's iteration tokens.
+    fn iteration_tokens(output: &EngineCoreOutput) -> u64 {
+        output.new_token_ids.len() as u64
+            + output
+                .prefill_stats
+                .map_or(0, |s| u64::from(s.num_computed_tokens))
+    }
+
+    /// Drops without recording anything (for a tracker whose input ended mid-request).
+    fn forget(mut self) {
+        self.terminated = true;
+    }
+}
+
+impl Drop for RequestMetrics {
+    fn drop(&mut self) {
+        if !self.terminated {
+            self.abort(unix_now());
+        }
+    }
+}
+
+/// Why an input changed no vLLM metric (label `reason` of the self-telemetry counter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RejectReason {
+    /// Not a valid record (bad JSON, missing field, non-finite number, …).
+    InvalidRecord = 0,
+    /// An output or abort for a request that is unknown or already terminated.
+    UnknownRequest = 1,
+    /// A start for a request id that is still live.
+    DuplicateRequest = 2,
+}
+
+impl RejectReason {
+    /// Every reason, in label-value order.
+    pub const ALL: [RejectReason; 3] = [
+        RejectReason::InvalidRecord,
+        RejectReason::UnknownRequest,
+        RejectReason::DuplicateRequest,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RejectReason::InvalidRecord => "invalid_record",
+            RejectReason::UnknownRequest => "unknown_request",
+            RejectReason::DuplicateRequest => "duplicate_request",
+        }
+    }
+}
+
+/// An input the tracker counted instead of applying.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    /// Why.
+    pub reason: RejectReason,
+    /// Which record kind carried it (`output`, `abort`, `request`).
+    pub record: &'static str,
+    /// The request id it named.
+    pub request_id: String,
+}
+
+impl std::fmt::Display for Rejection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.reason {
+            RejectReason::UnknownRequest => write!(
+                f,
+                "{} for unknown or already finished request '{}'",
+                self.record, self.request_id
+            ),
+            RejectReason::DuplicateRequest => {
+                write!(f, "second start for live request '{}'", self.request_id)
+            }
+            RejectReason::InvalidRecord => write!(f, "invalid {} record", self.record),
+        }
+    }
+}
+
+/// The requests of one input stream, keyed by request id.
+///
+/// Requests still live when a `Tracker` is dropped are not recorded: their
+/// input simply ended (a trace cut mid-request), so there is no receive time
+/// to close them at. Use [`Tracker::abort_all`] to terminate them explicitly.
+pub struct Tracker {
+    instruments: Instruments,
+    requests: HashMap<String, RequestMetrics>,
+    /// Per-batch iteration tokens by label set; reused so batches allocate nothing.
+    batch_tokens: Vec<(Arc<RequestHandles>, u64)>,
+}
+
+impl std::fmt::Debug for Tracker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tracker")
+            .field("in_flight", &self.requests.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Tracker {
+    /// A tracker recording into `instruments`.
+    pub fn new(instruments: Instruments) -> Self {
+        Tracker {
+            instruments,
+            requests: HashMap::new(),
+            batch_tokens: Vec::new(),
+        }
+    }
+
+    /// The instruments this tracker records into.
+    pub fn instruments(&self) -> &Instruments {
+        &self.instruments
+    }
+
+    /// Requests started and not yet terminated.
+    pub fn in_flight(&self) -> usize {
+        self.requests.len()
+    }
+
+    /// Applies any record; returns what was rejected (empty when all applied).
+    pub fn apply(&mut self, record: &Record) -> Vec<Rejection> {
+        match record {
+            Record::Request(start) => self.start_request(start).err().into_iter().collect(),
+            Record::Outputs(batch) => self.observe_batch(batch),
+            Record::Abort(abort) => self.abort(abort).err().into_iter().collect(),
+            Record::SchedulerStats(stats) => {
+                self.record_scheduler_stats(stats);
+                Vec::new()
+            }
+        }
+    }
+
+    fn reject(&self, reason: RejectReason, record: &'static str, request_id: &str) -> Rejection {
+        self.instruments.count_rejected(reason);
+        Rejection {
+            reason,
+            record,
+            request_id: request_id.to_owned(),
+        }
+    }
+
+    /// Starts a request; a start for a live id changes nothing and is rejected.
+    pub fn start_request(&mut self, start: &RequestStart) -> Result<(), Rejection> {
+        if self.requests.contains_key(&start.request_id) {
+            return Err(self.reject(RejectReason::DuplicateRequest, "request", &start.request_id));
+        }
+        let request = RequestMetrics::start(
+            &self.instruments,
+            &start.model_name,
+            start.engine,
+            RequestParams::from(start),
+        );
+        self.requests.insert(start.request_id.clone(), request);
+        Ok(())
+    }
+
+    /// Applies one engine step: every output of a live request, terminal
+    /// recording for finishing ones, and the batch's iteration tokens per
+    /// label set. Outputs of unknown requests are rejected one by one.
+    pub fn observe_batch(&mut self, batch: &OutputBatch) -> Vec<Rejection> {
+        let mut rejections = Vec::new();
+        self.batch_tokens.clear();
+        for output in &batch.outputs {
+            let Some(request) = self.requests.get_mut(output.request_id.as_str()) else {
+                rejections.push(self.reject(RejectReason::UnknownRequest, "output", &output.request_id));
+                continue;
+            };
+            let tokens = RequestMetrics::iteration_tokens(output);
+            match self
+                .batch_tokens
+                .iter_mut()
+                .find(|(h, _)| Arc::ptr_eq(h, &request.handles))
+            {
+                Some((_, sum)) => *sum += tokens,
+                None => self.batch_tokens.push((Arc::clone(&request.handles), tokens)),
+            }
+            if request.observe_output(batch.timestamp, batch.received_at, output) {
+                self.requests.remove(output.request_id.as_str());
+            }
+        }
+        for (handles, tokens) in self.batch_tokens.drain(..) {
+            if tokens > 0 {
+                handles.iteration_tokens.record(tokens as f64);
+            }
+        }
+        rejections
+    }
+
+    /// Terminates a request as `abort`.
+    pub fn abort(&mut self, abort: &Abort) -> Result<(), Rejection> {
+        match self.requests.remove(abort.request_id.as_str()) {
+            Some(mut request) => {
+                request.abort(abort.received_at);
+                Ok(())
+            }
+            None => Err(self.reject(RejectReason::UnknownRequest, "abort", &abort.request_id)),
+        }
+    }
+
+    /// Terminates every live request as `abort` at `received_at`; returns how many.
+    pub fn abort_all(&mut self, received_at: f64) -> usize {
+        let count = self.requests.len();
+        for (_, mut request) in self.requests.drain() {
+            request.abort(received_at);
+        }
+        count
+    }
+
+    /// Sets the scheduler gauges and adds the prefix-cache counters of one step.
+    pub fn record_scheduler_stats(&mut self, stats: &SchedulerStats) {
+        let handles = self
+            .instruments
+            .scheduler_handles(&stats.model_name, stats.engine);
+        self.instruments.set_scheduler_gauges(
+            &handles,
+            i64::try_from(stats.num_running_reqs).unwrap_or(i64::MAX),
+            i64::try_from(stats.num_waiting_reqs).unwrap_or(i64::MAX),
+            stats.kv_cache_usage,
+        );
+        handles.prefix_cache_queries.add(stats.prefix_cache_queries);
+        handles.prefix_cache_hits.add(stats.prefix_cache_hits);
+    }
+
+    /// Counts an input that could not be decoded at all.
+    pub fn count_invalid_record(&self) {
+        self.instruments.count_rejected(RejectReason::InvalidRecord);
+    }
+}
+
+impl Drop for Tracker {
+    fn drop(&mut self) {
+        for (_, request) in self.requests.drain() {
+            request.forget();
+        }
+    }
+}
