@@ -39,9 +39,9 @@ impl FromStr for MetricsAddr {
         if s.eq_ignore_ascii_case("none") {
             return Ok(MetricsAddr(None));
         }
-        s.parse()
-            .map(|addr| MetricsAddr(Some(addr)))
-            .map_err(|e| format!("'{s}' is neither `none` nor an address like 127.0.0.1:9464 ({e})"))
+        s.parse().map(|addr| MetricsAddr(Some(addr))).map_err(|e| {
+            format!("'{s}' is neither `none` nor an address like 127.0.0.1:9464 ({e})")
+        })
     }
 }
 
@@ -144,8 +144,12 @@ fn open_trace(file: &str) -> io::Result<(Box<dyn BufRead>, String)> {
     if file == "-" {
         return Ok((Box::new(io::stdin().lock()), "<stdin>".to_owned()));
     }
-    let reader = File::open(file).map_err(|e| io::Error::new(e.kind(), format!("cannot open {file}: {e}")))?;
-    Ok((Box::new(BufReader::with_capacity(1 << 16, reader)), file.to_owned()))
+    let reader = File::open(file)
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot open {file}: {e}")))?;
+    Ok((
+        Box::new(BufReader::with_capacity(1 << 16, reader)),
+        file.to_owned(),
+    ))
 }
 
 fn run_replay(args: ReplayArgs) -> io::Result<ExitCode> {
@@ -167,7 +171,11 @@ fn run_replay(args: ReplayArgs) -> io::Result<ExitCode> {
     }
     drop(tracker);
     pipeline.finish();
-    Ok(if report.is_clean() { ExitCode::SUCCESS } else { ExitCode::from(2) })
+    Ok(if report.is_clean() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(2)
+    })
 }
 
 /// Runs the command line; returns the process exit status.

@@ -100,7 +100,9 @@ impl InstrumentsBuilder {
         let name_style = self.name_style;
         let provider = self
             .provider
-            .with_view(move |inst: &Instrument| stream_for(inst, max_model_len, max_label_sets, name_style))
+            .with_view(move |inst: &Instrument| {
+                stream_for(inst, max_model_len, max_label_sets, name_style)
+            })
             .build();
         let meter = provider.meter(SCOPE_NAME);
         let rejected = u64_counter(&meter, &catalog::REJECTED_INPUTS);
@@ -134,7 +136,8 @@ fn stream_for(
         Some(&"source") => PROMPT_TOKEN_SOURCES.len(),
         _ => 1,
     };
-    let mut stream = Stream::builder().with_cardinality_limit(max_label_sets * values_per_label_set + 1);
+    let mut stream =
+        Stream::builder().with_cardinality_limit(max_label_sets * values_per_label_set + 1);
     if def.kind == Kind::Histogram {
         stream = stream.with_aggregation(Aggregation::ExplicitBucketHistogram {
             boundaries: def.buckets.boundaries(max_model_len),
@@ -374,7 +377,12 @@ impl std::fmt::Debug for Instruments {
 
 /// Returns the cached handle of a label set, creating it under the write lock
 /// the first time the set is seen.
-fn cached<H>(cache: &HandleCache<H>, model_name: &str, engine: u32, create: impl FnOnce() -> H) -> Arc<H> {
+fn cached<H>(
+    cache: &HandleCache<H>,
+    model_name: &str,
+    engine: u32,
+    create: impl FnOnce() -> H,
+) -> Arc<H> {
     if let Some(handles) = cache
         .read()
         .unwrap_or_else(|e| e.into_inner())

@@ -33,3 +33,8 @@ pub mod ingest;
 pub mod instruments;
 pub mod protocol;
 pub mod tracker;
+
+/// The README's Rust examples, compiled and run as doc tests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -214,7 +214,9 @@ fn finite(what: &str, value: f64) -> Result<(), InvalidRecord> {
     if value.is_finite() {
         Ok(())
     } else {
-        Err(InvalidRecord(format!("{what} is not a finite number ({value})")))
+        Err(InvalidRecord(format!(
+            "{what} is not a finite number ({value})"
+        )))
     }
 }
 

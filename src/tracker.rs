@@ -172,9 +172,11 @@ impl RequestState {
             h.request_params_max_tokens.record(f64::from(max_tokens));
         }
         h.request_params_n.record(f64::from(p.n));
-        h.request_num_preemptions.record(self.num_preemptions as f64);
-        h.request_prefill_kv_computed_tokens
-            .record(f64::from(p.prompt_len.saturating_sub(self.latest_num_cached_tokens)));
+        h.request_num_preemptions
+            .record(self.num_preemptions as f64);
+        h.request_prefill_kv_computed_tokens.record(f64::from(
+            p.prompt_len.saturating_sub(self.latest_num_cached_tokens),
+        ));
         h.e2e_request_latency.record(received_at - p.arrival_time);
         h.request_queue_time
             .record(diff_or_zero(self.scheduled_ts, self.queued_ts));
@@ -204,7 +206,8 @@ fn record_prompt_tokens(h: &RequestHandles, stats: &PrefillStats) {
     for (handle, tokens) in h.prompt_tokens_by_source.iter().zip(by_source) {
         handle.add(u64::from(tokens));
     }
-    h.prompt_tokens_cached.add(u64::from(stats.num_cached_tokens));
+    h.prompt_tokens_cached
+        .add(u64::from(stats.num_cached_tokens));
 }
 
 /// One request's metrics, owned by whatever owns the request's stream.
@@ -231,7 +234,12 @@ impl std::fmt::Debug for RequestMetrics {
 impl RequestMetrics {
     /// Starts tracking a request of `(model_name, engine)`. Every series of that
     /// label set exists from here on.
-    pub fn start(instruments: &Instruments, model_name: &str, engine: u32, params: RequestParams) -> Self {
+    pub fn start(
+        instruments: &Instruments,
+        model_name: &str,
+        engine: u32,
+        params: RequestParams,
+    ) -> Self {
         RequestMetrics {
             handles: instruments.request_handles(model_name, engine),
             state: RequestState::new(params),
@@ -243,7 +251,12 @@ impl RequestMetrics {
     /// `received_at` in a batch stamped `batch_timestamp`. When the output
     /// carries a finish reason the request is terminated; returns whether it is.
     /// Outputs after termination change nothing.
-    pub fn observe_output(&mut self, batch_timestamp: f64, received_at: f64, output: &EngineCoreOutput) -> bool {
+    pub fn observe_output(
+        &mut self,
+        batch_timestamp: f64,
+        received_at: f64,
+        output: &EngineCoreOutput,
+    ) -> bool {
         if self.terminated {
             return true;
         }
@@ -259,7 +272,8 @@ impl RequestMetrics {
     pub fn finish(&mut self, received_at: f64, reason: FinishReason) {
         if !self.terminated {
             self.terminated = true;
-            self.state.record_terminal(&self.handles, received_at, reason);
+            self.state
+                .record_terminal(&self.handles, received_at, reason);
         }
     }
 
@@ -441,7 +455,11 @@ impl Tracker {
         self.batch_tokens.clear();
         for output in &batch.outputs {
             let Some(request) = self.requests.get_mut(output.request_id.as_str()) else {
-                rejections.push(self.reject(RejectReason::UnknownRequest, "output", &output.request_id));
+                rejections.push(self.reject(
+                    RejectReason::UnknownRequest,
+                    "output",
+                    &output.request_id,
+                ));
                 continue;
             };
             let tokens = RequestMetrics::iteration_tokens(output);
@@ -451,7 +469,9 @@ impl Tracker {
                 .find(|(h, _)| Arc::ptr_eq(h, &request.handles))
             {
                 Some((_, sum)) => *sum += tokens,
-                None => self.batch_tokens.push((Arc::clone(&request.handles), tokens)),
+                None => self
+                    .batch_tokens
+                    .push((Arc::clone(&request.handles), tokens)),
             }
             if request.observe_output(batch.timestamp, batch.received_at, output) {
                 self.requests.remove(output.request_id.as_str());

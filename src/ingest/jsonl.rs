@@ -50,13 +50,22 @@ impl ReplayReport {
     }
 }
 
-/// Why a line is not a record: the JSON error without serde's own position
-/// suffix when it only repeats line 1.
+/// Why a line is not a record, without serde's position suffix (the line
+/// number is already given; the column is kept when it helps).
 fn describe(error: &serde_json::Error) -> String {
     let text = error.to_string();
-    match text.rfind(" at line 1 column ") {
-        Some(at) => format!("{} (column {})", &text[..at], error.column()),
-        None => text,
+    let message = match text.rfind(" at line ") {
+        Some(at) => &text[..at],
+        None => &text,
+    };
+    let what = match error.classify() {
+        serde_json::error::Category::Data => "invalid record",
+        _ => "invalid JSON",
+    };
+    if error.column() > 0 {
+        format!("{what}: {message} (column {})", error.column())
+    } else {
+        format!("{what}: {message}")
     }
 }
 
@@ -123,7 +132,11 @@ pub fn replay<R: BufRead, W: Write>(
         )?;
     }
     if report.invalid > 0 {
-        writeln!(diagnostics, "{source}: {} invalid line(s) skipped", report.invalid)?;
+        writeln!(
+            diagnostics,
+            "{source}: {} invalid line(s) skipped",
+            report.invalid
+        )?;
     }
     Ok(report)
 }

@@ -76,7 +76,10 @@ pub fn format_float(value: f64) -> String {
 
 fn format_value(value: f64, value_type: ValueType) -> String {
     // Counts are kept as floats by the SDK bridge; below 2^53 they are exact.
-    if value_type == ValueType::Integer && value.fract() == 0.0 && value.abs() < 9.007_199_254_740_992e15 {
+    if value_type == ValueType::Integer
+        && value.fract() == 0.0
+        && value.abs() < 9.007_199_254_740_992e15
+    {
         format!("{}", value as i64)
     } else {
         format_float(value)
@@ -130,7 +133,14 @@ fn write_labels(out: &mut String, labels: &[(String, String)], le: Option<&str>)
     out.push('}');
 }
 
-fn write_sample(out: &mut String, name: &str, suffix: &str, labels: &[(String, String)], le: Option<&str>, value: &str) {
+fn write_sample(
+    out: &mut String,
+    name: &str,
+    suffix: &str,
+    labels: &[(String, String)],
+    le: Option<&str>,
+    value: &str,
+) {
     out.push_str(name);
     out.push_str(suffix);
     write_labels(out, labels, le);
@@ -143,17 +153,53 @@ fn write_series(out: &mut String, family: &Family, series: &Series) {
     let name = family.name.as_ref();
     match &series.value {
         Value::Scalar(v) => {
-            let suffix = if family.kind == Kind::Counter { "_total" } else { "" };
-            write_sample(out, name, suffix, &series.labels, None, &format_value(*v, family.value_type));
+            let suffix = if family.kind == Kind::Counter {
+                "_total"
+            } else {
+                ""
+            };
+            write_sample(
+                out,
+                name,
+                suffix,
+                &series.labels,
+                None,
+                &format_value(*v, family.value_type),
+            );
         }
-        Value::Histogram { buckets, sum, count } => {
+        Value::Histogram {
+            buckets,
+            sum,
+            count,
+        } => {
             for (upper, cumulative) in buckets {
                 let le = format_float(*upper);
-                write_sample(out, name, "_bucket", &series.labels, Some(&le), &cumulative.to_string());
+                write_sample(
+                    out,
+                    name,
+                    "_bucket",
+                    &series.labels,
+                    Some(&le),
+                    &cumulative.to_string(),
+                );
             }
-            write_sample(out, name, "_bucket", &series.labels, Some("+Inf"), &count.to_string());
+            write_sample(
+                out,
+                name,
+                "_bucket",
+                &series.labels,
+                Some("+Inf"),
+                &count.to_string(),
+            );
             write_sample(out, name, "_sum", &series.labels, None, &format_float(*sum));
-            write_sample(out, name, "_count", &series.labels, None, &count.to_string());
+            write_sample(
+                out,
+                name,
+                "_count",
+                &series.labels,
+                None,
+                &count.to_string(),
+            );
         }
     }
 }
@@ -172,12 +218,13 @@ fn write_series(out: &mut String, family: &Family, series: &Series) {
 ///     value_type: ValueType::Integer,
 ///     series: vec![Series { labels: vec![("engine".into(), "0".into())], value: Value::Scalar(2.0) }],
 /// };
-/// assert_eq!(
-///     encode(&[family], Format::Text),
-///     "# HELP vllm:num_preemptions_total Cumulative number of preemption events.\n\
-///      # TYPE vllm:num_preemptions_total counter\n\
-///      vllm:num_preemptions_total{engine=\"0\"} 2\n"
-/// );
+/// let text = encode(&[family], Format::Text);
+/// let lines: Vec<&str> = text.lines().collect();
+/// assert_eq!(lines, [
+///     "# HELP vllm:num_preemptions_total Cumulative number of preemption events.",
+///     "# TYPE vllm:num_preemptions_total counter",
+///     "vllm:num_preemptions_total{engine=\"0\"} 2",
+/// ]);
 /// ```
 pub fn encode(families: &[Family], format: Format) -> String {
     let mut out = String::new();
@@ -187,7 +234,11 @@ pub fn encode(families: &[Family], format: Format) -> String {
             (Format::Text, Kind::Counter) => format!("{}_total", family.name),
             _ => family.name.to_string(),
         };
-        let _ = writeln!(out, "# HELP {meta_name} {}", escape_help(&family.help, format));
+        let _ = writeln!(
+            out,
+            "# HELP {meta_name} {}",
+            escape_help(&family.help, format)
+        );
         let _ = writeln!(out, "# TYPE {meta_name} {}", family.kind.prometheus_type());
         for series in &family.series {
             write_series(&mut out, family, series);

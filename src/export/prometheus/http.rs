@@ -25,13 +25,17 @@ fn respond(bridge: &PrometheusBridge, request: &Request<Incoming>) -> Response<F
     let plain = |status: StatusCode, text: &'static str| {
         let mut response = Response::new(Full::new(Bytes::from_static(text.as_bytes())));
         *response.status_mut() = status;
-        response
-            .headers_mut()
-            .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+        response.headers_mut().insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
         response
     };
     if request.uri().path() != METRICS_PATH {
-        return plain(StatusCode::NOT_FOUND, "not found; metrics are at /metrics\n");
+        return plain(
+            StatusCode::NOT_FOUND,
+            "not found; metrics are at /metrics\n",
+        );
     }
     if request.method() != Method::GET && request.method() != Method::HEAD {
         let mut response = plain(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
@@ -51,9 +55,10 @@ fn respond(bridge: &PrometheusBridge, request: &Request<Incoming>) -> Response<F
         Bytes::from(bridge.encode(format))
     };
     let mut response = Response::new(Full::new(body));
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static(format.content_type()));
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static(format.content_type()),
+    );
     response
 }
 

@@ -60,7 +60,11 @@ impl PrometheusBridgeBuilder {
             .expect("a fresh registry accepts the exporter's collector");
         let mut by_bridge_name = HashMap::new();
         for def in catalog::all() {
-            let suffix = if def.kind == Kind::Counter { "_total" } else { "" };
+            let suffix = if def.kind == Kind::Counter {
+                "_total"
+            } else {
+                ""
+            };
             // Either wire-name style of the Views reaches the bridge sanitized.
             for name in [def.otel_name, def.vllm_name] {
                 by_bridge_name.insert(format!("{}{suffix}", sanitize(name)), def);
@@ -79,7 +83,13 @@ impl PrometheusBridgeBuilder {
 /// The Prometheus metric-name sanitizing of the bridge crate.
 fn sanitize(name: &str) -> String {
     name.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == ':' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == ':' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect()
 }
 

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The project's whole test suite, runnable on a fresh machine: installs what the
+# tests need (Prometheus/promtool from Debian, Python packages from PyPI), then
+# checks formatting and lints, and runs every test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+
+if ! command -v promtool >/dev/null 2>&1; then
+  echo "==> installing Prometheus (promtool) from Debian's packages"
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null
+fi
+
+if ! python3 -c 'import prometheus_client' >/dev/null 2>&1; then
+  echo "==> installing Python test requirements"
+  python3 -m pip install --quiet --disable-pip-version-check -r tests/requirements.txt
+fi
+
+echo "==> cargo fmt --check"
+cargo fmt --all -- --check
+echo "==> cargo clippy"
+cargo clippy --all-targets --quiet -- -D warnings
+echo "==> cargo test"
+cargo test --all-targets
+cargo test --doc

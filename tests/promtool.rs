@@ -1,0 +1,67 @@
+//! `promtool check metrics` on a replay's exposition reports only the lints
+//! that vLLM's own names always trigger.
+
+mod common;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use vllm_otel_metrics::catalog;
+
+#[test]
+fn promtool_reports_only_the_lints_of_vllm_names() {
+    let promtool = common::require_tool(
+        "promtool",
+        "install Debian's `prometheus` package (apt-get install -y prometheus), or run `bash scripts/test.sh`",
+    );
+    let (code, exposition, stderr) =
+        common::replay(&common::repo().join("tests/data/lifecycle.jsonl"));
+    assert_eq!(code, 2, "the trace has invalid lines: {stderr}");
+
+    let mut child = Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool starts");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(exposition.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let mut lines: Vec<&str> = report.lines().collect();
+    lines.sort();
+
+    // vLLM's names contain a colon (a recording-rule convention promtool
+    // flags), and vLLM names one histogram `…_total`; nothing else may be flagged.
+    let mut expected: Vec<String> = catalog::all()
+        .filter(|def| def.vllm_name.contains(':'))
+        .map(|def| {
+            let suffix = if def.kind == catalog::Kind::Counter {
+                "_total"
+            } else {
+                ""
+            };
+            format!(
+                "{}{suffix} metric names should not contain ':'",
+                def.vllm_name
+            )
+        })
+        .collect();
+    expected.push(format!(
+        "{} non-counter metrics should not have \"_total\" suffix",
+        catalog::ITERATION_TOKENS.vllm_name
+    ));
+    expected.sort();
+    assert_eq!(lines, expected, "promtool said:\n{report}");
+    // Exit status 3 is "lint problems only"; 1 would be a parse error.
+    assert_eq!(output.status.code(), Some(3), "promtool said:\n{report}");
+}

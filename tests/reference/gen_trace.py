@@ -1,0 +1,469 @@
+#!/usr/bin/env python3
+"""Seeded random JSONL trace generator (DESIGN.md §4) for the reference tests.
+
+Usage:
+    python3 tests/reference/gen_trace.py --seed N [--requests R] [--models M]
+        [--engines E] [--malformed K] [--outputs-target T]
+
+Simulates a few engines stepping in monotonic time and writes a valid trace to
+stdout: request starts, outputs batches (queued/scheduled events on the first
+output, chunked prefill outputs without tokens, preemptions during prefill and
+during decode with re-scheduling and fresh prefill_stats, prefix-cache hits,
+speculative multi-token outputs, all finish reasons), explicit aborts,
+scheduler_stats, plus noise the tracker must ignore (outputs/aborts for
+unknown or finished ids, duplicate starts of live ids, reuse of finished ids)
+and requests left in flight at the end.
+
+--malformed K inserts K invalid lines at random positions and writes their
+1-based line numbers to stderr (one per line).  The malformed lines come from
+their own RNG, so removing them yields exactly the trace produced with
+--malformed 0 for the same seed.
+
+--outputs-target T ignores --requests and keeps generating until about T
+engine-core outputs were emitted.  Output is streamed; memory stays bounded.
+(With --malformed the simulation is run twice: once to count lines, once to
+write, so positions can be chosen uniformly without buffering.)
+
+Times are integers in units of 1e-4 s internally, so every timestamp in the
+trace is a "nice" decimal (engine clock around 1000.0, wall clock ~1.7e9).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from collections import deque
+
+UNIT = 10_000                    # time units per second (1e-4 s resolution)
+WALL0 = 1_700_000_000 * UNIT     # wall clock origin
+MODEL_NAMES = ["llama-3.1-8b", "qwen/Qwen2.5-7B-Instruct", "mistral-7b-v0.3",
+               "m", "gemma-2-9b", "phi-3.5-mini"]
+# Engine indices chosen so that numeric and string ordering differ (2 < 10).
+ENGINE_IDS = [0, 2, 10, 1, 3, 7, 11, 4, 5, 6, 8, 9, 12, 13, 14, 15]
+REASONS = ["stop"] * 14 + ["length"] * 2 + ["repetition"] * 2 + ["error", "abort"]
+
+
+def secs(units: int) -> float:
+    """A time in 1e-4 s units as the closest double (repr is the short decimal)."""
+    return units / UNIT
+
+
+def dumps(obj) -> str:
+    return json.dumps(obj, separators=(",", ":"))
+
+
+class Req:
+    __slots__ = ("rid", "model", "engine", "arrival", "prompt_len", "max_tokens",
+                 "n", "target", "reason", "phase", "chunks_left", "tokens",
+                 "pending", "eligible_tick", "resume_stats", "started")
+
+    def __init__(self, rid, model, engine, arrival, prompt_len, max_tokens, n,
+                 target, reason, tick):
+        self.rid = rid
+        self.model = model
+        self.engine = engine
+        self.arrival = arrival
+        self.prompt_len = prompt_len
+        self.max_tokens = max_tokens
+        self.n = n
+        self.target = target          # tokens to generate before finishing
+        self.reason = reason          # finish reason used on the last token
+        self.phase = "waiting"        # waiting | prefill | decode | preempted
+        self.chunks_left = 0
+        self.tokens = 0
+        self.pending = []             # events to attach to the next output
+        self.eligible_tick = tick + 1
+        self.resume_stats = False     # first output after a decode preemption
+        self.started = False          # had its first token
+
+
+class Engine:
+    def __init__(self, eid, model, clock0, max_running):
+        self.eid = eid
+        self.model = model
+        self.clock0 = clock0          # engine monotonic clock at sim t=0 (units)
+        self.max_running = max_running
+        self.waiting = deque()
+        self.preempted = deque()
+        self.running = []
+
+    def clock(self, t):
+        return self.clock0 + t
+
+
+class Sim:
+    def __init__(self, args, emit, on_line=None):
+        self.rng = random.Random(args.seed)
+        self.args = args
+        self.emit_line = emit
+        self.on_line = on_line        # hook: called before every valid line
+        self.models = MODEL_NAMES[:max(1, args.models)]
+        self.engines = []
+        for i in range(max(1, args.engines)):
+            eid = ENGINE_IDS[i] if i < len(ENGINE_IDS) else 100 + i
+            clock0 = 1000 * UNIT + self.rng.randrange(0, 50 * UNIT)
+            self.engines.append(Engine(eid, self.models[i % len(self.models)],
+                                       clock0, self.rng.randint(6, 20)))
+        self.live = {}                # rid -> Req
+        self.finished = deque(maxlen=64)   # recently terminated ids
+        self.created = 0
+        self.next_id = 0
+        self.outputs_emitted = 0
+        self.t = 0
+
+    # -- output helpers ---------------------------------------------------
+    def emit(self, obj):
+        if self.on_line is not None:
+            self.on_line(self)
+        self.emit_line(dumps(obj))
+
+    def wall(self, t):
+        return secs(WALL0 + t)
+
+    # -- request lifecycle ----------------------------------------------------
+    def new_request(self):
+        rng = self.rng
+        eng = rng.choice(self.engines)
+        model = eng.model if rng.random() < 0.9 else rng.choice(self.models)
+        if self.finished and rng.random() < 0.03:
+            rid = rng.choice(list(self.finished))     # fresh request, reused id
+            if rid in self.live:
+                rid = f"req-{self.next_id}"; self.next_id += 1
+        else:
+            rid = f"req-{self.next_id}"; self.next_id += 1
+        prompt_len = min(int(rng.lognormvariate(5.5, 1.2)) + 1, 30000)
+        r = rng.random()
+        max_tokens = rng.choice([16, 64, 128, 256, 512, 1024, 2048]) if r < 0.6 else None
+        absent_max = r >= 0.8                         # else explicit null
+        n = rng.choice([1, 1, 1, 1, 2, 3, 4])
+        target = max(1, int(rng.expovariate(1 / 60)))
+        reason = rng.choice(REASONS)
+        if max_tokens is not None and target >= max_tokens:
+            target, reason = max_tokens, "length"
+        arrival = WALL0 + self.t
+        req = Req(rid, model, eng.eid, arrival, prompt_len, max_tokens, n, target,
+                  reason, self.t)
+        rec = {"type": "request", "request_id": rid, "model_name": model,
+               "engine": eng.eid, "arrival_time": secs(arrival), "prompt_len": prompt_len}
+        if max_tokens is not None:
+            rec["max_tokens"] = max_tokens
+        elif not absent_max:
+            rec["max_tokens"] = None
+        if n != 1 or rng.random() < 0.5:
+            rec["n"] = n
+        self.emit(rec)
+        req.pending.append({"type": "queued",
+                            "timestamp": secs(eng.clock(self.t) + rng.randint(1, 9))})
+        eng.waiting.append(req)
+        self.live[rid] = req
+        self.created += 1
+
+    def forget(self, req):
+        self.live.pop(req.rid, None)
+        self.finished.append(req.rid)
+
+    def prefill_stats(self, req):
+        rng = self.rng
+        total = req.prompt_len + (req.tokens if req.resume_stats else 0)
+        cached = 0
+        if rng.random() < 0.45 and total > 16:
+            cached = 16 * rng.randint(1, (total - 1) // 16)
+        external = 0
+        if cached and rng.random() < 0.25:
+            external = 16 * rng.randint(0, cached // 16)
+        stats = {"num_prompt_tokens": total, "num_computed_tokens": total - cached,
+                 "num_cached_tokens": cached, "num_local_cached_tokens": cached - external,
+                 "num_external_cached_tokens": external}
+        if rng.random() < 0.1:                        # fields default to 0
+            stats = {k: v for k, v in stats.items() if v != 0}
+        return stats, cached
+
+    # -- one engine step -------------------------------------------------------
+    def step_engine(self, eng):
+        rng = self.rng
+        ts = eng.clock(self.t)
+        rx = WALL0 + self.t + rng.randint(5, 40)
+        queries = hits = 0
+        # Schedule: preempted requests first, then waiting ones.
+        while len(eng.running) < eng.max_running:
+            if eng.preempted:
+                req = eng.preempted.popleft()
+            elif eng.waiting and eng.waiting[0].eligible_tick <= self.t:
+                req = eng.waiting.popleft()
+            else:
+                break
+            req.pending.append({"type": "scheduled",
+                                "timestamp": secs(ts - rng.randint(10, 45))})
+            if req.started:
+                req.phase, req.resume_stats = "decode", True
+            else:
+                req.phase, req.chunks_left = "prefill", 1 + req.prompt_len // 2048
+                if rng.random() < 0.1:
+                    req.chunks_left += 1
+            eng.running.append(req)
+
+        outputs = []
+        still_running = []
+        for req in eng.running:
+            out = {"request_id": req.rid, "new_token_ids": []}
+            keep = True
+            # Preemption, during prefill (before first token) or decode.
+            if rng.random() < 0.02:
+                req.pending.append({"type": "preempted",
+                                    "timestamp": secs(ts - rng.randint(1, 9))})
+                if rng.random() < 0.3:
+                    req.pending[-1]["reason"] = "kv_cache_full"
+                if req.phase == "decode" and rng.random() < 0.25:
+                    # Preempted and resumed within the step: tokens still flow.
+                    pass
+                else:
+                    req.phase = "preempted"
+                    eng.preempted.append(req)
+                    keep = False
+            if keep and req.phase == "prefill":
+                req.chunks_left -= 1
+                if req.chunks_left <= 0:
+                    stats, cached = self.prefill_stats(req)
+                    out["prefill_stats"] = stats
+                    queries += req.prompt_len; hits += cached
+                    k = 1
+                    req.phase, req.started = "decode", True
+                else:
+                    k = 0                              # chunked prefill: no token
+            elif keep:                                 # decode
+                r = rng.random()
+                k = 0 if r < 0.04 else (1 if r < 0.9 else rng.randint(2, 4))
+                if req.resume_stats:
+                    stats, cached = self.prefill_stats(req)
+                    out["prefill_stats"] = stats
+                    queries += stats["num_prompt_tokens"]; hits += cached
+                    req.resume_stats = False
+                    k = max(k, 1)
+                k = min(k, req.target - req.tokens)
+            else:
+                k = 0
+            if k:
+                out["new_token_ids"] = [rng.randrange(0, 151_000) for _ in range(k)]
+                req.tokens += k
+            if req.pending:
+                out["events"] = req.pending
+                req.pending = []
+            if keep and req.started and req.tokens >= req.target:
+                out["finish_reason"] = req.reason
+                self.forget(req)
+                keep = False
+            if keep:
+                still_running.append(req)
+            outputs.append(out)
+        eng.running = still_running
+
+        # Noise: an output for an unknown or already finished request.
+        if rng.random() < 0.03:
+            ghost = (rng.choice(list(self.finished))
+                     if self.finished and rng.random() < 0.5 else f"ghost-{rng.randrange(10**6)}")
+            if ghost not in self.live:
+                g = {"request_id": ghost, "new_token_ids": [rng.randrange(1000)]}
+                if rng.random() < 0.5:
+                    g["prefill_stats"] = {"num_prompt_tokens": 32, "num_computed_tokens": 32}
+                if rng.random() < 0.3:
+                    g["finish_reason"] = "stop"
+                outputs.insert(rng.randrange(len(outputs) + 1), g)
+        if outputs:
+            self.emit({"type": "outputs", "engine": eng.eid, "timestamp": secs(ts),
+                       "received_at": secs(rx), "outputs": outputs})
+            self.outputs_emitted += len(outputs)
+        if rng.random() < 0.7:
+            used = sum(r.prompt_len + r.tokens for r in eng.running)
+            self.emit({"type": "scheduler_stats", "model_name": eng.model, "engine": eng.eid,
+                       "num_running_reqs": len(eng.running),
+                       "num_waiting_reqs": len(eng.waiting) + len(eng.preempted),
+                       "kv_cache_usage": round(min(1.0, used / 60000), 4),
+                       "prefix_cache_queries": queries, "prefix_cache_hits": hits})
+
+    def abort(self, req):
+        eng = next(e for e in self.engines if e.eid == req.engine)
+        for q in (eng.waiting, eng.preempted):
+            if req in q:
+                q.remove(req)
+        if req in eng.running:
+            eng.running.remove(req)
+        self.emit({"type": "abort", "request_id": req.rid,
+                   "received_at": secs(WALL0 + self.t + self.rng.randint(1, 40))})
+        self.forget(req)
+
+    # -- main loop -------------------------------------------------------------
+    def done(self):
+        if self.args.outputs_target is not None:
+            return self.outputs_emitted >= self.args.outputs_target
+        in_flight = max(1, self.args.requests // 15)
+        return self.created >= self.args.requests and len(self.live) <= in_flight
+
+    def run(self):
+        rng = self.rng
+        unlimited = self.args.outputs_target is not None
+        while not self.done():
+            self.t += rng.randint(50, 300)
+            # Arrivals.
+            if unlimited or self.created < self.args.requests:
+                for _ in range(sum(rng.random() < 0.15 for _ in self.engines)):
+                    if unlimited or self.created < self.args.requests:
+                        self.new_request()
+            # Engine steps (not every engine steps on every tick).
+            for eng in rng.sample(self.engines, len(self.engines)):
+                if rng.random() < 0.85:
+                    self.step_engine(eng)
+            # Explicit aborts of live requests (any phase).
+            if self.live and rng.random() < 0.03:
+                self.abort(self.live[rng.choice(list(self.live))])
+            # Noise: abort of an unknown / finished id; duplicate start.
+            if rng.random() < 0.01:
+                rid = (rng.choice(list(self.finished)) if self.finished and rng.random() < 0.5
+                       else f"ghost-{rng.randrange(10**6)}")
+                if rid not in self.live:
+                    self.emit({"type": "abort", "request_id": rid,
+                               "received_at": secs(WALL0 + self.t + 3)})
+            if self.live and rng.random() < 0.01:
+                req = self.live[rng.choice(list(self.live))]
+                self.emit({"type": "request", "request_id": req.rid,
+                           "model_name": rng.choice([req.model, "dup-model"]),
+                           "engine": req.engine, "arrival_time": secs(WALL0 + self.t),
+                           "prompt_len": req.prompt_len + 7, "max_tokens": 99, "n": 2})
+
+
+# ---------------------------------------------------------------------------
+# Malformed lines (their own RNG; they never perturb the simulation)
+# ---------------------------------------------------------------------------
+
+def malformed_line(mrng: random.Random, sim: Sim | None) -> str:
+    live = sorted(sim.live) if sim is not None and sim.live else ["req-0"]
+    rid = mrng.choice(live)
+    eng = sim.engines[0].eid if sim is not None else 0
+    model = sim.engines[0].model if sim is not None else "m"
+    now = secs(WALL0 + (sim.t if sim is not None else 0))
+    ts = 1000.0 + (sim.t / UNIT if sim is not None else 0)
+    good_out = {"request_id": rid, "new_token_ids": [1, 2], "finish_reason": "stop"}
+    kind = mrng.choice(["bad_json", "missing_field", "unknown_type", "nan_literal",
+                        "negative_engine", "string_number", "not_object", "infinity",
+                        "bool_number", "unknown_event", "unknown_reason", "float_uint",
+                        "missing_nested"])
+    if kind == "bad_json":
+        full = dumps({"type": "abort", "request_id": rid, "received_at": now})
+        return full[: mrng.randint(1, len(full) - 1)]
+    if kind == "missing_field":
+        return mrng.choice([
+            dumps({"type": "outputs", "engine": eng, "timestamp": ts, "outputs": [good_out]}),
+            dumps({"type": "request", "request_id": "bad-new", "model_name": model,
+                   "engine": eng, "arrival_time": now}),
+            dumps({"type": "abort", "received_at": now}),
+            dumps({"type": "scheduler_stats", "model_name": model, "engine": eng,
+                   "num_running_reqs": 1, "num_waiting_reqs": 2, "kv_cache_usage": 0.5,
+                   "prefix_cache_queries": 10}),
+        ])
+    if kind == "unknown_type":
+        return dumps({"type": mrng.choice(["finish", "Abort", "output", ""]),
+                      "request_id": rid, "received_at": now})
+    if kind == "nan_literal":
+        return mrng.choice([
+            '{"type":"abort","request_id":"%s","received_at":NaN}' % rid,
+            '{"type":"scheduler_stats","model_name":"%s","engine":%d,"num_running_reqs":1,'
+            '"num_waiting_reqs":0,"kv_cache_usage":NaN,"prefix_cache_queries":5,'
+            '"prefix_cache_hits":1}' % (model, eng),
+        ])
+    if kind == "negative_engine":
+        return mrng.choice([
+            dumps({"type": "request", "request_id": "bad-neg", "model_name": model,
+                   "engine": -1, "arrival_time": now, "prompt_len": 10}),
+            dumps({"type": "scheduler_stats", "model_name": model, "engine": -3,
+                   "num_running_reqs": 1, "num_waiting_reqs": 0, "kv_cache_usage": 0.1,
+                   "prefix_cache_queries": 5, "prefix_cache_hits": 1}),
+        ])
+    if kind == "string_number":
+        return mrng.choice([
+            dumps({"type": "outputs", "engine": eng, "timestamp": str(ts),
+                   "received_at": now, "outputs": [good_out]}),
+            dumps({"type": "scheduler_stats", "model_name": model, "engine": eng,
+                   "num_running_reqs": "3", "num_waiting_reqs": 0, "kv_cache_usage": 0.1,
+                   "prefix_cache_queries": 5, "prefix_cache_hits": 1}),
+            dumps({"type": "request", "request_id": "bad-str", "model_name": model,
+                   "engine": str(eng), "arrival_time": now, "prompt_len": 10}),
+        ])
+    if kind == "not_object":
+        return mrng.choice(['[{"type":"abort","request_id":"%s","received_at":%r}]' % (rid, now),
+                            '"abort"', "42", "null"])
+    if kind == "infinity":
+        return ('{"type":"outputs","engine":%d,"timestamp":Infinity,"received_at":%r,'
+                '"outputs":[%s]}' % (eng, now, dumps(good_out)))
+    if kind == "bool_number":
+        return dumps({"type": "request", "request_id": "bad-bool", "model_name": model,
+                      "engine": eng, "arrival_time": now, "prompt_len": True})
+    if kind == "unknown_event":
+        out = dict(good_out, events=[{"type": "swapped", "timestamp": ts}])
+        return dumps({"type": "outputs", "engine": eng, "timestamp": ts,
+                      "received_at": now, "outputs": [out]})
+    if kind == "unknown_reason":
+        return dumps({"type": "outputs", "engine": eng, "timestamp": ts, "received_at": now,
+                      "outputs": [{"request_id": rid, "new_token_ids": [3]},
+                                  dict(good_out, finish_reason="timeout")]})
+    if kind == "float_uint":
+        return dumps({"type": "outputs", "engine": eng, "timestamp": ts, "received_at": now,
+                      "outputs": [dict(good_out, prefill_stats={"num_cached_tokens": 4.5})]})
+    # missing_nested: an event without timestamp
+    out = dict(good_out, events=[{"type": "preempted"}])
+    return dumps({"type": "outputs", "engine": eng, "timestamp": ts,
+                  "received_at": now, "outputs": [out]})
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="seeded JSONL trace generator (DESIGN §4)")
+    ap.add_argument("--seed", type=int, required=True)
+    ap.add_argument("--requests", type=int, default=200)
+    ap.add_argument("--models", type=int, default=2)
+    ap.add_argument("--engines", type=int, default=3)
+    ap.add_argument("--malformed", type=int, default=0)
+    ap.add_argument("--outputs-target", type=int, default=None)
+    args = ap.parse_args(argv)
+    if args.models < 1 or args.engines < 1 or args.requests < 0 or args.malformed < 0:
+        ap.error("--models/--engines must be >= 1, --requests/--malformed >= 0")
+    if args.models > len(MODEL_NAMES):
+        ap.error(f"--models must be <= {len(MODEL_NAMES)}")
+
+    out = sys.stdout
+    write = out.write
+    if args.malformed == 0:
+        Sim(args, lambda line: write(line + "\n")).run()
+        out.flush()
+        return 0
+
+    # Pass 1: count valid lines.
+    count = [0]
+    def counter(_line):
+        count[0] += 1
+    Sim(args, counter).run()
+    total = count[0] + args.malformed
+    mrng = random.Random(args.seed * 7919 + 0xBAD)
+    bad_positions = set(mrng.sample(range(1, total + 1), args.malformed))
+    lineno = [0]
+
+    def put_bad(sim):
+        # Fill any malformed slots that come before the next valid line.
+        while lineno[0] + 1 in bad_positions:
+            lineno[0] += 1
+            write(malformed_line(mrng, sim) + "\n")
+
+    def writer(line):
+        lineno[0] += 1
+        write(line + "\n")
+
+    sim = Sim(args, writer, on_line=put_bad)
+    sim.run()
+    put_bad(sim)                     # trailing malformed lines
+    out.flush()
+    for pos in sorted(bad_positions):
+        print(pos, file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
