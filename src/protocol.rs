@@ -46,13 +46,26 @@ pub struct RequestStart {
     /// The `max_tokens` sampling parameter, if the request set one.
     #[serde(default)]
     pub max_tokens: Option<u32>,
-    /// The `n` sampling parameter.
-    #[serde(default = "one")]
+    /// The `n` sampling parameter (absent or null: 1).
+    #[serde(default = "one", deserialize_with = "null_as_one")]
     pub n: u32,
 }
 
 fn one() -> u32 {
     1
+}
+
+fn null_as_one<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    Option::<u32>::deserialize(d).map(|n| n.unwrap_or(1))
+}
+
+/// Optional fields take their default when absent or `null`.
+fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Option::unwrap_or_default)
 }
 
 /// The outputs of one engine step, as the frontend receives them.
@@ -76,7 +89,11 @@ pub struct EngineCoreOutput {
     /// Tokens generated in this step.
     pub new_token_ids: Vec<u32>,
     /// Scheduler events since the previous output.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub events: Vec<EngineCoreEvent>,
     /// Present on the first output after each (re)scheduling.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -116,14 +133,19 @@ pub enum EventType {
 #[serde(default)]
 pub struct PrefillStats {
     /// Prompt tokens of this prefill.
+    #[serde(deserialize_with = "null_as_default")]
     pub num_prompt_tokens: u32,
     /// Tokens whose KV was computed in this prefill.
+    #[serde(deserialize_with = "null_as_default")]
     pub num_computed_tokens: u32,
     /// Tokens found cached (local plus external).
+    #[serde(deserialize_with = "null_as_default")]
     pub num_cached_tokens: u32,
     /// Tokens found in the local prefix cache.
+    #[serde(deserialize_with = "null_as_default")]
     pub num_local_cached_tokens: u32,
     /// Tokens transferred from an external KV store.
+    #[serde(deserialize_with = "null_as_default")]
     pub num_external_cached_tokens: u32,
 }
 

@@ -210,7 +210,7 @@ class Sim:
             out = {"request_id": req.rid, "new_token_ids": []}
             keep = True
             # Preemption, during prefill (before first token) or decode.
-            if rng.random() < 0.02:
+            if rng.random() < (0.08 if req.phase == "prefill" else 0.02):
                 req.pending.append({"type": "preempted",
                                     "timestamp": secs(ts - rng.randint(1, 9))})
                 if rng.random() < 0.3:
