@@ -8,11 +8,22 @@ use std::str::FromStr;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use opentelemetry_sdk::metrics::Temporality;
+
 use crate::catalog::DEFAULT_MAX_MODEL_LEN;
+use crate::export::otlp::{self, ExportHealth, OtlpOverrides, OtlpSettings, Protocol};
 use crate::export::prometheus::{http, Format, PrometheusBridge};
 use crate::ingest::jsonl;
-use crate::instruments::Instruments;
+use crate::instruments::{Instruments, NameStyle};
 use crate::tracker::Tracker;
+
+/// Exit status when the final OTLP export failed.
+pub const EXIT_EXPORT_FAILED: u8 = 3;
+/// Exit status when input lines were invalid.
+pub const EXIT_INVALID_INPUT: u8 = 2;
 
 /// vLLM's per-request lifecycle metrics on OpenTelemetry, exposed under vLLM's names.
 #[derive(Debug, Parser)]
@@ -57,6 +68,68 @@ struct CommonArgs {
     /// Also expose the OpenTelemetry resource as `target_info`.
     #[arg(long)]
     target_info: bool,
+    #[command(flatten)]
+    otlp: OtlpArgs,
+}
+
+/// OTLP push options; each wins over its `OTEL_*` variable.
+#[derive(Debug, Args)]
+struct OtlpArgs {
+    /// Push metrics to this OTLP endpoint (enables OTLP; or set OTEL_EXPORTER_OTLP_ENDPOINT).
+    #[arg(long, value_name = "URL")]
+    otlp_endpoint: Option<String>,
+    /// OTLP transport (default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf).
+    #[arg(long, value_name = "grpc|http/protobuf")]
+    otlp_protocol: Option<Protocol>,
+    /// Export period in milliseconds (default: OTEL_METRIC_EXPORT_INTERVAL, else 60000).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    otlp_interval_ms: Option<u64>,
+    /// Extra OTLP request header (repeatable; merged over OTEL_EXPORTER_OTLP_HEADERS).
+    #[arg(long, value_name = "K=V", value_parser = parse_header)]
+    otlp_header: Vec<(String, String)>,
+    /// Aggregation temporality (default: OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE, else cumulative).
+    #[arg(long, value_name = "cumulative|delta", value_parser = parse_temporality)]
+    otlp_temporality: Option<Temporality>,
+    /// Metric names on the OTLP wire: `otel` (vllm.request_num_preemptions) or
+    /// `prometheus` (vLLM's own vllm:request_num_preemptions).
+    #[arg(long, value_enum, default_value = "otel")]
+    otlp_names: OtlpNames,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum OtlpNames {
+    /// OpenTelemetry names (`vllm.…`).
+    Otel,
+    /// vLLM's Prometheus names (`vllm:…`).
+    Prometheus,
+}
+
+fn parse_header(s: &str) -> Result<(String, String), String> {
+    let mut headers = otlp::parse_headers(s)?;
+    match (headers.pop(), headers.is_empty()) {
+        (Some(header), true) => Ok(header),
+        _ => Err(format!("'{s}' is not one KEY=VALUE header")),
+    }
+}
+
+fn parse_temporality(s: &str) -> Result<Temporality, String> {
+    match s {
+        "cumulative" => Ok(Temporality::Cumulative),
+        "delta" => Ok(Temporality::Delta),
+        other => Err(format!("'{other}' is neither cumulative nor delta")),
+    }
+}
+
+impl OtlpArgs {
+    fn overrides(&self) -> OtlpOverrides {
+        OtlpOverrides {
+            endpoint: self.otlp_endpoint.clone(),
+            protocol: self.otlp_protocol,
+            interval: self.otlp_interval_ms.map(Duration::from_millis),
+            headers: self.otlp_header.clone(),
+            temporality: self.otlp_temporality,
+        }
+    }
 }
 
 /// What to print on stdout at the end.
@@ -92,50 +165,150 @@ struct ReplayArgs {
     common: CommonArgs,
 }
 
-/// The metrics pipeline a subcommand runs: instruments, the bridge, and the
-/// runtime serving `/metrics` when asked for.
+/// The OTLP push side of a pipeline, kept to report the final export.
+struct OtlpPush {
+    endpoint: String,
+    health: Arc<ExportHealth>,
+}
+
+/// The metrics pipeline a subcommand runs: instruments, the bridge, OTLP
+/// when configured, the runtime serving `/metrics`, and signal handling.
 struct Pipeline {
     instruments: Instruments,
     bridge: PrometheusBridge,
-    runtime: Option<tokio::runtime::Runtime>,
+    otlp: Option<Arc<OtlpPush>>,
+    runtime: tokio::runtime::Runtime,
 }
 
 impl Pipeline {
     fn new(common: &CommonArgs) -> io::Result<Pipeline> {
-        let (bridge, reader) = PrometheusBridge::builder()
+        let invalid = |e: String| io::Error::new(io::ErrorKind::InvalidInput, e);
+        let overrides = common.otlp.overrides();
+        let settings =
+            OtlpSettings::resolve(&overrides, |name| std::env::var(name).ok()).map_err(invalid)?;
+        if !overrides.headers.is_empty() {
+            // The exporters re-read these variables; the merged headers (flags
+            // winning) are passed explicitly instead. No other thread runs yet.
+            for variable in otlp::HEADER_VARIABLES {
+                std::env::remove_var(variable);
+            }
+        }
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()?;
+        let (bridge, bridge_reader) = PrometheusBridge::builder()
             .with_target_info(common.target_info)
             .build();
-        let instruments = Instruments::builder()
+        let mut builder = Instruments::builder()
             .with_max_model_len(common.max_model_len)
-            .with_reader(reader)
-            .build();
-        let runtime = match common.metrics_addr.0 {
-            None => None,
-            Some(addr) => {
-                let runtime = tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(1)
-                    .enable_all()
-                    .build()?;
-                match runtime.block_on(http::spawn(addr, bridge.clone())) {
-                    Ok((local, _task)) => eprintln!("serving Prometheus metrics at http://{local}{}", http::METRICS_PATH),
-                    Err(e) => eprintln!("warning: cannot serve /metrics on {addr}: {e} (choose another --metrics-addr, or none)"),
-                }
-                Some(runtime)
+            .with_name_style(match common.otlp.otlp_names {
+                OtlpNames::Otel => NameStyle::Otel,
+                OtlpNames::Prometheus => NameStyle::Prometheus,
+            })
+            .with_resource(otlp::resource(|name| std::env::var(name).ok()))
+            .with_reader(bridge_reader);
+        let mut push = None;
+        if let Some(settings) = &settings {
+            let (reader, health) = otlp::reader(settings, runtime.handle()).map_err(invalid)?;
+            builder = builder.with_reader(reader);
+            eprintln!(
+                "pushing metrics over OTLP ({}) to {} every {} ms",
+                settings.protocol,
+                settings.endpoint,
+                settings.interval.as_millis()
+            );
+            push = Some(Arc::new(OtlpPush {
+                endpoint: settings.endpoint.clone(),
+                health,
+            }));
+        }
+        let instruments = builder.build();
+        if let Some(addr) = common.metrics_addr.0 {
+            match runtime.block_on(http::spawn(addr, bridge.clone())) {
+                Ok((local, _task)) => eprintln!("serving Prometheus metrics at http://{local}{}", http::METRICS_PATH),
+                Err(e) => eprintln!("warning: cannot serve /metrics on {addr}: {e} (choose another --metrics-addr, or none)"),
             }
-        };
-        Ok(Pipeline {
+        }
+        let pipeline = Pipeline {
             instruments,
             bridge,
+            otlp: push,
             runtime,
-        })
+        };
+        pipeline.exit_on_signal();
+        Ok(pipeline)
     }
 
-    fn finish(self) {
-        if let Err(e) = self.instruments.shutdown() {
-            eprintln!("warning: shutting the meter provider down: {e}");
+    /// On SIGINT or SIGTERM: export what was recorded, then exit (130/143, or
+    /// [`EXIT_EXPORT_FAILED`] when that export failed).
+    fn exit_on_signal(&self) {
+        let instruments = self.instruments.clone();
+        let otlp = self.otlp.clone();
+        self.runtime.spawn(async move {
+            let name = wait_for_signal().await;
+            eprintln!("received {name}: exporting what was recorded, then exiting");
+            let code = match flush(&instruments, otlp.as_deref()) {
+                Ok(()) if name == "SIGINT" => 130,
+                Ok(()) => 143,
+                Err(()) => i32::from(EXIT_EXPORT_FAILED),
+            };
+            std::process::exit(code);
+        });
+    }
+
+    /// Stops the pipeline; `Err` when the final OTLP export failed.
+    fn finish(self) -> Result<(), ()> {
+        let result = flush(&self.instruments, self.otlp.as_deref());
+        self.runtime.shutdown_background();
+        result
+    }
+}
+
+async fn wait_for_signal() -> &'static str {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => tokio::select! {
+                _ = tokio::signal::ctrl_c() => "SIGINT",
+                _ = term.recv() => "SIGTERM",
+            },
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                "SIGINT"
+            }
         }
-        if let Some(runtime) = self.runtime {
-            runtime.shutdown_background();
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+        "SIGINT"
+    }
+}
+
+/// Shuts the meter provider down, which makes every push reader export one
+/// last time; reports on stderr what the final OTLP export did.
+fn flush(instruments: &Instruments, otlp: Option<&OtlpPush>) -> Result<(), ()> {
+    let result = instruments.shutdown();
+    let Some(otlp) = otlp else {
+        return Ok(());
+    };
+    match (result, otlp.health.last_error()) {
+        (Ok(()), None) => Ok(()),
+        (_, Some(error)) => {
+            eprintln!(
+                "error: final OTLP export to {} failed: {error}",
+                otlp.endpoint
+            );
+            Err(())
+        }
+        (Err(error), None) => {
+            eprintln!(
+                "error: final OTLP export to {} did not complete: {error}",
+                otlp.endpoint
+            );
+            Err(())
         }
     }
 }
@@ -170,11 +343,13 @@ fn run_replay(args: ReplayArgs) -> io::Result<ExitCode> {
         stdout.flush()?;
     }
     drop(tracker);
-    pipeline.finish();
-    Ok(if report.is_clean() {
+    let exported = pipeline.finish();
+    Ok(if exported.is_err() {
+        ExitCode::from(EXIT_EXPORT_FAILED)
+    } else if report.is_clean() {
         ExitCode::SUCCESS
     } else {
-        ExitCode::from(2)
+        ExitCode::from(EXIT_INVALID_INPUT)
     })
 }
 

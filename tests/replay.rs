@@ -55,7 +55,7 @@ fn reference_exposition(trace: &Path) -> String {
 
 /// `compare.py EXPECTED ACTUAL` on two expositions; panics with its report on a difference.
 fn assert_same_vllm_samples(expected: &str, actual: &str, what: &str) {
-    let dir = tempdir();
+    let dir = common::tempdir("replay");
     let (e, a) = (dir.join("expected.prom"), dir.join("actual.prom"));
     std::fs::write(&e, expected).unwrap();
     std::fs::write(&a, actual).unwrap();
@@ -75,18 +75,6 @@ fn assert_same_vllm_samples(expected: &str, actual: &str, what: &str) {
         "{report}"
     );
     std::fs::remove_dir_all(dir).ok();
-}
-
-fn tempdir() -> PathBuf {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "vllm-otel-metrics-replay-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 #[test]
@@ -141,7 +129,7 @@ fn malformed_lines_lose_nothing_around_them() {
         .filter(|(i, _)| !bad.contains(&(i + 1)))
         .map(|(_, l)| format!("{l}\n"))
         .collect();
-    let dir = tempdir();
+    let dir = common::tempdir("replay");
     let clean_path = dir.join("clean.jsonl");
     std::fs::write(&clean_path, clean).unwrap();
     let (code, with_clean, _) = common::replay(&clean_path);
@@ -166,7 +154,7 @@ fn malformed_lines_lose_nothing_around_them() {
 /// with the reference sample by sample.
 #[test]
 fn random_traces_agree_with_the_reference() {
-    let dir = tempdir();
+    let dir = common::tempdir("replay");
     for (seed, models, engines) in [(21, 1, 1), (22, 2, 4), (23, 4, 3), (24, 3, 2)] {
         let trace = dir.join(format!("seed{seed}.jsonl"));
         let output = Command::new(python())

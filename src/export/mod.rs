@@ -1,3 +1,4 @@
-//! Sinks that read the SDK state: the Prometheus bridge (pull) and, later, OTLP (push).
+//! Sinks that read the SDK state: the Prometheus bridge (pull) and OTLP (push).
 
+pub mod otlp;
 pub mod prometheus;

@@ -94,3 +94,157 @@ pub fn replay(trace: &Path) -> (i32, String, String) {
         "none",
     ])
 }
+
+/// A port that was free a moment ago on 127.0.0.1.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// `GET http://127.0.0.1:{port}{path}`; `None` when nothing answers.
+pub fn http_get(port: u16, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).ok()?;
+    let response = String::from_utf8_lossy(&response).into_owned();
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    if !head.starts_with("HTTP/1.1 200") {
+        return None;
+    }
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        return Some(dechunk(body));
+    }
+    Some(body.to_owned())
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if size == 0 {
+            break;
+        }
+        out.push_str(&rest[..size]);
+        body = rest[size..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// Polls `check` every 100 ms until it returns `Some`, or panics after `secs`.
+pub fn wait_for<T>(secs: u64, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {secs} s waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// A child process killed when dropped.
+pub struct Guard(pub std::process::Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A fresh temporary directory.
+pub fn tempdir(tag: &str) -> PathBuf {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "vllm-otel-metrics-{tag}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A sample with its labels parsed: family-agnostic key for comparing
+/// expositions written by different encoders (label order, `le` spelling).
+pub fn normalized_samples(exposition: &str, drop_labels: &[&str]) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for (key, value) in samples(exposition) {
+        let (name, labels) = match key.split_once('{') {
+            Some((name, rest)) => (name.to_owned(), rest.trim_end_matches('}').to_owned()),
+            None => (key.clone(), String::new()),
+        };
+        let mut pairs: Vec<(String, String)> = split_labels(&labels)
+            .into_iter()
+            .filter(|(k, _)| !drop_labels.contains(&k.as_str()))
+            .map(|(k, v)| {
+                let v = if k == "le" && v != "+Inf" {
+                    format!("{:?}", v.parse::<f64>().expect("numeric le"))
+                } else {
+                    v
+                };
+                (k, v)
+            })
+            .collect();
+        pairs.sort();
+        let labels: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
+        out.insert(format!("{name}{{{}}}", labels.join(",")), value);
+    }
+    out
+}
+
+fn split_labels(labels: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut chars = labels.chars().peekable();
+    loop {
+        let name: String = chars.by_ref().take_while(|c| *c != '=').collect();
+        if name.is_empty() {
+            break;
+        }
+        assert_eq!(chars.next(), Some('"'));
+        let mut value = String::new();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => value.push(chars.next().unwrap()),
+                '"' => break,
+                c => value.push(c),
+            }
+        }
+        out.push((name.trim_start_matches(',').to_owned(), value));
+        if chars.peek() == Some(&',') {
+            chars.next();
+        }
+    }
+    out
+}
+
+/// Like [`wait_for`], but returns `None` at the deadline (to report details).
+pub fn wait_for_optional<T>(secs: u64, mut check: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        if let Some(value) = check() {
+            return Some(value);
+        }
+        if std::time::Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}

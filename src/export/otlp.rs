@@ -1,0 +1,511 @@
+//! OTLP push: a periodic reader exporting over gRPC (tonic) or HTTP/protobuf.
+//!
+//! Settings come from the standard `OTEL_*` variables, with command-line
+//! flags winning. Export runs on the SDK's reader thread, so recording never
+//! waits for the network. Failures are logged rate-limited (the first one at
+//! once, then at most one summary per [`FAILURE_LOG_INTERVAL`]) and recovery
+//! is announced; with cumulative temporality the next successful export
+//! carries every count recorded during the outage.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use opentelemetry::KeyValue;
+use opentelemetry_otlp::{MetricExporter, WithExportConfig, WithHttpConfig, WithTonicConfig};
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::metrics::data::ResourceMetrics;
+use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
+use opentelemetry_sdk::metrics::{PeriodicReader, Temporality};
+use opentelemetry_sdk::Resource;
+
+/// The default `service.name`.
+pub const DEFAULT_SERVICE_NAME: &str = env!("CARGO_PKG_NAME");
+/// How often a persisting export failure is logged again.
+pub const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(30);
+
+const DEFAULT_GRPC_ENDPOINT: &str = "http://localhost:4317";
+const DEFAULT_HTTP_ENDPOINT: &str = "http://localhost:4318";
+const DEFAULT_INTERVAL: Duration = Duration::from_secs(60);
+
+/// OTLP transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// gRPC via tonic.
+    Grpc,
+    /// HTTP with protobuf bodies.
+    HttpProtobuf,
+}
+
+impl FromStr for Protocol {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "grpc" => Ok(Protocol::Grpc),
+            "http/protobuf" => Ok(Protocol::HttpProtobuf),
+            other => Err(format!(
+                "unsupported OTLP protocol '{other}' (expected grpc or http/protobuf)"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Protocol::Grpc => "grpc",
+            Protocol::HttpProtobuf => "http/protobuf",
+        })
+    }
+}
+
+/// What the command line says about OTLP; `None` defers to the environment.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OtlpOverrides {
+    /// `--otlp-endpoint`.
+    pub endpoint: Option<String>,
+    /// `--otlp-protocol`.
+    pub protocol: Option<Protocol>,
+    /// `--otlp-interval-ms`.
+    pub interval: Option<Duration>,
+    /// `--otlp-header K=V`, in order.
+    pub headers: Vec<(String, String)>,
+    /// `--otlp-temporality`.
+    pub temporality: Option<Temporality>,
+}
+
+/// Resolved OTLP settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OtlpSettings {
+    /// Full URL the exporter sends to (for HTTP including `/v1/metrics`).
+    pub endpoint: String,
+    /// Transport.
+    pub protocol: Protocol,
+    /// Export period.
+    pub interval: Duration,
+    /// Extra request headers (environment ones merged, flags winning).
+    pub headers: Vec<(String, String)>,
+    /// Temporality; `None` lets the exporter read
+    /// `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE` (default cumulative).
+    pub temporality: Option<Temporality>,
+}
+
+/// Parses `k1=v1,k2=v2` (values URL-decoded as the spec asks).
+pub fn parse_headers(input: &str) -> Result<Vec<(String, String)>, String> {
+    input
+        .split(',')
+        .filter(|pair| !pair.trim().is_empty())
+        .map(|pair| {
+            let (key, value) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("header '{pair}' is not KEY=VALUE"))?;
+            Ok((key.trim().to_owned(), percent_decode(value.trim())))
+        })
+        .collect()
+}
+
+fn percent_decode(value: &str) -> String {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The environment variables OTLP settings are read from.
+pub const HEADER_VARIABLES: [&str; 2] = [
+    "OTEL_EXPORTER_OTLP_METRICS_HEADERS",
+    "OTEL_EXPORTER_OTLP_HEADERS",
+];
+
+impl OtlpSettings {
+    /// Resolves flags over the standard variables read through `env`.
+    /// Returns `Ok(None)` when OTLP is not asked for (no endpoint anywhere and
+    /// `OTEL_METRICS_EXPORTER` does not name `otlp`).
+    pub fn resolve(
+        overrides: &OtlpOverrides,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Option<OtlpSettings>, String> {
+        let env = |name: &str| env(name).filter(|v| !v.trim().is_empty());
+        let signal_endpoint = env("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT");
+        let base_endpoint = env("OTEL_EXPORTER_OTLP_ENDPOINT");
+        let exporter_named =
+            env("OTEL_METRICS_EXPORTER").is_some_and(|v| v.split(',').any(|e| e.trim() == "otlp"));
+        if overrides.endpoint.is_none()
+            && signal_endpoint.is_none()
+            && base_endpoint.is_none()
+            && !exporter_named
+        {
+            return Ok(None);
+        }
+        let protocol = match overrides.protocol {
+            Some(p) => p,
+            None => match env("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL")
+                .or_else(|| env("OTEL_EXPORTER_OTLP_PROTOCOL"))
+            {
+                Some(p) => p.parse()?,
+                // The specification's default transport.
+                None => Protocol::HttpProtobuf,
+            },
+        };
+        // Flag and signal-specific URLs are complete; the generic one is a
+        // base that takes the signal path (for HTTP).
+        let endpoint = match (&overrides.endpoint, signal_endpoint, base_endpoint) {
+            (Some(url), _, _) => with_signal_path(url, protocol),
+            (None, Some(url), _) => url,
+            (None, None, Some(base)) => with_signal_path(&base, protocol),
+            (None, None, None) => with_signal_path(
+                match protocol {
+                    Protocol::Grpc => DEFAULT_GRPC_ENDPOINT,
+                    Protocol::HttpProtobuf => DEFAULT_HTTP_ENDPOINT,
+                },
+                protocol,
+            ),
+        };
+        let interval = match overrides.interval {
+            Some(i) => i,
+            None => match env("OTEL_METRIC_EXPORT_INTERVAL") {
+                Some(ms) => Duration::from_millis(ms.trim().parse().map_err(|e| {
+                    format!("OTEL_METRIC_EXPORT_INTERVAL='{ms}' is not milliseconds: {e}")
+                })?),
+                None => DEFAULT_INTERVAL,
+            },
+        };
+        let mut headers = match HEADER_VARIABLES.iter().find_map(|v| env(v)) {
+            Some(h) => parse_headers(&h)?,
+            None => Vec::new(),
+        };
+        for (key, value) in &overrides.headers {
+            headers.retain(|(k, _)| !k.eq_ignore_ascii_case(key));
+            headers.push((key.clone(), value.clone()));
+        }
+        Ok(Some(OtlpSettings {
+            endpoint,
+            protocol,
+            interval,
+            headers,
+            temporality: overrides.temporality,
+        }))
+    }
+}
+
+/// Appends `/v1/metrics` to an HTTP URL without a path.
+fn with_signal_path(url: &str, protocol: Protocol) -> String {
+    if protocol == Protocol::Grpc {
+        return url.to_owned();
+    }
+    let trimmed = url.trim_end_matches('/');
+    let after_scheme = trimmed.split_once("://").map_or(trimmed, |(_, rest)| rest);
+    if after_scheme.contains('/') {
+        url.to_owned()
+    } else {
+        format!("{trimmed}/v1/metrics")
+    }
+}
+
+/// The process's resource: `service.name` (default [`DEFAULT_SERVICE_NAME`]),
+/// a `service.instance.id` unique per process, and `OTEL_RESOURCE_ATTRIBUTES`
+/// / `OTEL_SERVICE_NAME`, which win.
+pub fn resource(env: impl Fn(&str) -> Option<String>) -> Resource {
+    let mut attributes = vec![
+        KeyValue::new("service.name", DEFAULT_SERVICE_NAME),
+        KeyValue::new("service.instance.id", uuid::Uuid::new_v4().to_string()),
+    ];
+    let from_env = env("OTEL_RESOURCE_ATTRIBUTES").unwrap_or_default();
+    for pair in from_env.split(',').filter(|p| !p.trim().is_empty()) {
+        if let Some((key, value)) = pair.split_once('=') {
+            attributes.push(KeyValue::new(
+                key.trim().to_owned(),
+                percent_decode(value.trim()),
+            ));
+        }
+    }
+    if let Some(name) = env("OTEL_SERVICE_NAME").filter(|n| !n.trim().is_empty()) {
+        attributes.push(KeyValue::new("service.name", name));
+    }
+    // Later attributes win, so the environment overrides the defaults.
+    Resource::builder_empty()
+        .with_detector(Box::new(
+            opentelemetry_sdk::resource::TelemetryResourceDetector,
+        ))
+        .with_attributes(attributes)
+        .build()
+}
+
+/// Export outcomes, for rate-limited logging and the exit report.
+#[derive(Debug, Default)]
+pub struct ExportHealth {
+    failures: AtomicU64,
+    exports: AtomicU64,
+    last_error: Mutex<Option<String>>,
+    last_logged: Mutex<Option<Instant>>,
+}
+
+impl ExportHealth {
+    /// Successful exports so far.
+    pub fn exports(&self) -> u64 {
+        self.exports.load(Ordering::Relaxed)
+    }
+
+    /// The error of the latest export if it failed.
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn record(&self, endpoint: &str, result: &OTelSdkResult) {
+        let mut last_error = self.last_error.lock().unwrap_or_else(|e| e.into_inner());
+        match result {
+            Ok(()) => {
+                self.exports.fetch_add(1, Ordering::Relaxed);
+                let failed = self.failures.swap(0, Ordering::Relaxed);
+                if failed > 0 {
+                    eprintln!(
+                        "OTLP export to {endpoint} recovered after {failed} failed attempt(s)"
+                    );
+                }
+                *last_error = None;
+            }
+            Err(error) => {
+                let failed = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
+                let mut logged = self.last_logged.lock().unwrap_or_else(|e| e.into_inner());
+                let due = logged.is_none_or(|at| at.elapsed() >= FAILURE_LOG_INTERVAL);
+                if failed == 1 || due {
+                    eprintln!(
+                        "warning: OTLP export to {endpoint} failed ({failed} in a row): {error}; recording continues, counts are resent when it recovers"
+                    );
+                    *logged = Some(Instant::now());
+                }
+                *last_error = Some(error.to_string());
+            }
+        }
+    }
+}
+
+/// The OTLP exporter with outcome tracking.
+#[derive(Debug)]
+pub struct TrackedExporter {
+    inner: MetricExporter,
+    endpoint: String,
+    health: Arc<ExportHealth>,
+}
+
+impl PushMetricExporter for TrackedExporter {
+    async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
+        let result = self.inner.export(metrics).await;
+        self.health.record(&self.endpoint, &result);
+        result
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn temporality(&self) -> Temporality {
+        self.inner.temporality()
+    }
+}
+
+/// Builds the periodic OTLP reader. The gRPC transport needs a Tokio runtime:
+/// pass its handle; it must outlive the reader.
+pub fn reader(
+    settings: &OtlpSettings,
+    runtime: &tokio::runtime::Handle,
+) -> Result<(PeriodicReader<TrackedExporter>, Arc<ExportHealth>), String> {
+    let fail = |e: opentelemetry_otlp::ExporterBuildError| {
+        format!(
+            "cannot build the OTLP exporter for {}: {e}",
+            settings.endpoint
+        )
+    };
+    let builder = MetricExporter::builder();
+    let builder = match settings.temporality {
+        Some(t) => builder.with_temporality(t),
+        None => builder,
+    };
+    let inner = match settings.protocol {
+        Protocol::Grpc => {
+            let mut metadata = tonic::metadata::MetadataMap::new();
+            for (key, value) in &settings.headers {
+                let key =
+                    tonic::metadata::MetadataKey::from_bytes(key.to_ascii_lowercase().as_bytes())
+                        .map_err(|e| format!("invalid OTLP header name '{key}': {e}"))?;
+                let value = value
+                    .parse()
+                    .map_err(|e| format!("invalid OTLP header value for '{key}': {e}"))?;
+                metadata.insert(key, value);
+            }
+            let _guard = runtime.enter();
+            builder
+                .with_tonic()
+                .with_endpoint(&settings.endpoint)
+                .with_metadata(metadata)
+                .build()
+                .map_err(fail)?
+        }
+        Protocol::HttpProtobuf => builder
+            .with_http()
+            .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+            .with_endpoint(&settings.endpoint)
+            .with_headers(settings.headers.iter().cloned().collect())
+            .build()
+            .map_err(fail)?,
+    };
+    let health = Arc::new(ExportHealth::default());
+    let exporter = TrackedExporter {
+        inner,
+        endpoint: settings.endpoint.clone(),
+        health: Arc::clone(&health),
+    };
+    let reader = PeriodicReader::builder(exporter)
+        .with_interval(settings.interval)
+        .build();
+    Ok((reader, health))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |name| map.get(name).cloned()
+    }
+
+    #[test]
+    fn nothing_configured_means_no_otlp() {
+        assert_eq!(
+            OtlpSettings::resolve(&OtlpOverrides::default(), env(&[])),
+            Ok(None)
+        );
+    }
+
+    #[test]
+    fn flags_win_over_environment() {
+        let overrides = OtlpOverrides {
+            endpoint: Some("http://127.0.0.1:4318".into()),
+            protocol: Some(Protocol::HttpProtobuf),
+            interval: Some(Duration::from_millis(250)),
+            headers: vec![("x-token".into(), "flag".into())],
+            temporality: Some(Temporality::Delta),
+        };
+        let s = OtlpSettings::resolve(
+            &overrides,
+            env(&[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://elsewhere:4317"),
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+                ("OTEL_METRIC_EXPORT_INTERVAL", "5000"),
+                ("OTEL_EXPORTER_OTLP_HEADERS", "x-token=env,tenant=a%20b"),
+            ]),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(s.endpoint, "http://127.0.0.1:4318/v1/metrics");
+        assert_eq!(s.protocol, Protocol::HttpProtobuf);
+        assert_eq!(s.interval, Duration::from_millis(250));
+        assert_eq!(
+            s.headers,
+            vec![
+                ("tenant".into(), "a b".into()),
+                ("x-token".into(), "flag".into())
+            ]
+        );
+        assert_eq!(s.temporality, Some(Temporality::Delta));
+    }
+
+    #[test]
+    fn environment_alone_configures_otlp() {
+        let s = OtlpSettings::resolve(
+            &OtlpOverrides::default(),
+            env(&[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317"),
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+                ("OTEL_METRIC_EXPORT_INTERVAL", "1500"),
+            ]),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (s.endpoint.as_str(), s.protocol),
+            ("http://collector:4317", Protocol::Grpc)
+        );
+        assert_eq!(s.interval, Duration::from_millis(1500));
+        let s = OtlpSettings::resolve(
+            &OtlpOverrides::default(),
+            env(&[(
+                "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+                "http://c:4318/custom/path",
+            )]),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (s.endpoint.as_str(), s.protocol),
+            ("http://c:4318/custom/path", Protocol::HttpProtobuf)
+        );
+        let s = OtlpSettings::resolve(
+            &OtlpOverrides::default(),
+            env(&[("OTEL_METRICS_EXPORTER", "otlp")]),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(s.endpoint, "http://localhost:4318/v1/metrics");
+        assert!(OtlpSettings::resolve(
+            &OtlpOverrides::default(),
+            env(&[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "x"),
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+            ])
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn resource_defaults_and_environment() {
+        let r = resource(env(&[]));
+        assert_eq!(
+            r.get(&"service.name".into()).unwrap().as_str(),
+            DEFAULT_SERVICE_NAME
+        );
+        let id = r.get(&"service.instance.id".into()).unwrap().to_string();
+        assert_ne!(
+            id,
+            resource(env(&[]))
+                .get(&"service.instance.id".into())
+                .unwrap()
+                .to_string()
+        );
+        let r = resource(env(&[(
+            "OTEL_RESOURCE_ATTRIBUTES",
+            "service.name=x,service.instance.id=i-1",
+        )]));
+        assert_eq!(
+            r.get(&"service.instance.id".into()).unwrap().as_str(),
+            "i-1"
+        );
+    }
+}

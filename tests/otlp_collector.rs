@@ -1,0 +1,428 @@
+//! OTLP export end to end, against a real OpenTelemetry Collector built from
+//! the official modules (`otel-collector/build.sh`) with the shipped
+//! `otel-collector/config.yaml` (ports moved to free ones), and a real
+//! Prometheus server scraping it.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use common::Guard;
+
+const TRACE: &str = "tests/data/generated-seed11.jsonl";
+
+fn collector_binary() -> PathBuf {
+    let binary = common::repo().join("otel-collector/bin/otelcol-vllm");
+    assert!(
+        binary.is_file(),
+        "the OpenTelemetry Collector is required: build it with `bash otel-collector/build.sh` (needs Go), or run `bash scripts/test.sh`"
+    );
+    binary
+}
+
+/// A Collector running the shipped config on free ports.
+struct Collector {
+    _process: Guard,
+    grpc: u16,
+    http: u16,
+    prometheus: u16,
+    dir: PathBuf,
+}
+
+impl Collector {
+    fn start() -> Collector {
+        let (grpc, http, prometheus) = (
+            common::free_port(),
+            common::free_port(),
+            common::free_port(),
+        );
+        Collector::start_on(grpc, http, prometheus)
+    }
+
+    fn start_on(grpc: u16, http: u16, prometheus: u16) -> Collector {
+        let shipped =
+            std::fs::read_to_string(common::repo().join("otel-collector/config.yaml")).unwrap();
+        let config = shipped
+            .replace("0.0.0.0:4317", &format!("127.0.0.1:{grpc}"))
+            .replace("0.0.0.0:4318", &format!("127.0.0.1:{http}"))
+            .replace("0.0.0.0:8889", &format!("127.0.0.1:{prometheus}"));
+        for port in ["4317", "4318", "8889"] {
+            assert!(
+                !config.contains(port),
+                "config.yaml uses port {port} somewhere the test did not move"
+            );
+        }
+        let dir = common::tempdir("collector");
+        let path = dir.join("config.yaml");
+        std::fs::write(&path, config).unwrap();
+        let log = std::fs::File::create(dir.join("collector.log")).unwrap();
+        let process = Command::new(collector_binary())
+            .arg("--config")
+            .arg(&path)
+            // Several Collectors may run at once: no internal telemetry port.
+            .arg("--set=service.telemetry.metrics.level=none")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("the Collector starts");
+        let collector = Collector {
+            _process: Guard(process),
+            grpc,
+            http,
+            prometheus,
+            dir,
+        };
+        common::wait_for(30, "the Collector's Prometheus endpoint", || {
+            common::http_get(prometheus, "/metrics")
+        });
+        collector
+    }
+
+    fn endpoint(&self, protocol: &str) -> String {
+        match protocol {
+            "grpc" => format!("http://127.0.0.1:{}", self.grpc),
+            _ => format!("http://127.0.0.1:{}", self.http),
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("collector.log")).unwrap_or_default()
+    }
+
+    /// The `vllm:` samples of one pushing process (by `instance`), without job/instance.
+    fn samples_of(&self, instance: &str) -> BTreeMap<String, f64> {
+        let text = common::http_get(self.prometheus, "/metrics").unwrap_or_default();
+        let marker = format!("instance=\"{instance}\"");
+        let own: String = text
+            .lines()
+            .filter(|l| l.starts_with("vllm:") && l.contains(&marker))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        common::normalized_samples(&own, &["job", "instance"])
+    }
+}
+
+/// The bridge's `vllm:` samples from a replay's stdout.
+fn vllm_samples(exposition: &str) -> BTreeMap<String, f64> {
+    let vllm: String = exposition
+        .lines()
+        .filter(|l| l.starts_with("vllm:"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    common::normalized_samples(&vllm, &[])
+}
+
+fn replay_command(collector: &Collector, protocol: &str, names: &str, instance: &str) -> Command {
+    let mut command = Command::new(common::binary());
+    command
+        .args(["replay", "--output", "prometheus", "--metrics-addr", "none"])
+        .args(["--otlp-endpoint", &collector.endpoint(protocol)])
+        .args(["--otlp-protocol", protocol, "--otlp-names", names])
+        .env(
+            "OTEL_RESOURCE_ATTRIBUTES",
+            format!("service.instance.id={instance}"),
+        )
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env_remove("OTEL_SERVICE_NAME");
+    command
+}
+
+fn assert_same(
+    expected: &BTreeMap<String, f64>,
+    actual: &BTreeMap<String, f64>,
+    what: &str,
+    log: &str,
+) {
+    let missing: Vec<_> = expected
+        .keys()
+        .filter(|k| !actual.contains_key(*k))
+        .take(10)
+        .collect();
+    let extra: Vec<_> = actual
+        .keys()
+        .filter(|k| !expected.contains_key(*k))
+        .take(10)
+        .collect();
+    let differ: Vec<_> = expected
+        .iter()
+        .filter(|(k, v)| {
+            actual
+                .get(*k)
+                .is_some_and(|a| (a - *v).abs() > 1e-9 * v.abs().max(1.0))
+        })
+        .take(10)
+        .collect();
+    assert!(
+        missing.is_empty() && extra.is_empty() && differ.is_empty(),
+        "{what}: {} expected samples, {} at the Collector\nmissing: {missing:#?}\nextra: {extra:#?}\ndiffering: {differ:#?}\ncollector log:\n{log}",
+        expected.len(),
+        actual.len()
+    );
+}
+
+/// Replays the trace pushing to the Collector; returns the bridge's samples,
+/// then waits until the Collector shows exactly those.
+fn push_and_compare(collector: &Collector, protocol: &str, names: &str) -> BTreeMap<String, f64> {
+    let instance = format!("{protocol}-{names}").replace('/', "-");
+    let output = replay_command(collector, protocol, names, &instance)
+        .arg(common::repo().join(TRACE))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "the trace has invalid lines; stderr:\n{stderr}"
+    );
+    assert!(
+        !stderr.contains("OTLP export"),
+        "no export may fail: {stderr}"
+    );
+    let bridge = vllm_samples(&String::from_utf8(output.stdout).unwrap());
+    assert!(bridge.len() > 1000, "a rich exposition");
+    let mut last = BTreeMap::new();
+    let settled = common::wait_for_optional(15, || {
+        last = collector.samples_of(&instance);
+        (last == bridge).then_some(())
+    });
+    if settled.is_none() {
+        assert_same(
+            &bridge,
+            &last,
+            &format!("{protocol} / {names} names"),
+            &collector.log(),
+        );
+    }
+    bridge
+}
+
+#[test]
+fn collector_shows_the_bridge_samples_over_grpc_and_http_in_both_name_modes() {
+    let collector = Collector::start();
+    for protocol in ["grpc", "http/protobuf"] {
+        for names in ["otel", "prometheus"] {
+            push_and_compare(&collector, protocol, names);
+        }
+    }
+}
+
+fn prometheus_binary() -> PathBuf {
+    common::require_tool(
+        "prometheus",
+        "install Debian's `prometheus` package (apt-get install -y prometheus), or run `bash scripts/test.sh`",
+    )
+}
+
+/// A Prometheus server scraping `target` every second.
+fn start_prometheus(target: u16, dir: &Path) -> (Guard, u16) {
+    let port = common::free_port();
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: otel-collector\n    honor_labels: true\n    static_configs:\n      - targets: ['127.0.0.1:{target}']\n"
+        ),
+    )
+    .unwrap();
+    let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
+    let process = Command::new(prometheus_binary())
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("prometheus starts");
+    let guard = Guard(process);
+    common::wait_for(30, "Prometheus to be ready", || {
+        common::http_get(port, "/-/ready")
+    });
+    (guard, port)
+}
+
+/// The single value of an instant PromQL query, if it has one.
+fn promql(port: u16, query: &str) -> Option<f64> {
+    let encoded: String = query
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' | b'.' | b'-' => (b as char).to_string(),
+            other => format!("%{other:02X}"),
+        })
+        .collect();
+    let body = common::http_get(port, &format!("/api/v1/query?query={encoded}"))?;
+    let json: serde_json::Value = serde_json::from_str(&body).ok()?;
+    let result = json["data"]["result"].as_array()?;
+    if result.len() != 1 {
+        return None;
+    }
+    result[0]["value"][1].as_str()?.parse().ok()
+}
+
+#[test]
+fn two_processes_sum_to_twice_one_in_promql() {
+    let collector = Collector::start();
+    let dir = common::tempdir("prometheus");
+    let (_prometheus, port) = start_prometheus(collector.prometheus, &dir);
+    let mut single = BTreeMap::new();
+    for instance in ["frontend-a", "frontend-b"] {
+        let output = replay_command(&collector, "grpc", "otel", instance)
+            .arg(common::repo().join(TRACE))
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2));
+        single = vllm_samples(&String::from_utf8(output.stdout).unwrap());
+    }
+    let total = |family: &str| -> f64 {
+        single
+            .iter()
+            .filter(|(k, _)| k.split('{').next() == Some(family))
+            .map(|(_, v)| v)
+            .sum()
+    };
+    for family in [
+        "vllm:request_num_preemptions_count",
+        "vllm:request_num_preemptions_sum",
+        "vllm:num_preemptions_total",
+        "vllm:generation_tokens_total",
+        "vllm:request_success_total",
+    ] {
+        let expected = 2.0 * total(family);
+        assert!(expected > 0.0, "{family} has data");
+        let query = format!("sum({family})");
+        common::wait_for(30, &format!("{query} == {expected}"), || {
+            promql(port, &query).filter(|v| (v - expected).abs() < 1e-6)
+        });
+    }
+    // The per-request distribution, bucket by bucket.
+    let query = "sum(vllm:request_num_preemptions_bucket{le=\"1\"})";
+    let expected = 2.0
+        * single
+            .iter()
+            .filter(|(k, _)| {
+                k.starts_with("vllm:request_num_preemptions_bucket{") && k.contains("le=\"1.0\"")
+            })
+            .map(|(_, v)| v)
+            .sum::<f64>();
+    common::wait_for(30, &format!("{query} == {expected}"), || {
+        promql(port, query).filter(|v| (v - expected).abs() < 1e-6)
+    });
+}
+
+/// Streams `trace` into a replay reading stdin, `split` lines first, then
+/// the rest after `between` ran; returns the child (stdin still open when `close` is false).
+fn spawn_stdin_replay(
+    collector_endpoint: &str,
+    instance: &str,
+    metrics_port: Option<u16>,
+) -> Child {
+    Command::new(common::binary())
+        .args(["replay", "-", "--output", "prometheus"])
+        .args([
+            "--metrics-addr",
+            &metrics_port.map_or("none".to_owned(), |p| format!("127.0.0.1:{p}")),
+        ])
+        .args([
+            "--otlp-endpoint",
+            collector_endpoint,
+            "--otlp-protocol",
+            "grpc",
+        ])
+        .args(["--otlp-interval-ms", "200"])
+        .env(
+            "OTEL_RESOURCE_ATTRIBUTES",
+            format!("service.instance.id={instance}"),
+        )
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn counts_arrive_complete_when_the_collector_starts_late() {
+    let (grpc, http, prom) = (
+        common::free_port(),
+        common::free_port(),
+        common::free_port(),
+    );
+    let trace = std::fs::read_to_string(common::repo().join(TRACE)).unwrap();
+    let lines: Vec<&str> = trace.lines().collect();
+    let mut child = spawn_stdin_replay(&format!("http://127.0.0.1:{grpc}"), "late", None);
+    let mut stdin = child.stdin.take().unwrap();
+    for line in &lines[..lines.len() / 2] {
+        writeln!(stdin, "{line}").unwrap();
+    }
+    // Exports fail while nothing listens.
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    let collector = Collector::start_on(grpc, http, prom);
+    for line in &lines[lines.len() / 2..] {
+        writeln!(stdin, "{line}").unwrap();
+    }
+    drop(stdin);
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("OTLP export to"),
+        "the outage was reported: {stderr}"
+    );
+    assert!(
+        stderr.contains("recovered after"),
+        "the recovery was reported: {stderr}"
+    );
+    let bridge = vllm_samples(&String::from_utf8(output.stdout).unwrap());
+    let mut last = BTreeMap::new();
+    if common::wait_for_optional(15, || {
+        last = collector.samples_of("late");
+        (last == bridge).then_some(())
+    })
+    .is_none()
+    {
+        assert_same(&bridge, &last, "after an outage", &collector.log());
+    }
+}
+
+#[test]
+fn sigterm_during_a_long_run_delivers_the_final_counts() {
+    let collector = Collector::start();
+    let metrics_port = common::free_port();
+    let mut child = spawn_stdin_replay(&collector.endpoint("grpc"), "sigterm", Some(metrics_port));
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(&std::fs::read(common::repo().join(TRACE)).unwrap())
+        .unwrap();
+    stdin.flush().unwrap();
+    // Everything is recorded once the live endpoint shows the replay's final state.
+    let (_, expected, _) = common::replay(&common::repo().join(TRACE));
+    let expected = vllm_samples(&expected);
+    common::wait_for(30, "the replay to consume its input", || {
+        let live = vllm_samples(&common::http_get(metrics_port, "/metrics")?);
+        (live == expected).then_some(())
+    });
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let output = child.wait_with_output().unwrap();
+    drop(stdin);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(143), "{stderr}");
+    assert!(stderr.contains("received SIGTERM"), "{stderr}");
+    let mut last = BTreeMap::new();
+    if common::wait_for_optional(15, || {
+        last = collector.samples_of("sigterm");
+        (last == expected).then_some(())
+    })
+    .is_none()
+    {
+        assert_same(&expected, &last, "after SIGTERM", &collector.log());
+    }
+}
