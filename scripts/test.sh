@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The project's whole test suite, runnable on a fresh machine: installs what the
-# tests need (Prometheus/promtool from Debian, Python packages from PyPI), then
+# tests need (Prometheus/promtool from Debian, Python packages from PyPI, the
+# OpenTelemetry Collector built from its Go modules), then
 # checks formatting and lints, and runs every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +18,9 @@ if ! python3 -c 'import prometheus_client' >/dev/null 2>&1; then
   echo "==> installing Python test requirements"
   python3 -m pip install --quiet --disable-pip-version-check -r tests/requirements.txt
 fi
+
+echo "==> building the OpenTelemetry Collector (otel-collector/build.sh)"
+bash otel-collector/build.sh
 
 echo "==> cargo fmt --check"
 cargo fmt --all -- --check

@@ -418,7 +418,9 @@ pub const NUM_REQUESTS_WAITING: MetricDef = gauge(
 pub const KV_CACHE_USAGE: MetricDef = gauge(
     "vllm:kv_cache_usage_perc",
     "vllm.kv_cache_usage_perc",
-    "1",
+    // Not UCUM "1": OTLP-to-Prometheus translators append `_ratio` for it,
+    // which would break vLLM's name.
+    "",
     "KV-cache usage. 1 means 100 percent usage.",
     ValueType::Float,
 );
@@ -514,12 +516,17 @@ pub fn markdown_table(max_model_len: u32) -> String {
             .map(|b| crate::export::prometheus::format_float(*b))
             .collect::<Vec<_>>()
             .join(", ");
+        let unit = if def.unit.is_empty() {
+            String::new()
+        } else {
+            format!("`{}`", def.unit)
+        };
         out.push_str(&format!(
-            "| `{}` | `{}` | {} | `{}` | {} | {} | {} |\n",
+            "| `{}` | `{}` | {} | {} | {} | {} | {} |\n",
             def.vllm_name,
             def.otel_name,
             def.kind.prometheus_type(),
-            def.unit,
+            unit,
             def.labels.join(", "),
             buckets,
             def.help

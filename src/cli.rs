@@ -248,10 +248,13 @@ impl Pipeline {
         self.runtime.spawn(async move {
             let name = wait_for_signal().await;
             eprintln!("received {name}: exporting what was recorded, then exiting");
-            let code = match flush(&instruments, otlp.as_deref()) {
-                Ok(()) if name == "SIGINT" => 130,
-                Ok(()) => 143,
-                Err(()) => i32::from(EXIT_EXPORT_FAILED),
+            // Off the runtime's worker: the gRPC export needs it to make progress.
+            let flushed =
+                tokio::task::spawn_blocking(move || flush(&instruments, otlp.as_deref())).await;
+            let code = match flushed {
+                Ok(Ok(())) if name == "SIGINT" => 130,
+                Ok(Ok(())) => 143,
+                _ => i32::from(EXIT_EXPORT_FAILED),
             };
             std::process::exit(code);
         });
@@ -329,8 +332,8 @@ fn run_replay(args: ReplayArgs) -> io::Result<ExitCode> {
     let (input, source) = open_trace(&args.file)?;
     let pipeline = Pipeline::new(&args.common)?;
     let mut tracker = Tracker::new(pipeline.instruments.clone());
-    let stderr = io::stderr();
-    let report = jsonl::replay(input, &source, &mut tracker, &mut stderr.lock())?;
+    // Unlocked: the OTLP and signal threads report on stderr too.
+    let report = jsonl::replay(input, &source, &mut tracker, &mut io::stderr())?;
     if tracker.in_flight() > 0 {
         eprintln!(
             "{source}: {} request(s) still in flight at the end of the trace (not recorded)",
