@@ -18,6 +18,9 @@ use crate::export::otlp::{self, ExportHealth, OtlpOverrides, OtlpSettings, Proto
 use crate::export::prometheus::{http, Format, PrometheusBridge};
 use crate::ingest::jsonl;
 use crate::instruments::{Instruments, NameStyle};
+use crate::protocol::Record;
+use crate::sim::report::{self, SweepRow};
+use crate::sim::{simulate, Progress, SimConfig};
 use crate::tracker::Tracker;
 
 /// Exit status when the final OTLP export failed.
@@ -37,6 +40,8 @@ pub struct Cli {
 enum Command {
     /// Replay a JSONL engine trace through the tracker and exporters.
     Replay(ReplayArgs),
+    /// Simulate a vLLM-style engine (scheduler, KV cache, workload) feeding the pipeline.
+    Simulate(SimulateArgs),
 }
 
 /// Where `/metrics` is served, or `none`.
@@ -163,6 +168,98 @@ struct ReplayArgs {
     output: Output,
     #[command(flatten)]
     common: CommonArgs,
+}
+
+#[derive(Debug, Args)]
+struct SimulateArgs {
+    /// Simulated seconds during which requests arrive (the run then drains).
+    #[arg(long, default_value_t = SimConfig::default().duration, value_name = "SECS")]
+    duration: f64,
+    /// Poisson arrival rate, requests per second.
+    #[arg(long, default_value_t = SimConfig::default().rate, value_name = "RPS")]
+    rate: f64,
+    /// Closed loop instead of Poisson arrivals: keep N requests outstanding.
+    #[arg(long, value_name = "N")]
+    concurrency: Option<u32>,
+    /// Seed of every random draw (same seed, same run).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Write the run as a JSONL trace (replayable with `replay`).
+    #[arg(long, value_name = "FILE")]
+    record: Option<String>,
+    /// Pace the simulation to the wall clock (to watch it live).
+    #[arg(long)]
+    realtime: bool,
+    /// Print the final exposition to stdout (the summary then goes to stderr).
+    #[arg(long, value_enum, default_value = "none")]
+    output: Output,
+    /// KV-cache blocks per engine.
+    #[arg(long, default_value_t = SimConfig::default().kv_blocks)]
+    kv_blocks: u32,
+    /// Tokens per KV block.
+    #[arg(long, default_value_t = SimConfig::default().block_size)]
+    block_size: u32,
+    /// Most requests in a running batch.
+    #[arg(long, default_value_t = SimConfig::default().max_num_seqs)]
+    max_num_seqs: u32,
+    /// Token budget per step (chunked prefill within it).
+    #[arg(long, default_value_t = SimConfig::default().max_num_batched_tokens)]
+    max_num_batched_tokens: u32,
+    /// Share of prompt tokens found in the prefix cache (0 to 1).
+    #[arg(long, default_value_t = SimConfig::default().prefix_hit_rate)]
+    prefix_hit_rate: f64,
+    /// Fixed time of a step, milliseconds.
+    #[arg(long, default_value_t = SimConfig::default().step_base_ms)]
+    step_base_ms: f64,
+    /// Time per token in a step, microseconds.
+    #[arg(long, default_value_t = SimConfig::default().step_per_token_us)]
+    step_per_token_us: f64,
+    /// Mean prompt length in tokens (lognormal).
+    #[arg(long, default_value_t = SimConfig::default().prompt_len)]
+    prompt_len: f64,
+    /// Mean output length in tokens (lognormal).
+    #[arg(long, default_value_t = SimConfig::default().output_len)]
+    output_len: f64,
+    /// Share of requests aborted by their client (0 to 1).
+    #[arg(long, default_value_t = SimConfig::default().abort_rate)]
+    abort_rate: f64,
+    /// Served models (engine e serves model e % models).
+    #[arg(long, default_value_t = SimConfig::default().models)]
+    models: u32,
+    /// Engines.
+    #[arg(long, default_value_t = SimConfig::default().engines)]
+    engines: u32,
+    /// Capacity what-if: run the same workload at each of these KV-block
+    /// counts and print one table row each (no exporters).
+    #[arg(long, value_name = "A,B,C", value_delimiter = ',')]
+    sweep_kv_blocks: Vec<u32>,
+    #[command(flatten)]
+    common: CommonArgs,
+}
+
+impl SimulateArgs {
+    fn config(&self) -> SimConfig {
+        SimConfig {
+            seed: self.seed,
+            duration: self.duration,
+            rate: self.rate,
+            concurrency: self.concurrency,
+            kv_blocks: self.kv_blocks,
+            block_size: self.block_size,
+            max_num_seqs: self.max_num_seqs,
+            max_num_batched_tokens: self.max_num_batched_tokens,
+            prefix_hit_rate: self.prefix_hit_rate,
+            step_base_ms: self.step_base_ms,
+            step_per_token_us: self.step_per_token_us,
+            prompt_len: self.prompt_len,
+            output_len: self.output_len,
+            max_model_len: self.common.max_model_len,
+            abort_rate: self.abort_rate,
+            models: self.models,
+            engines: self.engines,
+            realtime: self.realtime,
+        }
+    }
 }
 
 /// The OTLP push side of a pipeline, kept to report the final export.
@@ -356,10 +453,117 @@ fn run_replay(args: ReplayArgs) -> io::Result<ExitCode> {
     })
 }
 
+/// Shows simulation progress on stderr when it is a terminal.
+fn progress_bar(enabled: bool) -> impl FnMut(Progress) {
+    move |p: Progress| {
+        if enabled {
+            let done = (p.simulated / p.duration).min(1.0);
+            let filled = (done * 30.0) as usize;
+            eprint!(
+                "\r[{}{}] {:>6.1}/{} s simulated, {} requests, {} preemptions ",
+                "#".repeat(filled),
+                " ".repeat(30 - filled),
+                p.simulated,
+                p.duration,
+                p.requests,
+                p.preemptions
+            );
+        }
+    }
+}
+
+fn run_sweep(args: &SimulateArgs) -> io::Result<ExitCode> {
+    println!("{}", SweepRow::header());
+    for &kv_blocks in &args.sweep_kv_blocks {
+        let config = SimConfig {
+            kv_blocks,
+            realtime: false,
+            ..args.config()
+        };
+        config
+            .validate()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let (bridge, reader) = PrometheusBridge::builder().build();
+        let mut tracker = Tracker::new(
+            Instruments::builder()
+                .with_max_model_len(config.max_model_len)
+                .with_reader(reader)
+                .build(),
+        );
+        let outcome = simulate(&config, &mut |record| {
+            tracker.apply(record);
+        }, &mut |_| {});
+        println!("{}", SweepRow::new(kv_blocks, &outcome, &bridge.snapshot()).line());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_simulate(args: SimulateArgs) -> io::Result<ExitCode> {
+    if !args.sweep_kv_blocks.is_empty() {
+        return run_sweep(&args);
+    }
+    let config = args.config();
+    config
+        .validate()
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let mut recorder = match &args.record {
+        Some(path) => Some(io::BufWriter::new(File::create(path).map_err(|e| {
+            io::Error::new(e.kind(), format!("cannot create {path}: {e}"))
+        })?)),
+        None => None,
+    };
+    let pipeline = Pipeline::new(&args.common)?;
+    let mut tracker = Tracker::new(pipeline.instruments.clone());
+    let mut write_error: Option<io::Error> = None;
+    let started = std::time::Instant::now();
+    let show_progress = io::IsTerminal::is_terminal(&io::stderr());
+    let outcome = simulate(
+        &config,
+        &mut |record: &Record| {
+            tracker.apply(record);
+            if let (Some(out), None) = (recorder.as_mut(), write_error.as_ref()) {
+                if let Err(e) = serde_json::to_writer(&mut *out, record)
+                    .map_err(io::Error::from)
+                    .and_then(|()| out.write_all(b"\n"))
+                {
+                    write_error = Some(e);
+                }
+            }
+        },
+        &mut progress_bar(show_progress),
+    );
+    if show_progress {
+        eprintln!();
+    }
+    let wall = started.elapsed().as_secs_f64();
+    if let Some(mut out) = recorder {
+        if let Some(e) = write_error {
+            return Err(io::Error::new(e.kind(), format!("writing the trace failed: {e}")));
+        }
+        out.flush()?;
+    }
+    let summary = report::summary(&config, &outcome, &pipeline.bridge.snapshot(), wall);
+    match args.output.format() {
+        Some(format) => {
+            eprint!("{summary}");
+            let mut stdout = io::stdout().lock();
+            stdout.write_all(pipeline.bridge.encode(format).as_bytes())?;
+            stdout.flush()?;
+        }
+        None => print!("{summary}"),
+    }
+    drop(tracker);
+    Ok(match pipeline.finish() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(()) => ExitCode::from(EXIT_EXPORT_FAILED),
+    })
+}
+
 /// Runs the command line; returns the process exit status.
 pub fn run(cli: Cli) -> ExitCode {
     let result = match cli.command {
         Command::Replay(args) => run_replay(args),
+        Command::Simulate(args) => run_simulate(args),
     };
     result.unwrap_or_else(|e| {
         eprintln!("error: {e}");

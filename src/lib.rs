@@ -32,6 +32,7 @@ pub mod export;
 pub mod ingest;
 pub mod instruments;
 pub mod protocol;
+pub mod sim;
 pub mod tracker;
 
 /// The README's Rust examples, compiled and run as doc tests.

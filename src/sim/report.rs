@@ -1,0 +1,246 @@
+//! The end-of-run summary a person reads at a glance, computed from the
+//! recorded histograms the way PromQL's `histogram_quantile` reads them.
+
+use std::fmt::Write;
+
+use super::{SimConfig, SimOutcome};
+use crate::catalog::{self, MetricDef};
+use crate::export::prometheus::{Family, Value};
+
+/// One histogram summed over every label set: cumulative `(le, count)` for the
+/// finite bounds, then the total count and the sum.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MergedHistogram {
+    /// `(upper bound, cumulative count)` of every finite boundary.
+    pub buckets: Vec<(f64, u64)>,
+    /// Observations.
+    pub count: u64,
+    /// Sum of observations.
+    pub sum: f64,
+}
+
+impl MergedHistogram {
+    /// The family `def` of a snapshot, summed over its series.
+    pub fn from_snapshot(families: &[Family], def: &MetricDef) -> Option<MergedHistogram> {
+        let family = families.iter().find(|f| f.name == def.vllm_name)?;
+        let mut merged: Option<MergedHistogram> = None;
+        for series in &family.series {
+            if let Value::Histogram { buckets, sum, count } = &series.value {
+                let m = merged.get_or_insert_with(|| MergedHistogram {
+                    buckets: buckets.iter().map(|(le, _)| (*le, 0)).collect(),
+                    count: 0,
+                    sum: 0.0,
+                });
+                for (into, (_, c)) in m.buckets.iter_mut().zip(buckets) {
+                    into.1 += c;
+                }
+                m.count += count;
+                m.sum += sum;
+            }
+        }
+        merged
+    }
+
+    /// PromQL `histogram_quantile(q, …)`: linear interpolation inside the
+    /// bucket holding rank `q × count`; the lowest bucket starts at 0; a rank
+    /// in the `+Inf` bucket yields the highest finite bound. NaN when empty.
+    ///
+    /// ```
+    /// use vllm_otel_metrics::sim::report::MergedHistogram;
+    /// let h = MergedHistogram { buckets: vec![(1.0, 90), (2.0, 99), (5.0, 100)], count: 100, sum: 0.0 };
+    /// assert_eq!(h.quantile(0.5), 1.0 * 50.0 / 90.0);
+    /// assert_eq!(h.quantile(0.99), 2.0);
+    /// assert_eq!(h.quantile(0.995), 2.0 + 3.0 * 0.5);
+    /// ```
+    pub fn quantile(&self, q: f64) -> f64 {
+        if self.count == 0 || q.is_nan() {
+            return f64::NAN;
+        }
+        if q < 0.0 {
+            return f64::NEG_INFINITY;
+        }
+        if q > 1.0 {
+            return f64::INFINITY;
+        }
+        let rank = q * self.count as f64;
+        let mut lower = 0.0;
+        let mut below = 0u64;
+        for &(upper, cumulative) in &self.buckets {
+            if cumulative as f64 >= rank {
+                if upper <= 0.0 {
+                    return upper;
+                }
+                let in_bucket = (cumulative - below) as f64;
+                return lower + (upper - lower) * (rank - below as f64) / in_bucket;
+            }
+            lower = upper;
+            below = cumulative;
+        }
+        // In the +Inf bucket.
+        self.buckets.last().map_or(f64::NAN, |(le, _)| *le)
+    }
+
+    /// Mean observation.
+    pub fn mean(&self) -> f64 {
+        if self.count == 0 {
+            f64::NAN
+        } else {
+            self.sum / self.count as f64
+        }
+    }
+}
+
+fn counter_total(families: &[Family], def: &MetricDef, label: Option<(&str, &str)>) -> f64 {
+    families
+        .iter()
+        .filter(|f| f.name == def.vllm_name)
+        .flat_map(|f| &f.series)
+        .filter(|s| label.is_none_or(|(k, v)| s.labels.iter().any(|(lk, lv)| lk == k && lv == v)))
+        .map(|s| match s.value {
+            Value::Scalar(v) => v,
+            Value::Histogram { .. } => 0.0,
+        })
+        .sum()
+}
+
+/// The p-quantiles a summary shows.
+pub const QUANTILES: [f64; 3] = [0.5, 0.9, 0.99];
+
+/// The summary of one run.
+pub fn summary(config: &SimConfig, outcome: &SimOutcome, families: &[Family], wall: f64) -> String {
+    let mut out = String::new();
+    let speed = if wall > 0.0 { outcome.simulated_seconds / wall } else { f64::INFINITY };
+    let _ = writeln!(
+        out,
+        "simulated {:.1} s in {:.2} s of wall time ({speed:.0}x); {} engine(s), {} model(s), seed {}",
+        outcome.simulated_seconds, wall, config.engines, config.models, config.seed
+    );
+    let reasons: Vec<String> = crate::protocol::FinishReason::ALL
+        .iter()
+        .map(|r| (r, counter_total(families, &catalog::REQUEST_SUCCESS, Some(("finished_reason", r.as_str())))))
+        .filter(|(_, n)| *n > 0.0)
+        .map(|(r, n)| format!("{} {n}", r.as_str()))
+        .collect();
+    let _ = writeln!(
+        out,
+        "requests: {} arrived, {} terminated ({})",
+        outcome.requests,
+        outcome.finished + outcome.aborted,
+        reasons.join(", ")
+    );
+    if let Some(h) = MergedHistogram::from_snapshot(families, &catalog::REQUEST_NUM_PREEMPTIONS) {
+        let _ = writeln!(
+            out,
+            "preemptions per request ({}, {} requests):",
+            catalog::REQUEST_NUM_PREEMPTIONS.vllm_name,
+            h.count
+        );
+        let mut previous_le: Option<f64> = None;
+        let mut previous = 0;
+        let mut rows: Vec<(String, u64)> = Vec::new();
+        for &(le, cumulative) in &h.buckets {
+            let label = match previous_le {
+                None => format!("0-{le}"),
+                Some(p) if le - p == 1.0 => format!("{le}"),
+                Some(p) => format!("{}-{le}", p + 1.0),
+            };
+            rows.push((label, cumulative - previous));
+            previous = cumulative;
+            previous_le = Some(le);
+        }
+        rows.push((format!(">{}", previous_le.unwrap_or(0.0)), h.count - previous));
+        let widest = rows.iter().map(|(_, n)| *n).max().unwrap_or(0).max(1);
+        for (label, n) in rows {
+            let bar = "#".repeat(((n as f64 / widest as f64) * 40.0).round() as usize);
+            let share = if h.count > 0 { 100.0 * n as f64 / h.count as f64 } else { 0.0 };
+            let _ = writeln!(out, "  {label:>6} | {bar:<40} {n:>7} {share:5.1}%");
+        }
+        let quantiles: Vec<String> = QUANTILES
+            .iter()
+            .map(|q| format!("p{} {:.2}", (q * 100.0).round(), h.quantile(*q)))
+            .collect();
+        let _ = writeln!(out, "  {}, mean {:.3}", quantiles.join(", "), h.mean());
+    }
+    let latency = |def: &MetricDef| {
+        MergedHistogram::from_snapshot(families, def).map_or_else(
+            || "n/a".to_owned(),
+            |h| format!("p50 {:.3} s, p99 {:.3} s", h.quantile(0.5), h.quantile(0.99)),
+        )
+    };
+    let _ = writeln!(out, "TTFT {}; e2e {}", latency(&catalog::TIME_TO_FIRST_TOKEN), latency(&catalog::E2E_REQUEST_LATENCY));
+    let seconds = outcome.simulated_seconds.max(f64::MIN_POSITIVE);
+    let _ = writeln!(
+        out,
+        "{:.0} generated tokens/s; peak KV-cache usage {:.1}%; {} preemptions ({:.2}/s)",
+        outcome.generated_tokens as f64 / seconds,
+        outcome.peak_kv_usage * 100.0,
+        outcome.preemptions,
+        outcome.preemptions as f64 / seconds
+    );
+    out
+}
+
+/// One row of a capacity what-if sweep.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SweepRow {
+    /// KV blocks per engine.
+    pub kv_blocks: u32,
+    /// Terminated requests.
+    pub requests: u64,
+    /// Preemptions per terminated request.
+    pub mean_preemptions: f64,
+    /// p99 preemptions per request (`histogram_quantile`).
+    pub p99_preemptions: f64,
+    /// Share of requests preempted at least twice (exact).
+    pub share_preempted_twice: f64,
+    /// p99 time to first token, seconds.
+    pub ttft_p99: f64,
+    /// Preemption events.
+    pub preemptions: u64,
+}
+
+impl SweepRow {
+    /// The row of one run.
+    pub fn new(kv_blocks: u32, outcome: &SimOutcome, families: &[Family]) -> SweepRow {
+        let terminated: u64 = outcome.preemptions_per_request.values().sum();
+        let twice: u64 = outcome
+            .preemptions_per_request
+            .iter()
+            .filter(|(k, _)| **k >= 2)
+            .map(|(_, n)| n)
+            .sum();
+        let preemptions = MergedHistogram::from_snapshot(families, &catalog::REQUEST_NUM_PREEMPTIONS);
+        let ttft = MergedHistogram::from_snapshot(families, &catalog::TIME_TO_FIRST_TOKEN);
+        SweepRow {
+            kv_blocks,
+            requests: terminated,
+            mean_preemptions: preemptions.as_ref().map_or(f64::NAN, MergedHistogram::mean),
+            p99_preemptions: preemptions.map_or(f64::NAN, |h| h.quantile(0.99)),
+            share_preempted_twice: if terminated > 0 { twice as f64 / terminated as f64 } else { 0.0 },
+            ttft_p99: ttft.map_or(f64::NAN, |h| h.quantile(0.99)),
+            preemptions: outcome.preemptions,
+        }
+    }
+
+    /// The table header matching [`SweepRow::line`].
+    pub fn header() -> String {
+        format!(
+            "{:>9} {:>9} {:>12} {:>11} {:>10} {:>10} {:>12}",
+            "kv_blocks", "requests", "preempt/req", "p99 preempt", "share>=2", "TTFT p99", "preemptions"
+        )
+    }
+
+    /// The row as a table line.
+    pub fn line(&self) -> String {
+        format!(
+            "{:>9} {:>9} {:>12.3} {:>11.2} {:>9.1}% {:>9.3}s {:>12}",
+            self.kv_blocks,
+            self.requests,
+            self.mean_preemptions,
+            self.p99_preemptions,
+            self.share_preempted_twice * 100.0,
+            self.ttft_p99,
+            self.preemptions
+        )
+    }
+}
