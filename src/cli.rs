@@ -229,6 +229,10 @@ struct SimulateArgs {
     /// Engines.
     #[arg(long, default_value_t = SimConfig::default().engines)]
     engines: u32,
+    /// Keep serving /metrics this many seconds after the run (so a scraper
+    /// sees the final state) before exiting.
+    #[arg(long, default_value_t = 0.0, value_name = "SECS")]
+    linger: f64,
     /// Capacity what-if: run the same workload at each of these KV-block
     /// counts and print one table row each (no exporters).
     #[arg(long, value_name = "A,B,C", value_delimiter = ',')]
@@ -490,10 +494,17 @@ fn run_sweep(args: &SimulateArgs) -> io::Result<ExitCode> {
                 .with_reader(reader)
                 .build(),
         );
-        let outcome = simulate(&config, &mut |record| {
-            tracker.apply(record);
-        }, &mut |_| {});
-        println!("{}", SweepRow::new(kv_blocks, &outcome, &bridge.snapshot()).line());
+        let outcome = simulate(
+            &config,
+            &mut |record| {
+                tracker.apply(record);
+            },
+            &mut |_| {},
+        );
+        println!(
+            "{}",
+            SweepRow::new(kv_blocks, &outcome, &bridge.snapshot()).line()
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -506,6 +517,15 @@ fn run_simulate(args: SimulateArgs) -> io::Result<ExitCode> {
     config
         .validate()
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    if !(args.linger.is_finite() && args.linger >= 0.0) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "--linger must be zero or positive seconds, not {}",
+                args.linger
+            ),
+        ));
+    }
     let mut recorder = match &args.record {
         Some(path) => Some(io::BufWriter::new(File::create(path).map_err(|e| {
             io::Error::new(e.kind(), format!("cannot create {path}: {e}"))
@@ -538,7 +558,10 @@ fn run_simulate(args: SimulateArgs) -> io::Result<ExitCode> {
     let wall = started.elapsed().as_secs_f64();
     if let Some(mut out) = recorder {
         if let Some(e) = write_error {
-            return Err(io::Error::new(e.kind(), format!("writing the trace failed: {e}")));
+            return Err(io::Error::new(
+                e.kind(),
+                format!("writing the trace failed: {e}"),
+            ));
         }
         out.flush()?;
     }
@@ -551,6 +574,9 @@ fn run_simulate(args: SimulateArgs) -> io::Result<ExitCode> {
             stdout.flush()?;
         }
         None => print!("{summary}"),
+    }
+    if args.linger > 0.0 {
+        std::thread::sleep(std::time::Duration::from_secs_f64(args.linger));
     }
     drop(tracker);
     Ok(match pipeline.finish() {

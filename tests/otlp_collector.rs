@@ -8,7 +8,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
 use common::Guard;
@@ -199,66 +199,11 @@ fn collector_shows_the_bridge_samples_over_grpc_and_http_in_both_name_modes() {
     }
 }
 
-fn prometheus_binary() -> PathBuf {
-    common::require_tool(
-        "prometheus",
-        "install Debian's `prometheus` package (apt-get install -y prometheus), or run `bash scripts/test.sh`",
-    )
-}
-
-/// A Prometheus server scraping `target` every second.
-fn start_prometheus(target: u16, dir: &Path) -> (Guard, u16) {
-    let port = common::free_port();
-    let config = dir.join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: otel-collector\n    honor_labels: true\n    static_configs:\n      - targets: ['127.0.0.1:{target}']\n"
-        ),
-    )
-    .unwrap();
-    let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
-    let process = Command::new(prometheus_binary())
-        .arg(format!("--config.file={}", config.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.join("data").display()
-        ))
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .expect("prometheus starts");
-    let guard = Guard(process);
-    common::wait_for(30, "Prometheus to be ready", || {
-        common::http_get(port, "/-/ready")
-    });
-    (guard, port)
-}
-
-/// The single value of an instant PromQL query, if it has one.
-fn promql(port: u16, query: &str) -> Option<f64> {
-    let encoded: String = query
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' | b'.' | b'-' => (b as char).to_string(),
-            other => format!("%{other:02X}"),
-        })
-        .collect();
-    let body = common::http_get(port, &format!("/api/v1/query?query={encoded}"))?;
-    let json: serde_json::Value = serde_json::from_str(&body).ok()?;
-    let result = json["data"]["result"].as_array()?;
-    if result.len() != 1 {
-        return None;
-    }
-    result[0]["value"][1].as_str()?.parse().ok()
-}
-
 #[test]
 fn two_processes_sum_to_twice_one_in_promql() {
     let collector = Collector::start();
     let dir = common::tempdir("prometheus");
-    let (_prometheus, port) = start_prometheus(collector.prometheus, &dir);
+    let (_prometheus, port) = common::start_prometheus(collector.prometheus, &dir);
     let mut single = BTreeMap::new();
     for instance in ["frontend-a", "frontend-b"] {
         let output = replay_command(&collector, "grpc", "otel", instance)
@@ -286,7 +231,7 @@ fn two_processes_sum_to_twice_one_in_promql() {
         assert!(expected > 0.0, "{family} has data");
         let query = format!("sum({family})");
         common::wait_for(30, &format!("{query} == {expected}"), || {
-            promql(port, &query).filter(|v| (v - expected).abs() < 1e-6)
+            common::promql(port, &query).filter(|v| (v - expected).abs() < 1e-6)
         });
     }
     // The per-request distribution's first bucket, under vLLM's own `le`
@@ -301,7 +246,7 @@ fn two_processes_sum_to_twice_one_in_promql() {
             .map(|(_, v)| v)
             .sum::<f64>();
     common::wait_for(30, &format!("{query} == {expected}"), || {
-        promql(port, query).filter(|v| (v - expected).abs() < 1e-6)
+        common::promql(port, query).filter(|v| (v - expected).abs() < 1e-6)
     });
 }
 

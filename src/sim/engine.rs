@@ -235,13 +235,14 @@ impl Engine {
             }
             sequence.generated += 1;
             let finished = sequence.generated >= sequence.request.output_len;
-            let prefill_stats = std::mem::take(&mut sequence.needs_prefill_stats).then(|| PrefillStats {
-                num_prompt_tokens: sequence.prefill_target() - 1,
-                num_computed_tokens: sequence.prefill_computed,
-                num_cached_tokens: sequence.cached,
-                num_local_cached_tokens: sequence.cached,
-                num_external_cached_tokens: 0,
-            });
+            let prefill_stats =
+                std::mem::take(&mut sequence.needs_prefill_stats).then(|| PrefillStats {
+                    num_prompt_tokens: sequence.prefill_target() - 1,
+                    num_computed_tokens: sequence.prefill_computed,
+                    num_cached_tokens: sequence.cached,
+                    num_local_cached_tokens: sequence.cached,
+                    num_external_cached_tokens: 0,
+                });
             result.outputs.push(EngineCoreOutput {
                 request_id: sequence.request.id.clone(),
                 new_token_ids: vec![token()],

@@ -128,18 +128,26 @@ impl SimConfig {
                 return Err(format!("{name} must be a positive number, not {value}"));
             }
         }
-        for (name, value) in [("--prefix-hit-rate", self.prefix_hit_rate), ("--abort-rate", self.abort_rate)] {
+        for (name, value) in [
+            ("--prefix-hit-rate", self.prefix_hit_rate),
+            ("--abort-rate", self.abort_rate),
+        ] {
             if !(0.0..=1.0).contains(&value) {
                 return Err(format!("{name} must be between 0 and 1, not {value}"));
             }
         }
-        for (name, value) in [("--step-base-ms", self.step_base_ms), ("--step-per-token-us", self.step_per_token_us)] {
+        for (name, value) in [
+            ("--step-base-ms", self.step_base_ms),
+            ("--step-per-token-us", self.step_per_token_us),
+        ] {
             if !(value.is_finite() && value >= 0.0) {
                 return Err(format!("{name} must be zero or positive, not {value}"));
             }
         }
         if self.step_base_ms == 0.0 && self.step_per_token_us == 0.0 {
-            return Err("a step must take time: --step-base-ms or --step-per-token-us above 0".into());
+            return Err(
+                "a step must take time: --step-base-ms or --step-per-token-us above 0".into(),
+            );
         }
         let counts = [
             ("--kv-blocks", self.kv_blocks),
@@ -334,7 +342,10 @@ pub fn simulate(
                             received_at: wall(*at),
                         }));
                         outcome.aborted += 1;
-                        *outcome.preemptions_per_request.entry(sequence.preemptions).or_default() += 1;
+                        *outcome
+                            .preemptions_per_request
+                            .entry(sequence.preemptions)
+                            .or_default() += 1;
                         departed += 1;
                     }
                     false
@@ -342,13 +353,18 @@ pub fn simulate(
                 let engine = &mut fleet.engines[e];
                 if !engine.has_work() {
                     fleet.next_step[e] = None;
-                    closed_loop_due += if config.concurrency.is_some() { departed } else { 0 };
+                    closed_loop_due += if config.concurrency.is_some() {
+                        departed
+                    } else {
+                        0
+                    };
                     closed_loop_at = t;
                     continue;
                 }
                 let result = engine.step(engine_clock(t), || workload.token());
-                let duration = (config.step_base_ms * 1e-3 + config.step_per_token_us * 1e-6 * f64::from(result.tokens))
-                    .max(1e-6);
+                let duration = (config.step_base_ms * 1e-3
+                    + config.step_per_token_us * 1e-6 * f64::from(result.tokens))
+                .max(1e-6);
                 let end = t + duration;
                 outcome.steps += 1;
                 outcome.preemptions += u64::from(result.preemptions);
@@ -356,7 +372,10 @@ pub fn simulate(
                 outcome.peak_kv_usage = outcome.peak_kv_usage.max(engine.kv_usage());
                 for sequence in &result.finished {
                     outcome.finished += 1;
-                    *outcome.preemptions_per_request.entry(sequence.preemptions).or_default() += 1;
+                    *outcome
+                        .preemptions_per_request
+                        .entry(sequence.preemptions)
+                        .or_default() += 1;
                 }
                 departed += result.finished.len() as u32;
                 if !result.outputs.is_empty() {

@@ -25,7 +25,12 @@ impl MergedHistogram {
         let family = families.iter().find(|f| f.name == def.vllm_name)?;
         let mut merged: Option<MergedHistogram> = None;
         for series in &family.series {
-            if let Value::Histogram { buckets, sum, count } = &series.value {
+            if let Value::Histogram {
+                buckets,
+                sum,
+                count,
+            } = &series.value
+            {
                 let m = merged.get_or_insert_with(|| MergedHistogram {
                     buckets: buckets.iter().map(|(le, _)| (*le, 0)).collect(),
                     count: 0,
@@ -109,7 +114,11 @@ pub const QUANTILES: [f64; 3] = [0.5, 0.9, 0.99];
 /// The summary of one run.
 pub fn summary(config: &SimConfig, outcome: &SimOutcome, families: &[Family], wall: f64) -> String {
     let mut out = String::new();
-    let speed = if wall > 0.0 { outcome.simulated_seconds / wall } else { f64::INFINITY };
+    let speed = if wall > 0.0 {
+        outcome.simulated_seconds / wall
+    } else {
+        f64::INFINITY
+    };
     let _ = writeln!(
         out,
         "simulated {:.1} s in {:.2} s of wall time ({speed:.0}x); {} engine(s), {} model(s), seed {}",
@@ -117,7 +126,16 @@ pub fn summary(config: &SimConfig, outcome: &SimOutcome, families: &[Family], wa
     );
     let reasons: Vec<String> = crate::protocol::FinishReason::ALL
         .iter()
-        .map(|r| (r, counter_total(families, &catalog::REQUEST_SUCCESS, Some(("finished_reason", r.as_str())))))
+        .map(|r| {
+            (
+                r,
+                counter_total(
+                    families,
+                    &catalog::REQUEST_SUCCESS,
+                    Some(("finished_reason", r.as_str())),
+                ),
+            )
+        })
         .filter(|(_, n)| *n > 0.0)
         .map(|(r, n)| format!("{} {n}", r.as_str()))
         .collect();
@@ -148,11 +166,18 @@ pub fn summary(config: &SimConfig, outcome: &SimOutcome, families: &[Family], wa
             previous = cumulative;
             previous_le = Some(le);
         }
-        rows.push((format!(">{}", previous_le.unwrap_or(0.0)), h.count - previous));
+        rows.push((
+            format!(">{}", previous_le.unwrap_or(0.0)),
+            h.count - previous,
+        ));
         let widest = rows.iter().map(|(_, n)| *n).max().unwrap_or(0).max(1);
         for (label, n) in rows {
             let bar = "#".repeat(((n as f64 / widest as f64) * 40.0).round() as usize);
-            let share = if h.count > 0 { 100.0 * n as f64 / h.count as f64 } else { 0.0 };
+            let share = if h.count > 0 {
+                100.0 * n as f64 / h.count as f64
+            } else {
+                0.0
+            };
             let _ = writeln!(out, "  {label:>6} | {bar:<40} {n:>7} {share:5.1}%");
         }
         let quantiles: Vec<String> = QUANTILES
@@ -164,10 +189,21 @@ pub fn summary(config: &SimConfig, outcome: &SimOutcome, families: &[Family], wa
     let latency = |def: &MetricDef| {
         MergedHistogram::from_snapshot(families, def).map_or_else(
             || "n/a".to_owned(),
-            |h| format!("p50 {:.3} s, p99 {:.3} s", h.quantile(0.5), h.quantile(0.99)),
+            |h| {
+                format!(
+                    "p50 {:.3} s, p99 {:.3} s",
+                    h.quantile(0.5),
+                    h.quantile(0.99)
+                )
+            },
         )
     };
-    let _ = writeln!(out, "TTFT {}; e2e {}", latency(&catalog::TIME_TO_FIRST_TOKEN), latency(&catalog::E2E_REQUEST_LATENCY));
+    let _ = writeln!(
+        out,
+        "TTFT {}; e2e {}",
+        latency(&catalog::TIME_TO_FIRST_TOKEN),
+        latency(&catalog::E2E_REQUEST_LATENCY)
+    );
     let seconds = outcome.simulated_seconds.max(f64::MIN_POSITIVE);
     let _ = writeln!(
         out,
@@ -209,14 +245,19 @@ impl SweepRow {
             .filter(|(k, _)| **k >= 2)
             .map(|(_, n)| n)
             .sum();
-        let preemptions = MergedHistogram::from_snapshot(families, &catalog::REQUEST_NUM_PREEMPTIONS);
+        let preemptions =
+            MergedHistogram::from_snapshot(families, &catalog::REQUEST_NUM_PREEMPTIONS);
         let ttft = MergedHistogram::from_snapshot(families, &catalog::TIME_TO_FIRST_TOKEN);
         SweepRow {
             kv_blocks,
             requests: terminated,
             mean_preemptions: preemptions.as_ref().map_or(f64::NAN, MergedHistogram::mean),
             p99_preemptions: preemptions.map_or(f64::NAN, |h| h.quantile(0.99)),
-            share_preempted_twice: if terminated > 0 { twice as f64 / terminated as f64 } else { 0.0 },
+            share_preempted_twice: if terminated > 0 {
+                twice as f64 / terminated as f64
+            } else {
+                0.0
+            },
             ttft_p99: ttft.map_or(f64::NAN, |h| h.quantile(0.99)),
             preemptions: outcome.preemptions,
         }
@@ -226,7 +267,13 @@ impl SweepRow {
     pub fn header() -> String {
         format!(
             "{:>9} {:>9} {:>12} {:>11} {:>10} {:>10} {:>12}",
-            "kv_blocks", "requests", "preempt/req", "p99 preempt", "share>=2", "TTFT p99", "preemptions"
+            "kv_blocks",
+            "requests",
+            "preempt/req",
+            "p99 preempt",
+            "share>=2",
+            "TTFT p99",
+            "preemptions"
         )
     }
 

@@ -28,7 +28,11 @@ pub(crate) struct SimRequest {
 
 /// Draws requests in a deterministic order from one seeded generator.
 pub(crate) struct Workload {
+    /// Arrivals and request shapes: independent of scheduling, so a seed
+    /// gives the same requests whatever the engine configuration.
     rng: Rng,
+    /// Token ids, drawn as the engines run.
+    tokens: Rng,
     issued: u64,
     prompt_len: f64,
     output_len: f64,
@@ -44,6 +48,7 @@ impl Workload {
         let capacity = config.kv_blocks.saturating_mul(config.block_size);
         Workload {
             rng: Rng::new(config.seed),
+            tokens: Rng::new(config.seed.wrapping_add(1)),
             issued: 0,
             prompt_len: config.prompt_len,
             output_len: config.output_len,
@@ -63,7 +68,8 @@ impl Workload {
     pub(crate) fn request(&mut self, arrival: f64) -> SimRequest {
         self.issued += 1;
         let limit = self.max_tokens_per_request;
-        let prompt_len = (self.rng.lognormal(self.prompt_len, LENGTH_SIGMA).round() as u32).clamp(1, limit - 1);
+        let prompt_len =
+            (self.rng.lognormal(self.prompt_len, LENGTH_SIGMA).round() as u32).clamp(1, limit - 1);
         let max_tokens = ((self.output_len * MAX_TOKENS_FACTOR).round() as u32)
             .max(1)
             .min(limit - prompt_len);
@@ -90,6 +96,6 @@ impl Workload {
 
     /// A token id for a generated token (only its count matters downstream).
     pub(crate) fn token(&mut self) -> u32 {
-        self.rng.below(32_000) as u32
+        self.tokens.below(32_000) as u32
     }
 }

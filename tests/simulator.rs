@@ -1,0 +1,409 @@
+//! The engine simulator: scheduler invariants read off the record stream,
+//! determinism, record/replay identity, the KV-capacity physics, and a
+//! realtime run scraped by a real Prometheus.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use common::Guard;
+use vllm_otel_metrics::protocol::{EventType, Record};
+use vllm_otel_metrics::sim::report::MergedHistogram;
+use vllm_otel_metrics::sim::{simulate, SimConfig, SimOutcome};
+
+fn run(config: &SimConfig) -> (Vec<Record>, SimOutcome) {
+    let mut records = Vec::new();
+    let outcome = simulate(
+        config,
+        &mut |r: &Record| records.push(r.clone()),
+        &mut |_| {},
+    );
+    (records, outcome)
+}
+
+/// Checks every scheduler invariant visible in the records of one run.
+fn check_invariants(config: &SimConfig, records: &[Record], outcome: &SimOutcome) {
+    let mut engine_of: HashMap<&str, u32> = HashMap::new();
+    let mut arrival_order: HashMap<u32, Vec<&str>> = HashMap::new();
+    let mut terminated: HashSet<&str> = HashSet::new();
+    let mut preempted: HashSet<&str> = HashSet::new();
+    let mut first_scheduled: HashMap<&str, f64> = HashMap::new();
+    for record in records {
+        match record {
+            Record::Request(r) => {
+                assert!(
+                    engine_of.insert(&r.request_id, r.engine).is_none(),
+                    "request ids are unique"
+                );
+                assert!(r.engine < config.engines);
+                arrival_order
+                    .entry(r.engine)
+                    .or_default()
+                    .push(&r.request_id);
+            }
+            Record::Outputs(batch) => {
+                for output in &batch.outputs {
+                    let id = output.request_id.as_str();
+                    assert_eq!(
+                        engine_of.get(id),
+                        Some(&batch.engine),
+                        "output on its request's engine"
+                    );
+                    assert!(!terminated.contains(id), "no output after {id} terminated");
+                    assert_eq!(output.new_token_ids.len(), 1, "one token per step");
+                    for event in &output.events {
+                        match event.kind {
+                            EventType::Preempted => {
+                                preempted.insert(id);
+                            }
+                            EventType::Scheduled => {
+                                first_scheduled.entry(id).or_insert(event.timestamp);
+                            }
+                            EventType::Queued => {}
+                        }
+                        assert!(
+                            event.timestamp <= batch.timestamp,
+                            "events precede their output"
+                        );
+                    }
+                    if let Some(stats) = output.prefill_stats {
+                        assert!(
+                            stats.num_cached_tokens + stats.num_computed_tokens
+                                >= stats.num_prompt_tokens
+                        );
+                    }
+                    if output.finish_reason.is_some() {
+                        terminated.insert(id);
+                    }
+                }
+            }
+            Record::Abort(a) => {
+                assert!(
+                    terminated.insert(&a.request_id),
+                    "{} terminates once",
+                    a.request_id
+                );
+            }
+            Record::SchedulerStats(s) => {
+                assert!(
+                    (0.0..=1.0).contains(&s.kv_cache_usage),
+                    "blocks never over-allocated: {}",
+                    s.kv_cache_usage
+                );
+                assert!(
+                    s.num_running_reqs <= u64::from(config.max_num_seqs),
+                    "seat limit"
+                );
+                assert!(s.prefix_cache_hits <= s.prefix_cache_queries);
+            }
+        }
+    }
+    // The run drains: every request, preempted ones included, finishes or aborts.
+    assert_eq!(
+        terminated.len(),
+        engine_of.len(),
+        "every request terminates"
+    );
+    assert!(preempted.iter().all(|id| terminated.contains(id)));
+    assert_eq!(outcome.requests as usize, engine_of.len());
+    assert_eq!(outcome.finished + outcome.aborted, outcome.requests);
+    // First come, first served: first admissions follow arrival order per engine.
+    for order in arrival_order.values() {
+        let admitted: Vec<f64> = order
+            .iter()
+            .filter_map(|id| first_scheduled.get(id).copied())
+            .collect();
+        assert!(admitted.windows(2).all(|w| w[0] <= w[1]), "FCFS admission");
+    }
+}
+
+#[test]
+fn scheduler_invariants_hold_across_configurations() {
+    let configs = [
+        SimConfig {
+            duration: 60.0,
+            ..SimConfig::default()
+        },
+        SimConfig {
+            seed: 5,
+            duration: 30.0,
+            kv_blocks: 96,
+            max_num_seqs: 8,
+            max_num_batched_tokens: 256,
+            prefix_hit_rate: 0.6,
+            abort_rate: 0.2,
+            engines: 3,
+            models: 2,
+            rate: 9.0,
+            ..SimConfig::default()
+        },
+        SimConfig {
+            seed: 9,
+            duration: 30.0,
+            concurrency: Some(24),
+            kv_blocks: 300,
+            block_size: 32,
+            ..SimConfig::default()
+        },
+    ];
+    for config in &configs {
+        let (records, outcome) = run(config);
+        assert!(
+            outcome.preemptions > 0,
+            "the configuration preempts: {config:?}"
+        );
+        check_invariants(config, &records, &outcome);
+    }
+}
+
+#[test]
+fn a_seed_gives_the_same_run() {
+    let config = SimConfig {
+        seed: 42,
+        duration: 30.0,
+        engines: 2,
+        ..SimConfig::default()
+    };
+    let (a, outcome_a) = run(&config);
+    let (b, outcome_b) = run(&config);
+    assert_eq!(a, b);
+    assert_eq!(outcome_a, outcome_b);
+    let (c, _) = run(&SimConfig { seed: 43, ..config });
+    assert_ne!(a, c);
+}
+
+/// Over doubling KV sizes, fewer blocks never yield fewer preemptions on the
+/// same seed and workload (close sizes can differ by noise: which request a
+/// preemption hits is chaotic; see docs/SIMULATOR.md).
+#[test]
+fn fewer_kv_blocks_never_yield_fewer_preemptions() {
+    for (seed, engines, rate) in [(1, 1, 6.0), (2, 1, 6.0), (3, 1, 6.0), (4, 2, 12.0)] {
+        let mut previous: Option<(u32, u64)> = None;
+        for kv_blocks in [512, 1024, 2048, 4096] {
+            let config = SimConfig {
+                seed,
+                engines,
+                rate,
+                kv_blocks,
+                duration: 60.0,
+                ..SimConfig::default()
+            };
+            let (_, outcome) = run(&config);
+            if let Some((fewer_blocks, more_preemptions)) = previous {
+                assert!(
+                    outcome.preemptions <= more_preemptions,
+                    "seed {seed}: {kv_blocks} blocks preempt {} times, {fewer_blocks} blocks only {more_preemptions}",
+                    outcome.preemptions
+                );
+            }
+            previous = Some((kv_blocks, outcome.preemptions));
+        }
+        assert_eq!(
+            previous.map(|p| p.1),
+            Some(0),
+            "ample blocks: no preemption"
+        );
+    }
+}
+
+#[test]
+fn recorded_run_replays_to_the_identical_exposition() {
+    let dir = common::tempdir("sim");
+    let trace = dir.join("t.jsonl");
+    let (code, live, stderr) = common::run(&[
+        "simulate",
+        "--seed",
+        "7",
+        "--duration",
+        "60",
+        "--record",
+        trace.to_str().unwrap(),
+        "--output",
+        "prometheus",
+        "--metrics-addr",
+        "none",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("preemptions per request"),
+        "the summary goes to stderr: {stderr}"
+    );
+    let (code, replayed, _) = common::replay(&trace);
+    assert_eq!(code, 0);
+    assert!(
+        live == replayed,
+        "replaying the recorded trace gives the live run's exposition"
+    );
+    let again = dir.join("again.jsonl");
+    common::run(&[
+        "simulate",
+        "--seed",
+        "7",
+        "--duration",
+        "60",
+        "--record",
+        again.to_str().unwrap(),
+        "--metrics-addr",
+        "none",
+    ]);
+    assert!(
+        std::fs::read(&trace).unwrap() == std::fs::read(&again).unwrap(),
+        "same seed, same trace"
+    );
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn sweep_prints_one_row_per_kv_size() {
+    let (code, stdout, stderr) = common::run(&[
+        "simulate",
+        "--duration",
+        "30",
+        "--sweep-kv-blocks",
+        "256,1024,4096",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 4, "{stdout}");
+    assert!(lines[0].contains("kv_blocks") && lines[0].contains("share>=2"));
+    let blocks: Vec<&str> = lines[1..]
+        .iter()
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(blocks, ["256", "1024", "4096"]);
+    let requests: HashSet<&str> = lines[1..]
+        .iter()
+        .map(|l| l.split_whitespace().nth(1).unwrap())
+        .collect();
+    assert_eq!(
+        requests.len(),
+        1,
+        "the same workload at every size: {stdout}"
+    );
+}
+
+#[test]
+fn invalid_settings_are_rejected_clearly() {
+    for (flag, value, message) in [
+        ("--rate", "0", "--rate must be a positive number"),
+        (
+            "--prefix-hit-rate",
+            "1.5",
+            "--prefix-hit-rate must be between 0 and 1",
+        ),
+        ("--kv-blocks", "0", "--kv-blocks must be at least 1"),
+        ("--linger", "-1", "--linger must be zero or positive"),
+    ] {
+        let (code, _, stderr) = common::run(&[
+            "simulate",
+            &format!("{flag}={value}"),
+            "--metrics-addr",
+            "none",
+        ]);
+        assert_eq!(code, 1, "{flag} {value}: {stderr}");
+        assert!(stderr.contains(message), "{stderr}");
+    }
+}
+
+/// The quantile line of a summary: `p50 a, p90 b, p99 c, mean d`.
+fn summary_p99(line: &str) -> Option<String> {
+    line.split(", ")
+        .find_map(|part| part.trim().strip_prefix("p99 ").map(str::to_owned))
+}
+
+#[test]
+fn realtime_run_scraped_by_prometheus_matches_the_simulator() {
+    let metrics_port = common::free_port();
+    let dir = common::tempdir("realtime");
+    let (_prometheus, prometheus_port) = common::start_prometheus(metrics_port, &dir);
+
+    let mut sim = Guard(
+        Command::new(common::binary())
+            .args([
+                "simulate",
+                "--realtime",
+                "--duration",
+                "20",
+                "--seed",
+                "5",
+                "--linger",
+                "15",
+            ])
+            .args([
+                "--output",
+                "prometheus",
+                "--metrics-addr",
+                &format!("127.0.0.1:{metrics_port}"),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    // The summary's quantile line appears when the run is over (lingering follows).
+    let stderr = BufReader::new(sim.0.stderr.take().unwrap());
+    let mut p99_line = None;
+    for line in stderr.lines() {
+        let line = line.unwrap();
+        if line.trim_start().starts_with("p50 ") {
+            p99_line = Some(line);
+            break;
+        }
+    }
+    let printed_p99 = summary_p99(&p99_line.expect("the summary is printed")).unwrap();
+    let final_exposition =
+        common::http_get(metrics_port, "/metrics").expect("still serving while lingering");
+    let families = final_exposition_histogram(&final_exposition);
+    assert!(
+        families.count > 0 && families.sum > 0.0,
+        "the run finished requests and preempted"
+    );
+    assert_eq!(printed_p99, format!("{:.2}", families.quantile(0.99)));
+
+    let query = |q: &str| common::promql(prometheus_port, q);
+    let count = families.count as f64;
+    common::wait_for(10, "Prometheus to scrape the final state", || {
+        query("sum(vllm:request_num_preemptions_count)").filter(|v| *v == count)
+    });
+    let p99 = query("histogram_quantile(0.99, sum by (le) (vllm:request_num_preemptions_bucket))")
+        .unwrap();
+    assert!(
+        (p99 - families.quantile(0.99)).abs() < 1e-9,
+        "PromQL p99 {p99}, simulator {}",
+        families.quantile(0.99)
+    );
+    drop(sim);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// `vllm:request_num_preemptions` of an exposition, summed over label sets.
+fn final_exposition_histogram(exposition: &str) -> MergedHistogram {
+    let samples = common::samples(exposition);
+    let mut buckets: Vec<(f64, u64)> = Vec::new();
+    let (mut count, mut sum) = (0u64, 0.0);
+    for (key, value) in &samples {
+        if let Some(rest) = key.strip_prefix("vllm:request_num_preemptions_bucket{") {
+            let le = rest.split("le=\"").nth(1).unwrap().trim_end_matches("\"}");
+            if le == "+Inf" {
+                continue;
+            }
+            let le: f64 = le.parse().unwrap();
+            match buckets.iter_mut().find(|(b, _)| *b == le) {
+                Some((_, c)) => *c += *value as u64,
+                None => buckets.push((le, *value as u64)),
+            }
+        } else if key.starts_with("vllm:request_num_preemptions_count{") {
+            count += *value as u64;
+        } else if key.starts_with("vllm:request_num_preemptions_sum{") {
+            sum += value;
+        }
+    }
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    MergedHistogram {
+        buckets,
+        count,
+        sum,
+    }
+}
