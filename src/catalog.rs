@@ -452,6 +452,15 @@ pub const REJECTED_INPUTS: MetricDef = counter(
     REJECTION_LABELS,
 );
 
+/// Requests the tracker terminated itself (in-flight limit, time-to-live).
+pub const EVICTED_REQUESTS: MetricDef = counter(
+    "vllm_otel_metrics_evicted_requests",
+    "vllm_otel_metrics.evicted_requests",
+    "{request}",
+    "Live requests terminated as abort by the tracker itself, by reason.",
+    REJECTION_LABELS,
+);
+
 /// The per-request tier, in exposition order.
 pub const PER_REQUEST: [&MetricDef; 22] = [
     &NUM_PREEMPTIONS,
@@ -488,7 +497,7 @@ pub const SCHEDULER: [&MetricDef; 5] = [
 ];
 
 /// This crate's own families.
-pub const SELF_TELEMETRY: [&MetricDef; 1] = [&REJECTED_INPUTS];
+pub const SELF_TELEMETRY: [&MetricDef; 2] = [&REJECTED_INPUTS, &EVICTED_REQUESTS];
 
 /// Every family, in exposition order: per-request tier, scheduler tier, self-telemetry.
 pub fn all() -> impl Iterator<Item = &'static MetricDef> {
@@ -565,6 +574,6 @@ mod tests {
         let mut names: Vec<_> = all().map(|d| d.vllm_name).collect();
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), 28);
+        assert_eq!(names.len(), 29);
     }
 }

@@ -16,12 +16,14 @@ use opentelemetry_sdk::metrics::Temporality;
 use crate::catalog::DEFAULT_MAX_MODEL_LEN;
 use crate::export::otlp::{self, ExportHealth, OtlpOverrides, OtlpSettings, Protocol};
 use crate::export::prometheus::{http, Format, PrometheusBridge};
-use crate::ingest::jsonl;
+use crate::ingest::client::RemoteSink;
+use crate::ingest::grpc::{self, IngestLimits, IngestService};
+use crate::ingest::{jsonl, RecordSink};
 use crate::instruments::{Instruments, NameStyle};
 use crate::protocol::Record;
 use crate::sim::report::{self, SweepRow};
 use crate::sim::{simulate, Progress, SimConfig};
-use crate::tracker::Tracker;
+use crate::tracker::{Rejection, Tracker};
 
 /// Exit status when the final OTLP export failed.
 pub const EXIT_EXPORT_FAILED: u8 = 3;
@@ -42,6 +44,29 @@ enum Command {
     Replay(ReplayArgs),
     /// Simulate a vLLM-style engine (scheduler, KV cache, workload) feeding the pipeline.
     Simulate(SimulateArgs),
+    /// Run the pipeline as a sidecar: engines stream records over gRPC.
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Args)]
+struct ServeArgs {
+    /// Listen for gRPC ingest streams here.
+    #[arg(long, default_value = "127.0.0.1:50051", value_name = "ADDR")]
+    ingest_addr: SocketAddr,
+    /// Most requests in flight; beyond it the oldest is terminated as abort.
+    #[arg(long, default_value_t = 1_000_000, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    max_inflight_requests: u64,
+    /// Terminate requests idle this long as abort (0 disables).
+    #[arg(long, default_value_t = 600.0, value_name = "SECS")]
+    request_ttl: f64,
+    /// Largest accepted gRPC message, bytes.
+    #[arg(long, default_value_t = IngestLimits::default().max_message_bytes, value_name = "BYTES")]
+    max_message_bytes: usize,
+    /// After SIGINT/SIGTERM, wait this long for open streams to end.
+    #[arg(long, default_value_t = 10.0, value_name = "SECS")]
+    drain_timeout: f64,
+    #[command(flatten)]
+    common: CommonArgs,
 }
 
 /// Where `/metrics` is served, or `none`.
@@ -166,6 +191,9 @@ struct ReplayArgs {
     /// Print the final exposition to stdout in this format.
     #[arg(long, value_enum, default_value = "none")]
     output: Output,
+    /// Also stream every record to a remote `serve` (e.g. http://127.0.0.1:50051).
+    #[arg(long, value_name = "URL")]
+    target: Option<String>,
     #[command(flatten)]
     common: CommonArgs,
 }
@@ -233,6 +261,9 @@ struct SimulateArgs {
     /// sees the final state) before exiting.
     #[arg(long, default_value_t = 0.0, value_name = "SECS")]
     linger: f64,
+    /// Also stream every record to a remote `serve` (the simulator as a load generator).
+    #[arg(long, value_name = "URL")]
+    target: Option<String>,
     /// Capacity what-if: run the same workload at each of these KV-block
     /// counts and print one table row each (no exporters).
     #[arg(long, value_name = "A,B,C", value_delimiter = ',')]
@@ -282,7 +313,9 @@ struct Pipeline {
 }
 
 impl Pipeline {
-    fn new(common: &CommonArgs) -> io::Result<Pipeline> {
+    /// `exit_on_signal`: export and exit on SIGINT/SIGTERM (commands that
+    /// handle signals themselves pass false).
+    fn new(common: &CommonArgs, exit_on_signal: bool) -> io::Result<Pipeline> {
         let invalid = |e: String| io::Error::new(io::ErrorKind::InvalidInput, e);
         let overrides = common.otlp.overrides();
         let settings =
@@ -337,7 +370,9 @@ impl Pipeline {
             otlp: push,
             runtime,
         };
-        pipeline.exit_on_signal();
+        if exit_on_signal {
+            pipeline.exit_on_signal();
+        }
         Ok(pipeline)
     }
 
@@ -417,6 +452,58 @@ fn flush(instruments: &Instruments, otlp: Option<&OtlpPush>) -> Result<(), ()> {
     }
 }
 
+/// The local tracker, plus a remote ingest stream when `--target` is given.
+struct Tee {
+    tracker: Tracker,
+    remote: Option<RemoteSink>,
+    remote_failed: bool,
+}
+
+impl Tee {
+    fn new(pipeline: &Pipeline, target: Option<&str>) -> io::Result<Tee> {
+        let remote = match target {
+            Some(url) => Some(
+                RemoteSink::connect(url, pipeline.runtime.handle())
+                    .map_err(|e| io::Error::new(io::ErrorKind::ConnectionRefused, e))?,
+            ),
+            None => None,
+        };
+        Ok(Tee {
+            tracker: Tracker::new(pipeline.instruments.clone()),
+            remote,
+            remote_failed: false,
+        })
+    }
+
+    /// Closes the remote stream and reports its summary; `Ok(true)` when the
+    /// server rejected nothing.
+    fn finish_remote(&mut self) -> io::Result<bool> {
+        let Some(remote) = self.remote.take() else {
+            return Ok(true);
+        };
+        let summary = remote
+            .finish()
+            .map_err(|e| io::Error::new(io::ErrorKind::BrokenPipe, e))?;
+        eprintln!("remote ingest: {}", grpc::describe(&summary));
+        Ok(summary.records_rejected == 0)
+    }
+}
+
+impl RecordSink for Tee {
+    fn apply(&mut self, record: &Record) -> Vec<Rejection> {
+        if let Some(remote) = &mut self.remote {
+            if !self.remote_failed && !remote.send(record) {
+                self.remote_failed = true;
+            }
+        }
+        self.tracker.apply(record)
+    }
+
+    fn invalid(&mut self) {
+        self.tracker.count_invalid_record();
+    }
+}
+
 fn open_trace(file: &str) -> io::Result<(Box<dyn BufRead>, String)> {
     if file == "-" {
         return Ok((Box::new(io::stdin().lock()), "<stdin>".to_owned()));
@@ -431,10 +518,12 @@ fn open_trace(file: &str) -> io::Result<(Box<dyn BufRead>, String)> {
 
 fn run_replay(args: ReplayArgs) -> io::Result<ExitCode> {
     let (input, source) = open_trace(&args.file)?;
-    let pipeline = Pipeline::new(&args.common)?;
-    let mut tracker = Tracker::new(pipeline.instruments.clone());
+    let pipeline = Pipeline::new(&args.common, true)?;
+    let mut tee = Tee::new(&pipeline, args.target.as_deref())?;
     // Unlocked: the OTLP and signal threads report on stderr too.
-    let report = jsonl::replay(input, &source, &mut tracker, &mut io::stderr())?;
+    let report = jsonl::replay(input, &source, &mut tee, &mut io::stderr())?;
+    let remote_clean = tee.finish_remote()?;
+    let tracker = tee.tracker;
     if tracker.in_flight() > 0 {
         eprintln!(
             "{source}: {} request(s) still in flight at the end of the trace (not recorded)",
@@ -450,7 +539,7 @@ fn run_replay(args: ReplayArgs) -> io::Result<ExitCode> {
     let exported = pipeline.finish();
     Ok(if exported.is_err() {
         ExitCode::from(EXIT_EXPORT_FAILED)
-    } else if report.is_clean() {
+    } else if report.is_clean() && remote_clean {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(EXIT_INVALID_INPUT)
@@ -532,15 +621,15 @@ fn run_simulate(args: SimulateArgs) -> io::Result<ExitCode> {
         })?)),
         None => None,
     };
-    let pipeline = Pipeline::new(&args.common)?;
-    let mut tracker = Tracker::new(pipeline.instruments.clone());
+    let pipeline = Pipeline::new(&args.common, true)?;
+    let mut tee = Tee::new(&pipeline, args.target.as_deref())?;
     let mut write_error: Option<io::Error> = None;
     let started = std::time::Instant::now();
     let show_progress = io::IsTerminal::is_terminal(&io::stderr());
     let outcome = simulate(
         &config,
         &mut |record: &Record| {
-            tracker.apply(record);
+            tee.apply(record);
             if let (Some(out), None) = (recorder.as_mut(), write_error.as_ref()) {
                 if let Err(e) = serde_json::to_writer(&mut *out, record)
                     .map_err(io::Error::from)
@@ -556,6 +645,7 @@ fn run_simulate(args: SimulateArgs) -> io::Result<ExitCode> {
         eprintln!();
     }
     let wall = started.elapsed().as_secs_f64();
+    let remote_clean = tee.finish_remote()?;
     if let Some(mut out) = recorder {
         if let Some(e) = write_error {
             return Err(io::Error::new(
@@ -578,7 +668,83 @@ fn run_simulate(args: SimulateArgs) -> io::Result<ExitCode> {
     if args.linger > 0.0 {
         std::thread::sleep(std::time::Duration::from_secs_f64(args.linger));
     }
-    drop(tracker);
+    drop(tee);
+    Ok(match pipeline.finish() {
+        Err(()) => ExitCode::from(EXIT_EXPORT_FAILED),
+        Ok(()) if !remote_clean => ExitCode::from(EXIT_INVALID_INPUT),
+        Ok(()) => ExitCode::SUCCESS,
+    })
+}
+
+fn run_serve(args: ServeArgs) -> io::Result<ExitCode> {
+    let invalid = |e: String| io::Error::new(io::ErrorKind::InvalidInput, e);
+    for (name, value) in [
+        ("--request-ttl", args.request_ttl),
+        ("--drain-timeout", args.drain_timeout),
+    ] {
+        if !(value.is_finite() && value >= 0.0) {
+            return Err(invalid(format!(
+                "{name} must be zero or positive seconds, not {value}"
+            )));
+        }
+    }
+    let pipeline = Pipeline::new(&args.common, false)?;
+    let limits = IngestLimits {
+        max_inflight_requests: usize::try_from(args.max_inflight_requests).unwrap_or(usize::MAX),
+        request_ttl: (args.request_ttl > 0.0)
+            .then(|| std::time::Duration::from_secs_f64(args.request_ttl)),
+        max_message_bytes: args.max_message_bytes,
+    };
+    let service = IngestService::new(Tracker::new(pipeline.instruments.clone()), limits);
+    let listener = pipeline
+        .runtime
+        .block_on(tokio::net::TcpListener::bind(args.ingest_addr))
+        .map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot listen on {}: {e}", args.ingest_addr),
+            )
+        })?;
+    eprintln!(
+        "accepting gRPC ingest streams on {}",
+        listener.local_addr()?
+    );
+    let drain = std::time::Duration::from_secs_f64(args.drain_timeout);
+    let served = pipeline.runtime.block_on(async {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let mut server = tokio::spawn(grpc::serve(listener, service.clone(), async {
+            let _ = stopped.await;
+        }));
+        tokio::select! {
+            result = &mut server => return result,
+            name = wait_for_signal() => {
+                eprintln!("received {name}: accepting no new streams, draining open ones (up to {} s)", drain.as_secs_f64());
+            }
+        }
+        let _ = stop.send(());
+        match tokio::time::timeout(drain, &mut server).await {
+            Ok(result) => result,
+            Err(_) => {
+                eprintln!("drain timeout: closing the streams still open");
+                server.abort();
+                Ok(Ok(()))
+            }
+        }
+    });
+    match served {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(io::Error::other(format!("the ingest server failed: {e}"))),
+        Err(e) => {
+            return Err(io::Error::other(format!(
+                "the ingest server task failed: {e}"
+            )))
+        }
+    }
+    eprintln!(
+        "{} request(s) in flight at shutdown (not recorded)",
+        service.in_flight()
+    );
+    drop(service);
     Ok(match pipeline.finish() {
         Ok(()) => ExitCode::SUCCESS,
         Err(()) => ExitCode::from(EXIT_EXPORT_FAILED),
@@ -590,6 +756,7 @@ pub fn run(cli: Cli) -> ExitCode {
     let result = match cli.command {
         Command::Replay(args) => run_replay(args),
         Command::Simulate(args) => run_simulate(args),
+        Command::Serve(args) => run_serve(args),
     };
     result.unwrap_or_else(|e| {
         eprintln!("error: {e}");

@@ -34,7 +34,7 @@ use opentelemetry_sdk::Resource;
 
 use crate::catalog::{self, Kind, MetricDef, DEFAULT_MAX_MODEL_LEN, PROMPT_TOKEN_SOURCES};
 use crate::protocol::FinishReason;
-use crate::tracker::RejectReason;
+use crate::tracker::{EvictReason, RejectReason};
 
 /// The instrumentation scope name of every instrument.
 pub const SCOPE_NAME: &str = env!("CARGO_PKG_NAME");
@@ -109,12 +109,17 @@ impl InstrumentsBuilder {
         let rejected_handles = RejectReason::ALL.map(|reason| {
             rejected.bind(&[KeyValue::new(catalog::REJECTION_LABELS[0], reason.as_str())])
         });
+        let evicted = u64_counter(&meter, &catalog::EVICTED_REQUESTS);
+        let evicted_handles = EvictReason::ALL.map(|reason| {
+            evicted.bind(&[KeyValue::new(catalog::REJECTION_LABELS[0], reason.as_str())])
+        });
         let families = Families::new(&meter);
         Instruments {
             inner: Arc::new(Inner {
                 provider,
                 families,
                 rejected: rejected_handles,
+                evicted: evicted_handles,
                 request_handles: RwLock::default(),
                 scheduler_handles: RwLock::default(),
                 max_model_len,
@@ -355,6 +360,7 @@ struct Inner {
     provider: SdkMeterProvider,
     families: Families,
     rejected: [BoundCounter<u64>; 3],
+    evicted: [BoundCounter<u64>; 2],
     request_handles: HandleCache<RequestHandles>,
     scheduler_handles: HandleCache<SchedulerHandles>,
     max_model_len: u32,
@@ -454,6 +460,11 @@ impl Instruments {
     /// Counts one input that changed no vLLM metric.
     pub(crate) fn count_rejected(&self, reason: RejectReason) {
         self.inner.rejected[reason as usize].add(1);
+    }
+
+    /// Counts one request the tracker terminated itself.
+    pub(crate) fn count_evicted(&self, reason: EvictReason) {
+        self.inner.evicted[reason as usize].add(1);
     }
 
     /// Exports everything recorded so far through every push reader.

@@ -25,7 +25,7 @@
 //! assert!(request.observe_output(10.0, 100.25, &output)); // terminal: recorded once
 //! ```
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -374,12 +374,50 @@ impl std::fmt::Display for Rejection {
 ///
 /// Requests still live when a `Tracker` is dropped are not recorded: their
 /// input simply ended (a trace cut mid-request), so there is no receive time
-/// to close them at. Use [`Tracker::abort_all`] to terminate them explicitly.
+/// to close them at. Use [`Tracker::abort_all`] to terminate them explicitly,
+/// and [`Tracker::evict_oldest`] / [`Tracker::evict_idle`] to bound a
+/// long-running tracker fed by clients that may vanish.
 pub struct Tracker {
     instruments: Instruments,
-    requests: HashMap<String, RequestMetrics>,
+    requests: HashMap<String, Live>,
     /// Per-batch iteration tokens by label set; reused so batches allocate nothing.
     batch_tokens: Vec<(Arc<RequestHandles>, u64)>,
+    /// Start order `(start number, id)`, kept only for [`Tracker::evict_oldest`];
+    /// entries of requests that ended are skipped lazily.
+    start_order: Option<VecDeque<(u64, Box<str>)>>,
+    starts: u64,
+    /// The caller's clock, stamped on requests as their last activity.
+    now: f64,
+}
+
+/// A live request with its bookkeeping.
+struct Live {
+    metrics: RequestMetrics,
+    start: u64,
+    last_seen: f64,
+}
+
+/// Why a live request was terminated by the tracker itself (label `reason`
+/// of the eviction counter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EvictReason {
+    /// More requests in flight than allowed: the oldest went.
+    InflightLimit = 0,
+    /// No activity for longer than the time-to-live.
+    Ttl = 1,
+}
+
+impl EvictReason {
+    /// Every reason, in label-value order.
+    pub const ALL: [EvictReason; 2] = [EvictReason::InflightLimit, EvictReason::Ttl];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EvictReason::InflightLimit => "inflight_limit",
+            EvictReason::Ttl => "ttl",
+        }
+    }
 }
 
 impl std::fmt::Debug for Tracker {
@@ -397,7 +435,22 @@ impl Tracker {
             instruments,
             requests: HashMap::new(),
             batch_tokens: Vec::new(),
+            start_order: None,
+            starts: 0,
+            now: 0.0,
         }
+    }
+
+    /// Keeps the start order so that [`Tracker::evict_oldest`] can work.
+    pub fn with_start_order(mut self) -> Self {
+        self.start_order = Some(VecDeque::new());
+        self
+    }
+
+    /// Sets the clock that stamps the requests' last activity (seconds, any
+    /// origin); [`Tracker::evict_idle`] compares against it.
+    pub fn set_now(&mut self, now: f64) {
+        self.now = now;
     }
 
     /// The instruments this tracker records into.
@@ -437,13 +490,29 @@ impl Tracker {
         if self.requests.contains_key(&start.request_id) {
             return Err(self.reject(RejectReason::DuplicateRequest, "request", &start.request_id));
         }
-        let request = RequestMetrics::start(
+        let metrics = RequestMetrics::start(
             &self.instruments,
             &start.model_name,
             start.engine,
             RequestParams::from(start),
         );
-        self.requests.insert(start.request_id.clone(), request);
+        self.starts += 1;
+        if let Some(order) = &mut self.start_order {
+            order.push_back((self.starts, start.request_id.as_str().into()));
+            // Ended requests linger in the queue until met; keep it bounded.
+            if order.len() > 2 * self.requests.len() + 1024 {
+                let requests = &self.requests;
+                order.retain(|(n, id)| requests.get(&**id).is_some_and(|live| live.start == *n));
+            }
+        }
+        self.requests.insert(
+            start.request_id.clone(),
+            Live {
+                metrics,
+                start: self.starts,
+                last_seen: self.now,
+            },
+        );
         Ok(())
     }
 
@@ -454,7 +523,7 @@ impl Tracker {
         let mut rejections = Vec::new();
         self.batch_tokens.clear();
         for output in &batch.outputs {
-            let Some(request) = self.requests.get_mut(output.request_id.as_str()) else {
+            let Some(live) = self.requests.get_mut(output.request_id.as_str()) else {
                 rejections.push(self.reject(
                     RejectReason::UnknownRequest,
                     "output",
@@ -462,6 +531,8 @@ impl Tracker {
                 ));
                 continue;
             };
+            live.last_seen = self.now;
+            let request = &mut live.metrics;
             let tokens = RequestMetrics::iteration_tokens(output);
             match self
                 .batch_tokens
@@ -488,8 +559,8 @@ impl Tracker {
     /// Terminates a request as `abort`.
     pub fn abort(&mut self, abort: &Abort) -> Result<(), Rejection> {
         match self.requests.remove(abort.request_id.as_str()) {
-            Some(mut request) => {
-                request.abort(abort.received_at);
+            Some(mut live) => {
+                live.metrics.abort(abort.received_at);
                 Ok(())
             }
             None => Err(self.reject(RejectReason::UnknownRequest, "abort", &abort.request_id)),
@@ -499,10 +570,50 @@ impl Tracker {
     /// Terminates every live request as `abort` at `received_at`; returns how many.
     pub fn abort_all(&mut self, received_at: f64) -> usize {
         let count = self.requests.len();
-        for (_, mut request) in self.requests.drain() {
-            request.abort(received_at);
+        for (_, mut live) in self.requests.drain() {
+            live.metrics.abort(received_at);
         }
         count
+    }
+
+    /// Terminates the oldest requests as `abort` at `received_at` until at
+    /// most `limit` are in flight (needs [`Tracker::with_start_order`]);
+    /// returns how many went.
+    pub fn evict_oldest(&mut self, limit: usize, received_at: f64) -> usize {
+        let Some(order) = &mut self.start_order else {
+            return 0;
+        };
+        let mut evicted = 0;
+        while self.requests.len() > limit {
+            let Some((n, id)) = order.pop_front() else {
+                break;
+            };
+            if self.requests.get(&*id).is_some_and(|live| live.start == n) {
+                let mut live = self.requests.remove(&*id).expect("just found");
+                live.metrics.abort(received_at);
+                self.instruments.count_evicted(EvictReason::InflightLimit);
+                evicted += 1;
+            }
+        }
+        evicted
+    }
+
+    /// Terminates as `abort` at `received_at` every request with no activity
+    /// since `idle_before` (on the [`Tracker::set_now`] clock); returns how many.
+    pub fn evict_idle(&mut self, idle_before: f64, received_at: f64) -> usize {
+        let idle: Vec<String> = self
+            .requests
+            .iter()
+            .filter(|(_, live)| live.last_seen < idle_before)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &idle {
+            if let Some(mut live) = self.requests.remove(id) {
+                live.metrics.abort(received_at);
+                self.instruments.count_evicted(EvictReason::Ttl);
+            }
+        }
+        idle.len()
     }
 
     /// Sets the scheduler gauges and adds the prefix-cache counters of one step.
@@ -528,8 +639,8 @@ impl Tracker {
 
 impl Drop for Tracker {
     fn drop(&mut self) {
-        for (_, request) in self.requests.drain() {
-            request.forget();
+        for (_, live) in self.requests.drain() {
+            live.metrics.forget();
         }
     }
 }

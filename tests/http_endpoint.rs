@@ -151,12 +151,12 @@ fn endpoint_negotiates_formats_and_both_parse_to_the_same_samples() {
             .collect()
     };
     assert_eq!(strip_type(&from_text), strip_type(&from_open));
-    // 28 catalog families, every one announced even without series.
+    // 29 catalog families, every one announced even without series.
     assert!(
-        from_text.contains(&"families 28".to_owned()),
+        from_text.contains(&"families 29".to_owned()),
         "{from_text:?}"
     );
-    assert!(from_open.contains(&"families 28".to_owned()));
+    assert!(from_open.contains(&"families 29".to_owned()));
     assert!(from_text.contains(
         &"histogram vllm:request_num_preemptions_sum{engine=\"3\",model_name=\"m \"quoted\"\"} 0.0"
             .to_owned()

@@ -25,8 +25,9 @@
 
 use std::io::{self, BufRead, Write};
 
+use super::RecordSink;
 use crate::protocol::Record;
-use crate::tracker::{RejectReason, Tracker};
+use crate::tracker::RejectReason;
 
 /// What a replay did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -69,12 +70,12 @@ fn describe(error: &serde_json::Error) -> String {
     }
 }
 
-/// Streams `input` (named `source` in messages) into `tracker`, writing
-/// diagnostics to `diagnostics`.
-pub fn replay<R: BufRead, W: Write>(
+/// Streams `input` (named `source` in messages) into `sink` (a
+/// [`Tracker`](crate::tracker::Tracker) or a tee), writing diagnostics to `diagnostics`.
+pub fn replay<R: BufRead, S: RecordSink + ?Sized, W: Write>(
     mut input: R,
     source: &str,
-    tracker: &mut Tracker,
+    sink: &mut S,
     diagnostics: &mut W,
 ) -> io::Result<ReplayReport> {
     let mut report = ReplayReport::default();
@@ -96,7 +97,7 @@ pub fn replay<R: BufRead, W: Write>(
             Ok(record) => record,
             Err(reason) => {
                 report.invalid += 1;
-                tracker.count_invalid_record();
+                sink.invalid();
                 writeln!(diagnostics, "{source}:{}: {reason}", report.lines)?;
                 continue;
             }
@@ -105,7 +106,7 @@ pub fn replay<R: BufRead, W: Write>(
         if let Record::Outputs(batch) = &record {
             report.outputs += batch.outputs.len() as u64;
         }
-        for rejection in tracker.apply(&record) {
+        for rejection in sink.apply(&record) {
             let kind = rejection.reason as usize;
             report.rejected[kind] += 1;
             if !warned[kind] {

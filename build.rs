@@ -1,0 +1,13 @@
+//! Generates the gRPC ingest code from `proto/` with a pure-Rust protobuf
+//! compiler (protox), so no system `protoc` is needed.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let proto = "proto/vllm_otel_metrics/v1/ingest.proto";
+    println!("cargo:rerun-if-changed={proto}");
+    let descriptors = protox::compile([proto], ["proto"])?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_fds(descriptors)?;
+    Ok(())
+}

@@ -1,0 +1,226 @@
+//! The gRPC ingest service behind `serve`: engines stream records, the
+//! server tracks requests across streams and records into the pipeline.
+//!
+//! Bounded everywhere: a stream is read one message at a time (HTTP/2 flow
+//! control pushes back on a fast sender instead of buffering), messages have
+//! a maximum size, requests in flight are capped (the oldest is terminated as
+//! `abort` beyond the cap) and requests idle longer than a time-to-live are
+//! terminated as `abort` too; both are counted on
+//! `vllm_otel_metrics_evicted_requests_total`. An invalid record is rejected
+//! on its own and the stream goes on; an undecodable frame ends only its stream.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::proto::{pb, record_from_proto};
+use crate::protocol::Record;
+use crate::tracker::{unix_now, RejectReason, Tracker};
+
+/// How many rejection messages a summary carries.
+pub const FIRST_REJECTIONS: usize = 10;
+
+/// Limits of the ingest service.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct IngestLimits {
+    /// Most requests in flight; beyond it the oldest is terminated as `abort`.
+    pub max_inflight_requests: usize,
+    /// Requests without activity this long are terminated as `abort`.
+    pub request_ttl: Option<Duration>,
+    /// Largest accepted message, bytes.
+    pub max_message_bytes: usize,
+}
+
+impl Default for IngestLimits {
+    fn default() -> Self {
+        IngestLimits {
+            max_inflight_requests: 1_000_000,
+            request_ttl: Some(Duration::from_secs(600)),
+            max_message_bytes: 16 << 20,
+        }
+    }
+}
+
+/// The shared state every stream records into.
+#[derive(Clone)]
+pub struct IngestService {
+    tracker: Arc<Mutex<Tracker>>,
+    limits: IngestLimits,
+    /// Origin of the activity clock used for the time-to-live.
+    clock: Instant,
+}
+
+impl std::fmt::Debug for IngestService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IngestService")
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+impl IngestService {
+    /// A service recording through `tracker` (which keeps its start order for eviction).
+    pub fn new(tracker: Tracker, limits: IngestLimits) -> Self {
+        IngestService {
+            tracker: Arc::new(Mutex::new(tracker.with_start_order())),
+            limits,
+            clock: Instant::now(),
+        }
+    }
+
+    fn tracker(&self) -> MutexGuard<'_, Tracker> {
+        self.tracker.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Requests in flight.
+    pub fn in_flight(&self) -> usize {
+        self.tracker().in_flight()
+    }
+
+    /// Terminates requests idle longer than the time-to-live; returns how many.
+    pub fn evict_idle(&self) -> usize {
+        let Some(ttl) = self.limits.request_ttl else {
+            return 0;
+        };
+        let idle_before = self.clock.elapsed().as_secs_f64() - ttl.as_secs_f64();
+        self.tracker().evict_idle(idle_before, unix_now())
+    }
+
+    /// Applies one wire record at `position` of its stream, noting the outcome in `summary`.
+    fn apply(&self, message: pb::Record, position: u64, summary: &mut Summary) {
+        let now = unix_now();
+        let record = match record_from_proto(message, now) {
+            Ok(record) => record,
+            Err(reason) => {
+                self.tracker().count_invalid_record();
+                summary.reject(
+                    RejectReason::InvalidRecord.as_str(),
+                    format!("record {position}: {reason}"),
+                );
+                summary.wire.records_rejected += 1;
+                return;
+            }
+        };
+        let rejections = {
+            let mut tracker = self.tracker();
+            tracker.set_now(self.clock.elapsed().as_secs_f64());
+            let rejections = tracker.apply(&record);
+            if matches!(record, Record::Request(_)) {
+                tracker.evict_oldest(self.limits.max_inflight_requests, now);
+            }
+            rejections
+        };
+        summary.wire.records_applied += 1;
+        if let Record::Outputs(batch) = &record {
+            summary.wire.outputs_applied += batch.outputs.len() as u64;
+        }
+        for rejection in rejections {
+            summary.reject(
+                rejection.reason.as_str(),
+                format!("record {position}: {rejection}"),
+            );
+        }
+    }
+}
+
+/// A stream's summary under construction.
+#[derive(Default)]
+struct Summary {
+    wire: pb::IngestSummary,
+    by_reason: HashMap<String, u64>,
+}
+
+impl Summary {
+    fn reject(&mut self, reason: &str, message: String) {
+        *self.by_reason.entry(reason.to_owned()).or_default() += 1;
+        if self.wire.first_rejections.len() < FIRST_REJECTIONS {
+            self.wire.first_rejections.push(message);
+        }
+    }
+
+    fn finish(mut self) -> pb::IngestSummary {
+        self.wire.rejected_by_reason = self.by_reason;
+        self.wire
+    }
+}
+
+#[tonic::async_trait]
+impl pb::ingest_server::Ingest for IngestService {
+    async fn stream(
+        &self,
+        request: Request<Streaming<pb::Record>>,
+    ) -> Result<Response<pb::IngestSummary>, Status> {
+        let mut stream = request.into_inner();
+        let mut summary = Summary::default();
+        let mut position = 0u64;
+        loop {
+            let message = match stream.message().await {
+                Ok(Some(message)) => message,
+                Ok(None) => break,
+                Err(status) => {
+                    return Err(Status::invalid_argument(format!(
+                        "record {}: cannot decode the message ({}); {} record(s) before it were applied",
+                        position + 1,
+                        status.message(),
+                        summary.wire.records_applied
+                    )))
+                }
+            };
+            position += 1;
+            self.apply(message, position, &mut summary);
+        }
+        Ok(Response::new(summary.finish()))
+    }
+}
+
+/// Serves the ingest service on `listener` until `shutdown` completes (then
+/// stops accepting and waits for open streams to end), sweeping idle requests.
+pub async fn serve(
+    listener: TcpListener,
+    service: IngestService,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), tonic::transport::Error> {
+    if let Some(ttl) = service.limits.request_ttl {
+        let sweeper = service.clone();
+        let period = (ttl / 4).clamp(Duration::from_millis(100), Duration::from_secs(1));
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(period);
+            loop {
+                tick.tick().await;
+                sweeper.evict_idle();
+            }
+        });
+    }
+    let limits = service.limits;
+    let server = pb::ingest_server::IngestServer::new(service)
+        .max_decoding_message_size(limits.max_message_bytes);
+    tonic::transport::Server::builder()
+        .initial_stream_window_size(Some(2 << 20))
+        .initial_connection_window_size(Some(8 << 20))
+        .add_service(server)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .await
+}
+
+/// One line describing a summary, for people.
+pub fn describe(summary: &pb::IngestSummary) -> String {
+    let mut reasons: Vec<_> = summary.rejected_by_reason.iter().collect();
+    reasons.sort();
+    let reasons: Vec<String> = reasons.iter().map(|(k, v)| format!("{v} {k}")).collect();
+    let mut text = format!(
+        "{} record(s) applied ({} outputs), {} rejected",
+        summary.records_applied, summary.outputs_applied, summary.records_rejected
+    );
+    if !reasons.is_empty() {
+        text.push_str(&format!("; changed no metric: {}", reasons.join(", ")));
+    }
+    for message in &summary.first_rejections {
+        text.push_str(&format!("\n  {message}"));
+    }
+    text
+}

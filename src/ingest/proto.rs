@@ -1,0 +1,284 @@
+//! The gRPC wire types (generated from `proto/vllm_otel_metrics/v1/ingest.proto`)
+//! and their conversions to and from [`Record`].
+
+use crate::protocol::{
+    Abort, EngineCoreEvent, EngineCoreOutput, EventType, FinishReason, OutputBatch, PrefillStats,
+    Record, RequestStart, SchedulerStats,
+};
+
+/// Generated message, enum, client and server types.
+#[allow(missing_docs, clippy::all)]
+pub mod pb {
+    tonic::include_proto!("vllm_otel_metrics.v1");
+}
+
+fn required_id(what: &str, id: String) -> Result<String, String> {
+    if id.is_empty() {
+        Err(format!("{what} without a request_id"))
+    } else {
+        Ok(id)
+    }
+}
+
+fn event_type(value: i32) -> Result<EventType, String> {
+    match pb::EventType::try_from(value) {
+        Ok(pb::EventType::Queued) => Ok(EventType::Queued),
+        Ok(pb::EventType::Scheduled) => Ok(EventType::Scheduled),
+        Ok(pb::EventType::Preempted) => Ok(EventType::Preempted),
+        Ok(pb::EventType::Unspecified) => Err("event without a type".into()),
+        Err(_) => Err(format!("unknown event type {value}")),
+    }
+}
+
+fn finish_reason(value: i32) -> Result<Option<FinishReason>, String> {
+    Ok(match pb::FinishReason::try_from(value) {
+        Ok(pb::FinishReason::Unspecified) => None,
+        Ok(pb::FinishReason::Stop) => Some(FinishReason::Stop),
+        Ok(pb::FinishReason::Length) => Some(FinishReason::Length),
+        Ok(pb::FinishReason::Abort) => Some(FinishReason::Abort),
+        Ok(pb::FinishReason::Error) => Some(FinishReason::Error),
+        Ok(pb::FinishReason::Repetition) => Some(FinishReason::Repetition),
+        Err(_) => return Err(format!("unknown finish reason {value}")),
+    })
+}
+
+impl From<pb::PrefillStats> for PrefillStats {
+    fn from(s: pb::PrefillStats) -> Self {
+        PrefillStats {
+            num_prompt_tokens: s.num_prompt_tokens,
+            num_computed_tokens: s.num_computed_tokens,
+            num_cached_tokens: s.num_cached_tokens,
+            num_local_cached_tokens: s.num_local_cached_tokens,
+            num_external_cached_tokens: s.num_external_cached_tokens,
+        }
+    }
+}
+
+impl From<PrefillStats> for pb::PrefillStats {
+    fn from(s: PrefillStats) -> Self {
+        pb::PrefillStats {
+            num_prompt_tokens: s.num_prompt_tokens,
+            num_computed_tokens: s.num_computed_tokens,
+            num_cached_tokens: s.num_cached_tokens,
+            num_local_cached_tokens: s.num_local_cached_tokens,
+            num_external_cached_tokens: s.num_external_cached_tokens,
+        }
+    }
+}
+
+fn output_from_proto(o: pb::EngineCoreOutput) -> Result<EngineCoreOutput, String> {
+    let request_id = required_id("output", o.request_id)?;
+    let events = o
+        .events
+        .into_iter()
+        .map(|e| {
+            Ok(EngineCoreEvent {
+                kind: event_type(e.r#type)?,
+                timestamp: e.timestamp,
+                reason: e.reason,
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()
+        .map_err(|e| format!("request {request_id}: {e}"))?;
+    let finish_reason =
+        finish_reason(o.finish_reason).map_err(|e| format!("request {request_id}: {e}"))?;
+    Ok(EngineCoreOutput {
+        request_id,
+        new_token_ids: o.new_token_ids,
+        events,
+        prefill_stats: o.prefill_stats.map(PrefillStats::from),
+        finish_reason,
+    })
+}
+
+/// Converts a wire record; `now` (the server's wall clock) fills receive
+/// times the sender left out. Every number is then checked like a JSONL line.
+pub fn record_from_proto(record: pb::Record, now: f64) -> Result<Record, String> {
+    use pb::record::Record as R;
+    let record = match record
+        .record
+        .ok_or("empty record (no field of the oneof set)")?
+    {
+        R::Request(r) => Record::Request(RequestStart {
+            request_id: required_id("request", r.request_id)?,
+            model_name: r.model_name,
+            engine: r.engine,
+            arrival_time: r.arrival_time,
+            prompt_len: r.prompt_len,
+            max_tokens: r.max_tokens,
+            n: r.n.unwrap_or(1),
+        }),
+        R::Outputs(b) => Record::Outputs(OutputBatch {
+            engine: b.engine,
+            timestamp: b.timestamp,
+            received_at: b.received_at.unwrap_or(now),
+            outputs: b
+                .outputs
+                .into_iter()
+                .map(output_from_proto)
+                .collect::<Result<_, _>>()?,
+        }),
+        R::Abort(a) => Record::Abort(Abort {
+            request_id: required_id("abort", a.request_id)?,
+            received_at: a.received_at.unwrap_or(now),
+        }),
+        R::SchedulerStats(s) => Record::SchedulerStats(SchedulerStats {
+            model_name: s.model_name,
+            engine: s.engine,
+            num_running_reqs: s.num_running_reqs,
+            num_waiting_reqs: s.num_waiting_reqs,
+            kv_cache_usage: s.kv_cache_usage,
+            prefix_cache_queries: s.prefix_cache_queries,
+            prefix_cache_hits: s.prefix_cache_hits,
+        }),
+    };
+    record.validate().map_err(|e| e.0)?;
+    Ok(record)
+}
+
+fn proto_event_type(kind: EventType) -> pb::EventType {
+    match kind {
+        EventType::Queued => pb::EventType::Queued,
+        EventType::Scheduled => pb::EventType::Scheduled,
+        EventType::Preempted => pb::EventType::Preempted,
+    }
+}
+
+fn proto_finish_reason(reason: Option<FinishReason>) -> pb::FinishReason {
+    match reason {
+        None => pb::FinishReason::Unspecified,
+        Some(FinishReason::Stop) => pb::FinishReason::Stop,
+        Some(FinishReason::Length) => pb::FinishReason::Length,
+        Some(FinishReason::Abort) => pb::FinishReason::Abort,
+        Some(FinishReason::Error) => pb::FinishReason::Error,
+        Some(FinishReason::Repetition) => pb::FinishReason::Repetition,
+    }
+}
+
+/// Converts a record for the wire (receive times always set).
+pub fn record_to_proto(record: &Record) -> pb::Record {
+    use pb::record::Record as R;
+    let inner = match record {
+        Record::Request(r) => R::Request(pb::RequestStarted {
+            request_id: r.request_id.clone(),
+            model_name: r.model_name.clone(),
+            engine: r.engine,
+            arrival_time: r.arrival_time,
+            prompt_len: r.prompt_len,
+            max_tokens: r.max_tokens,
+            n: Some(r.n),
+        }),
+        Record::Outputs(b) => R::Outputs(pb::OutputBatch {
+            engine: b.engine,
+            timestamp: b.timestamp,
+            received_at: Some(b.received_at),
+            outputs: b
+                .outputs
+                .iter()
+                .map(|o| pb::EngineCoreOutput {
+                    request_id: o.request_id.clone(),
+                    new_token_ids: o.new_token_ids.clone(),
+                    events: o
+                        .events
+                        .iter()
+                        .map(|e| pb::EngineCoreEvent {
+                            r#type: proto_event_type(e.kind) as i32,
+                            timestamp: e.timestamp,
+                            reason: e.reason.clone(),
+                        })
+                        .collect(),
+                    prefill_stats: o.prefill_stats.map(pb::PrefillStats::from),
+                    finish_reason: proto_finish_reason(o.finish_reason) as i32,
+                })
+                .collect(),
+        }),
+        Record::Abort(a) => R::Abort(pb::Abort {
+            request_id: a.request_id.clone(),
+            received_at: Some(a.received_at),
+        }),
+        Record::SchedulerStats(s) => R::SchedulerStats(pb::SchedulerStats {
+            model_name: s.model_name.clone(),
+            engine: s.engine,
+            num_running_reqs: s.num_running_reqs,
+            num_waiting_reqs: s.num_waiting_reqs,
+            kv_cache_usage: s.kv_cache_usage,
+            prefix_cache_queries: s.prefix_cache_queries,
+            prefix_cache_hits: s.prefix_cache_hits,
+        }),
+    };
+    pb::Record {
+        record: Some(inner),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_through_the_wire_types() {
+        let trace = include_str!("../../tests/data/lifecycle.jsonl");
+        let mut converted = 0;
+        for line in trace.lines() {
+            let Ok(record) = serde_json::from_str::<Record>(line) else {
+                continue;
+            };
+            if record.validate().is_err() {
+                continue;
+            }
+            assert_eq!(record_from_proto(record_to_proto(&record), 0.0), Ok(record));
+            converted += 1;
+        }
+        assert!(converted > 20);
+    }
+
+    #[test]
+    fn invalid_wire_records_are_named() {
+        let empty = pb::Record { record: None };
+        assert!(record_from_proto(empty, 0.0)
+            .unwrap_err()
+            .contains("empty record"));
+        let bad_event = pb::Record {
+            record: Some(pb::record::Record::Outputs(pb::OutputBatch {
+                engine: 0,
+                timestamp: 1.0,
+                received_at: None,
+                outputs: vec![pb::EngineCoreOutput {
+                    request_id: "r7".into(),
+                    events: vec![pb::EngineCoreEvent {
+                        r#type: 9,
+                        timestamp: 1.0,
+                        reason: None,
+                    }],
+                    ..Default::default()
+                }],
+            })),
+        };
+        assert_eq!(
+            record_from_proto(bad_event, 0.0).unwrap_err(),
+            "request r7: unknown event type 9"
+        );
+        let nan = pb::Record {
+            record: Some(pb::record::Record::Abort(pb::Abort {
+                request_id: "r".into(),
+                received_at: Some(f64::NAN),
+            })),
+        };
+        assert!(record_from_proto(nan, 0.0)
+            .unwrap_err()
+            .contains("not a finite number"));
+        let defaulted = pb::Record {
+            record: Some(pb::record::Record::Abort(pb::Abort {
+                request_id: "r".into(),
+                received_at: None,
+            })),
+        };
+        assert_eq!(
+            record_from_proto(defaulted, 42.0),
+            Ok(Record::Abort(Abort {
+                request_id: "r".into(),
+                received_at: 42.0
+            }))
+        );
+    }
+}
