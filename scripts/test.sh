@@ -14,9 +14,10 @@ if ! command -v promtool >/dev/null 2>&1; then
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null
 fi
 
-if ! python3 -c 'import prometheus_client' >/dev/null 2>&1; then
-  echo "==> installing Python test requirements"
-  python3 -m pip install --quiet --disable-pip-version-check -r tests/requirements.txt
+if ! python3 -c 'import prometheus_client, grpc, grpc_tools' >/dev/null 2>&1; then
+  echo "==> installing Python requirements (tests, gRPC client example)"
+  python3 -m pip install --quiet --disable-pip-version-check \
+    -r tests/requirements.txt -r examples/python/requirements.txt
 fi
 
 echo "==> building the OpenTelemetry Collector (otel-collector/build.sh)"

@@ -8,92 +8,11 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
-use common::Guard;
+use common::collector::Collector;
 
 const TRACE: &str = "tests/data/generated-seed11.jsonl";
-
-fn collector_binary() -> PathBuf {
-    let binary = common::repo().join("otel-collector/bin/otelcol-vllm");
-    assert!(
-        binary.is_file(),
-        "the OpenTelemetry Collector is required: build it with `bash otel-collector/build.sh` (needs Go), or run `bash scripts/test.sh`"
-    );
-    binary
-}
-
-/// A Collector running the shipped config on free ports.
-struct Collector {
-    _process: Guard,
-    grpc: u16,
-    http: u16,
-    prometheus: u16,
-    dir: PathBuf,
-}
-
-impl Collector {
-    fn start() -> Collector {
-        let (grpc, http, prometheus) = (
-            common::free_port(),
-            common::free_port(),
-            common::free_port(),
-        );
-        Collector::start_on(grpc, http, prometheus)
-    }
-
-    fn start_on(grpc: u16, http: u16, prometheus: u16) -> Collector {
-        let dir = common::tempdir("collector");
-        let log = std::fs::File::create(dir.join("collector.log")).unwrap();
-        // The shipped config as it is; its ports come from these variables.
-        let process = Command::new(collector_binary())
-            .arg("--config")
-            .arg(common::repo().join("otel-collector/config.yaml"))
-            .env("OTELCOL_OTLP_GRPC_PORT", grpc.to_string())
-            .env("OTELCOL_OTLP_HTTP_PORT", http.to_string())
-            .env("OTELCOL_PROMETHEUS_PORT", prometheus.to_string())
-            .env("OTELCOL_TELEMETRY_PORT", common::free_port().to_string())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("the Collector starts");
-        let collector = Collector {
-            _process: Guard(process),
-            grpc,
-            http,
-            prometheus,
-            dir,
-        };
-        common::wait_for(30, "the Collector's Prometheus endpoint", || {
-            common::http_get(prometheus, "/metrics")
-        });
-        collector
-    }
-
-    fn endpoint(&self, protocol: &str) -> String {
-        match protocol {
-            "grpc" => format!("http://127.0.0.1:{}", self.grpc),
-            _ => format!("http://127.0.0.1:{}", self.http),
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("collector.log")).unwrap_or_default()
-    }
-
-    /// The `vllm:` samples of one pushing process (by `instance`), without job/instance.
-    fn samples_of(&self, instance: &str) -> BTreeMap<String, f64> {
-        let text = common::http_get(self.prometheus, "/metrics").unwrap_or_default();
-        let marker = format!("instance=\"{instance}\"");
-        let own: String = text
-            .lines()
-            .filter(|l| l.starts_with("vllm:") && l.contains(&marker))
-            .map(|l| format!("{l}\n"))
-            .collect();
-        common::normalized_samples(&own, &["job", "instance"])
-    }
-}
 
 /// The bridge's `vllm:` samples from a replay's stdout.
 fn vllm_samples(exposition: &str) -> BTreeMap<String, f64> {

@@ -1,0 +1,85 @@
+//! A real OpenTelemetry Collector (built by `otel-collector/build.sh`)
+//! running the shipped `otel-collector/config.yaml` on free ports.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+
+use super::Guard;
+
+/// The Collector binary; fails with how to build it when missing.
+pub fn collector_binary() -> PathBuf {
+    let binary = super::repo().join("otel-collector/bin/otelcol-vllm");
+    assert!(
+        binary.is_file(),
+        "the OpenTelemetry Collector is required: build it with `bash otel-collector/build.sh` (needs Go), or run `bash scripts/test.sh`"
+    );
+    binary
+}
+
+/// A Collector running the shipped config on free ports.
+pub struct Collector {
+    _process: Guard,
+    pub grpc: u16,
+    pub http: u16,
+    pub prometheus: u16,
+    dir: PathBuf,
+}
+
+impl Collector {
+    pub fn start() -> Collector {
+        let (grpc, http, prometheus) = (super::free_port(), super::free_port(), super::free_port());
+        Collector::start_on(grpc, http, prometheus)
+    }
+
+    pub fn start_on(grpc: u16, http: u16, prometheus: u16) -> Collector {
+        let dir = super::tempdir("collector");
+        let log = std::fs::File::create(dir.join("collector.log")).unwrap();
+        // The shipped config as it is; its ports come from these variables.
+        let process = Command::new(collector_binary())
+            .arg("--config")
+            .arg(super::repo().join("otel-collector/config.yaml"))
+            .env("OTELCOL_OTLP_GRPC_PORT", grpc.to_string())
+            .env("OTELCOL_OTLP_HTTP_PORT", http.to_string())
+            .env("OTELCOL_PROMETHEUS_PORT", prometheus.to_string())
+            .env("OTELCOL_TELEMETRY_PORT", super::free_port().to_string())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("the Collector starts");
+        let collector = Collector {
+            _process: Guard(process),
+            grpc,
+            http,
+            prometheus,
+            dir,
+        };
+        super::wait_for(30, "the Collector's Prometheus endpoint", || {
+            super::http_get(prometheus, "/metrics")
+        });
+        collector
+    }
+
+    pub fn endpoint(&self, protocol: &str) -> String {
+        match protocol {
+            "grpc" => format!("http://127.0.0.1:{}", self.grpc),
+            _ => format!("http://127.0.0.1:{}", self.http),
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("collector.log")).unwrap_or_default()
+    }
+
+    /// The `vllm:` samples of one pushing process (by `instance`), without job/instance.
+    pub fn samples_of(&self, instance: &str) -> BTreeMap<String, f64> {
+        let text = super::http_get(self.prometheus, "/metrics").unwrap_or_default();
+        let marker = format!("instance=\"{instance}\"");
+        let own: String = text
+            .lines()
+            .filter(|l| l.starts_with("vllm:") && l.contains(&marker))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        super::normalized_samples(&own, &["job", "instance"])
+    }
+}
