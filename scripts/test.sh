@@ -27,6 +27,9 @@ echo "==> cargo fmt --check"
 cargo fmt --all -- --check
 echo "==> cargo clippy"
 cargo clippy --all-targets --quiet -- -D warnings
+echo "==> promtool check rules / test rules"
+promtool check rules otel-collector/rules.yml
+promtool test rules otel-collector/rules_test.yml
 echo "==> cargo test"
 cargo test --all-targets
 cargo test --doc
