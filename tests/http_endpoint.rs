@@ -5,7 +5,7 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use vllm_otel_metrics::export::prometheus::{http, PrometheusBridge};
 use vllm_otel_metrics::instruments::Instruments;
@@ -43,21 +43,12 @@ fn get(
 
 fn python_samples(format: &str, exposition: &str) -> Vec<String> {
     let python = common::python_with_prometheus_client();
-    let mut child = Command::new(python)
-        .arg(common::repo().join("tests/helpers/parse_exposition.py"))
-        .arg(format)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("python3 starts");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(exposition.as_bytes())
-        .unwrap();
-    let output = child.wait_with_output().unwrap();
+    let output = common::run_with_stdin(
+        Command::new(python)
+            .arg(common::repo().join("tests/helpers/parse_exposition.py"))
+            .arg(format),
+        exposition,
+    );
     assert!(
         output.status.success(),
         "prometheus_client rejected the {format} exposition: {}\n{exposition}",

@@ -3,8 +3,7 @@
 
 mod common;
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use vllm_otel_metrics::catalog;
 
@@ -18,20 +17,10 @@ fn promtool_reports_only_the_lints_of_vllm_names() {
         common::replay(&common::repo().join("tests/data/lifecycle.jsonl"));
     assert_eq!(code, 2, "the trace has invalid lines: {stderr}");
 
-    let mut child = Command::new(promtool)
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool starts");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(exposition.as_bytes())
-        .unwrap();
-    let output = child.wait_with_output().unwrap();
+    let output = common::run_with_stdin(
+        Command::new(promtool).args(["check", "metrics"]),
+        &exposition,
+    );
     let report = format!(
         "{}{}",
         String::from_utf8_lossy(&output.stdout),

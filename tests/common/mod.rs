@@ -85,6 +85,28 @@ pub fn run(args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// Runs `command` with `input` on its standard input; returns its output.
+pub fn run_with_stdin(command: &mut Command, input: &str) -> std::process::Output {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{command:?} does not start: {e}"));
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    let input = input.to_owned();
+    // A writer thread: the child may fill its output pipes before reading all input.
+    let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
+    let output = child.wait_with_output().expect("the child runs");
+    writer
+        .join()
+        .expect("the writer ends")
+        .expect("the input is written");
+    output
+}
+
 /// `replay FILE --output prometheus --metrics-addr none`.
 pub fn replay(trace: &Path) -> (i32, String, String) {
     run(&[
