@@ -1,0 +1,226 @@
+//! Comparison: the same OpenTelemetry instruments and Views as the crate, but
+//! recorded unbound — `add(value, &attributes)` / `record(value, &attributes)`
+//! on every call, so the SDK looks the attribute set up each time (a read
+//! lock and a hash of the attributes per observation). The attribute slices
+//! are built once per label set and reused; nothing else is cached.
+
+use opentelemetry::metrics::{Counter, Histogram, Meter, MeterProvider as _};
+use opentelemetry::KeyValue;
+use opentelemetry_sdk::metrics::{Aggregation, Instrument, ManualReader, SdkMeterProvider, Stream};
+use vllm_otel_metrics::catalog::{self, MetricDef, PROMPT_TOKEN_SOURCES};
+use vllm_otel_metrics::protocol::{EngineCoreOutput, FinishReason, PrefillStats};
+use vllm_otel_metrics::tracker::RequestParams;
+
+use crate::lifecycle_state::{Lifecycle, Sink, Terminal};
+
+/// A meter provider with one explicit-bucket View per catalog histogram, a
+/// ManualReader, and one instrument per per-request family.
+pub struct Metrics {
+    /// Kept alive with the instruments.
+    _provider: SdkMeterProvider,
+    num_preemptions: Counter<u64>,
+    prompt_tokens: Counter<u64>,
+    prompt_tokens_by_source: Counter<u64>,
+    prompt_tokens_cached: Counter<u64>,
+    generation_tokens: Counter<u64>,
+    request_success: Counter<u64>,
+    request_prompt_tokens: Histogram<f64>,
+    request_generation_tokens: Histogram<f64>,
+    request_max_num_generation_tokens: Histogram<f64>,
+    request_params_max_tokens: Histogram<f64>,
+    request_params_n: Histogram<f64>,
+    request_num_preemptions: Histogram<f64>,
+    request_prefill_kv_computed_tokens: Histogram<f64>,
+    time_to_first_token: Histogram<f64>,
+    inter_token_latency: Histogram<f64>,
+    e2e_request_latency: Histogram<f64>,
+    request_queue_time: Histogram<f64>,
+    request_prefill_time: Histogram<f64>,
+    request_decode_time: Histogram<f64>,
+    request_inference_time: Histogram<f64>,
+    request_time_per_output_token: Histogram<f64>,
+}
+
+fn counter(meter: &Meter, def: &'static MetricDef) -> Counter<u64> {
+    meter
+        .u64_counter(def.otel_name)
+        .with_unit(def.unit)
+        .with_description(def.help)
+        .build()
+}
+
+fn histogram(meter: &Meter, def: &'static MetricDef) -> Histogram<f64> {
+    meter
+        .f64_histogram(def.otel_name)
+        .with_unit(def.unit)
+        .with_description(def.help)
+        .build()
+}
+
+impl Metrics {
+    pub fn new(max_model_len: u32) -> Self {
+        use catalog::*;
+        let provider = SdkMeterProvider::builder()
+            .with_reader(ManualReader::builder().build())
+            .with_view(move |inst: &Instrument| {
+                let def = catalog::by_otel_name(inst.name())?;
+                if def.kind != Kind::Histogram {
+                    return None;
+                }
+                Stream::builder()
+                    .with_aggregation(Aggregation::ExplicitBucketHistogram {
+                        boundaries: def.buckets.boundaries(max_model_len),
+                        record_min_max: false,
+                    })
+                    .build()
+                    .ok()
+            })
+            .build();
+        let m = provider.meter("lifecycle-bench");
+        Metrics {
+            num_preemptions: counter(&m, &NUM_PREEMPTIONS),
+            prompt_tokens: counter(&m, &PROMPT_TOKENS),
+            prompt_tokens_by_source: counter(&m, &PROMPT_TOKENS_BY_SOURCE),
+            prompt_tokens_cached: counter(&m, &PROMPT_TOKENS_CACHED),
+            generation_tokens: counter(&m, &GENERATION_TOKENS),
+            request_success: counter(&m, &REQUEST_SUCCESS),
+            request_prompt_tokens: histogram(&m, &REQUEST_PROMPT_TOKENS),
+            request_generation_tokens: histogram(&m, &REQUEST_GENERATION_TOKENS),
+            request_max_num_generation_tokens: histogram(&m, &REQUEST_MAX_NUM_GENERATION_TOKENS),
+            request_params_max_tokens: histogram(&m, &REQUEST_PARAMS_MAX_TOKENS),
+            request_params_n: histogram(&m, &REQUEST_PARAMS_N),
+            request_num_preemptions: histogram(&m, &REQUEST_NUM_PREEMPTIONS),
+            request_prefill_kv_computed_tokens: histogram(&m, &REQUEST_PREFILL_KV_COMPUTED_TOKENS),
+            time_to_first_token: histogram(&m, &TIME_TO_FIRST_TOKEN),
+            inter_token_latency: histogram(&m, &INTER_TOKEN_LATENCY),
+            e2e_request_latency: histogram(&m, &E2E_REQUEST_LATENCY),
+            request_queue_time: histogram(&m, &REQUEST_QUEUE_TIME),
+            request_prefill_time: histogram(&m, &REQUEST_PREFILL_TIME),
+            request_decode_time: histogram(&m, &REQUEST_DECODE_TIME),
+            request_inference_time: histogram(&m, &REQUEST_INFERENCE_TIME),
+            request_time_per_output_token: histogram(&m, &REQUEST_TIME_PER_OUTPUT_TOKEN),
+            _provider: provider,
+        }
+    }
+}
+
+/// The attribute slices of one `(model_name, engine)` label set, built once.
+pub struct Attributes {
+    engine: [KeyValue; 2],
+    sources: [[KeyValue; 3]; 3],
+    finished: [[KeyValue; 3]; 5],
+}
+
+impl Attributes {
+    pub fn new(model_name: &str, engine: u32) -> Self {
+        let base = [
+            KeyValue::new(catalog::ENGINE_LABELS[0], model_name.to_owned()),
+            KeyValue::new(catalog::ENGINE_LABELS[1], engine.to_string()),
+        ];
+        let with = |name: &'static str, value: &'static str| {
+            [base[0].clone(), base[1].clone(), KeyValue::new(name, value)]
+        };
+        Attributes {
+            sources: PROMPT_TOKEN_SOURCES.map(|s| with(catalog::SOURCE_LABELS[2], s)),
+            finished: FinishReason::ALL
+                .map(|r| with(catalog::FINISHED_REASON_LABELS[2], r.as_str())),
+            engine: base,
+        }
+    }
+}
+
+struct Unbound<'a> {
+    m: &'a Metrics,
+    a: &'a Attributes,
+}
+
+impl Sink for Unbound<'_> {
+    #[inline]
+    fn generation_tokens(&self, tokens: u64) {
+        self.m.generation_tokens.add(tokens, &self.a.engine);
+    }
+
+    #[inline]
+    fn preemption(&self) {
+        self.m.num_preemptions.add(1, &self.a.engine);
+    }
+
+    #[inline]
+    fn prompt_tokens(&self, stats: &PrefillStats) {
+        let (m, a) = (self.m, self.a);
+        m.prompt_tokens
+            .add(u64::from(stats.num_prompt_tokens), &a.engine);
+        let by_source = [
+            stats.num_computed_tokens,
+            stats.num_local_cached_tokens,
+            stats.num_external_cached_tokens,
+        ];
+        for (attributes, tokens) in a.sources.iter().zip(by_source) {
+            m.prompt_tokens_by_source.add(u64::from(tokens), attributes);
+        }
+        m.prompt_tokens_cached
+            .add(u64::from(stats.num_cached_tokens), &a.engine);
+    }
+
+    #[inline]
+    fn time_to_first_token(&self, seconds: f64) {
+        self.m.time_to_first_token.record(seconds, &self.a.engine);
+    }
+
+    #[inline]
+    fn inter_token_latency(&self, seconds: f64) {
+        self.m.inter_token_latency.record(seconds, &self.a.engine);
+    }
+
+    fn terminal(&self, t: &Terminal) {
+        let (m, l) = (self.m, &self.a.engine);
+        m.request_success.add(1, &self.a.finished[t.reason.index()]);
+        m.request_prompt_tokens.record(t.prompt_tokens, l);
+        m.request_generation_tokens.record(t.generation_tokens, l);
+        m.request_max_num_generation_tokens
+            .record(t.generation_tokens, l);
+        if let Some(max_tokens) = t.max_tokens {
+            m.request_params_max_tokens.record(max_tokens, l);
+        }
+        m.request_params_n.record(t.n, l);
+        m.request_num_preemptions.record(t.num_preemptions, l);
+        m.request_prefill_kv_computed_tokens
+            .record(t.prefill_kv_computed_tokens, l);
+        m.e2e_request_latency.record(t.e2e, l);
+        m.request_queue_time.record(t.queue, l);
+        m.request_prefill_time.record(t.prefill, l);
+        m.request_decode_time.record(t.decode, l);
+        m.request_inference_time.record(t.inference, l);
+        m.request_time_per_output_token
+            .record(t.time_per_output_token, l);
+    }
+}
+
+/// One request: lifecycle state recording through unbound instruments.
+pub struct Request<'a> {
+    sink: Unbound<'a>,
+    state: Lifecycle,
+}
+
+impl<'a> Request<'a> {
+    pub fn start(metrics: &'a Metrics, attributes: &'a Attributes, params: RequestParams) -> Self {
+        Request {
+            sink: Unbound {
+                m: metrics,
+                a: attributes,
+            },
+            state: Lifecycle::new(params),
+        }
+    }
+
+    #[inline]
+    pub fn observe_output(
+        &mut self,
+        batch_timestamp: f64,
+        received_at: f64,
+        output: &EngineCoreOutput,
+    ) -> bool {
+        self.state
+            .observe_output(&self.sink, batch_timestamp, received_at, output)
+    }
+}

@@ -1,0 +1,337 @@
+//! Baseline: the same per-request tracker recorded with the `prometheus-client`
+//! crate, the way a Rust frontend built on it does (vLLM's Rust frontend):
+//! one `Family` per metric in a `Registry`, label sets as structs deriving
+//! `EncodeLabelSet`, and each request's metric handles resolved once, at
+//! request start, with `Family::get_or_create_owned` (a read-locked map lookup
+//! and an `Arc` clone per family). `request_success` is looked up with
+//! `get_or_create` when the request finishes, since its series depends on the
+//! finish reason.
+//!
+//! The label keys are built once per label set (so no request allocates a
+//! label struct): this is the fastest way to use the crate, which makes the
+//! comparison with `otel_bound` conservative.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::{Family, MetricConstructor};
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use vllm_otel_metrics::catalog::{self, MetricDef, PROMPT_TOKEN_SOURCES};
+use vllm_otel_metrics::protocol::{EngineCoreOutput, FinishReason, PrefillStats};
+use vllm_otel_metrics::tracker::RequestParams;
+
+use crate::lifecycle_state::{Lifecycle, Sink, Terminal};
+
+/// Labels `model_name`, `engine`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EngineLabels {
+    pub model_name: String,
+    pub engine: u32,
+}
+
+/// Labels `model_name`, `engine`, `finished_reason`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FinishedLabels {
+    pub model_name: String,
+    pub engine: u32,
+    pub finished_reason: &'static str,
+}
+
+/// Labels `model_name`, `engine`, `source`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabels {
+    pub model_name: String,
+    pub engine: u32,
+    pub source: &'static str,
+}
+
+/// Builds a family's histograms with the catalog's boundaries.
+#[derive(Clone, Debug)]
+pub struct Buckets(Vec<f64>);
+
+impl MetricConstructor<Histogram> for Buckets {
+    fn new_metric(&self) -> Histogram {
+        Histogram::new(self.0.iter().copied())
+    }
+}
+
+type CounterFamily<L> = Family<L, Counter>;
+type HistogramFamily = Family<EngineLabels, Histogram, Buckets>;
+
+/// The registry and its 22 per-request families.
+pub struct Metrics {
+    pub registry: Registry,
+    num_preemptions: CounterFamily<EngineLabels>,
+    prompt_tokens: CounterFamily<EngineLabels>,
+    prompt_tokens_by_source: CounterFamily<SourceLabels>,
+    prompt_tokens_cached: CounterFamily<EngineLabels>,
+    generation_tokens: CounterFamily<EngineLabels>,
+    request_success: CounterFamily<FinishedLabels>,
+    iteration_tokens: HistogramFamily,
+    request_prompt_tokens: HistogramFamily,
+    request_generation_tokens: HistogramFamily,
+    request_max_num_generation_tokens: HistogramFamily,
+    request_params_max_tokens: HistogramFamily,
+    request_params_n: HistogramFamily,
+    request_num_preemptions: HistogramFamily,
+    request_prefill_kv_computed_tokens: HistogramFamily,
+    time_to_first_token: HistogramFamily,
+    inter_token_latency: HistogramFamily,
+    e2e_request_latency: HistogramFamily,
+    request_queue_time: HistogramFamily,
+    request_prefill_time: HistogramFamily,
+    request_decode_time: HistogramFamily,
+    request_inference_time: HistogramFamily,
+    request_time_per_output_token: HistogramFamily,
+}
+
+fn counter<L>(registry: &mut Registry, def: &MetricDef) -> CounterFamily<L>
+where
+    L: Clone + std::hash::Hash + Eq + EncodeLabelSet + std::fmt::Debug + Send + Sync + 'static,
+{
+    let family = CounterFamily::<L>::default();
+    registry.register(def.vllm_name, def.help, family.clone());
+    family
+}
+
+fn histogram(registry: &mut Registry, def: &MetricDef, max_model_len: u32) -> HistogramFamily {
+    let family =
+        HistogramFamily::new_with_constructor(Buckets(def.buckets.boundaries(max_model_len)));
+    registry.register(def.vllm_name, def.help, family.clone());
+    family
+}
+
+impl Metrics {
+    pub fn new(max_model_len: u32) -> Self {
+        use catalog::*;
+        let mut r = Registry::default();
+        let len = max_model_len;
+        Metrics {
+            num_preemptions: counter(&mut r, &NUM_PREEMPTIONS),
+            prompt_tokens: counter(&mut r, &PROMPT_TOKENS),
+            prompt_tokens_by_source: counter(&mut r, &PROMPT_TOKENS_BY_SOURCE),
+            prompt_tokens_cached: counter(&mut r, &PROMPT_TOKENS_CACHED),
+            generation_tokens: counter(&mut r, &GENERATION_TOKENS),
+            request_success: counter(&mut r, &REQUEST_SUCCESS),
+            iteration_tokens: histogram(&mut r, &ITERATION_TOKENS, len),
+            request_prompt_tokens: histogram(&mut r, &REQUEST_PROMPT_TOKENS, len),
+            request_generation_tokens: histogram(&mut r, &REQUEST_GENERATION_TOKENS, len),
+            request_max_num_generation_tokens: histogram(
+                &mut r,
+                &REQUEST_MAX_NUM_GENERATION_TOKENS,
+                len,
+            ),
+            request_params_max_tokens: histogram(&mut r, &REQUEST_PARAMS_MAX_TOKENS, len),
+            request_params_n: histogram(&mut r, &REQUEST_PARAMS_N, len),
+            request_num_preemptions: histogram(&mut r, &REQUEST_NUM_PREEMPTIONS, len),
+            request_prefill_kv_computed_tokens: histogram(
+                &mut r,
+                &REQUEST_PREFILL_KV_COMPUTED_TOKENS,
+                len,
+            ),
+            time_to_first_token: histogram(&mut r, &TIME_TO_FIRST_TOKEN, len),
+            inter_token_latency: histogram(&mut r, &INTER_TOKEN_LATENCY, len),
+            e2e_request_latency: histogram(&mut r, &E2E_REQUEST_LATENCY, len),
+            request_queue_time: histogram(&mut r, &REQUEST_QUEUE_TIME, len),
+            request_prefill_time: histogram(&mut r, &REQUEST_PREFILL_TIME, len),
+            request_decode_time: histogram(&mut r, &REQUEST_DECODE_TIME, len),
+            request_inference_time: histogram(&mut r, &REQUEST_INFERENCE_TIME, len),
+            request_time_per_output_token: histogram(&mut r, &REQUEST_TIME_PER_OUTPUT_TOKEN, len),
+            registry: r,
+        }
+    }
+
+    /// The Prometheus text exposition of everything recorded.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+}
+
+/// The label keys of one `(model_name, engine)` label set, built once.
+pub struct LabelSet {
+    engine: EngineLabels,
+    sources: [SourceLabels; 3],
+    finished: [FinishedLabels; 5],
+}
+
+impl LabelSet {
+    pub fn new(model_name: &str, engine: u32) -> Self {
+        let model_name = model_name.to_owned();
+        LabelSet {
+            sources: PROMPT_TOKEN_SOURCES.map(|source| SourceLabels {
+                model_name: model_name.clone(),
+                engine,
+                source,
+            }),
+            finished: FinishReason::ALL.map(|reason| FinishedLabels {
+                model_name: model_name.clone(),
+                engine,
+                finished_reason: reason.as_str(),
+            }),
+            engine: EngineLabels { model_name, engine },
+        }
+    }
+}
+
+/// One request's handles, resolved at request start.
+struct Handles<'a> {
+    metrics: &'a Metrics,
+    labels: &'a LabelSet,
+    num_preemptions: Counter,
+    prompt_tokens: Counter,
+    prompt_tokens_by_source: [Counter; 3],
+    prompt_tokens_cached: Counter,
+    generation_tokens: Counter,
+    // Resolved like every other handle even though only the per-batch
+    // iteration path records it.
+    _iteration_tokens: Histogram,
+    request_prompt_tokens: Histogram,
+    request_generation_tokens: Histogram,
+    request_max_num_generation_tokens: Histogram,
+    request_params_max_tokens: Histogram,
+    request_params_n: Histogram,
+    request_num_preemptions: Histogram,
+    request_prefill_kv_computed_tokens: Histogram,
+    time_to_first_token: Histogram,
+    inter_token_latency: Histogram,
+    e2e_request_latency: Histogram,
+    request_queue_time: Histogram,
+    request_prefill_time: Histogram,
+    request_decode_time: Histogram,
+    request_inference_time: Histogram,
+    request_time_per_output_token: Histogram,
+}
+
+impl<'a> Handles<'a> {
+    fn resolve(m: &'a Metrics, labels: &'a LabelSet) -> Self {
+        let l = &labels.engine;
+        Handles {
+            metrics: m,
+            labels,
+            num_preemptions: m.num_preemptions.get_or_create_owned(l),
+            prompt_tokens: m.prompt_tokens.get_or_create_owned(l),
+            prompt_tokens_by_source: [
+                m.prompt_tokens_by_source
+                    .get_or_create_owned(&labels.sources[0]),
+                m.prompt_tokens_by_source
+                    .get_or_create_owned(&labels.sources[1]),
+                m.prompt_tokens_by_source
+                    .get_or_create_owned(&labels.sources[2]),
+            ],
+            prompt_tokens_cached: m.prompt_tokens_cached.get_or_create_owned(l),
+            generation_tokens: m.generation_tokens.get_or_create_owned(l),
+            _iteration_tokens: m.iteration_tokens.get_or_create_owned(l),
+            request_prompt_tokens: m.request_prompt_tokens.get_or_create_owned(l),
+            request_generation_tokens: m.request_generation_tokens.get_or_create_owned(l),
+            request_max_num_generation_tokens: m
+                .request_max_num_generation_tokens
+                .get_or_create_owned(l),
+            request_params_max_tokens: m.request_params_max_tokens.get_or_create_owned(l),
+            request_params_n: m.request_params_n.get_or_create_owned(l),
+            request_num_preemptions: m.request_num_preemptions.get_or_create_owned(l),
+            request_prefill_kv_computed_tokens: m
+                .request_prefill_kv_computed_tokens
+                .get_or_create_owned(l),
+            time_to_first_token: m.time_to_first_token.get_or_create_owned(l),
+            inter_token_latency: m.inter_token_latency.get_or_create_owned(l),
+            e2e_request_latency: m.e2e_request_latency.get_or_create_owned(l),
+            request_queue_time: m.request_queue_time.get_or_create_owned(l),
+            request_prefill_time: m.request_prefill_time.get_or_create_owned(l),
+            request_decode_time: m.request_decode_time.get_or_create_owned(l),
+            request_inference_time: m.request_inference_time.get_or_create_owned(l),
+            request_time_per_output_token: m.request_time_per_output_token.get_or_create_owned(l),
+        }
+    }
+}
+
+impl Sink for Handles<'_> {
+    #[inline]
+    fn generation_tokens(&self, tokens: u64) {
+        self.generation_tokens.inc_by(tokens);
+    }
+
+    #[inline]
+    fn preemption(&self) {
+        self.num_preemptions.inc();
+    }
+
+    #[inline]
+    fn prompt_tokens(&self, stats: &PrefillStats) {
+        self.prompt_tokens
+            .inc_by(u64::from(stats.num_prompt_tokens));
+        let by_source = [
+            stats.num_computed_tokens,
+            stats.num_local_cached_tokens,
+            stats.num_external_cached_tokens,
+        ];
+        for (counter, tokens) in self.prompt_tokens_by_source.iter().zip(by_source) {
+            counter.inc_by(u64::from(tokens));
+        }
+        self.prompt_tokens_cached
+            .inc_by(u64::from(stats.num_cached_tokens));
+    }
+
+    #[inline]
+    fn time_to_first_token(&self, seconds: f64) {
+        self.time_to_first_token.observe(seconds);
+    }
+
+    #[inline]
+    fn inter_token_latency(&self, seconds: f64) {
+        self.inter_token_latency.observe(seconds);
+    }
+
+    fn terminal(&self, t: &Terminal) {
+        self.metrics
+            .request_success
+            .get_or_create(&self.labels.finished[t.reason.index()])
+            .inc();
+        self.request_prompt_tokens.observe(t.prompt_tokens);
+        self.request_generation_tokens.observe(t.generation_tokens);
+        self.request_max_num_generation_tokens
+            .observe(t.generation_tokens);
+        if let Some(max_tokens) = t.max_tokens {
+            self.request_params_max_tokens.observe(max_tokens);
+        }
+        self.request_params_n.observe(t.n);
+        self.request_num_preemptions.observe(t.num_preemptions);
+        self.request_prefill_kv_computed_tokens
+            .observe(t.prefill_kv_computed_tokens);
+        self.e2e_request_latency.observe(t.e2e);
+        self.request_queue_time.observe(t.queue);
+        self.request_prefill_time.observe(t.prefill);
+        self.request_decode_time.observe(t.decode);
+        self.request_inference_time.observe(t.inference);
+        self.request_time_per_output_token
+            .observe(t.time_per_output_token);
+    }
+}
+
+/// One request's metrics: resolved handles plus lifecycle state.
+pub struct Request<'a> {
+    handles: Handles<'a>,
+    state: Lifecycle,
+}
+
+impl<'a> Request<'a> {
+    pub fn start(metrics: &'a Metrics, labels: &'a LabelSet, params: RequestParams) -> Self {
+        Request {
+            handles: Handles::resolve(metrics, labels),
+            state: Lifecycle::new(params),
+        }
+    }
+
+    #[inline]
+    pub fn observe_output(
+        &mut self,
+        batch_timestamp: f64,
+        received_at: f64,
+        output: &EngineCoreOutput,
+    ) -> bool {
+        self.state
+            .observe_output(&self.handles, batch_timestamp, received_at, output)
+    }
+}

@@ -1,0 +1,270 @@
+//! Recording into an existing label set allocates nothing: the hot path of
+//! `RequestMetrics` and `Tracker::observe_batch` is counted, not timed.
+//!
+//! A counting global allocator counts the allocations (and reallocations) of
+//! the current thread while a thread-local flag is set, so tests running in
+//! parallel on other threads do not disturb each other. Set
+//! `ALLOCATIONS_BACKTRACE=1` to print a backtrace of every counted allocation.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use vllm_otel_metrics::export::prometheus::PrometheusBridge;
+use vllm_otel_metrics::instruments::Instruments;
+use vllm_otel_metrics::protocol::{
+    EngineCoreEvent, EngineCoreOutput, EventType, FinishReason, OutputBatch, PrefillStats,
+    RequestStart,
+};
+use vllm_otel_metrics::tracker::{RequestMetrics, RequestParams, Tracker};
+
+struct CountingAllocator;
+
+thread_local! {
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
+    static TRACING: Cell<bool> = const { Cell::new(false) };
+}
+
+impl CountingAllocator {
+    fn count(&self) {
+        let counting = COUNTING.try_with(Cell::get).unwrap_or(false);
+        if !counting {
+            return;
+        }
+        let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+        if TRACING.try_with(Cell::get).unwrap_or(false) {
+            // Capturing allocates: stop counting meanwhile.
+            let _ = COUNTING.try_with(|c| c.set(false));
+            eprintln!(
+                "counted allocation:\n{}",
+                std::backtrace::Backtrace::force_capture()
+            );
+            let _ = COUNTING.try_with(|c| c.set(true));
+        }
+    }
+}
+
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        self.count();
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        self.count();
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        self.count();
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator;
+
+/// How many allocations `f` makes on this thread.
+fn allocations<R>(f: impl FnOnce() -> R) -> (usize, R) {
+    let tracing = std::env::var_os("ALLOCATIONS_BACKTRACE").is_some_and(|v| v != "0");
+    TRACING.with(|t| t.set(tracing));
+    ALLOCATIONS.with(|n| n.set(0));
+    COUNTING.with(|c| c.set(true));
+    let result = f();
+    COUNTING.with(|c| c.set(false));
+    (ALLOCATIONS.with(Cell::get), result)
+}
+
+const MODEL: &str = "m";
+
+fn params() -> RequestParams {
+    RequestParams {
+        arrival_time: 100.0,
+        prompt_len: 64,
+        max_tokens: Some(16),
+        n: 1,
+    }
+}
+
+fn event(kind: EventType, timestamp: f64) -> EngineCoreEvent {
+    EngineCoreEvent {
+        kind,
+        timestamp,
+        reason: None,
+    }
+}
+
+fn first_output(id: &str) -> EngineCoreOutput {
+    EngineCoreOutput {
+        request_id: id.into(),
+        new_token_ids: vec![1],
+        events: vec![
+            event(EventType::Queued, 1.0),
+            event(EventType::Scheduled, 1.5),
+        ],
+        prefill_stats: Some(PrefillStats {
+            num_prompt_tokens: 64,
+            num_computed_tokens: 60,
+            num_cached_tokens: 4,
+            num_local_cached_tokens: 4,
+            num_external_cached_tokens: 0,
+        }),
+        finish_reason: None,
+    }
+}
+
+/// A decode output with tokens and a preemption/rescheduling pair.
+fn preempted_output(id: &str) -> EngineCoreOutput {
+    EngineCoreOutput {
+        request_id: id.into(),
+        new_token_ids: vec![2, 3],
+        events: vec![
+            event(EventType::Preempted, 2.2),
+            event(EventType::Scheduled, 2.4),
+        ],
+        prefill_stats: None,
+        finish_reason: None,
+    }
+}
+
+fn last_output(id: &str, reason: FinishReason) -> EngineCoreOutput {
+    EngineCoreOutput {
+        request_id: id.into(),
+        new_token_ids: vec![4],
+        finish_reason: Some(reason),
+        ..Default::default()
+    }
+}
+
+/// Instruments read by the Prometheus bridge, as the command line builds them.
+fn instruments() -> Instruments {
+    let (bridge, reader) = PrometheusBridge::builder().build();
+    // The bridge only reads; recording never touches it.
+    drop(bridge);
+    Instruments::builder().with_reader(reader).build()
+}
+
+/// Runs one whole request of `(MODEL, 0)` finishing with `reason`, so that the
+/// label set and that finish reason's series exist.
+fn warm(instruments: &Instruments, reason: FinishReason) {
+    let mut request = RequestMetrics::start(instruments, MODEL, 0, params());
+    request.observe_output(2.0, 100.5, &first_output("warm"));
+    request.observe_output(3.0, 101.0, &preempted_output("warm"));
+    assert!(request.observe_output(4.0, 101.5, &last_output("warm", reason)));
+}
+
+#[test]
+fn starting_a_request_of_an_existing_label_set_allocates_nothing() {
+    let instruments = instruments();
+    warm(&instruments, FinishReason::Stop);
+    let (n, mut request) = allocations(|| RequestMetrics::start(&instruments, MODEL, 0, params()));
+    assert_eq!(n, 0, "RequestMetrics::start allocated {n} time(s)");
+    request.finish(101.0, FinishReason::Stop);
+}
+
+#[test]
+fn observing_a_non_terminal_output_allocates_nothing() {
+    let instruments = instruments();
+    warm(&instruments, FinishReason::Stop);
+    let mut request = RequestMetrics::start(&instruments, MODEL, 0, params());
+    let first = first_output("r");
+    let preempted = preempted_output("r");
+    let (n, terminated) = allocations(|| {
+        // The first output (TTFT, prompt-token counters, events) and a decode
+        // output with tokens and events (ITL, preemption counter).
+        let a = request.observe_output(2.0, 100.5, &first);
+        let b = request.observe_output(3.0, 101.0, &preempted);
+        a || b
+    });
+    assert!(!terminated);
+    assert_eq!(n, 0, "RequestMetrics::observe_output allocated {n} time(s)");
+    request.finish(101.5, FinishReason::Stop);
+}
+
+#[test]
+fn finishing_a_request_allocates_nothing() {
+    let instruments = instruments();
+    warm(&instruments, FinishReason::Length);
+    let last = last_output("r", FinishReason::Length);
+
+    // Terminal recording through a finishing output.
+    let mut request = RequestMetrics::start(&instruments, MODEL, 0, params());
+    request.observe_output(2.0, 100.5, &first_output("r"));
+    request.observe_output(3.0, 101.0, &preempted_output("r"));
+    let (n, terminated) = allocations(|| request.observe_output(4.0, 101.5, &last));
+    assert!(terminated);
+    assert_eq!(n, 0, "a finishing output allocated {n} time(s)");
+    let (n, ()) = allocations(|| drop(request));
+    assert_eq!(n, 0, "dropping a finished request allocated {n} time(s)");
+
+    // Terminal recording through `finish`.
+    let mut request = RequestMetrics::start(&instruments, MODEL, 0, params());
+    request.observe_output(2.0, 100.5, &first_output("r"));
+    let (n, ()) = allocations(|| request.finish(101.5, FinishReason::Length));
+    assert!(request.is_terminated());
+    assert_eq!(n, 0, "RequestMetrics::finish allocated {n} time(s)");
+}
+
+#[test]
+fn observing_a_batch_of_live_requests_allocates_nothing_once_warmed() {
+    let mut tracker = Tracker::new(instruments());
+    warm(tracker.instruments(), FinishReason::Stop);
+    let ids: Vec<String> = (0..8).map(|i| format!("r{i}")).collect();
+    for id in &ids {
+        tracker
+            .start_request(&RequestStart {
+                request_id: id.clone(),
+                model_name: MODEL.into(),
+                engine: 0,
+                arrival_time: 100.0,
+                prompt_len: 64,
+                max_tokens: Some(16),
+                n: 1,
+            })
+            .unwrap();
+    }
+    let batch = |timestamp: f64, output: fn(&str) -> EngineCoreOutput| OutputBatch {
+        engine: 0,
+        timestamp,
+        received_at: 98.0 + timestamp,
+        outputs: ids.iter().map(|id| output(id)).collect(),
+    };
+    // Warm-up: the first batch sizes the tracker's scratch Vec.
+    assert!(tracker.observe_batch(&batch(2.0, first_output)).is_empty());
+
+    let decode = batch(3.0, preempted_output);
+    let (n, rejections) = allocations(|| tracker.observe_batch(&decode));
+    assert!(rejections.is_empty());
+    assert_eq!(tracker.in_flight(), ids.len());
+    assert_eq!(n, 0, "Tracker::observe_batch allocated {n} time(s)");
+
+    // A batch in which every request finishes (with a reason whose series exists).
+    let last = batch(4.0, |id| last_output(id, FinishReason::Stop));
+    let (n, rejections) = allocations(|| tracker.observe_batch(&last));
+    assert!(rejections.is_empty());
+    assert_eq!(tracker.in_flight(), 0);
+    assert_eq!(
+        n, 0,
+        "a finishing Tracker::observe_batch allocated {n} time(s)"
+    );
+}
+
+#[test]
+fn the_counter_counts() {
+    // Guards the guard: an allocation inside the window is seen.
+    let (n, v) = allocations(|| vec![0u8; 16]);
+    assert_eq!(v.len(), 16);
+    assert!(n >= 1);
+
+    // And it sees the crate's allocations: the first request finishing with a
+    // reason binds that reason's `request_success` series.
+    let instruments = instruments();
+    warm(&instruments, FinishReason::Stop);
+    let mut request = RequestMetrics::start(&instruments, MODEL, 0, params());
+    let (n, ()) = allocations(|| request.finish(101.0, FinishReason::Error));
+    assert!(n >= 1, "binding a new series should allocate");
+}
