@@ -125,8 +125,8 @@ pub const ENGINE_LABELS: &[&str] = &["model_name", "engine"];
 pub const FINISHED_REASON_LABELS: &[&str] = &["model_name", "engine", "finished_reason"];
 /// Labels of `vllm:prompt_tokens_by_source`.
 pub const SOURCE_LABELS: &[&str] = &["model_name", "engine", "source"];
-/// Labels of the self-telemetry counter.
-pub const REJECTION_LABELS: &[&str] = &["reason"];
+/// Labels of the self-telemetry counters.
+pub const REASON_LABELS: &[&str] = &["reason"];
 
 /// Values of the `source` label, in the order prefill stats report them:
 /// computed locally, hit in the local prefix cache, transferred from an external KV store.
@@ -449,7 +449,7 @@ pub const REJECTED_INPUTS: MetricDef = counter(
     "vllm_otel_metrics.rejected_inputs",
     "{input}",
     "Input records or outputs that changed no vLLM metric, by reason.",
-    REJECTION_LABELS,
+    REASON_LABELS,
 );
 
 /// Requests the tracker terminated itself (in-flight limit, time-to-live).
@@ -458,7 +458,7 @@ pub const EVICTED_REQUESTS: MetricDef = counter(
     "vllm_otel_metrics.evicted_requests",
     "{request}",
     "Live requests terminated as abort by the tracker itself, by reason.",
-    REJECTION_LABELS,
+    REASON_LABELS,
 );
 
 /// The per-request tier, in exposition order.

@@ -598,6 +598,16 @@ fn run_sweep(args: &SimulateArgs) -> io::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// A duration flag's value: zero or positive seconds, else a clear error.
+fn seconds(flag: &str, value: f64) -> io::Result<Duration> {
+    Duration::try_from_secs_f64(value).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{flag} must be zero or positive seconds, not {value}"),
+        )
+    })
+}
+
 fn run_simulate(args: SimulateArgs) -> io::Result<ExitCode> {
     if !args.sweep_kv_blocks.is_empty() {
         return run_sweep(&args);
@@ -606,15 +616,7 @@ fn run_simulate(args: SimulateArgs) -> io::Result<ExitCode> {
     config
         .validate()
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-    if !(args.linger.is_finite() && args.linger >= 0.0) {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!(
-                "--linger must be zero or positive seconds, not {}",
-                args.linger
-            ),
-        ));
-    }
+    let linger = seconds("--linger", args.linger)?;
     let mut recorder = match &args.record {
         Some(path) => Some(io::BufWriter::new(File::create(path).map_err(|e| {
             io::Error::new(e.kind(), format!("cannot create {path}: {e}"))
@@ -665,9 +667,7 @@ fn run_simulate(args: SimulateArgs) -> io::Result<ExitCode> {
         }
         None => print!("{summary}"),
     }
-    if args.linger > 0.0 {
-        std::thread::sleep(std::time::Duration::from_secs_f64(args.linger));
-    }
+    std::thread::sleep(linger);
     drop(tee);
     Ok(match pipeline.finish() {
         Err(()) => ExitCode::from(EXIT_EXPORT_FAILED),
@@ -677,22 +677,12 @@ fn run_simulate(args: SimulateArgs) -> io::Result<ExitCode> {
 }
 
 fn run_serve(args: ServeArgs) -> io::Result<ExitCode> {
-    let invalid = |e: String| io::Error::new(io::ErrorKind::InvalidInput, e);
-    for (name, value) in [
-        ("--request-ttl", args.request_ttl),
-        ("--drain-timeout", args.drain_timeout),
-    ] {
-        if !(value.is_finite() && value >= 0.0) {
-            return Err(invalid(format!(
-                "{name} must be zero or positive seconds, not {value}"
-            )));
-        }
-    }
+    let request_ttl = seconds("--request-ttl", args.request_ttl)?;
+    let drain = seconds("--drain-timeout", args.drain_timeout)?;
     let pipeline = Pipeline::new(&args.common, false)?;
     let limits = IngestLimits {
         max_inflight_requests: usize::try_from(args.max_inflight_requests).unwrap_or(usize::MAX),
-        request_ttl: (args.request_ttl > 0.0)
-            .then(|| std::time::Duration::from_secs_f64(args.request_ttl)),
+        request_ttl: (!request_ttl.is_zero()).then_some(request_ttl),
         max_message_bytes: args.max_message_bytes,
     };
     let service = IngestService::new(Tracker::new(pipeline.instruments.clone()), limits);
@@ -709,7 +699,6 @@ fn run_serve(args: ServeArgs) -> io::Result<ExitCode> {
         "accepting gRPC ingest streams on {}",
         listener.local_addr()?
     );
-    let drain = std::time::Duration::from_secs_f64(args.drain_timeout);
     let served = pipeline.runtime.block_on(async {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let mut server = tokio::spawn(grpc::serve(listener, service.clone(), async {

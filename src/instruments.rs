@@ -107,11 +107,11 @@ impl InstrumentsBuilder {
         let meter = provider.meter(SCOPE_NAME);
         let rejected = u64_counter(&meter, &catalog::REJECTED_INPUTS);
         let rejected_handles = RejectReason::ALL.map(|reason| {
-            rejected.bind(&[KeyValue::new(catalog::REJECTION_LABELS[0], reason.as_str())])
+            rejected.bind(&[KeyValue::new(catalog::REASON_LABELS[0], reason.as_str())])
         });
         let evicted = u64_counter(&meter, &catalog::EVICTED_REQUESTS);
         let evicted_handles = EvictReason::ALL.map(|reason| {
-            evicted.bind(&[KeyValue::new(catalog::REJECTION_LABELS[0], reason.as_str())])
+            evicted.bind(&[KeyValue::new(catalog::REASON_LABELS[0], reason.as_str())])
         });
         let families = Families::new(&meter);
         Instruments {
