@@ -41,7 +41,6 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
-use opentelemetry_sdk::metrics::ManualReader;
 use vllm_otel_metrics::catalog::DEFAULT_MAX_MODEL_LEN;
 use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
 use vllm_otel_metrics::instruments::Instruments;
@@ -133,7 +132,8 @@ struct Setup {
     /// The scrape side, as the CLI keeps it (recording never touches it).
     _bridge: PrometheusBridge,
     instruments: Instruments,
-    /// The same with a second reader (as with `--otlp-endpoint`): two pipelines.
+    /// The same with a second reader (as with `--otlp-endpoint`); readers
+    /// collect on their own schedule, so recording should not notice.
     instruments_two_readers: Instruments,
     pc: prometheus_client_tracker::Metrics,
     pc_labels: prometheus_client_tracker::LabelSet,
@@ -151,10 +151,11 @@ impl Setup {
             _bridge: bridge,
             instruments: Instruments::builder().with_reader(reader).build(),
             instruments_two_readers: {
-                let (_, reader) = PrometheusBridge::builder().build();
+                let (_, first) = PrometheusBridge::builder().build();
+                let (_, second) = PrometheusBridge::builder().build();
                 Instruments::builder()
-                    .with_reader(reader)
-                    .with_reader(ManualReader::builder().build())
+                    .with_reader(first)
+                    .with_reader(second)
                     .build()
             },
             pc: prometheus_client_tracker::Metrics::new(DEFAULT_MAX_MODEL_LEN),

@@ -1,8 +1,8 @@
 //! One OTLP export of 1,000 `(model_name, engine)` label sets × every family,
 //! side by side with a Prometheus scrape of the same state (the baseline).
 //!
-//! The export goes through the real path: the periodic reader's
-//! `force_flush` collects, the OTLP exporter encodes protobuf and POSTs it
+//! The export goes through the real path: the OTLP exporter's
+//! `force_flush` collects, encodes protobuf and POSTs it
 //! (HTTP/protobuf) to a local HTTP server that counts the body bytes and
 //! answers 200. Run: `cargo bench --bench otlp_export`.
 
@@ -18,7 +18,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
-use vllm_otel_metrics::export::otlp::{self, OtlpOverrides, OtlpSettings, Protocol};
+use vllm_otel_metrics::export::otlp::{OtlpExporter, OtlpOverrides, OtlpSettings, Protocol};
 use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
 use vllm_otel_metrics::instruments::Instruments;
 use vllm_otel_metrics::protocol::{
@@ -137,7 +137,7 @@ fn otlp_export(c: &mut Criterion) {
     )
     .unwrap()
     .unwrap();
-    let (reader, health) = otlp::reader(&settings, runtime.handle()).unwrap();
+    let (reader, health) = OtlpExporter::new(settings).unwrap();
     let (bridge, bridge_reader) = PrometheusBridge::builder().build();
     let instruments = Instruments::builder()
         .with_reader(bridge_reader)

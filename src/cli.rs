@@ -11,15 +11,15 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::sync::Arc;
 use std::time::Duration;
 
-use opentelemetry_sdk::metrics::Temporality;
-
 use crate::catalog::DEFAULT_MAX_MODEL_LEN;
-use crate::export::otlp::{self, ExportHealth, OtlpOverrides, OtlpSettings, Protocol};
+use crate::export::otlp::{
+    self, ExportHealth, NameStyle, OtlpExporter, OtlpOverrides, OtlpSettings, Protocol, Temporality,
+};
 use crate::export::prometheus::{http, Format, PrometheusBridge};
 use crate::ingest::client::RemoteSink;
 use crate::ingest::grpc::{self, IngestLimits, IngestService};
 use crate::ingest::{jsonl, RecordSink};
-use crate::instruments::{Instruments, NameStyle};
+use crate::instruments::Instruments;
 use crate::protocol::Record;
 use crate::sim::report::{self, SweepRow};
 use crate::sim::{simulate, Progress, SimConfig};
@@ -158,6 +158,10 @@ impl OtlpArgs {
             interval: self.otlp_interval_ms.map(Duration::from_millis),
             headers: self.otlp_header.clone(),
             temporality: self.otlp_temporality,
+            names: match self.otlp_names {
+                OtlpNames::Otel => NameStyle::Otel,
+                OtlpNames::Prometheus => NameStyle::Prometheus,
+            },
         }
     }
 }
@@ -320,13 +324,6 @@ impl Pipeline {
         let overrides = common.otlp.overrides();
         let settings =
             OtlpSettings::resolve(&overrides, |name| std::env::var(name).ok()).map_err(invalid)?;
-        if !overrides.headers.is_empty() {
-            // The exporters re-read these variables; the merged headers (flags
-            // winning) are passed explicitly instead. No other thread runs yet.
-            for variable in otlp::HEADER_VARIABLES {
-                std::env::remove_var(variable);
-            }
-        }
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -336,15 +333,11 @@ impl Pipeline {
             .build();
         let mut builder = Instruments::builder()
             .with_max_model_len(common.max_model_len)
-            .with_name_style(match common.otlp.otlp_names {
-                OtlpNames::Otel => NameStyle::Otel,
-                OtlpNames::Prometheus => NameStyle::Prometheus,
-            })
             .with_resource(otlp::resource(|name| std::env::var(name).ok()))
             .with_reader(bridge_reader);
         let mut push = None;
         if let Some(settings) = &settings {
-            let (reader, health) = otlp::reader(settings, runtime.handle()).map_err(invalid)?;
+            let (reader, health) = OtlpExporter::new(settings.clone()).map_err(invalid)?;
             builder = builder.with_reader(reader);
             eprintln!(
                 "pushing metrics over OTLP ({}) to {} every {} ms",

@@ -1,65 +1,51 @@
-//! OpenTelemetry instruments built from the catalog, and per-label-set handles.
+//! The catalog's families in one [`Registry`], and per-label-set handles.
 //!
-//! [`Instruments`] owns the `SdkMeterProvider`: one explicit-bucket View per
-//! catalog histogram, one instrument per catalog family, and a cache of bound
-//! handles per `(model_name, engine)` label set. Handles are resolved once, when
-//! the first request (or scheduler record) of a label set arrives, and shared
-//! by every later request of that set, as vLLM's Rust frontend does; recording
-//! through them allocates nothing and looks up no attributes.
+//! [`Instruments`] builds one family per catalog entry (histograms with the
+//! catalog's explicit buckets, the token ones sized by `max_model_len`),
+//! hands the registry to every [`MetricReader`], and caches the handles of
+//! each `(model_name, engine)` label set. Handles are resolved once, when the
+//! first request (or scheduler record) of a label set arrives, and shared by
+//! every later request of that set, as vLLM's Rust frontend does; recording
+//! through them allocates nothing, looks up no labels and takes no global lock.
 //!
 //! ```
-//! use opentelemetry_sdk::metrics::ManualReader;
+//! use vllm_otel_metrics::export::prometheus::PrometheusBridge;
 //! use vllm_otel_metrics::instruments::Instruments;
 //!
+//! let (bridge, reader) = PrometheusBridge::builder().build();
 //! let instruments = Instruments::builder()
 //!     .with_max_model_len(4096)
-//!     .with_reader(ManualReader::builder().build())
+//!     .with_reader(reader)
 //!     .build();
+//! assert_eq!(bridge.snapshot().len(), vllm_otel_metrics::catalog::all().count());
 //! # instruments.shutdown().unwrap();
 //! ```
 
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 
-use opentelemetry::metrics::{
-    BoundCounter, BoundHistogram, Counter, Gauge, Histogram, Meter, MeterProvider as _,
+use crate::catalog::{self, DEFAULT_MAX_MODEL_LEN, PROMPT_TOKEN_SOURCES};
+use crate::metrics::{
+    Aggregation, Counter, Family, Gauge, Histogram, Labels, MetricReader, ReaderResult, Registry,
+    Resource, OVERFLOW_LABEL,
 };
-use opentelemetry::KeyValue;
-use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::metrics::reader::MetricReader;
-use opentelemetry_sdk::metrics::{
-    Aggregation, Instrument, MeterProviderBuilder, SdkMeterProvider, Stream,
-};
-use opentelemetry_sdk::Resource;
-
-use crate::catalog::{self, Kind, MetricDef, DEFAULT_MAX_MODEL_LEN, PROMPT_TOKEN_SOURCES};
 use crate::protocol::FinishReason;
 use crate::tracker::{EvictReason, RejectReason};
 
-/// The instrumentation scope name of every instrument.
+/// The instrumentation scope name of every metric.
 pub const SCOPE_NAME: &str = env!("CARGO_PKG_NAME");
 
-/// Default number of `(model_name, engine)` label sets kept apart per family
-/// before the SDK folds further ones into its overflow series.
+/// Default number of `(model_name, engine)` label sets kept apart before
+/// further ones share one overflow series per family.
 pub const DEFAULT_MAX_LABEL_SETS: usize = 2048;
-
-/// Which names the instruments carry on the wire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum NameStyle {
-    /// OpenTelemetry names (`vllm.request_num_preemptions`).
-    #[default]
-    Otel,
-    /// vLLM's Prometheus names (`vllm:request_num_preemptions`), renamed in the Views.
-    Prometheus,
-}
 
 /// Configures and builds [`Instruments`].
 #[derive(Debug)]
 pub struct InstrumentsBuilder {
-    provider: MeterProviderBuilder,
+    readers: Vec<Box<dyn MetricReader>>,
+    resource: Resource,
     max_model_len: u32,
     max_label_sets: usize,
-    name_style: NameStyle,
 }
 
 impl InstrumentsBuilder {
@@ -69,276 +55,246 @@ impl InstrumentsBuilder {
         self
     }
 
-    /// How many `(model_name, engine)` label sets each family keeps apart.
+    /// How many `(model_name, engine)` label sets are kept apart; the series
+    /// of later ones go to one overflow series per family, labelled
+    /// [`OVERFLOW_LABEL`]`="true"` (plus `finished_reason` or `source`).
     pub fn with_max_label_sets(mut self, max_label_sets: usize) -> Self {
         self.max_label_sets = max_label_sets.max(1);
         self
     }
 
-    /// Which names the streams carry (the Prometheus bridge maps either back).
-    pub fn with_name_style(mut self, name_style: NameStyle) -> Self {
-        self.name_style = name_style;
-        self
-    }
-
-    /// Adds a reader (the Prometheus bridge, an OTLP periodic reader, …).
+    /// Adds a reader (the Prometheus bridge, the OTLP exporter, …).
     pub fn with_reader<R: MetricReader>(mut self, reader: R) -> Self {
-        self.provider = self.provider.with_reader(reader);
+        self.readers.push(Box::new(reader));
         self
     }
 
     /// Sets the OpenTelemetry resource.
     pub fn with_resource(mut self, resource: Resource) -> Self {
-        self.provider = self.provider.with_resource(resource);
+        self.resource = resource;
         self
     }
 
-    /// Builds the provider, its Views and every instrument.
+    /// Builds every family and registers the readers.
     pub fn build(self) -> Instruments {
-        let max_model_len = self.max_model_len;
-        let max_label_sets = self.max_label_sets;
-        let name_style = self.name_style;
-        let provider = self
-            .provider
-            .with_view(move |inst: &Instrument| {
-                stream_for(inst, max_model_len, max_label_sets, name_style)
-            })
-            .build();
-        let meter = provider.meter(SCOPE_NAME);
-        let rejected = u64_counter(&meter, &catalog::REJECTED_INPUTS);
-        let rejected_handles = RejectReason::ALL.map(|reason| {
-            rejected.bind(&[KeyValue::new(catalog::REASON_LABELS[0], reason.as_str())])
-        });
-        let evicted = u64_counter(&meter, &catalog::EVICTED_REQUESTS);
-        let evicted_handles = EvictReason::ALL.map(|reason| {
-            evicted.bind(&[KeyValue::new(catalog::REASON_LABELS[0], reason.as_str())])
-        });
-        let families = Families::new(&meter);
+        let mut registry = Registry::empty(self.resource);
+        let families = Families::new(&mut registry, self.max_model_len);
+        let reason = |value: &'static str| vec![(catalog::REASON_LABELS[0], value.to_owned())];
+        let rejected = RejectReason::ALL.map(|r| families.rejected_inputs.series(reason(r.as_str())));
+        let evicted =
+            EvictReason::ALL.map(|r| families.evicted_requests.series(reason(r.as_str())));
+        let registry = Arc::new(registry);
+        for reader in &self.readers {
+            reader.register(Arc::clone(&registry));
+        }
         Instruments {
             inner: Arc::new(Inner {
-                provider,
                 families,
-                rejected: rejected_handles,
-                evicted: evicted_handles,
-                request_handles: RwLock::default(),
-                scheduler_handles: RwLock::default(),
-                max_model_len,
+                readers: self.readers,
+                rejected,
+                evicted,
+                request_handles: HandleCache::new(self.max_label_sets),
+                scheduler_handles: HandleCache::new(self.max_label_sets),
+                max_model_len: self.max_model_len,
+                shut_down: Mutex::new(false),
             }),
         }
     }
 }
 
-/// The View of one catalog family: bucket boundaries, cardinality limit, name.
-fn stream_for(
-    inst: &Instrument,
-    max_model_len: u32,
-    max_label_sets: usize,
-    name_style: NameStyle,
-) -> Option<Stream> {
-    let def = catalog::by_otel_name(inst.name())?;
-    let values_per_label_set = match def.labels.get(2) {
-        Some(&"finished_reason") => FinishReason::ALL.len(),
-        Some(&"source") => PROMPT_TOKEN_SOURCES.len(),
-        _ => 1,
-    };
-    let mut stream =
-        Stream::builder().with_cardinality_limit(max_label_sets * values_per_label_set + 1);
-    if def.kind == Kind::Histogram {
-        stream = stream.with_aggregation(Aggregation::ExplicitBucketHistogram {
-            boundaries: def.buckets.boundaries(max_model_len),
-            record_min_max: false,
-        });
-    }
-    if name_style == NameStyle::Prometheus {
-        stream = stream.with_name(def.vllm_name);
-    }
-    stream.build().ok()
-}
-
-fn u64_counter(meter: &Meter, def: &'static MetricDef) -> Counter<u64> {
-    meter
-        .u64_counter(def.otel_name)
-        .with_unit(def.unit)
-        .with_description(def.help)
-        .build()
-}
-
-fn f64_histogram(meter: &Meter, def: &'static MetricDef) -> Histogram<f64> {
-    meter
-        .f64_histogram(def.otel_name)
-        .with_unit(def.unit)
-        .with_description(def.help)
-        .build()
-}
-
-/// One instrument per catalog family.
+/// One family per catalog entry.
+#[derive(Debug)]
 struct Families {
-    num_preemptions: Counter<u64>,
-    prompt_tokens: Counter<u64>,
-    prompt_tokens_by_source: Counter<u64>,
-    prompt_tokens_cached: Counter<u64>,
-    generation_tokens: Counter<u64>,
-    request_success: Counter<u64>,
-    iteration_tokens: Histogram<f64>,
-    request_prompt_tokens: Histogram<f64>,
-    request_generation_tokens: Histogram<f64>,
-    request_max_num_generation_tokens: Histogram<f64>,
-    request_params_max_tokens: Histogram<f64>,
-    request_params_n: Histogram<f64>,
-    request_num_preemptions: Histogram<f64>,
-    request_prefill_kv_computed_tokens: Histogram<f64>,
-    time_to_first_token: Histogram<f64>,
-    inter_token_latency: Histogram<f64>,
-    e2e_request_latency: Histogram<f64>,
-    request_queue_time: Histogram<f64>,
-    request_prefill_time: Histogram<f64>,
-    request_decode_time: Histogram<f64>,
-    request_inference_time: Histogram<f64>,
-    request_time_per_output_token: Histogram<f64>,
-    num_requests_running: Gauge<i64>,
-    num_requests_waiting: Gauge<i64>,
-    kv_cache_usage: Gauge<f64>,
-    prefix_cache_queries: Counter<u64>,
-    prefix_cache_hits: Counter<u64>,
+    num_preemptions: Arc<Family<Counter>>,
+    prompt_tokens: Arc<Family<Counter>>,
+    prompt_tokens_by_source: Arc<Family<Counter>>,
+    prompt_tokens_cached: Arc<Family<Counter>>,
+    generation_tokens: Arc<Family<Counter>>,
+    request_success: Arc<Family<Counter>>,
+    iteration_tokens: Arc<Family<Histogram>>,
+    request_prompt_tokens: Arc<Family<Histogram>>,
+    request_generation_tokens: Arc<Family<Histogram>>,
+    request_max_num_generation_tokens: Arc<Family<Histogram>>,
+    request_params_max_tokens: Arc<Family<Histogram>>,
+    request_params_n: Arc<Family<Histogram>>,
+    request_num_preemptions: Arc<Family<Histogram>>,
+    request_prefill_kv_computed_tokens: Arc<Family<Histogram>>,
+    time_to_first_token: Arc<Family<Histogram>>,
+    inter_token_latency: Arc<Family<Histogram>>,
+    e2e_request_latency: Arc<Family<Histogram>>,
+    request_queue_time: Arc<Family<Histogram>>,
+    request_prefill_time: Arc<Family<Histogram>>,
+    request_decode_time: Arc<Family<Histogram>>,
+    request_inference_time: Arc<Family<Histogram>>,
+    request_time_per_output_token: Arc<Family<Histogram>>,
+    num_requests_running: Arc<Family<Gauge>>,
+    num_requests_waiting: Arc<Family<Gauge>>,
+    kv_cache_usage: Arc<Family<Gauge>>,
+    prefix_cache_queries: Arc<Family<Counter>>,
+    prefix_cache_hits: Arc<Family<Counter>>,
+    rejected_inputs: Arc<Family<Counter>>,
+    evicted_requests: Arc<Family<Counter>>,
 }
 
 impl Families {
-    fn new(meter: &Meter) -> Self {
+    /// Creates the families and registers them in catalog order.
+    fn new(registry: &mut Registry, max_model_len: u32) -> Self {
         use catalog::*;
-        let i64_gauge = |def: &'static MetricDef| {
-            meter
-                .i64_gauge(def.otel_name)
-                .with_unit(def.unit)
-                .with_description(def.help)
-                .build()
-        };
-        Families {
-            num_preemptions: u64_counter(meter, &NUM_PREEMPTIONS),
-            prompt_tokens: u64_counter(meter, &PROMPT_TOKENS),
-            prompt_tokens_by_source: u64_counter(meter, &PROMPT_TOKENS_BY_SOURCE),
-            prompt_tokens_cached: u64_counter(meter, &PROMPT_TOKENS_CACHED),
-            generation_tokens: u64_counter(meter, &GENERATION_TOKENS),
-            request_success: u64_counter(meter, &REQUEST_SUCCESS),
-            iteration_tokens: f64_histogram(meter, &ITERATION_TOKENS),
-            request_prompt_tokens: f64_histogram(meter, &REQUEST_PROMPT_TOKENS),
-            request_generation_tokens: f64_histogram(meter, &REQUEST_GENERATION_TOKENS),
-            request_max_num_generation_tokens: f64_histogram(
-                meter,
-                &REQUEST_MAX_NUM_GENERATION_TOKENS,
-            ),
-            request_params_max_tokens: f64_histogram(meter, &REQUEST_PARAMS_MAX_TOKENS),
-            request_params_n: f64_histogram(meter, &REQUEST_PARAMS_N),
-            request_num_preemptions: f64_histogram(meter, &REQUEST_NUM_PREEMPTIONS),
-            request_prefill_kv_computed_tokens: f64_histogram(
-                meter,
-                &REQUEST_PREFILL_KV_COMPUTED_TOKENS,
-            ),
-            time_to_first_token: f64_histogram(meter, &TIME_TO_FIRST_TOKEN),
-            inter_token_latency: f64_histogram(meter, &INTER_TOKEN_LATENCY),
-            e2e_request_latency: f64_histogram(meter, &E2E_REQUEST_LATENCY),
-            request_queue_time: f64_histogram(meter, &REQUEST_QUEUE_TIME),
-            request_prefill_time: f64_histogram(meter, &REQUEST_PREFILL_TIME),
-            request_decode_time: f64_histogram(meter, &REQUEST_DECODE_TIME),
-            request_inference_time: f64_histogram(meter, &REQUEST_INFERENCE_TIME),
-            request_time_per_output_token: f64_histogram(meter, &REQUEST_TIME_PER_OUTPUT_TOKEN),
-            num_requests_running: i64_gauge(&NUM_REQUESTS_RUNNING),
-            num_requests_waiting: i64_gauge(&NUM_REQUESTS_WAITING),
-            kv_cache_usage: meter
-                .f64_gauge(KV_CACHE_USAGE.otel_name)
-                .with_unit(KV_CACHE_USAGE.unit)
-                .with_description(KV_CACHE_USAGE.help)
-                .build(),
-            prefix_cache_queries: u64_counter(meter, &PREFIX_CACHE_QUERIES),
-            prefix_cache_hits: u64_counter(meter, &PREFIX_CACHE_HITS),
+        fn family<M: Aggregation + std::fmt::Debug>(
+            registry: &mut Registry,
+            def: &'static catalog::MetricDef,
+            max_model_len: u32,
+        ) -> Arc<Family<M>> {
+            let family = Arc::new(Family::new(def, def.buckets.boundaries(max_model_len)));
+            registry.register(Arc::clone(&family));
+            family
         }
+        let families = Families {
+            num_preemptions: family(registry, &NUM_PREEMPTIONS, max_model_len),
+            prompt_tokens: family(registry, &PROMPT_TOKENS, max_model_len),
+            prompt_tokens_by_source: family(registry, &PROMPT_TOKENS_BY_SOURCE, max_model_len),
+            prompt_tokens_cached: family(registry, &PROMPT_TOKENS_CACHED, max_model_len),
+            generation_tokens: family(registry, &GENERATION_TOKENS, max_model_len),
+            request_success: family(registry, &REQUEST_SUCCESS, max_model_len),
+            iteration_tokens: family(registry, &ITERATION_TOKENS, max_model_len),
+            request_prompt_tokens: family(registry, &REQUEST_PROMPT_TOKENS, max_model_len),
+            request_generation_tokens: family(registry, &REQUEST_GENERATION_TOKENS, max_model_len),
+            request_max_num_generation_tokens: family(
+                registry,
+                &REQUEST_MAX_NUM_GENERATION_TOKENS,
+                max_model_len,
+            ),
+            request_params_max_tokens: family(registry, &REQUEST_PARAMS_MAX_TOKENS, max_model_len),
+            request_params_n: family(registry, &REQUEST_PARAMS_N, max_model_len),
+            request_num_preemptions: family(registry, &REQUEST_NUM_PREEMPTIONS, max_model_len),
+            request_prefill_kv_computed_tokens: family(
+                registry,
+                &REQUEST_PREFILL_KV_COMPUTED_TOKENS,
+                max_model_len,
+            ),
+            time_to_first_token: family(registry, &TIME_TO_FIRST_TOKEN, max_model_len),
+            inter_token_latency: family(registry, &INTER_TOKEN_LATENCY, max_model_len),
+            e2e_request_latency: family(registry, &E2E_REQUEST_LATENCY, max_model_len),
+            request_queue_time: family(registry, &REQUEST_QUEUE_TIME, max_model_len),
+            request_prefill_time: family(registry, &REQUEST_PREFILL_TIME, max_model_len),
+            request_decode_time: family(registry, &REQUEST_DECODE_TIME, max_model_len),
+            request_inference_time: family(registry, &REQUEST_INFERENCE_TIME, max_model_len),
+            request_time_per_output_token: family(
+                registry,
+                &REQUEST_TIME_PER_OUTPUT_TOKEN,
+                max_model_len,
+            ),
+            num_requests_running: family(registry, &NUM_REQUESTS_RUNNING, max_model_len),
+            num_requests_waiting: family(registry, &NUM_REQUESTS_WAITING, max_model_len),
+            kv_cache_usage: family(registry, &KV_CACHE_USAGE, max_model_len),
+            prefix_cache_queries: family(registry, &PREFIX_CACHE_QUERIES, max_model_len),
+            prefix_cache_hits: family(registry, &PREFIX_CACHE_HITS, max_model_len),
+            rejected_inputs: family(registry, &REJECTED_INPUTS, max_model_len),
+            evicted_requests: family(registry, &EVICTED_REQUESTS, max_model_len),
+        };
+        debug_assert!(
+            catalog::all().count() == 29,
+            "every catalog family has a field above"
+        );
+        families
     }
 }
 
-fn engine_labels(model_name: &str, engine: u32) -> [KeyValue; 2] {
-    [
-        KeyValue::new(catalog::ENGINE_LABELS[0], model_name.to_owned()),
-        KeyValue::new(catalog::ENGINE_LABELS[1], engine.to_string()),
-    ]
+/// The labels every series of a label set starts with: `model_name` and
+/// `engine`, or the overflow label.
+fn base_labels(label_set: Option<(&str, u32)>) -> Labels {
+    match label_set {
+        Some((model_name, engine)) => vec![
+            (catalog::ENGINE_LABELS[0], model_name.to_owned()),
+            (catalog::ENGINE_LABELS[1], engine.to_string()),
+        ],
+        None => vec![(OVERFLOW_LABEL, "true".to_owned())],
+    }
 }
 
-fn with_label(base: &[KeyValue; 2], name: &'static str, value: &'static str) -> [KeyValue; 3] {
-    [base[0].clone(), base[1].clone(), KeyValue::new(name, value)]
+fn with_label(base: &Labels, name: &'static str, value: &'static str) -> Labels {
+    let mut labels = base.clone();
+    labels.push((name, value.to_owned()));
+    labels
 }
 
-/// Bound per-request handles of one `(model_name, engine)` label set
+/// Per-request handles of one `(model_name, engine)` label set
 /// (the counterpart of vLLM's `RequestMetricHandles`).
 pub(crate) struct RequestHandles {
-    pub(crate) num_preemptions: BoundCounter<u64>,
-    pub(crate) prompt_tokens: BoundCounter<u64>,
+    pub(crate) num_preemptions: Arc<Counter>,
+    pub(crate) prompt_tokens: Arc<Counter>,
     /// Indexed like [`PROMPT_TOKEN_SOURCES`].
-    pub(crate) prompt_tokens_by_source: [BoundCounter<u64>; 3],
-    pub(crate) prompt_tokens_cached: BoundCounter<u64>,
-    pub(crate) generation_tokens: BoundCounter<u64>,
-    /// Bound on first use: vLLM creates a finish reason's series when a request
-    /// first finishes with it, not at request start.
-    request_success: [OnceLock<BoundCounter<u64>>; 5],
-    request_success_instrument: Counter<u64>,
-    labels: [KeyValue; 2],
-    pub(crate) iteration_tokens: BoundHistogram<f64>,
-    pub(crate) request_prompt_tokens: BoundHistogram<f64>,
-    pub(crate) request_generation_tokens: BoundHistogram<f64>,
-    pub(crate) request_max_num_generation_tokens: BoundHistogram<f64>,
-    pub(crate) request_params_max_tokens: BoundHistogram<f64>,
-    pub(crate) request_params_n: BoundHistogram<f64>,
-    pub(crate) request_num_preemptions: BoundHistogram<f64>,
-    pub(crate) request_prefill_kv_computed_tokens: BoundHistogram<f64>,
-    pub(crate) time_to_first_token: BoundHistogram<f64>,
-    pub(crate) inter_token_latency: BoundHistogram<f64>,
-    pub(crate) e2e_request_latency: BoundHistogram<f64>,
-    pub(crate) request_queue_time: BoundHistogram<f64>,
-    pub(crate) request_prefill_time: BoundHistogram<f64>,
-    pub(crate) request_decode_time: BoundHistogram<f64>,
-    pub(crate) request_inference_time: BoundHistogram<f64>,
-    pub(crate) request_time_per_output_token: BoundHistogram<f64>,
+    pub(crate) prompt_tokens_by_source: [Arc<Counter>; 3],
+    pub(crate) prompt_tokens_cached: Arc<Counter>,
+    pub(crate) generation_tokens: Arc<Counter>,
+    /// Created on first use: vLLM creates a finish reason's series when a
+    /// request first finishes with it, not at request start.
+    request_success: [OnceLock<Arc<Counter>>; 5],
+    request_success_family: Arc<Family<Counter>>,
+    labels: Labels,
+    pub(crate) iteration_tokens: Arc<Histogram>,
+    pub(crate) request_prompt_tokens: Arc<Histogram>,
+    pub(crate) request_generation_tokens: Arc<Histogram>,
+    pub(crate) request_max_num_generation_tokens: Arc<Histogram>,
+    pub(crate) request_params_max_tokens: Arc<Histogram>,
+    pub(crate) request_params_n: Arc<Histogram>,
+    pub(crate) request_num_preemptions: Arc<Histogram>,
+    pub(crate) request_prefill_kv_computed_tokens: Arc<Histogram>,
+    pub(crate) time_to_first_token: Arc<Histogram>,
+    pub(crate) inter_token_latency: Arc<Histogram>,
+    pub(crate) e2e_request_latency: Arc<Histogram>,
+    pub(crate) request_queue_time: Arc<Histogram>,
+    pub(crate) request_prefill_time: Arc<Histogram>,
+    pub(crate) request_decode_time: Arc<Histogram>,
+    pub(crate) request_inference_time: Arc<Histogram>,
+    pub(crate) request_time_per_output_token: Arc<Histogram>,
 }
 
 impl RequestHandles {
-    fn bind(f: &Families, model_name: &str, engine: u32) -> Self {
-        let labels = engine_labels(model_name, engine);
+    fn new(f: &Families, labels: Labels) -> Self {
         let source = |i: usize| {
-            f.prompt_tokens_by_source.bind(&with_label(
+            f.prompt_tokens_by_source.series(with_label(
                 &labels,
                 catalog::SOURCE_LABELS[2],
                 PROMPT_TOKEN_SOURCES[i],
             ))
         };
         RequestHandles {
-            num_preemptions: f.num_preemptions.bind(&labels),
-            prompt_tokens: f.prompt_tokens.bind(&labels),
+            num_preemptions: f.num_preemptions.series(labels.clone()),
+            prompt_tokens: f.prompt_tokens.series(labels.clone()),
             prompt_tokens_by_source: [source(0), source(1), source(2)],
-            prompt_tokens_cached: f.prompt_tokens_cached.bind(&labels),
-            generation_tokens: f.generation_tokens.bind(&labels),
+            prompt_tokens_cached: f.prompt_tokens_cached.series(labels.clone()),
+            generation_tokens: f.generation_tokens.series(labels.clone()),
             request_success: Default::default(),
-            request_success_instrument: f.request_success.clone(),
-            iteration_tokens: f.iteration_tokens.bind(&labels),
-            request_prompt_tokens: f.request_prompt_tokens.bind(&labels),
-            request_generation_tokens: f.request_generation_tokens.bind(&labels),
-            request_max_num_generation_tokens: f.request_max_num_generation_tokens.bind(&labels),
-            request_params_max_tokens: f.request_params_max_tokens.bind(&labels),
-            request_params_n: f.request_params_n.bind(&labels),
-            request_num_preemptions: f.request_num_preemptions.bind(&labels),
-            request_prefill_kv_computed_tokens: f.request_prefill_kv_computed_tokens.bind(&labels),
-            time_to_first_token: f.time_to_first_token.bind(&labels),
-            inter_token_latency: f.inter_token_latency.bind(&labels),
-            e2e_request_latency: f.e2e_request_latency.bind(&labels),
-            request_queue_time: f.request_queue_time.bind(&labels),
-            request_prefill_time: f.request_prefill_time.bind(&labels),
-            request_decode_time: f.request_decode_time.bind(&labels),
-            request_inference_time: f.request_inference_time.bind(&labels),
-            request_time_per_output_token: f.request_time_per_output_token.bind(&labels),
+            request_success_family: Arc::clone(&f.request_success),
+            iteration_tokens: f.iteration_tokens.series(labels.clone()),
+            request_prompt_tokens: f.request_prompt_tokens.series(labels.clone()),
+            request_generation_tokens: f.request_generation_tokens.series(labels.clone()),
+            request_max_num_generation_tokens: f
+                .request_max_num_generation_tokens
+                .series(labels.clone()),
+            request_params_max_tokens: f.request_params_max_tokens.series(labels.clone()),
+            request_params_n: f.request_params_n.series(labels.clone()),
+            request_num_preemptions: f.request_num_preemptions.series(labels.clone()),
+            request_prefill_kv_computed_tokens: f
+                .request_prefill_kv_computed_tokens
+                .series(labels.clone()),
+            time_to_first_token: f.time_to_first_token.series(labels.clone()),
+            inter_token_latency: f.inter_token_latency.series(labels.clone()),
+            e2e_request_latency: f.e2e_request_latency.series(labels.clone()),
+            request_queue_time: f.request_queue_time.series(labels.clone()),
+            request_prefill_time: f.request_prefill_time.series(labels.clone()),
+            request_decode_time: f.request_decode_time.series(labels.clone()),
+            request_inference_time: f.request_inference_time.series(labels.clone()),
+            request_time_per_output_token: f.request_time_per_output_token.series(labels.clone()),
             labels,
         }
     }
 
-    /// The `request_success` handle of `reason`, bound the first time it is needed.
-    pub(crate) fn request_success(&self, reason: FinishReason) -> &BoundCounter<u64> {
+    /// The `request_success` counter of `reason`, created the first time it is needed.
+    pub(crate) fn request_success(&self, reason: FinishReason) -> &Counter {
         self.request_success[reason.index()].get_or_init(|| {
-            self.request_success_instrument.bind(&with_label(
+            self.request_success_family.series(with_label(
                 &self.labels,
                 catalog::FINISHED_REASON_LABELS[2],
                 reason.as_str(),
@@ -349,24 +305,116 @@ impl RequestHandles {
 
 /// Scheduler-tier handles of one `(model_name, engine)` label set.
 pub(crate) struct SchedulerHandles {
-    labels: [KeyValue; 2],
-    pub(crate) prefix_cache_queries: BoundCounter<u64>,
-    pub(crate) prefix_cache_hits: BoundCounter<u64>,
+    pub(crate) num_requests_running: Arc<Gauge>,
+    pub(crate) num_requests_waiting: Arc<Gauge>,
+    pub(crate) kv_cache_usage: Arc<Gauge>,
+    pub(crate) prefix_cache_queries: Arc<Counter>,
+    pub(crate) prefix_cache_hits: Arc<Counter>,
 }
 
-type HandleCache<H> = RwLock<HashMap<String, HashMap<u32, Arc<H>>>>;
+impl SchedulerHandles {
+    fn new(f: &Families, labels: Labels) -> Self {
+        SchedulerHandles {
+            num_requests_running: f.num_requests_running.series(labels.clone()),
+            num_requests_waiting: f.num_requests_waiting.series(labels.clone()),
+            kv_cache_usage: f.kv_cache_usage.series(labels.clone()),
+            prefix_cache_queries: f.prefix_cache_queries.series(labels.clone()),
+            prefix_cache_hits: f.prefix_cache_hits.series(labels),
+        }
+    }
+}
+
+/// Handles per label set, up to a limit; later label sets share the
+/// overflow handles.
+struct HandleCache<H> {
+    by_label_set: RwLock<HashMap<String, HashMap<u32, Arc<H>>>>,
+    overflow: OnceLock<Arc<H>>,
+    limit: usize,
+}
+
+impl<H> HandleCache<H> {
+    fn new(limit: usize) -> Self {
+        HandleCache {
+            by_label_set: RwLock::default(),
+            overflow: OnceLock::new(),
+            limit,
+        }
+    }
+
+    /// The handles of a label set, created under the write lock the first
+    /// time the set is seen.
+    fn get(&self, model_name: &str, engine: u32, create: impl Fn(Labels) -> H) -> Arc<H> {
+        if let Some(handles) = self
+            .by_label_set
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(model_name)
+            .and_then(|by_engine| by_engine.get(&engine))
+        {
+            return Arc::clone(handles);
+        }
+        let mut cache = self
+            .by_label_set
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(handles) = cache.get(model_name).and_then(|e| e.get(&engine)) {
+            return Arc::clone(handles);
+        }
+        let label_sets: usize = cache.values().map(HashMap::len).sum();
+        if label_sets >= self.limit {
+            return Arc::clone(
+                self.overflow
+                    .get_or_init(|| Arc::new(create(base_labels(None)))),
+            );
+        }
+        let handles = Arc::new(create(base_labels(Some((model_name, engine)))));
+        cache
+            .entry(model_name.to_owned())
+            .or_default()
+            .insert(engine, Arc::clone(&handles));
+        handles
+    }
+}
 
 struct Inner {
-    provider: SdkMeterProvider,
     families: Families,
-    rejected: [BoundCounter<u64>; 3],
-    evicted: [BoundCounter<u64>; 2],
+    readers: Vec<Box<dyn MetricReader>>,
+    rejected: [Arc<Counter>; 3],
+    evicted: [Arc<Counter>; 2],
     request_handles: HandleCache<RequestHandles>,
     scheduler_handles: HandleCache<SchedulerHandles>,
     max_model_len: u32,
+    shut_down: Mutex<bool>,
 }
 
-/// The meter provider, every catalog instrument and the handle caches.
+impl Drop for Inner {
+    /// Readers export a last time when the instruments go away unflushed.
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}
+
+impl Inner {
+    fn shutdown(&self) -> ReaderResult {
+        let mut shut_down = self.shut_down.lock().unwrap_or_else(PoisonError::into_inner);
+        if *shut_down {
+            return Ok(());
+        }
+        *shut_down = true;
+        let errors: Vec<String> = self
+            .readers
+            .iter()
+            .filter_map(|r| r.shutdown().err())
+            .collect();
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors.join("; "))
+        }
+    }
+}
+
+/// Every catalog family, the readers and the handle caches.
 /// Cloning is cheap and shares all of it.
 #[derive(Clone)]
 pub struct Instruments {
@@ -377,44 +425,19 @@ impl std::fmt::Debug for Instruments {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Instruments")
             .field("max_model_len", &self.inner.max_model_len)
+            .field("readers", &self.inner.readers)
             .finish_non_exhaustive()
     }
 }
 
-/// Returns the cached handle of a label set, creating it under the write lock
-/// the first time the set is seen.
-fn cached<H>(
-    cache: &HandleCache<H>,
-    model_name: &str,
-    engine: u32,
-    create: impl FnOnce() -> H,
-) -> Arc<H> {
-    if let Some(handles) = cache
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(model_name)
-        .and_then(|by_engine| by_engine.get(&engine))
-    {
-        return Arc::clone(handles);
-    }
-    let mut cache = cache.write().unwrap_or_else(|e| e.into_inner());
-    Arc::clone(
-        cache
-            .entry(model_name.to_owned())
-            .or_default()
-            .entry(engine)
-            .or_insert_with(|| Arc::new(create())),
-    )
-}
-
 impl Instruments {
-    /// A builder with the catalog defaults and no reader.
+    /// A builder with the catalog defaults, the default resource and no reader.
     pub fn builder() -> InstrumentsBuilder {
         InstrumentsBuilder {
-            provider: SdkMeterProvider::builder(),
+            readers: Vec::new(),
+            resource: Resource::default(),
             max_model_len: DEFAULT_MAX_MODEL_LEN,
             max_label_sets: DEFAULT_MAX_LABEL_SETS,
-            name_style: NameStyle::Otel,
         }
     }
 
@@ -425,36 +448,22 @@ impl Instruments {
 
     /// The request handles of a label set (resolved once per set).
     pub(crate) fn request_handles(&self, model_name: &str, engine: u32) -> Arc<RequestHandles> {
-        cached(&self.inner.request_handles, model_name, engine, || {
-            RequestHandles::bind(&self.inner.families, model_name, engine)
-        })
+        let families = &self.inner.families;
+        self.inner
+            .request_handles
+            .get(model_name, engine, |labels| {
+                RequestHandles::new(families, labels)
+            })
     }
 
     /// The scheduler handles of a label set (resolved once per set).
     pub(crate) fn scheduler_handles(&self, model_name: &str, engine: u32) -> Arc<SchedulerHandles> {
-        let f = &self.inner.families;
-        cached(&self.inner.scheduler_handles, model_name, engine, || {
-            let labels = engine_labels(model_name, engine);
-            SchedulerHandles {
-                prefix_cache_queries: f.prefix_cache_queries.bind(&labels),
-                prefix_cache_hits: f.prefix_cache_hits.bind(&labels),
-                labels,
-            }
-        })
-    }
-
-    /// Sets the scheduler gauges of a label set.
-    pub(crate) fn set_scheduler_gauges(
-        &self,
-        handles: &SchedulerHandles,
-        running: i64,
-        waiting: i64,
-        kv_cache_usage: f64,
-    ) {
-        let f = &self.inner.families;
-        f.num_requests_running.record(running, &handles.labels);
-        f.num_requests_waiting.record(waiting, &handles.labels);
-        f.kv_cache_usage.record(kv_cache_usage, &handles.labels);
+        let families = &self.inner.families;
+        self.inner
+            .scheduler_handles
+            .get(model_name, engine, |labels| {
+                SchedulerHandles::new(families, labels)
+            })
     }
 
     /// Counts one input that changed no vLLM metric.
@@ -468,12 +477,23 @@ impl Instruments {
     }
 
     /// Exports everything recorded so far through every push reader.
-    pub fn force_flush(&self) -> OTelSdkResult {
-        self.inner.provider.force_flush()
+    pub fn force_flush(&self) -> ReaderResult {
+        let errors: Vec<String> = self
+            .inner
+            .readers
+            .iter()
+            .filter_map(|r| r.force_flush().err())
+            .collect();
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors.join("; "))
+        }
     }
 
-    /// Flushes and stops every reader.
-    pub fn shutdown(&self) -> OTelSdkResult {
-        self.inner.provider.shutdown()
+    /// Exports a last time through every push reader and stops them; later
+    /// calls do nothing.
+    pub fn shutdown(&self) -> ReaderResult {
+        self.inner.shutdown()
     }
 }

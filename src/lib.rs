@@ -6,7 +6,7 @@
 //!
 //! Data flows one way: a source ([`ingest`]) turns input into [`protocol`]
 //! records; the [`tracker`] applies vLLM's semantics and records into the
-//! [`instruments`]; the exporters ([`export`]) read the SDK state. The
+//! [`instruments`], whose [`metrics`] the exporters ([`export`]) collect. The
 //! [`catalog`] is the single table every name, HELP text and bucket list comes from.
 //!
 //! ```
@@ -31,6 +31,7 @@ pub mod cli;
 pub mod export;
 pub mod ingest;
 pub mod instruments;
+pub mod metrics;
 pub mod protocol;
 pub mod sim;
 pub mod tracker;

@@ -8,12 +8,11 @@
 //! tier, and turns input that does not fit into counted [`Rejection`]s.
 //!
 //! ```
-//! use opentelemetry_sdk::metrics::ManualReader;
 //! use vllm_otel_metrics::instruments::Instruments;
 //! use vllm_otel_metrics::protocol::{EngineCoreOutput, FinishReason};
 //! use vllm_otel_metrics::tracker::{RequestMetrics, RequestParams};
 //!
-//! let instruments = Instruments::builder().with_reader(ManualReader::builder().build()).build();
+//! let instruments = Instruments::builder().build();
 //! let params = RequestParams { arrival_time: 100.0, prompt_len: 64, max_tokens: Some(16), n: 1 };
 //! let mut request = RequestMetrics::start(&instruments, "my-model", 0, params);
 //! let output = EngineCoreOutput {
@@ -621,12 +620,9 @@ impl Tracker {
         let handles = self
             .instruments
             .scheduler_handles(&stats.model_name, stats.engine);
-        self.instruments.set_scheduler_gauges(
-            &handles,
-            i64::try_from(stats.num_running_reqs).unwrap_or(i64::MAX),
-            i64::try_from(stats.num_waiting_reqs).unwrap_or(i64::MAX),
-            stats.kv_cache_usage,
-        );
+        handles.num_requests_running.set(stats.num_running_reqs as f64);
+        handles.num_requests_waiting.set(stats.num_waiting_reqs as f64);
+        handles.kv_cache_usage.set(stats.kv_cache_usage);
         handles.prefix_cache_queries.add(stats.prefix_cache_queries);
         handles.prefix_cache_hits.add(stats.prefix_cache_hits);
     }

@@ -7,7 +7,6 @@
 //! request ids, duplicate starts) are counted and warned about once per kind.
 //!
 //! ```
-//! use opentelemetry_sdk::metrics::ManualReader;
 //! use vllm_otel_metrics::ingest::jsonl;
 //! use vllm_otel_metrics::instruments::Instruments;
 //! use vllm_otel_metrics::tracker::Tracker;
@@ -16,7 +15,7 @@
 //! not json
 //! {"type":"abort","request_id":"r1","received_at":2.0}
 //! "#;
-//! let mut tracker = Tracker::new(Instruments::builder().with_reader(ManualReader::builder().build()).build());
+//! let mut tracker = Tracker::new(Instruments::builder().build());
 //! let mut stderr = Vec::new();
 //! let report = jsonl::replay(&trace[..], "t.jsonl", &mut tracker, &mut stderr).unwrap();
 //! assert_eq!((report.applied, report.invalid), (2, 1));

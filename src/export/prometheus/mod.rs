@@ -1,10 +1,11 @@
-//! The Prometheus bridge: OpenTelemetry state exposed under vLLM's own names.
+//! The Prometheus bridge: the OpenTelemetry data exposed under vLLM's own names.
 //!
-//! `opentelemetry-prometheus` reads the SDK (no unit suffixes, no
-//! `otel_scope_*` labels, `target_info` only on request); [`PrometheusBridge`]
-//! maps its families back to the catalog (`vllm_request_num_preemptions` →
-//! `vllm:request_num_preemptions`), restores HELP texts and label order, and
-//! hands a [`Family`] snapshot to the encoders. [`http`] serves it at `/metrics`.
+//! [`PrometheusBridge`] collects the [`Registry`] on every scrape and writes
+//! each catalog family under its vLLM name (`vllm:request_num_preemptions`),
+//! with its HELP text, labels in catalog order, no unit suffixes and no
+//! `otel_scope_*` labels; the resource becomes `target_info` only when asked
+//! for. It hands a [`Family`] snapshot to the encoders; [`http`] serves it at
+//! `/metrics`.
 //!
 //! ```
 //! use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
@@ -22,12 +23,11 @@ pub mod http;
 mod snapshot;
 
 use std::borrow::Cow;
-use std::collections::HashMap;
-
-use opentelemetry_prometheus::PrometheusExporter;
-use prometheus::proto::{MetricFamily, MetricType};
+use std::sync::{Arc, OnceLock};
 
 use crate::catalog::{self, Kind, MetricDef, ValueType};
+use crate::metrics::data::{self, Value as DataValue};
+use crate::metrics::{MetricReader, Registry};
 pub use encode::{encode, format_float, Format};
 pub use snapshot::{Family, Series, Value};
 
@@ -45,66 +45,39 @@ impl PrometheusBridgeBuilder {
         self
     }
 
-    /// The bridge, and the reader to register with the meter provider.
-    pub fn build(self) -> (PrometheusBridge, PrometheusExporter) {
-        let registry = prometheus::Registry::new();
-        let mut exporter = opentelemetry_prometheus::exporter()
-            .with_registry(registry.clone())
-            .without_units()
-            .scope_info_enabled(false);
-        if !self.target_info {
-            exporter = exporter.without_target_info();
-        }
-        let exporter = exporter
-            .build()
-            .expect("a fresh registry accepts the exporter's collector");
-        let mut by_bridge_name = HashMap::new();
-        for def in catalog::all() {
-            let suffix = if def.kind == Kind::Counter {
-                "_total"
-            } else {
-                ""
-            };
-            // Either wire-name style of the Views reaches the bridge sanitized.
-            for name in [def.otel_name, def.vllm_name] {
-                by_bridge_name.insert(format!("{}{suffix}", sanitize(name)), def);
-            }
-        }
+    /// The bridge, and the reader to register with the instruments.
+    pub fn build(self) -> (PrometheusBridge, PrometheusReader) {
+        let registry = Arc::new(OnceLock::new());
         (
             PrometheusBridge {
-                registry,
-                by_bridge_name,
+                registry: Arc::clone(&registry),
+                target_info: self.target_info,
             },
-            exporter,
+            PrometheusReader { registry },
         )
     }
 }
 
-/// The Prometheus metric-name sanitizing of the bridge crate.
-fn sanitize(name: &str) -> String {
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' || c == ':' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
+/// The bridge's side of the instruments: it only keeps the registry, which
+/// the bridge collects on every scrape.
+#[derive(Debug)]
+pub struct PrometheusReader {
+    registry: Arc<OnceLock<Arc<Registry>>>,
 }
 
-/// Reads the SDK state through `opentelemetry-prometheus` and renders it with
-/// vLLM's names. Cloning shares the same registry.
-#[derive(Clone)]
-pub struct PrometheusBridge {
-    registry: prometheus::Registry,
-    by_bridge_name: HashMap<String, &'static MetricDef>,
-}
-
-impl std::fmt::Debug for PrometheusBridge {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PrometheusBridge").finish_non_exhaustive()
+impl MetricReader for PrometheusReader {
+    fn register(&self, registry: Arc<Registry>) {
+        // A reader serves one set of instruments; a second registration is ignored.
+        let _ = self.registry.set(registry);
     }
+}
+
+/// Collects the registry and renders it with vLLM's names. Cloning shares
+/// the same registry.
+#[derive(Debug, Clone)]
+pub struct PrometheusBridge {
+    registry: Arc<OnceLock<Arc<Registry>>>,
+    target_info: bool,
 }
 
 fn catalog_family(def: &'static MetricDef) -> Family {
@@ -117,36 +90,41 @@ fn catalog_family(def: &'static MetricDef) -> Family {
     }
 }
 
-/// Puts the catalog's labels first, in catalog order, then any others by name.
-fn ordered_labels(metric: &prometheus::proto::Metric, order: &[&str]) -> Vec<(String, String)> {
-    let mut labels: Vec<(String, String)> = metric
-        .get_label()
-        .iter()
-        .map(|l| (l.name().to_owned(), l.value().to_owned()))
-        .collect();
-    labels.sort_by_key(|(name, _)| {
-        let rank = order.iter().position(|o| o == name).unwrap_or(order.len());
-        (rank, name.clone())
-    });
-    labels
+/// Label names as Prometheus allows them (the overflow label has dots).
+fn sanitize(name: &str) -> String {
+    name.chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' })
+        .collect()
 }
 
-fn series_value(family: &MetricFamily, metric: &prometheus::proto::Metric) -> Value {
-    match family.get_field_type() {
-        MetricType::COUNTER => Value::Scalar(metric.get_counter().get_value()),
-        MetricType::HISTOGRAM => {
-            let h = metric.get_histogram();
+fn series(metric: &data::Metric, point: &data::DataPoint) -> Series {
+    let value = match &point.value {
+        DataValue::Counter(v) => Value::Scalar(*v as f64),
+        DataValue::Gauge(v) => Value::Scalar(*v),
+        DataValue::Histogram(h) => {
+            let mut cumulative = 0;
             Value::Histogram {
-                buckets: h
-                    .get_bucket()
+                buckets: metric
+                    .bounds
                     .iter()
-                    .map(|b| (b.upper_bound(), b.cumulative_count()))
+                    .zip(&h.bucket_counts)
+                    .map(|(&bound, &count)| {
+                        cumulative += count;
+                        (bound, cumulative)
+                    })
                     .collect(),
-                sum: h.get_sample_sum(),
-                count: h.get_sample_count(),
+                sum: h.sum,
+                count: h.count,
             }
         }
-        _ => Value::Scalar(metric.get_gauge().get_value()),
+    };
+    Series {
+        labels: point
+            .labels
+            .iter()
+            .map(|(name, value)| (sanitize(name), value.clone()))
+            .collect(),
+        value,
     }
 }
 
@@ -157,51 +135,38 @@ impl PrometheusBridge {
     }
 
     /// Collects the current state: every catalog family in catalog order
-    /// (with or without series), then any family from outside the catalog.
+    /// (with or without series), then `target_info` when enabled.
     pub fn snapshot(&self) -> Vec<Family> {
         let mut families: Vec<Family> = catalog::all().map(catalog_family).collect();
-        let mut others: Vec<Family> = Vec::new();
-        for gathered in self.registry.gather() {
-            let def = self.by_bridge_name.get(gathered.name()).copied();
-            let family = match def {
-                Some(def) => {
-                    let index = catalog::all()
-                        .position(|d| d == def)
-                        .expect("mapped families are in the catalog");
-                    &mut families[index]
-                }
-                None => {
-                    let kind = match gathered.get_field_type() {
-                        MetricType::COUNTER => Kind::Counter,
-                        MetricType::HISTOGRAM => Kind::Histogram,
-                        _ => Kind::Gauge,
-                    };
-                    // The encoder adds a counter's `_total` back.
-                    let name = match kind {
-                        Kind::Counter => gathered.name().trim_end_matches("_total"),
-                        _ => gathered.name(),
-                    };
-                    others.push(Family {
-                        name: Cow::Owned(name.to_owned()),
-                        help: Cow::Owned(gathered.help().to_owned()),
-                        kind,
-                        value_type: ValueType::Float,
-                        series: Vec::new(),
-                    });
-                    others.last_mut().expect("just pushed")
-                }
+        let Some(registry) = self.registry.get() else {
+            return families;
+        };
+        for metric in registry.collect().metrics {
+            let Some(family) = families.iter_mut().find(|f| f.name == metric.def.vllm_name)
+            else {
+                continue;
             };
-            let order = def.map_or(&[][..], |d| d.labels);
-            for metric in gathered.get_metric() {
-                family.series.push(Series {
-                    labels: ordered_labels(metric, order),
-                    value: series_value(&gathered, metric),
-                });
-            }
-        }
-        families.append(&mut others);
-        for family in &mut families {
+            family.series = metric.points.iter().map(|p| series(&metric, p)).collect();
             snapshot::sort_series(&mut family.series);
+        }
+        if self.target_info {
+            let mut labels: Vec<(String, String)> = registry
+                .resource()
+                .attributes()
+                .iter()
+                .map(|(k, v)| (sanitize(k), v.clone()))
+                .collect();
+            labels.sort();
+            families.push(Family {
+                name: Cow::Borrowed("target_info"),
+                help: Cow::Borrowed("Target metadata"),
+                kind: Kind::Gauge,
+                value_type: ValueType::Integer,
+                series: vec![Series {
+                    labels,
+                    value: Value::Scalar(1.0),
+                }],
+            });
         }
         families
     }

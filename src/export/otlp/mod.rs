@@ -1,25 +1,29 @@
-//! OTLP push: a periodic reader exporting over gRPC (tonic) or HTTP/protobuf.
+//! OTLP push: the registry exported periodically over gRPC (tonic) or
+//! HTTP/protobuf, in OpenTelemetry's protobuf data model.
 //!
-//! Settings come from the standard `OTEL_*` variables, with command-line
-//! flags winning. Export runs on the SDK's reader thread, so recording never
-//! waits for the network. Failures are logged rate-limited (the first one at
-//! once, then at most one summary per [`FAILURE_LOG_INTERVAL`]) and recovery
-//! is announced; with cumulative temporality the next successful export
-//! carries every count recorded during the outage.
+//! Settings ([`OtlpSettings`]) come from the standard `OTEL_*` variables, with
+//! command-line flags winning. [`OtlpExporter`] is a [`MetricReader`]: it
+//! collects and sends on its own thread, so recording never waits for the
+//! network ([`exporter`]); [`encode`] builds the export requests. Failures
+//! are logged rate-limited (the first one at once, then at most one summary
+//! per [`FAILURE_LOG_INTERVAL`]) and recovery is announced; cumulative
+//! temporality resends every count after an outage, and delta temporality
+//! reports changes since the last export that succeeded, so an outage loses
+//! nothing either way.
+//!
+//! [`MetricReader`]: crate::metrics::MetricReader
+
+pub mod encode;
+pub mod exporter;
 
 use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use opentelemetry::KeyValue;
-use opentelemetry_otlp::{MetricExporter, WithExportConfig, WithHttpConfig, WithTonicConfig};
-use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::metrics::data::ResourceMetrics;
-use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
-use opentelemetry_sdk::metrics::{PeriodicReader, Temporality};
-use opentelemetry_sdk::Resource;
+use crate::metrics::Resource;
+pub use exporter::OtlpExporter;
 
 /// The default `service.name`.
 pub const DEFAULT_SERVICE_NAME: &str = env!("CARGO_PKG_NAME");
@@ -29,6 +33,67 @@ pub const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(30);
 const DEFAULT_GRPC_ENDPOINT: &str = "http://localhost:4317";
 const DEFAULT_HTTP_ENDPOINT: &str = "http://localhost:4318";
 const DEFAULT_INTERVAL: Duration = Duration::from_secs(60);
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Aggregation temporality of counters and histograms on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Temporality {
+    /// Totals since the process started (what Prometheus expects).
+    #[default]
+    Cumulative,
+    /// Changes since the previous successful export.
+    Delta,
+}
+
+impl FromStr for Temporality {
+    type Err = String;
+
+    /// `cumulative`, `delta`, or the specification's `lowmemory` (delta for
+    /// synchronous counters and histograms, which is all this crate has).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "cumulative" => Ok(Temporality::Cumulative),
+            "delta" | "lowmemory" => Ok(Temporality::Delta),
+            other => Err(format!(
+                "unsupported temporality '{other}' (expected cumulative or delta)"
+            )),
+        }
+    }
+}
+
+/// Which names the metrics carry on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NameStyle {
+    /// OpenTelemetry names (`vllm.request_num_preemptions`).
+    #[default]
+    Otel,
+    /// vLLM's Prometheus names (`vllm:request_num_preemptions`).
+    Prometheus,
+}
+
+/// Request body compression.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Compression {
+    /// None.
+    #[default]
+    None,
+    /// gzip.
+    Gzip,
+}
+
+impl FromStr for Compression {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "none" | "" => Ok(Compression::None),
+            "gzip" => Ok(Compression::Gzip),
+            other => Err(format!(
+                "unsupported OTLP compression '{other}' (expected gzip or none)"
+            )),
+        }
+    }
+}
 
 /// OTLP transport.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,6 +140,8 @@ pub struct OtlpOverrides {
     pub headers: Vec<(String, String)>,
     /// `--otlp-temporality`.
     pub temporality: Option<Temporality>,
+    /// `--otlp-names`.
+    pub names: NameStyle,
 }
 
 /// Resolved OTLP settings.
@@ -88,9 +155,15 @@ pub struct OtlpSettings {
     pub interval: Duration,
     /// Extra request headers (environment ones merged, flags winning).
     pub headers: Vec<(String, String)>,
-    /// Temporality; `None` lets the exporter read
-    /// `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE` (default cumulative).
-    pub temporality: Option<Temporality>,
+    /// Temporality (`OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE`,
+    /// default cumulative).
+    pub temporality: Temporality,
+    /// Metric names on the wire.
+    pub names: NameStyle,
+    /// How long one export may take (`OTEL_EXPORTER_OTLP_[METRICS_]TIMEOUT`, ms).
+    pub timeout: Duration,
+    /// Body compression (`OTEL_EXPORTER_OTLP_[METRICS_]COMPRESSION`).
+    pub compression: Compression,
 }
 
 /// Parses `k1=v1,k2=v2` (values URL-decoded as the spec asks).
@@ -193,12 +266,38 @@ impl OtlpSettings {
             headers.retain(|(k, _)| !k.eq_ignore_ascii_case(key));
             headers.push((key.clone(), value.clone()));
         }
+        let temporality = match overrides.temporality {
+            Some(t) => t,
+            None => match env("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE") {
+                Some(t) => t.parse().map_err(|e| {
+                    format!("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE: {e}")
+                })?,
+                None => Temporality::Cumulative,
+            },
+        };
+        let timeout = match env("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT")
+            .or_else(|| env("OTEL_EXPORTER_OTLP_TIMEOUT"))
+        {
+            Some(ms) => Duration::from_millis(ms.trim().parse().map_err(|e| {
+                format!("OTEL_EXPORTER_OTLP_TIMEOUT='{ms}' is not milliseconds: {e}")
+            })?),
+            None => DEFAULT_TIMEOUT,
+        };
+        let compression = match env("OTEL_EXPORTER_OTLP_METRICS_COMPRESSION")
+            .or_else(|| env("OTEL_EXPORTER_OTLP_COMPRESSION"))
+        {
+            Some(c) => c.parse()?,
+            None => Compression::None,
+        };
         Ok(Some(OtlpSettings {
             endpoint,
             protocol,
             interval,
             headers,
-            temporality: overrides.temporality,
+            temporality,
+            names: overrides.names,
+            timeout,
+            compression,
         }))
     }
 }
@@ -222,28 +321,23 @@ fn with_signal_path(url: &str, protocol: Protocol) -> String {
 /// / `OTEL_SERVICE_NAME`, which win.
 pub fn resource(env: impl Fn(&str) -> Option<String>) -> Resource {
     let mut attributes = vec![
-        KeyValue::new("service.name", DEFAULT_SERVICE_NAME),
-        KeyValue::new("service.instance.id", uuid::Uuid::new_v4().to_string()),
+        ("service.name".to_owned(), DEFAULT_SERVICE_NAME.to_owned()),
+        (
+            "service.instance.id".to_owned(),
+            uuid::Uuid::new_v4().to_string(),
+        ),
     ];
     let from_env = env("OTEL_RESOURCE_ATTRIBUTES").unwrap_or_default();
     for pair in from_env.split(',').filter(|p| !p.trim().is_empty()) {
         if let Some((key, value)) = pair.split_once('=') {
-            attributes.push(KeyValue::new(
-                key.trim().to_owned(),
-                percent_decode(value.trim()),
-            ));
+            attributes.push((key.trim().to_owned(), percent_decode(value.trim())));
         }
     }
     if let Some(name) = env("OTEL_SERVICE_NAME").filter(|n| !n.trim().is_empty()) {
-        attributes.push(KeyValue::new("service.name", name));
+        attributes.push(("service.name".to_owned(), name));
     }
     // Later attributes win, so the environment overrides the defaults.
-    Resource::builder_empty()
-        .with_detector(Box::new(
-            opentelemetry_sdk::resource::TelemetryResourceDetector,
-        ))
-        .with_attributes(attributes)
-        .build()
+    Resource::new(attributes)
 }
 
 /// Export outcomes, for rate-limited logging and the exit report.
@@ -269,7 +363,7 @@ impl ExportHealth {
             .clone()
     }
 
-    fn record(&self, endpoint: &str, result: &OTelSdkResult) {
+    fn record(&self, endpoint: &str, result: &Result<(), String>) {
         let mut last_error = self.last_error.lock().unwrap_or_else(|e| e.into_inner());
         match result {
             Ok(()) => {
@@ -296,91 +390,6 @@ impl ExportHealth {
             }
         }
     }
-}
-
-/// The OTLP exporter with outcome tracking.
-#[derive(Debug)]
-pub struct TrackedExporter {
-    inner: MetricExporter,
-    endpoint: String,
-    health: Arc<ExportHealth>,
-}
-
-impl PushMetricExporter for TrackedExporter {
-    async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
-        let result = self.inner.export(metrics).await;
-        self.health.record(&self.endpoint, &result);
-        result
-    }
-
-    fn force_flush(&self) -> OTelSdkResult {
-        self.inner.force_flush()
-    }
-
-    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
-        self.inner.shutdown_with_timeout(timeout)
-    }
-
-    fn temporality(&self) -> Temporality {
-        self.inner.temporality()
-    }
-}
-
-/// Builds the periodic OTLP reader. The gRPC transport needs a Tokio runtime:
-/// pass its handle; it must outlive the reader.
-pub fn reader(
-    settings: &OtlpSettings,
-    runtime: &tokio::runtime::Handle,
-) -> Result<(PeriodicReader<TrackedExporter>, Arc<ExportHealth>), String> {
-    let fail = |e: opentelemetry_otlp::ExporterBuildError| {
-        format!(
-            "cannot build the OTLP exporter for {}: {e}",
-            settings.endpoint
-        )
-    };
-    let builder = MetricExporter::builder();
-    let builder = match settings.temporality {
-        Some(t) => builder.with_temporality(t),
-        None => builder,
-    };
-    let inner = match settings.protocol {
-        Protocol::Grpc => {
-            let mut metadata = tonic::metadata::MetadataMap::new();
-            for (key, value) in &settings.headers {
-                let key =
-                    tonic::metadata::MetadataKey::from_bytes(key.to_ascii_lowercase().as_bytes())
-                        .map_err(|e| format!("invalid OTLP header name '{key}': {e}"))?;
-                let value = value
-                    .parse()
-                    .map_err(|e| format!("invalid OTLP header value for '{key}': {e}"))?;
-                metadata.insert(key, value);
-            }
-            let _guard = runtime.enter();
-            builder
-                .with_tonic()
-                .with_endpoint(&settings.endpoint)
-                .with_metadata(metadata)
-                .build()
-                .map_err(fail)?
-        }
-        Protocol::HttpProtobuf => builder
-            .with_http()
-            .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
-            .with_endpoint(&settings.endpoint)
-            .with_headers(settings.headers.iter().cloned().collect())
-            .build()
-            .map_err(fail)?,
-    };
-    let health = Arc::new(ExportHealth::default());
-    let exporter = TrackedExporter {
-        inner,
-        endpoint: settings.endpoint.clone(),
-        health: Arc::clone(&health),
-    };
-    let reader = PeriodicReader::builder(exporter)
-        .with_interval(settings.interval)
-        .build();
-    Ok((reader, health))
 }
 
 #[cfg(test)]
@@ -412,6 +421,7 @@ mod tests {
             interval: Some(Duration::from_millis(250)),
             headers: vec![("x-token".into(), "flag".into())],
             temporality: Some(Temporality::Delta),
+            names: NameStyle::Prometheus,
         };
         let s = OtlpSettings::resolve(
             &overrides,
@@ -434,7 +444,8 @@ mod tests {
                 ("x-token".into(), "flag".into())
             ]
         );
-        assert_eq!(s.temporality, Some(Temporality::Delta));
+        assert_eq!(s.temporality, Temporality::Delta);
+        assert_eq!(s.names, NameStyle::Prometheus);
     }
 
     #[test]
@@ -454,6 +465,25 @@ mod tests {
             ("http://collector:4317", Protocol::Grpc)
         );
         assert_eq!(s.interval, Duration::from_millis(1500));
+        assert_eq!(
+            (s.temporality, s.timeout, s.compression),
+            (Temporality::Cumulative, DEFAULT_TIMEOUT, Compression::None)
+        );
+        let s = OtlpSettings::resolve(
+            &OtlpOverrides::default(),
+            env(&[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318"),
+                ("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", "LowMemory"),
+                ("OTEL_EXPORTER_OTLP_TIMEOUT", "2500"),
+                ("OTEL_EXPORTER_OTLP_METRICS_COMPRESSION", "gzip"),
+            ]),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (s.temporality, s.timeout, s.compression),
+            (Temporality::Delta, Duration::from_millis(2500), Compression::Gzip)
+        );
         let s = OtlpSettings::resolve(
             &OtlpOverrides::default(),
             env(&[(
@@ -487,25 +517,17 @@ mod tests {
     #[test]
     fn resource_defaults_and_environment() {
         let r = resource(env(&[]));
-        assert_eq!(
-            r.get(&"service.name".into()).unwrap().as_str(),
-            DEFAULT_SERVICE_NAME
-        );
-        let id = r.get(&"service.instance.id".into()).unwrap().to_string();
-        assert_ne!(
-            id,
-            resource(env(&[]))
-                .get(&"service.instance.id".into())
-                .unwrap()
-                .to_string()
-        );
-        let r = resource(env(&[(
-            "OTEL_RESOURCE_ATTRIBUTES",
-            "service.name=x,service.instance.id=i-1",
-        )]));
-        assert_eq!(
-            r.get(&"service.instance.id".into()).unwrap().as_str(),
-            "i-1"
-        );
+        assert_eq!(r.get("service.name"), Some(DEFAULT_SERVICE_NAME));
+        let id = r.get("service.instance.id").unwrap().to_owned();
+        assert_ne!(Some(id.as_str()), resource(env(&[])).get("service.instance.id"));
+        let r = resource(env(&[
+            (
+                "OTEL_RESOURCE_ATTRIBUTES",
+                "service.name=x,service.instance.id=i-1",
+            ),
+            ("OTEL_SERVICE_NAME", "svc"),
+        ]));
+        assert_eq!(r.get("service.instance.id"), Some("i-1"));
+        assert_eq!(r.get("service.name"), Some("svc"));
     }
 }

@@ -1,0 +1,320 @@
+//! The OTLP push reader: a thread that collects the registry every interval
+//! (and on flush and shutdown) and sends it over gRPC or HTTP/protobuf.
+
+use std::io::Write as _;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioExecutor;
+use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use prost::Message;
+use tonic::codec::CompressionEncoding;
+use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
+use tonic::transport::Channel;
+
+use super::encode::RequestEncoder;
+use super::{Compression, ExportHealth, OtlpSettings, Protocol};
+use crate::metrics::{MetricReader, ReaderResult, Registry};
+
+/// What the caller asks of the export thread; the answer comes back on the
+/// enclosed channel.
+enum Command {
+    Flush(mpsc::Sender<ReaderResult>),
+    Shutdown(mpsc::Sender<ReaderResult>),
+}
+
+struct Worker {
+    commands: mpsc::Sender<Command>,
+    thread: JoinHandle<()>,
+}
+
+/// Pushes the registry over OTLP every interval, on [`force_flush`] and a
+/// last time on [`shutdown`]. The export thread starts when the reader is
+/// registered with [`Instruments`](crate::instruments::Instruments).
+///
+/// [`force_flush`]: MetricReader::force_flush
+/// [`shutdown`]: MetricReader::shutdown
+#[derive(Debug)]
+pub struct OtlpExporter {
+    settings: OtlpSettings,
+    metadata: MetadataMap,
+    health: Arc<ExportHealth>,
+    worker: Mutex<Option<Worker>>,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker").finish_non_exhaustive()
+    }
+}
+
+impl OtlpExporter {
+    /// Checks the settings (endpoint URL, header names and values) and
+    /// returns the exporter with the health record it keeps.
+    pub fn new(settings: OtlpSettings) -> Result<(OtlpExporter, Arc<ExportHealth>), String> {
+        let uri: hyper::Uri = settings
+            .endpoint
+            .parse()
+            .map_err(|e| format!("invalid OTLP endpoint '{}': {e}", settings.endpoint))?;
+        match uri.scheme_str() {
+            Some("http") => {}
+            Some("https") => {
+                return Err(format!(
+                    "OTLP endpoint '{}': https is not supported by this build; send to a local Collector over http",
+                    settings.endpoint
+                ))
+            }
+            _ => {
+                return Err(format!(
+                    "invalid OTLP endpoint '{}': expected an http:// URL",
+                    settings.endpoint
+                ))
+            }
+        }
+        let mut metadata = MetadataMap::new();
+        for (key, value) in &settings.headers {
+            let name = MetadataKey::from_bytes(key.to_ascii_lowercase().as_bytes())
+                .map_err(|e| format!("invalid OTLP header name '{key}': {e}"))?;
+            let value = MetadataValue::try_from(value.as_str())
+                .map_err(|e| format!("invalid OTLP header value for '{key}': {e}"))?;
+            metadata.insert(name, value);
+        }
+        let health = Arc::new(ExportHealth::default());
+        Ok((
+            OtlpExporter {
+                settings,
+                metadata,
+                health: Arc::clone(&health),
+                worker: Mutex::new(None),
+            },
+            health,
+        ))
+    }
+
+    fn ask(&self, command: impl FnOnce(mpsc::Sender<ReaderResult>) -> Command) -> ReaderResult {
+        let worker = self.worker.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(worker) = worker.as_ref() else {
+            return Ok(());
+        };
+        let (reply, answer) = mpsc::channel();
+        worker
+            .commands
+            .send(command(reply))
+            .map_err(|_| "the OTLP export thread has stopped".to_owned())?;
+        answer
+            .recv()
+            .map_err(|_| "the OTLP export thread has stopped".to_owned())?
+    }
+}
+
+impl MetricReader for OtlpExporter {
+    fn register(&self, registry: Arc<Registry>) {
+        let mut worker = self.worker.lock().unwrap_or_else(PoisonError::into_inner);
+        if worker.is_some() {
+            return;
+        }
+        let (commands, inbox) = mpsc::channel();
+        let settings = self.settings.clone();
+        let metadata = self.metadata.clone();
+        let health = Arc::clone(&self.health);
+        let thread = std::thread::Builder::new()
+            .name("otlp-export".into())
+            .spawn(move || run(&settings, metadata, &health, &registry, &inbox))
+            .expect("the OTLP export thread starts");
+        *worker = Some(Worker { commands, thread });
+    }
+
+    fn force_flush(&self) -> ReaderResult {
+        self.ask(Command::Flush)
+    }
+
+    fn shutdown(&self) -> ReaderResult {
+        let result = self.ask(Command::Shutdown);
+        let worker = self
+            .worker
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(worker) = worker {
+            drop(worker.commands);
+            let _ = worker.thread.join();
+        }
+        result
+    }
+}
+
+/// The export thread: a single-threaded runtime for the transports, a timer,
+/// and the commands.
+fn run(
+    settings: &OtlpSettings,
+    metadata: MetadataMap,
+    health: &ExportHealth,
+    registry: &Registry,
+    inbox: &mpsc::Receiver<Command>,
+) {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the OTLP export runtime: {e}; nothing will be pushed");
+            return;
+        }
+    };
+    let transport = {
+        let _entered = runtime.enter();
+        Transport::new(settings, metadata)
+    };
+    let mut encoder = RequestEncoder::new(
+        settings.names,
+        settings.temporality,
+        registry.start_time(),
+    );
+    let mut export = || {
+        let collected = registry.collect();
+        let request = encoder.request(&collected, registry.resource());
+        let result = runtime.block_on(async {
+            match tokio::time::timeout(settings.timeout, transport.send(request)).await {
+                Ok(result) => result,
+                Err(_) => Err(format!(
+                    "no answer within {} ms",
+                    settings.timeout.as_millis()
+                )),
+            }
+        });
+        if result.is_ok() {
+            encoder.accepted(&collected);
+        }
+        health.record(&settings.endpoint, &result);
+        result
+    };
+    let mut next = Instant::now() + settings.interval;
+    loop {
+        match inbox.recv_timeout(next.saturating_duration_since(Instant::now())) {
+            Err(RecvTimeoutError::Timeout) => {
+                let _ = export();
+                next = Instant::now() + settings.interval;
+            }
+            Ok(Command::Flush(reply)) => {
+                let _ = reply.send(export());
+            }
+            Ok(Command::Shutdown(reply)) => {
+                let _ = reply.send(export());
+                return;
+            }
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
+    }
+}
+
+/// One of the two OTLP transports, ready to send.
+enum Transport {
+    Grpc {
+        client: MetricsServiceClient<Channel>,
+        metadata: MetadataMap,
+    },
+    Http {
+        client: Client<HttpConnector, Full<Bytes>>,
+        endpoint: String,
+        headers: Vec<(String, String)>,
+        gzip: bool,
+    },
+}
+
+impl Transport {
+    /// Needs the runtime entered (the gRPC channel connects lazily on it).
+    fn new(settings: &OtlpSettings, metadata: MetadataMap) -> Transport {
+        match settings.protocol {
+            Protocol::Grpc => {
+                let channel = Channel::from_shared(settings.endpoint.clone())
+                    .expect("the endpoint was checked in OtlpExporter::new")
+                    .connect_timeout(settings.timeout)
+                    .connect_lazy();
+                let mut client = MetricsServiceClient::new(channel);
+                if settings.compression == Compression::Gzip {
+                    client = client.send_compressed(CompressionEncoding::Gzip);
+                }
+                Transport::Grpc { client, metadata }
+            }
+            Protocol::HttpProtobuf => Transport::Http {
+                client: Client::builder(TokioExecutor::new()).build_http(),
+                endpoint: settings.endpoint.clone(),
+                headers: settings.headers.clone(),
+                gzip: settings.compression == Compression::Gzip,
+            },
+        }
+    }
+
+    async fn send(&self, request: ExportMetricsServiceRequest) -> Result<(), String> {
+        let rejected = match self {
+            Transport::Grpc { client, metadata } => {
+                let mut call = tonic::Request::new(request);
+                *call.metadata_mut() = metadata.clone();
+                let response = client
+                    .clone()
+                    .export(call)
+                    .await
+                    .map_err(|status| format!("gRPC {:?}: {}", status.code(), status.message()))?;
+                response.into_inner().partial_success
+            }
+            Transport::Http {
+                client,
+                endpoint,
+                headers,
+                gzip,
+            } => {
+                let mut body = request.encode_to_vec();
+                let mut builder = hyper::Request::post(endpoint.as_str())
+                    .header(hyper::header::CONTENT_TYPE, "application/x-protobuf");
+                if *gzip {
+                    let mut encoder =
+                        flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+                    encoder
+                        .write_all(&body)
+                        .and_then(|()| encoder.try_finish())
+                        .map_err(|e| format!("gzip: {e}"))?;
+                    body = encoder.finish().map_err(|e| format!("gzip: {e}"))?;
+                    builder = builder.header(hyper::header::CONTENT_ENCODING, "gzip");
+                }
+                for (key, value) in headers {
+                    builder = builder.header(key.as_str(), value.as_str());
+                }
+                let http_request = builder
+                    .body(Full::new(Bytes::from(body)))
+                    .map_err(|e| format!("cannot build the HTTP request: {e}"))?;
+                let response = client
+                    .request(http_request)
+                    .await
+                    .map_err(|e| format!("HTTP: {e}"))?;
+                let status = response.status();
+                let body = response
+                    .into_body()
+                    .collect()
+                    .await
+                    .map_err(|e| format!("HTTP {status}: reading the answer: {e}"))?
+                    .to_bytes();
+                if !status.is_success() {
+                    let text = String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned();
+                    return Err(format!("HTTP {status}: {}", text.trim()));
+                }
+                opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResponse::decode(body)
+                    .ok()
+                    .and_then(|r| r.partial_success)
+            }
+        };
+        match rejected {
+            Some(p) if p.rejected_data_points > 0 => Err(format!(
+                "the collector rejected {} data points: {}",
+                p.rejected_data_points, p.error_message
+            )),
+            _ => Ok(()),
+        }
+    }
+}
