@@ -80,7 +80,8 @@ impl InstrumentsBuilder {
         let mut registry = Registry::empty(self.resource);
         let families = Families::new(&mut registry, self.max_model_len);
         let reason = |value: &'static str| vec![(catalog::REASON_LABELS[0], value.to_owned())];
-        let rejected = RejectReason::ALL.map(|r| families.rejected_inputs.series(reason(r.as_str())));
+        let rejected =
+            RejectReason::ALL.map(|r| families.rejected_inputs.series(reason(r.as_str())));
         let evicted =
             EvictReason::ALL.map(|r| families.evicted_requests.series(reason(r.as_str())));
         let registry = Arc::new(registry);
@@ -396,7 +397,10 @@ impl Drop for Inner {
 
 impl Inner {
     fn shutdown(&self) -> ReaderResult {
-        let mut shut_down = self.shut_down.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut shut_down = self
+            .shut_down
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if *shut_down {
             return Ok(());
         }

@@ -620,8 +620,12 @@ impl Tracker {
         let handles = self
             .instruments
             .scheduler_handles(&stats.model_name, stats.engine);
-        handles.num_requests_running.set(stats.num_running_reqs as f64);
-        handles.num_requests_waiting.set(stats.num_waiting_reqs as f64);
+        handles
+            .num_requests_running
+            .set(stats.num_running_reqs as f64);
+        handles
+            .num_requests_waiting
+            .set(stats.num_waiting_reqs as f64);
         handles.kv_cache_usage.set(stats.kv_cache_usage);
         handles.prefix_cache_queries.add(stats.prefix_cache_queries);
         handles.prefix_cache_hits.add(stats.prefix_cache_hits);

@@ -1,5 +1,7 @@
-//! The cost of one observation on each path, in isolation: a bound
-//! OpenTelemetry histogram record and counter add (one and two readers), a
+//! The cost of one observation on each path, in isolation: this crate's
+//! histogram record and counter add (`metrics::{Histogram, Counter}`), the
+//! official OpenTelemetry SDK's bound histogram record and counter add (one
+//! and two readers), a
 //! `prometheus-client` histogram observe and counter increment, a raw atomic
 //! add and a raw mutex-guarded histogram (bucket found by a linear scan or by
 //! the binary search the OpenTelemetry SDK uses). Values cycle through the
@@ -14,6 +16,7 @@ use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::metrics::{Aggregation, Instrument, ManualReader, SdkMeterProvider, Stream};
 use vllm_otel_metrics::catalog::{self, ITL_BUCKETS};
+use vllm_otel_metrics::metrics::{Counter, Histogram};
 
 use crate::floor::{MutexHistogram, Observe};
 
@@ -65,12 +68,22 @@ pub fn measure(rounds: usize, ops: usize) -> Vec<(&'static str, f64)> {
     ];
     let value = |i: usize| black_box(VALUES[i & 3]);
     let mut results = Vec::new();
+    let histogram = Histogram::new(ITL_BUCKETS.to_vec());
+    let counter = Counter::default();
+    results.push((
+        "otel_bound_histogram",
+        ns_per_op(rounds, ops, |i| histogram.record(value(i))),
+    ));
+    results.push((
+        "otel_bound_counter",
+        ns_per_op(rounds, ops, |_| counter.add(black_box(1))),
+    ));
     for (readers, histogram_name, counter_name) in [
-        (1, "otel_bound_histogram", "otel_bound_counter"),
+        (1, "sdk_bound_histogram", "sdk_bound_counter"),
         (
             2,
-            "otel_bound_histogram_two_readers",
-            "otel_bound_counter_two_readers",
+            "sdk_bound_histogram_two_readers",
+            "sdk_bound_counter_two_readers",
         ),
     ] {
         let provider = provider(readers);

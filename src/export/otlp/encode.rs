@@ -150,8 +150,8 @@ impl RequestEncoder {
                 let delta = now.saturating_sub(*before);
                 (delta > 0).then_some(Value::Counter(delta))
             }
-            (Value::Histogram(now), Some(Value::Histogram(before))) => {
-                (now.count > before.count).then(|| {
+            (Value::Histogram(now), Some(Value::Histogram(before))) => (now.count > before.count)
+                .then(|| {
                     Value::Histogram(HistogramValue {
                         bucket_counts: now
                             .bucket_counts
@@ -162,8 +162,7 @@ impl RequestEncoder {
                         sum: now.sum - before.sum,
                         count: now.count - before.count,
                     })
-                })
-            }
+                }),
             (Value::Counter(0), None) => None,
             (Value::Histogram(now), None) if now.count == 0 => None,
             (value, _) => Some(value.clone()),
@@ -258,7 +257,9 @@ fn number(value: &Value, value_type: ValueType) -> number_data_point::Value {
         Value::Histogram(h) => h.sum,
     };
     match (value, value_type) {
-        (Value::Counter(v), _) => number_data_point::Value::AsInt(i64::try_from(*v).unwrap_or(i64::MAX)),
+        (Value::Counter(v), _) => {
+            number_data_point::Value::AsInt(i64::try_from(*v).unwrap_or(i64::MAX))
+        }
         (_, ValueType::Integer) => number_data_point::Value::AsInt(v as i64),
         (_, ValueType::Float) => number_data_point::Value::AsDouble(v),
     }

@@ -172,11 +172,8 @@ fn run(
         let _entered = runtime.enter();
         Transport::new(settings, metadata)
     };
-    let mut encoder = RequestEncoder::new(
-        settings.names,
-        settings.temporality,
-        registry.start_time(),
-    );
+    let mut encoder =
+        RequestEncoder::new(settings.names, settings.temporality, registry.start_time());
     let mut export = || {
         let collected = registry.collect();
         let request = encoder.request(&collected, registry.resource());
@@ -257,11 +254,10 @@ impl Transport {
             Transport::Grpc { client, metadata } => {
                 let mut call = tonic::Request::new(request);
                 *call.metadata_mut() = metadata.clone();
-                let response = client
-                    .clone()
-                    .export(call)
-                    .await
-                    .map_err(|status| format!("gRPC {:?}: {}", status.code(), status.message()))?;
+                let response =
+                    client.clone().export(call).await.map_err(|status| {
+                        format!("gRPC {:?}: {}", status.code(), status.message())
+                    })?;
                 response.into_inner().partial_success
             }
             Transport::Http {

@@ -473,7 +473,10 @@ mod tests {
             &OtlpOverrides::default(),
             env(&[
                 ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318"),
-                ("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", "LowMemory"),
+                (
+                    "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE",
+                    "LowMemory",
+                ),
                 ("OTEL_EXPORTER_OTLP_TIMEOUT", "2500"),
                 ("OTEL_EXPORTER_OTLP_METRICS_COMPRESSION", "gzip"),
             ]),
@@ -482,7 +485,11 @@ mod tests {
         .unwrap();
         assert_eq!(
             (s.temporality, s.timeout, s.compression),
-            (Temporality::Delta, Duration::from_millis(2500), Compression::Gzip)
+            (
+                Temporality::Delta,
+                Duration::from_millis(2500),
+                Compression::Gzip
+            )
         );
         let s = OtlpSettings::resolve(
             &OtlpOverrides::default(),
@@ -519,7 +526,10 @@ mod tests {
         let r = resource(env(&[]));
         assert_eq!(r.get("service.name"), Some(DEFAULT_SERVICE_NAME));
         let id = r.get("service.instance.id").unwrap().to_owned();
-        assert_ne!(Some(id.as_str()), resource(env(&[])).get("service.instance.id"));
+        assert_ne!(
+            Some(id.as_str()),
+            resource(env(&[])).get("service.instance.id")
+        );
         let r = resource(env(&[
             (
                 "OTEL_RESOURCE_ATTRIBUTES",

@@ -93,7 +93,13 @@ fn catalog_family(def: &'static MetricDef) -> Family {
 /// Label names as Prometheus allows them (the overflow label has dots).
 fn sanitize(name: &str) -> String {
     name.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect()
 }
 
@@ -142,8 +148,7 @@ impl PrometheusBridge {
             return families;
         };
         for metric in registry.collect().metrics {
-            let Some(family) = families.iter_mut().find(|f| f.name == metric.def.vllm_name)
-            else {
+            let Some(family) = families.iter_mut().find(|f| f.name == metric.def.vllm_name) else {
                 continue;
             };
             family.series = metric.points.iter().map(|p| series(&metric, p)).collect();
