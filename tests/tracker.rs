@@ -570,3 +570,45 @@ fn request_metrics_finish_is_idempotent() {
     );
     assert!(!s.keys().any(|k| k.contains(r#"finished_reason="abort""#)));
 }
+
+/// Beyond `max_label_sets` label sets, requests of new sets are still
+/// counted, in one overflow series per family (`otel_metric_overflow="true"`,
+/// plus the family's own extra label), while the first sets keep theirs.
+#[test]
+fn label_sets_beyond_the_limit_share_the_overflow_series() {
+    let (bridge, reader) = PrometheusBridge::builder().build();
+    let instruments = Instruments::builder()
+        .with_max_label_sets(2)
+        .with_reader(reader)
+        .build();
+    let params = RequestParams {
+        arrival_time: 100.0,
+        prompt_len: 16,
+        max_tokens: None,
+        n: 1,
+    };
+    for engine in 0..5 {
+        let mut request = RequestMetrics::start(&instruments, "m", engine, params);
+        let mut last = output("r", 1);
+        last.finish_reason = Some(FinishReason::Stop);
+        assert!(request.observe_output(10.0, 101.0, &last));
+    }
+    let s = exposition(&bridge);
+    let count = |labels: &str| s[&format!("vllm:request_num_preemptions_count{{{labels}}}")];
+    assert_eq!(count("model_name=\"m\",engine=\"0\""), 1.0);
+    assert_eq!(count("model_name=\"m\",engine=\"1\""), 1.0);
+    assert_eq!(count("otel_metric_overflow=\"true\""), 3.0);
+    assert_eq!(
+        s["vllm:request_success_total{otel_metric_overflow=\"true\",finished_reason=\"stop\"}"],
+        3.0
+    );
+    let engines: Vec<&String> = s
+        .keys()
+        .filter(|k| k.starts_with("vllm:e2e_request_latency_seconds_count"))
+        .collect();
+    assert_eq!(
+        engines.len(),
+        3,
+        "two label sets and the overflow: {engines:?}"
+    );
+}

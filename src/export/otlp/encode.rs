@@ -69,9 +69,9 @@ pub struct RequestEncoder {
     names: NameStyle,
     temporality: Temporality,
     start_time: SystemTime,
-    /// Delta only: the values of the last accepted export, per family and labels.
-    accepted: HashMap<(&'static str, Labels), Value>,
-    accepted_at: SystemTime,
+    /// Delta only: per family and labels, the value last accepted and when
+    /// it was read (where the series' next delta interval starts).
+    accepted: HashMap<(&'static str, Labels), (Value, SystemTime)>,
 }
 
 impl RequestEncoder {
@@ -82,7 +82,6 @@ impl RequestEncoder {
             temporality,
             start_time,
             accepted: HashMap::new(),
-            accepted_at: start_time,
         }
     }
 
@@ -128,30 +127,45 @@ impl RequestEncoder {
         }
         for metric in &collected.metrics {
             for point in &metric.points {
-                self.accepted.insert(
-                    (metric.def.otel_name, point.labels.clone()),
-                    point.value.clone(),
-                );
+                let key = (metric.def.otel_name, point.labels.clone());
+                // Unchanged series were not sent: their interval goes on.
+                let unchanged = self
+                    .accepted
+                    .get(&key)
+                    .is_some_and(|(value, _)| *value == point.value);
+                if !unchanged {
+                    self.accepted
+                        .insert(key, (point.value.clone(), collected.time));
+                }
             }
         }
-        self.accepted_at = collected.time;
     }
 
-    /// The value to send for a point, or `None` for an unchanged delta.
-    fn value_to_send(&self, metric: &data::Metric, point: &data::DataPoint) -> Option<Value> {
+    /// The start of the point's interval and the value to send, or `None`
+    /// for an unchanged delta. A delta interval starts where the series' last
+    /// accepted one ended, as receivers that add deltas up require.
+    fn value_to_send(
+        &self,
+        metric: &data::Metric,
+        point: &data::DataPoint,
+    ) -> Option<(SystemTime, Value)> {
         if self.temporality == Temporality::Cumulative {
-            return Some(point.value.clone());
+            return Some((self.start_time, point.value.clone()));
         }
-        let previous = self
+        let Some((previous, since)) = self
             .accepted
-            .get(&(metric.def.otel_name, point.labels.clone()));
-        match (&point.value, previous) {
-            (Value::Counter(now), Some(Value::Counter(before))) => {
+            .get(&(metric.def.otel_name, point.labels.clone()))
+        else {
+            // First sight, zero-valued series included, as the bridge shows them.
+            return Some((self.start_time, point.value.clone()));
+        };
+        let value = match (&point.value, previous) {
+            (Value::Counter(now), Value::Counter(before)) => {
                 let delta = now.saturating_sub(*before);
                 (delta > 0).then_some(Value::Counter(delta))
             }
-            (Value::Histogram(now), Some(Value::Histogram(before))) => (now.count > before.count)
-                .then(|| {
+            (Value::Histogram(now), Value::Histogram(before)) => {
+                (now.count > before.count).then(|| {
                     Value::Histogram(HistogramValue {
                         bucket_counts: now
                             .bucket_counts
@@ -162,45 +176,43 @@ impl RequestEncoder {
                         sum: now.sum - before.sum,
                         count: now.count - before.count,
                     })
-                }),
-            (Value::Counter(0), None) => None,
-            (Value::Histogram(now), None) if now.count == 0 => None,
+                })
+            }
             (value, _) => Some(value.clone()),
-        }
+        };
+        value.map(|v| (*since, v))
     }
 
     fn metric(&self, metric: &data::Metric, time: SystemTime) -> Option<Metric> {
         let def = metric.def;
         let time_unix_nano = unix_nanos(time);
-        let start_time_unix_nano = unix_nanos(match self.temporality {
-            Temporality::Cumulative => self.start_time,
-            Temporality::Delta => self.accepted_at,
-        });
         let temporality = match self.temporality {
             Temporality::Cumulative => AggregationTemporality::Cumulative,
             Temporality::Delta => AggregationTemporality::Delta,
         } as i32;
-        let points = metric
-            .points
-            .iter()
-            .filter_map(|p| Some((attributes(&p.labels), self.value_to_send(metric, p)?)));
+        let points = metric.points.iter().filter_map(|p| {
+            let (start, value) = self.value_to_send(metric, p)?;
+            Some((attributes(&p.labels), unix_nanos(start), value))
+        });
         let data = match def.kind {
             Kind::Counter => metric::Data::Sum(Sum {
                 data_points: points
-                    .map(|(attributes, value)| NumberDataPoint {
-                        attributes,
-                        start_time_unix_nano,
-                        time_unix_nano,
-                        value: Some(number(&value, def.value_type)),
-                        ..Default::default()
-                    })
+                    .map(
+                        |(attributes, start_time_unix_nano, value)| NumberDataPoint {
+                            attributes,
+                            start_time_unix_nano,
+                            time_unix_nano,
+                            value: Some(number(&value, def.value_type)),
+                            ..Default::default()
+                        },
+                    )
                     .collect(),
                 aggregation_temporality: temporality,
                 is_monotonic: true,
             }),
             Kind::Gauge => metric::Data::Gauge(Gauge {
                 data_points: points
-                    .map(|(attributes, value)| NumberDataPoint {
+                    .map(|(attributes, _, value)| NumberDataPoint {
                         attributes,
                         time_unix_nano,
                         value: Some(number(&value, def.value_type)),
@@ -210,7 +222,7 @@ impl RequestEncoder {
             }),
             Kind::Histogram => metric::Data::Histogram(Histogram {
                 data_points: points
-                    .filter_map(|(attributes, value)| match value {
+                    .filter_map(|(attributes, start_time_unix_nano, value)| match value {
                         Value::Histogram(h) => Some(HistogramDataPoint {
                             attributes,
                             start_time_unix_nano,

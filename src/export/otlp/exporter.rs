@@ -234,7 +234,9 @@ impl Transport {
                     .expect("the endpoint was checked in OtlpExporter::new")
                     .connect_timeout(settings.timeout)
                     .connect_lazy();
-                let mut client = MetricsServiceClient::new(channel);
+                // Collectors answer gzip-compressed requests compressed.
+                let mut client =
+                    MetricsServiceClient::new(channel).accept_compressed(CompressionEncoding::Gzip);
                 if settings.compression == Compression::Gzip {
                     client = client.send_compressed(CompressionEncoding::Gzip);
                 }
@@ -312,5 +314,76 @@ impl Transport {
             )),
             _ => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::export::otlp::OtlpOverrides;
+
+    fn settings(endpoint: &str, headers: &[(&str, &str)]) -> OtlpSettings {
+        OtlpSettings::resolve(
+            &OtlpOverrides {
+                endpoint: Some(endpoint.to_owned()),
+                protocol: Some(Protocol::Grpc),
+                headers: headers
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                ..OtlpOverrides::default()
+            },
+            |_| None,
+        )
+        .unwrap()
+        .unwrap()
+    }
+
+    #[test]
+    fn bad_endpoints_and_headers_are_refused_up_front() {
+        let error = |endpoint, headers| OtlpExporter::new(settings(endpoint, headers)).unwrap_err();
+        assert_eq!(
+            error("https://collector:4317", &[]),
+            "OTLP endpoint 'https://collector:4317': https is not supported by this build; send to a local Collector over http"
+        );
+        assert_eq!(
+            error("collector:4317", &[]),
+            "invalid OTLP endpoint 'collector:4317': expected an http:// URL"
+        );
+        assert!(error("http://c:4317", &[("bad header", "v")])
+            .starts_with("invalid OTLP header name 'bad header': "));
+        assert!(error("http://c:4317", &[("x-token", "line\nbreak")])
+            .starts_with("invalid OTLP header value for 'x-token': "));
+    }
+
+    #[test]
+    fn an_unregistered_exporter_has_nothing_to_flush() {
+        let (exporter, health) = OtlpExporter::new(settings("http://127.0.0.1:9", &[])).unwrap();
+        assert_eq!(exporter.force_flush(), Ok(()));
+        assert_eq!(exporter.shutdown(), Ok(()));
+        assert_eq!(health.exports(), 0);
+    }
+
+    #[test]
+    fn a_failed_final_export_is_reported_with_its_cause() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        // Nothing listens on the port any more: the connection is refused.
+        let (exporter, health) =
+            OtlpExporter::new(settings(&format!("http://127.0.0.1:{port}"), &[])).unwrap();
+        exporter.register(Arc::new(Registry::empty(
+            crate::metrics::Resource::default(),
+        )));
+        let error = exporter.shutdown().unwrap_err();
+        assert!(error.starts_with("gRPC Unavailable"), "{error}");
+        assert_eq!(health.last_error(), Some(error));
+        assert_eq!(
+            exporter.shutdown(),
+            Ok(()),
+            "a second shutdown does nothing"
+        );
     }
 }

@@ -181,3 +181,40 @@ impl PrometheusBridge {
         encode(&self.snapshot(), format)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::instruments::Instruments;
+    use crate::metrics::Resource;
+
+    #[test]
+    fn target_info_carries_the_resource_only_when_asked_for() {
+        let resource = Resource::new([("service.name", "svc"), ("service.instance.id", "i-1")]);
+        let (with, reader) = PrometheusBridge::builder().with_target_info(true).build();
+        let (without, other_reader) = PrometheusBridge::builder().build();
+        let _instruments = Instruments::builder()
+            .with_resource(resource)
+            .with_reader(reader)
+            .with_reader(other_reader)
+            .build();
+        let text = with.encode(Format::Text);
+        let (catalog_part, target_info) = text.split_once("# HELP target_info").unwrap();
+        assert_eq!(
+            target_info,
+            format!(
+                " Target metadata\n# TYPE target_info gauge\ntarget_info{{service_instance_id=\"i-1\",service_name=\"svc\",telemetry_sdk_language=\"rust\",telemetry_sdk_name=\"vllm-otel-metrics\",telemetry_sdk_version=\"{}\"}} 1\n",
+                env!("CARGO_PKG_VERSION")
+            )
+        );
+        assert_eq!(catalog_part, without.encode(Format::Text));
+    }
+
+    #[test]
+    fn a_bridge_without_instruments_shows_every_family_empty() {
+        let (bridge, _reader) = PrometheusBridge::builder().build();
+        let families = bridge.snapshot();
+        assert_eq!(families.len(), catalog::all().count());
+        assert!(families.iter().all(|f| f.series.is_empty()));
+    }
+}
