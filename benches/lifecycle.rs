@@ -5,15 +5,19 @@
 //! - `otel_bound`: this crate's `RequestMetrics` as shipped, its `Instruments`
 //!   read by the Prometheus bridge (what the CLI builds, without OTLP);
 //! - `prometheus_client`: the same tracker on the `prometheus-client` crate,
-//!   handles resolved per request with `get_or_create_owned` (the baseline,
+//!   `Family` handles resolved once per label set (the baseline,
 //!   `baseline/prometheus_client_tracker.rs`);
-//! - `otel_unbound`: the same OpenTelemetry instruments and Views recorded
-//!   with attributes on every call (`baseline/otel_unbound_tracker.rs`);
+//! - `otel_unbound`: the same families as instruments of the official
+//!   OpenTelemetry SDK with the same explicit-bucket Views, recorded with
+//!   attributes on every call (`baseline/otel_unbound_tracker.rs`);
 //!
-//! plus three references: `otel_bound_two_readers` (the crate with a second
-//! reader, as when OTLP export is on: every observation goes through two SDK
-//! pipelines) and two floors (`baseline/floor.rs`): the same lifecycle rules
-//! recording into raw atomics or raw mutex-guarded histograms. A last section
+//! plus four references: `sdk_bound` (the same SDK instruments through its
+//! bound handles, resolved once per label set: how the crate recorded before
+//! it kept its own aggregation), `otel_bound_two_readers` (the crate with a
+//! second reader, as when OTLP export is on; readers collect on their own
+//! schedule, so recording should not notice) and two floors
+//! (`baseline/floor.rs`): the same lifecycle rules recording into raw atomics
+//! or raw mutex-guarded histograms. A last section
 //! (`baseline/per_observation.rs`) times single observations on each path.
 //!
 //! Every label set exists before anything is measured. After criterion's
@@ -135,10 +139,10 @@ struct Setup {
     /// The same with a second reader (as with `--otlp-endpoint`); readers
     /// collect on their own schedule, so recording should not notice.
     instruments_two_readers: Instruments,
-    pc: prometheus_client_tracker::Metrics,
-    pc_labels: prometheus_client_tracker::LabelSet,
+    pc_handles: prometheus_client_tracker::Handles,
     unbound: otel_unbound_tracker::Metrics,
     unbound_attributes: otel_unbound_tracker::Attributes,
+    sdk_bound: otel_unbound_tracker::BoundHandles,
     floor_atomics: floor::Instruments<floor::AtomicHistogram>,
     floor_mutex: floor::Instruments<floor::MutexHistogram>,
 }
@@ -146,6 +150,9 @@ struct Setup {
 impl Setup {
     fn new() -> Self {
         let (bridge, reader) = PrometheusBridge::builder().build();
+        let pc = prometheus_client_tracker::Metrics::new(DEFAULT_MAX_MODEL_LEN);
+        let unbound = otel_unbound_tracker::Metrics::new(DEFAULT_MAX_MODEL_LEN);
+        let unbound_attributes = otel_unbound_tracker::Attributes::new(MODEL, ENGINE);
         let setup = Setup {
             canonical: canonical(),
             _bridge: bridge,
@@ -158,10 +165,13 @@ impl Setup {
                     .with_reader(second)
                     .build()
             },
-            pc: prometheus_client_tracker::Metrics::new(DEFAULT_MAX_MODEL_LEN),
-            pc_labels: prometheus_client_tracker::LabelSet::new(MODEL, ENGINE),
-            unbound: otel_unbound_tracker::Metrics::new(DEFAULT_MAX_MODEL_LEN),
-            unbound_attributes: otel_unbound_tracker::Attributes::new(MODEL, ENGINE),
+            pc_handles: prometheus_client_tracker::Handles::resolve(
+                &pc,
+                &prometheus_client_tracker::LabelSet::new(MODEL, ENGINE),
+            ),
+            sdk_bound: otel_unbound_tracker::BoundHandles::new(&unbound, &unbound_attributes),
+            unbound,
+            unbound_attributes,
             floor_atomics: floor::Instruments::new(DEFAULT_MAX_MODEL_LEN),
             floor_mutex: floor::Instruments::new(DEFAULT_MAX_MODEL_LEN),
         };
@@ -193,7 +203,7 @@ fn otel_bound_two_readers(s: &Setup) {
 
 fn prometheus_client(s: &Setup) {
     let c = &s.canonical;
-    let mut request = prometheus_client_tracker::Request::start(&s.pc, &s.pc_labels, c.params);
+    let mut request = prometheus_client_tracker::Request::start(&s.pc_handles, c.params);
     for (batch_timestamp, received_at, output) in &c.steps {
         request.observe_output(*batch_timestamp, *received_at, black_box(output));
     }
@@ -204,6 +214,15 @@ fn otel_unbound(s: &Setup) {
     let c = &s.canonical;
     let mut request =
         otel_unbound_tracker::Request::start(&s.unbound, &s.unbound_attributes, c.params);
+    for (batch_timestamp, received_at, output) in &c.steps {
+        request.observe_output(*batch_timestamp, *received_at, black_box(output));
+    }
+    black_box(&request);
+}
+
+fn sdk_bound(s: &Setup) {
+    let c = &s.canonical;
+    let mut request = otel_unbound_tracker::BoundRequest::start(&s.sdk_bound, c.params);
     for (batch_timestamp, received_at, output) in &c.steps {
         request.observe_output(*batch_timestamp, *received_at, black_box(output));
     }
@@ -239,7 +258,11 @@ const VARIANTS: [Variant; 3] = [
 ];
 
 /// Reference points, timed alongside but not part of the summary line.
-const REFERENCES: [Variant; 3] = [
+const REFERENCES: [Variant; 4] = [
+    Variant {
+        name: "sdk_bound",
+        run: sdk_bound,
+    },
     Variant {
         name: "otel_bound_two_readers",
         run: otel_bound_two_readers,
@@ -291,10 +314,13 @@ fn check_equivalence() {
     let (bridge, reader) = PrometheusBridge::builder().build();
     let instruments = Instruments::builder().with_reader(reader).build();
     let pc = prometheus_client_tracker::Metrics::new(DEFAULT_MAX_MODEL_LEN);
-    let labels = prometheus_client_tracker::LabelSet::new(MODEL, ENGINE);
+    let handles = prometheus_client_tracker::Handles::resolve(
+        &pc,
+        &prometheus_client_tracker::LabelSet::new(MODEL, ENGINE),
+    );
     for _ in 0..3 {
         let mut a = RequestMetrics::start(&instruments, MODEL, ENGINE, c.params);
-        let mut b = prometheus_client_tracker::Request::start(&pc, &labels, c.params);
+        let mut b = prometheus_client_tracker::Request::start(&handles, c.params);
         for (ts, received_at, output) in &c.steps {
             a.observe_output(*ts, *received_at, output);
             b.observe_output(*ts, *received_at, output);
@@ -388,8 +414,8 @@ fn main() {
         .join(" ");
     println!("per-observation: {per_observation} ns/op");
     println!(
-        "references: otel_bound_two_readers={:.1} floor_atomics={:.1} floor_mutex={:.1} ns/request",
-        medians[3], medians[4], medians[5]
+        "references: sdk_bound={:.1} otel_bound_two_readers={:.1} floor_atomics={:.1} floor_mutex={:.1} ns/request",
+        medians[3], medians[4], medians[5], medians[6]
     );
     println!(
         "lifecycle: otel_bound={:.1} prometheus_client={:.1} otel_unbound={:.1} ns/request ratio={:.2}",

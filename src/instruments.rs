@@ -77,7 +77,7 @@ impl InstrumentsBuilder {
 
     /// Builds every family and registers the readers.
     pub fn build(self) -> Instruments {
-        let mut registry = Registry::empty(self.resource);
+        let mut registry = Registry::new(self.resource);
         let families = Families::new(&mut registry, self.max_model_len);
         let reason = |value: &'static str| vec![(catalog::REASON_LABELS[0], value.to_owned())];
         let rejected =

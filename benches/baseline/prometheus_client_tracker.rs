@@ -1,15 +1,16 @@
 //! Baseline: the same per-request tracker recorded with the `prometheus-client`
 //! crate, the way a Rust frontend built on it does (vLLM's Rust frontend):
 //! one `Family` per metric in a `Registry`, label sets as structs deriving
-//! `EncodeLabelSet`, and each request's metric handles resolved once, at
-//! request start, with `Family::get_or_create_owned` (a read-locked map lookup
-//! and an `Arc` clone per family). `request_success` is looked up with
-//! `get_or_create` when the request finishes, since its series depends on the
-//! finish reason.
+//! `EncodeLabelSet`, and the metric handles of each `(model_name, engine)`
+//! label set resolved once with `Family::get_or_create_owned` and shared by
+//! all requests of that set, as vLLM's Rust frontend keeps them. A finish
+//! reason's `request_success` handle is resolved the first time a request
+//! finishes with it, as the crate does.
 //!
-//! The label keys are built once per label set (so no request allocates a
-//! label struct): this is the fastest way to use the crate, which makes the
-//! comparison with `otel_bound` conservative.
+//! Nothing is looked up or allocated per request: this is the fastest way to
+//! use the crate, which makes the comparison with `otel_bound` conservative.
+
+use std::sync::OnceLock;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -176,10 +177,11 @@ impl LabelSet {
     }
 }
 
-/// One request's handles, resolved at request start.
-struct Handles<'a> {
-    metrics: &'a Metrics,
-    labels: &'a LabelSet,
+/// The handles of one label set, resolved once.
+pub struct Handles {
+    request_success_family: Family<FinishedLabels, Counter>,
+    finished_labels: [FinishedLabels; 5],
+    request_success: [OnceLock<Counter>; 5],
     num_preemptions: Counter,
     prompt_tokens: Counter,
     prompt_tokens_by_source: [Counter; 3],
@@ -205,12 +207,13 @@ struct Handles<'a> {
     request_time_per_output_token: Histogram,
 }
 
-impl<'a> Handles<'a> {
-    fn resolve(m: &'a Metrics, labels: &'a LabelSet) -> Self {
+impl Handles {
+    pub fn resolve(m: &Metrics, labels: &LabelSet) -> Self {
         let l = &labels.engine;
         Handles {
-            metrics: m,
-            labels,
+            request_success_family: m.request_success.clone(),
+            finished_labels: labels.finished.clone(),
+            request_success: Default::default(),
             num_preemptions: m.num_preemptions.get_or_create_owned(l),
             prompt_tokens: m.prompt_tokens.get_or_create_owned(l),
             prompt_tokens_by_source: [
@@ -247,7 +250,7 @@ impl<'a> Handles<'a> {
     }
 }
 
-impl Sink for Handles<'_> {
+impl Sink for &Handles {
     #[inline]
     fn generation_tokens(&self, tokens: u64) {
         self.generation_tokens.inc_by(tokens);
@@ -285,9 +288,12 @@ impl Sink for Handles<'_> {
     }
 
     fn terminal(&self, t: &Terminal) {
-        self.metrics
-            .request_success
-            .get_or_create(&self.labels.finished[t.reason.index()])
+        let reason = t.reason.index();
+        self.request_success[reason]
+            .get_or_init(|| {
+                self.request_success_family
+                    .get_or_create_owned(&self.finished_labels[reason])
+            })
             .inc();
         self.request_prompt_tokens.observe(t.prompt_tokens);
         self.request_generation_tokens.observe(t.generation_tokens);
@@ -310,16 +316,16 @@ impl Sink for Handles<'_> {
     }
 }
 
-/// One request's metrics: resolved handles plus lifecycle state.
+/// One request's metrics: its label set's handles plus lifecycle state.
 pub struct Request<'a> {
-    handles: Handles<'a>,
+    handles: &'a Handles,
     state: Lifecycle,
 }
 
 impl<'a> Request<'a> {
-    pub fn start(metrics: &'a Metrics, labels: &'a LabelSet, params: RequestParams) -> Self {
+    pub fn start(handles: &'a Handles, params: RequestParams) -> Self {
         Request {
-            handles: Handles::resolve(metrics, labels),
+            handles,
             state: Lifecycle::new(params),
         }
     }

@@ -25,7 +25,8 @@
 //! let family = Arc::new(Family::<Histogram>::new(&REQUEST_NUM_PREEMPTIONS, vec![1.0, 2.0]));
 //! let series = family.series(vec![("model_name", "m".into()), ("engine", "0".into())]);
 //! series.record(2.0);
-//! let registry = Registry::new(vec![family], Resource::default());
+//! let mut registry = Registry::new(Resource::default());
+//! registry.register(family);
 //! let collected = registry.collect();
 //! match &collected.metrics[0].points[0].value {
 //!     Value::Histogram(h) => assert_eq!((h.bucket_counts.as_slice(), h.sum, h.count), (&[0, 1, 0][..], 2.0, 1)),

@@ -16,7 +16,8 @@ use super::resource::Resource;
 /// use vllm_otel_metrics::metrics::{Counter, Family, Registry, Resource};
 ///
 /// let preemptions = Arc::new(Family::<Counter>::new(&NUM_PREEMPTIONS, Vec::new()));
-/// let registry = Registry::new(vec![preemptions.clone()], Resource::default());
+/// let mut registry = Registry::new(Resource::default());
+/// registry.register(preemptions.clone());
 /// preemptions.series(Vec::new()).add(2);
 /// assert_eq!(registry.collect().metrics[0].points.len(), 1);
 /// ```
@@ -37,20 +38,8 @@ pub struct Collected {
 }
 
 impl Registry {
-    /// A registry of `families` (collected in this order).
-    pub fn new<M: Aggregation + std::fmt::Debug>(
-        families: Vec<Arc<Family<M>>>,
-        resource: Resource,
-    ) -> Self {
-        let mut registry = Registry::empty(resource);
-        for family in families {
-            registry.register(family);
-        }
-        registry
-    }
-
-    /// A registry without families.
-    pub fn empty(resource: Resource) -> Self {
+    /// An empty registry describing `resource`; aggregation starts now.
+    pub fn new(resource: Resource) -> Self {
         Registry {
             families: Vec::new(),
             resource,

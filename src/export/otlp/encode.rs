@@ -52,7 +52,8 @@ fn attributes(labels: &Labels) -> Vec<KeyValue> {
 /// use vllm_otel_metrics::metrics::{Counter, Family, Registry, Resource};
 ///
 /// let preemptions = Arc::new(Family::<Counter>::new(&NUM_PREEMPTIONS, Vec::new()));
-/// let registry = Registry::new(vec![preemptions.clone()], Resource::default());
+/// let mut registry = Registry::new(Resource::default());
+/// registry.register(preemptions.clone());
 /// let series = preemptions.series(vec![("model_name", "m".into()), ("engine", "0".into())]);
 /// let mut encoder = RequestEncoder::new(NameStyle::Prometheus, Temporality::Delta, registry.start_time());
 /// series.add(3);

@@ -374,7 +374,7 @@ mod tests {
         // Nothing listens on the port any more: the connection is refused.
         let (exporter, health) =
             OtlpExporter::new(settings(&format!("http://127.0.0.1:{port}"), &[])).unwrap();
-        exporter.register(Arc::new(Registry::empty(
+        exporter.register(Arc::new(Registry::new(
             crate::metrics::Resource::default(),
         )));
         let error = exporter.shutdown().unwrap_err();
