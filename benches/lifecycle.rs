@@ -47,7 +47,7 @@ use std::time::{Duration, Instant};
 use criterion::Criterion;
 use vllm_otel_metrics::catalog::DEFAULT_MAX_MODEL_LEN;
 use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
-use vllm_otel_metrics::instruments::Instruments;
+use vllm_otel_metrics::instruments::{Instruments, LabelSet};
 use vllm_otel_metrics::protocol::{
     EngineCoreEvent, EngineCoreOutput, EventType, FinishReason, PrefillStats,
 };
@@ -135,10 +135,13 @@ struct Setup {
     canonical: Canonical,
     /// The scrape side, as the CLI keeps it (recording never touches it).
     _bridge: PrometheusBridge,
-    instruments: Instruments,
+    /// The label set's handles, resolved once (as the baseline's are).
+    label_set: LabelSet,
+    /// What the label sets belong to, kept as a frontend keeps them.
+    _instruments: [Instruments; 2],
     /// The same with a second reader (as with `--otlp-endpoint`); readers
     /// collect on their own schedule, so recording should not notice.
-    instruments_two_readers: Instruments,
+    label_set_two_readers: LabelSet,
     pc_handles: prometheus_client_tracker::Handles,
     unbound: otel_unbound_tracker::Metrics,
     unbound_attributes: otel_unbound_tracker::Attributes,
@@ -153,18 +156,21 @@ impl Setup {
         let pc = prometheus_client_tracker::Metrics::new(DEFAULT_MAX_MODEL_LEN);
         let unbound = otel_unbound_tracker::Metrics::new(DEFAULT_MAX_MODEL_LEN);
         let unbound_attributes = otel_unbound_tracker::Attributes::new(MODEL, ENGINE);
+        let instruments = Instruments::builder().with_reader(reader).build();
+        let instruments_two_readers = {
+            let (_, first) = PrometheusBridge::builder().build();
+            let (_, second) = PrometheusBridge::builder().build();
+            Instruments::builder()
+                .with_reader(first)
+                .with_reader(second)
+                .build()
+        };
         let setup = Setup {
             canonical: canonical(),
             _bridge: bridge,
-            instruments: Instruments::builder().with_reader(reader).build(),
-            instruments_two_readers: {
-                let (_, first) = PrometheusBridge::builder().build();
-                let (_, second) = PrometheusBridge::builder().build();
-                Instruments::builder()
-                    .with_reader(first)
-                    .with_reader(second)
-                    .build()
-            },
+            label_set: instruments.label_set(MODEL, ENGINE),
+            label_set_two_readers: instruments_two_readers.label_set(MODEL, ENGINE),
+            _instruments: [instruments, instruments_two_readers],
             pc_handles: prometheus_client_tracker::Handles::resolve(
                 &pc,
                 &prometheus_client_tracker::LabelSet::new(MODEL, ENGINE),
@@ -185,8 +191,8 @@ impl Setup {
     }
 }
 
-fn bound_request(instruments: &Instruments, c: &Canonical) {
-    let mut request = RequestMetrics::start(instruments, MODEL, ENGINE, c.params);
+fn bound_request(label_set: &LabelSet, c: &Canonical) {
+    let mut request = RequestMetrics::start_in(label_set, c.params);
     for (batch_timestamp, received_at, output) in &c.steps {
         request.observe_output(*batch_timestamp, *received_at, black_box(output));
     }
@@ -194,11 +200,11 @@ fn bound_request(instruments: &Instruments, c: &Canonical) {
 }
 
 fn otel_bound(s: &Setup) {
-    bound_request(&s.instruments, &s.canonical);
+    bound_request(&s.label_set, &s.canonical);
 }
 
 fn otel_bound_two_readers(s: &Setup) {
-    bound_request(&s.instruments_two_readers, &s.canonical);
+    bound_request(&s.label_set_two_readers, &s.canonical);
 }
 
 fn prometheus_client(s: &Setup) {
@@ -227,6 +233,10 @@ fn sdk_bound(s: &Setup) {
         request.observe_output(*batch_timestamp, *received_at, black_box(output));
     }
     black_box(&request);
+}
+
+fn rules_only(s: &Setup) {
+    floor::rules_only(s.canonical.params, &s.canonical.steps);
 }
 
 fn floor_atomics(s: &Setup) {
@@ -258,7 +268,7 @@ const VARIANTS: [Variant; 3] = [
 ];
 
 /// Reference points, timed alongside but not part of the summary line.
-const REFERENCES: [Variant; 4] = [
+const REFERENCES: [Variant; 5] = [
     Variant {
         name: "sdk_bound",
         run: sdk_bound,
@@ -274,6 +284,10 @@ const REFERENCES: [Variant; 4] = [
     Variant {
         name: "floor_mutex",
         run: floor_mutex,
+    },
+    Variant {
+        name: "rules_only",
+        run: rules_only,
     },
 ];
 
@@ -414,8 +428,8 @@ fn main() {
         .join(" ");
     println!("per-observation: {per_observation} ns/op");
     println!(
-        "references: sdk_bound={:.1} otel_bound_two_readers={:.1} floor_atomics={:.1} floor_mutex={:.1} ns/request",
-        medians[3], medians[4], medians[5], medians[6]
+        "references: sdk_bound={:.1} otel_bound_two_readers={:.1} floor_atomics={:.1} floor_mutex={:.1} rules_only={:.1} ns/request",
+        medians[3], medians[4], medians[5], medians[6], medians[7]
     );
     println!(
         "lifecycle: otel_bound={:.1} prometheus_client={:.1} otel_unbound={:.1} ns/request ratio={:.2}",

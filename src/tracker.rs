@@ -28,10 +28,10 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::instruments::{Instruments, RequestHandles};
+use crate::instruments::{Instruments, LabelSet, RequestHandles, RequestHistogram};
 use crate::protocol::{
-    Abort, EngineCoreEvent, EngineCoreOutput, EventType, FinishReason, OutputBatch, PrefillStats,
-    Record, RequestStart, SchedulerStats,
+    Abort, EngineCoreEvent, EngineCoreOutput, EventType, FinishReason, OutputBatch, Record,
+    RequestStart, SchedulerStats,
 };
 
 /// The request parameters the terminal histograms report.
@@ -104,7 +104,10 @@ impl RequestState {
         }
     }
 
-    /// Mirrors vLLM's `RequestMetricsTracker::observe_output` (DESIGN §3 steps 1–4).
+    /// Mirrors vLLM's `RequestMetricsTracker::observe_output` (DESIGN §3
+    /// steps 1–4). The state is updated first; what the output records then
+    /// goes to the label set's series in one critical section.
+    #[inline]
     fn observe_output(
         &mut self,
         h: &RequestHandles,
@@ -117,30 +120,37 @@ impl RequestState {
         }
         let new_tokens = output.new_token_ids.len() as u64;
         self.num_generation_tokens += new_tokens;
-        h.generation_tokens.add(new_tokens);
-        self.observe_events(h, &output.events);
+        let preemptions = self.observe_events(&output.events);
 
         // Only outputs that carry tokens drive token timing: a token-less
         // terminal output must not log a stray TTFT or ITL sample.
-        if new_tokens == 0 {
-            return;
-        }
-        if self.is_prefilling {
-            if let Some(stats) = &output.prefill_stats {
-                record_prompt_tokens(h, stats);
+        let mut prompt = None;
+        let mut latency = None;
+        if new_tokens > 0 {
+            if self.is_prefilling {
+                // vLLM's `record_prompt_tokens`: the first token's prefill stats.
+                prompt = output.prefill_stats.as_ref();
+                latency = Some((
+                    RequestHistogram::TimeToFirstToken,
+                    received_at - self.params.arrival_time,
+                ));
+                self.first_token_ts = batch_timestamp;
+                self.is_prefilling = false;
+            } else if self.last_token_ts > 0.0 {
+                latency = Some((
+                    RequestHistogram::InterTokenLatency,
+                    batch_timestamp - self.last_token_ts,
+                ));
             }
-            h.time_to_first_token
-                .record(received_at - self.params.arrival_time);
-            self.first_token_ts = batch_timestamp;
-            self.is_prefilling = false;
-        } else if self.last_token_ts > 0.0 {
-            h.inter_token_latency
-                .record(batch_timestamp - self.last_token_ts);
+            self.last_token_ts = batch_timestamp;
         }
-        self.last_token_ts = batch_timestamp;
+        h.record_output(new_tokens, preemptions, prompt, latency);
     }
 
-    fn observe_events(&mut self, h: &RequestHandles, events: &[EngineCoreEvent]) {
+    /// Applies the events' timestamps; returns the number of preemptions.
+    #[inline]
+    fn observe_events(&mut self, events: &[EngineCoreEvent]) -> u64 {
+        let mut preemptions = 0;
         for event in events {
             match event.kind {
                 EventType::Queued => self.queued_ts = event.timestamp,
@@ -150,63 +160,59 @@ impl RequestState {
                     self.scheduled_ts = event.timestamp
                 }
                 EventType::Scheduled => {}
-                EventType::Preempted => {
-                    self.num_preemptions += 1;
-                    h.num_preemptions.add(1);
-                }
+                EventType::Preempted => preemptions += 1,
             }
         }
+        self.num_preemptions += preemptions;
+        preemptions
     }
 
     /// Mirrors vLLM's `record_finished`: every terminal family once, the
     /// preemption count included even when it is zero.
     fn record_terminal(&self, h: &RequestHandles, received_at: f64, reason: FinishReason) {
+        use RequestHistogram::*;
         let p = &self.params;
         let tokens = self.num_generation_tokens as f64;
-        h.request_success(reason).add(1);
-        h.request_prompt_tokens.record(f64::from(p.prompt_len));
-        h.request_generation_tokens.record(tokens);
-        h.request_max_num_generation_tokens.record(tokens);
-        if let Some(max_tokens) = p.max_tokens {
-            h.request_params_max_tokens.record(f64::from(max_tokens));
-        }
-        h.request_params_n.record(f64::from(p.n));
-        h.request_num_preemptions
-            .record(self.num_preemptions as f64);
-        h.request_prefill_kv_computed_tokens.record(f64::from(
-            p.prompt_len.saturating_sub(self.latest_num_cached_tokens),
-        ));
-        h.e2e_request_latency.record(received_at - p.arrival_time);
-        h.request_queue_time
-            .record(diff_or_zero(self.scheduled_ts, self.queued_ts));
-        h.request_prefill_time
-            .record(diff_or_zero(self.first_token_ts, self.scheduled_ts));
         let decode = diff_or_zero(self.last_token_ts, self.first_token_ts);
-        h.request_decode_time.record(decode);
-        h.request_inference_time
-            .record(diff_or_zero(self.last_token_ts, self.scheduled_ts));
         let per_output_token = if self.num_generation_tokens > 1 {
             decode / (tokens - 1.0)
         } else {
             0.0
         };
-        h.request_time_per_output_token.record(per_output_token);
+        let mut observations = [
+            (PromptTokens, f64::from(p.prompt_len)),
+            (GenerationTokens, tokens),
+            (MaxNumGenerationTokens, tokens),
+            (ParamsN, f64::from(p.n)),
+            (NumPreemptions, self.num_preemptions as f64),
+            (
+                PrefillKvComputedTokens,
+                f64::from(p.prompt_len.saturating_sub(self.latest_num_cached_tokens)),
+            ),
+            (E2eRequestLatency, received_at - p.arrival_time),
+            (QueueTime, diff_or_zero(self.scheduled_ts, self.queued_ts)),
+            (
+                PrefillTime,
+                diff_or_zero(self.first_token_ts, self.scheduled_ts),
+            ),
+            (DecodeTime, decode),
+            (
+                InferenceTime,
+                diff_or_zero(self.last_token_ts, self.scheduled_ts),
+            ),
+            (TimePerOutputToken, per_output_token),
+            (ParamsMaxTokens, 0.0),
+        ];
+        // `max_tokens` is observed only when the request set it.
+        let given = match p.max_tokens {
+            Some(max_tokens) => {
+                observations[12].1 = f64::from(max_tokens);
+                13
+            }
+            None => 12,
+        };
+        h.record_terminal(reason, &observations[..given]);
     }
-}
-
-/// Mirrors vLLM's `record_prompt_tokens`: the first token's prefill stats.
-fn record_prompt_tokens(h: &RequestHandles, stats: &PrefillStats) {
-    h.prompt_tokens.add(u64::from(stats.num_prompt_tokens));
-    let by_source = [
-        stats.num_computed_tokens,
-        stats.num_local_cached_tokens,
-        stats.num_external_cached_tokens,
-    ];
-    for (handle, tokens) in h.prompt_tokens_by_source.iter().zip(by_source) {
-        handle.add(u64::from(tokens));
-    }
-    h.prompt_tokens_cached
-        .add(u64::from(stats.num_cached_tokens));
 }
 
 /// One request's metrics, owned by whatever owns the request's stream.
@@ -239,8 +245,14 @@ impl RequestMetrics {
         engine: u32,
         params: RequestParams,
     ) -> Self {
+        Self::start_in(&instruments.label_set(model_name, engine), params)
+    }
+
+    /// Starts tracking a request of a label set resolved beforehand, without
+    /// looking it up.
+    pub fn start_in(label_set: &LabelSet, params: RequestParams) -> Self {
         RequestMetrics {
-            handles: instruments.request_handles(model_name, engine),
+            handles: Arc::clone(&label_set.handles),
             state: RequestState::new(params),
             terminated: false,
         }
@@ -250,6 +262,7 @@ impl RequestMetrics {
     /// `received_at` in a batch stamped `batch_timestamp`. When the output
     /// carries a finish reason the request is terminated; returns whether it is.
     /// Outputs after termination change nothing.
+    #[inline]
     pub fn observe_output(
         &mut self,
         batch_timestamp: f64,

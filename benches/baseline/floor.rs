@@ -214,3 +214,41 @@ pub fn request<H: Observe>(
         }
     }
 }
+
+/// Records nothing: what the lifecycle rules and the loop over the outputs
+/// cost alone.
+struct Nothing;
+
+impl Sink for Nothing {
+    fn generation_tokens(&self, tokens: u64) {
+        black_box(tokens);
+    }
+
+    fn preemption(&self) {}
+
+    fn prompt_tokens(&self, stats: &PrefillStats) {
+        black_box(stats);
+    }
+
+    fn time_to_first_token(&self, seconds: f64) {
+        black_box(seconds);
+    }
+
+    fn inter_token_latency(&self, seconds: f64) {
+        black_box(seconds);
+    }
+
+    fn terminal(&self, terminal: &Terminal) {
+        black_box(terminal);
+    }
+}
+
+/// Runs one request through the lifecycle rules, recording nothing.
+pub fn rules_only(params: RequestParams, steps: &[(f64, f64, EngineCoreOutput)]) {
+    let mut state = Lifecycle::new(params);
+    for (batch_timestamp, received_at, output) in steps {
+        if state.observe_output(&Nothing, *batch_timestamp, *received_at, black_box(output)) {
+            break;
+        }
+    }
+}

@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::data::Value;
-use super::family::Aggregation;
+use super::family::{Aggregation, Series};
 
 /// A monotonic counter: one relaxed atomic add per increment.
 ///
@@ -32,12 +32,14 @@ impl Counter {
     }
 }
 
+impl Series for Counter {
+    fn value(&self) -> Option<Value> {
+        Some(Value::Counter(self.get()))
+    }
+}
+
 impl Aggregation for Counter {
     fn create(_bounds: &[f64]) -> Self {
         Counter::default()
-    }
-
-    fn value(&self) -> Option<Value> {
-        Some(Value::Counter(self.get()))
     }
 }

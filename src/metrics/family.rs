@@ -14,12 +14,18 @@ pub type Labels = Vec<(&'static str, String)>;
 /// cardinality limit (OpenTelemetry's overflow attribute), with value `"true"`.
 pub const OVERFLOW_LABEL: &str = "otel.metric.overflow";
 
-/// What a family aggregates: the three kinds implement it.
-pub trait Aggregation: Send + Sync + 'static {
-    /// A fresh series (histograms take the family's bounds).
-    fn create(bounds: &[f64]) -> Self;
+/// A series a family can collect.
+pub trait Series: Send + Sync + 'static {
     /// The series' value, or `None` while it has nothing to report.
     fn value(&self) -> Option<Value>;
+}
+
+/// A series that stands alone and is created by its family: the three
+/// kinds ([`Counter`](super::Counter), [`Gauge`](super::Gauge),
+/// [`Histogram`](super::Histogram)).
+pub trait Aggregation: Series {
+    /// A fresh series (histograms take the family's bounds).
+    fn create(bounds: &[f64]) -> Self;
 }
 
 /// Every series of one family. Creating a series takes a write lock (once
@@ -42,7 +48,7 @@ pub struct Family<M> {
     series: RwLock<HashMap<Labels, Arc<M>>>,
 }
 
-impl<M: Aggregation> Family<M> {
+impl<M: Series> Family<M> {
     /// An empty family; `bounds` are the histogram buckets (empty otherwise).
     pub fn new(def: &'static MetricDef, bounds: Vec<f64>) -> Self {
         Family {
@@ -52,8 +58,26 @@ impl<M: Aggregation> Family<M> {
         }
     }
 
+    /// Adds a series made elsewhere (a [`GroupSeries`](super::GroupSeries));
+    /// a series already present with these labels stays.
+    pub fn insert(&self, labels: Labels, series: M) {
+        self.series
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(labels)
+            .or_insert_with(|| Arc::new(series));
+    }
+
+    /// The family's histogram bounds (empty for other kinds).
+    pub fn bounds(&self) -> &Arc<[f64]> {
+        &self.bounds
+    }
+
     /// The series with these labels, created on first use.
-    pub fn series(&self, labels: Labels) -> Arc<M> {
+    pub fn series(&self, labels: Labels) -> Arc<M>
+    where
+        M: Aggregation,
+    {
         if let Some(m) = self
             .series
             .read()
@@ -100,7 +124,7 @@ pub(crate) trait CollectFamily: Send + Sync + std::fmt::Debug {
     fn collect(&self) -> Metric;
 }
 
-impl<M: Aggregation + std::fmt::Debug> CollectFamily for Family<M> {
+impl<M: Series + std::fmt::Debug> CollectFamily for Family<M> {
     fn collect(&self) -> Metric {
         Family::collect(self)
     }

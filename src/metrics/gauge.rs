@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::data::Value;
-use super::family::Aggregation;
+use super::family::{Aggregation, Series};
 
 /// Bit pattern of a gauge never set: a NaN payload `f64::to_bits` of a set
 /// value cannot have, since `set` stores canonical NaNs only.
@@ -49,12 +49,14 @@ impl Gauge {
     }
 }
 
+impl Series for Gauge {
+    fn value(&self) -> Option<Value> {
+        self.get().map(Value::Gauge)
+    }
+}
+
 impl Aggregation for Gauge {
     fn create(_bounds: &[f64]) -> Self {
         Gauge::default()
-    }
-
-    fn value(&self) -> Option<Value> {
-        self.get().map(Value::Gauge)
     }
 }

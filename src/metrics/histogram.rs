@@ -1,9 +1,76 @@
 //! An explicit-bucket histogram (OTel `Histogram`, Prometheus `histogram`).
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use super::data::{HistogramValue, Value};
-use super::family::Aggregation;
+use super::family::{Aggregation, Series};
+use super::group::Group;
+
+/// The bucket of `value`: the first whose upper bound is `>= value`
+/// (Prometheus' `le`), or the open-ended last one.
+///
+/// A linear scan, not a binary search: vLLM's lists have at most a few dozen
+/// bounds and most observations land in the first buckets, where the scan
+/// stops after a couple of well-predicted comparisons.
+///
+/// ```
+/// use vllm_otel_metrics::metrics::bucket_index;
+/// assert_eq!([0.5, 1.0, 1.5].map(|v| bucket_index(&[1.0], v)), [0, 0, 1]);
+/// ```
+#[inline]
+pub fn bucket_index(bounds: &[f64], value: f64) -> usize {
+    bounds
+        .iter()
+        .position(|&bound| value <= bound)
+        .unwrap_or(bounds.len())
+}
+
+/// The counts and sum of one histogram series, kept in a [`Group`]: alone in
+/// a [`Histogram`], or with other series updated at the same time.
+///
+/// ```
+/// use vllm_otel_metrics::metrics::{bucket_index, HistogramState};
+/// let bounds = [0.5, 1.0];
+/// let mut state = HistogramState::new(bounds.len());
+/// for v in [0.25, 4.0] {
+///     state.record_at(bucket_index(&bounds, v), v);
+/// }
+/// assert_eq!(state.snapshot().bucket_counts, vec![1, 0, 1]);
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistogramState {
+    bucket_counts: Box<[u64]>,
+    sum: f64,
+    count: u64,
+}
+
+impl HistogramState {
+    /// Empty, for a histogram with `bounds` upper bounds.
+    pub fn new(bounds: usize) -> Self {
+        HistogramState {
+            bucket_counts: vec![0; bounds + 1].into_boxed_slice(),
+            sum: 0.0,
+            count: 0,
+        }
+    }
+
+    /// Counts `value` in bucket `index` (from [`bucket_index`]).
+    #[inline]
+    pub fn record_at(&mut self, index: usize, value: f64) {
+        self.bucket_counts[index] += 1;
+        self.count += 1;
+        self.sum += value;
+    }
+
+    /// A copy of the counts and sum.
+    pub fn snapshot(&self) -> HistogramValue {
+        HistogramValue {
+            bucket_counts: self.bucket_counts.to_vec(),
+            sum: self.sum,
+            count: self.count,
+        }
+    }
+}
 
 /// Explicit-bucket histogram of one series: per-bucket counts, count and sum.
 ///
@@ -23,28 +90,16 @@ use super::family::Aggregation;
 #[derive(Debug)]
 pub struct Histogram {
     bounds: Arc<[f64]>,
-    state: Mutex<State>,
-}
-
-#[derive(Debug)]
-struct State {
-    bucket_counts: Box<[u64]>,
-    sum: f64,
-    count: u64,
+    state: Group<HistogramState>,
 }
 
 impl Histogram {
     /// A histogram with these (increasing, finite) upper bounds.
     pub fn new(bounds: impl Into<Arc<[f64]>>) -> Self {
         let bounds = bounds.into();
-        let buckets = bounds.len() + 1;
         Histogram {
+            state: Group::new(HistogramState::new(bounds.len())),
             bounds,
-            state: Mutex::new(State {
-                bucket_counts: vec![0; buckets].into_boxed_slice(),
-                sum: 0.0,
-                count: 0,
-            }),
         }
     }
 
@@ -54,18 +109,8 @@ impl Histogram {
         if !value.is_finite() {
             return;
         }
-        // A linear scan, not a binary search: vLLM's lists have at most a few
-        // dozen bounds and most observations land in the first buckets, where
-        // the scan stops after a couple of well-predicted comparisons.
-        let index = self
-            .bounds
-            .iter()
-            .position(|&bound| value <= bound)
-            .unwrap_or(self.bounds.len());
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state.bucket_counts[index] += 1;
-        state.count += 1;
-        state.sum += value;
+        let index = bucket_index(&self.bounds, value);
+        self.state.lock().record_at(index, value);
     }
 
     /// The upper bounds.
@@ -75,21 +120,18 @@ impl Histogram {
 
     /// A consistent copy of the counts and sum.
     pub fn snapshot(&self) -> HistogramValue {
-        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        HistogramValue {
-            bucket_counts: state.bucket_counts.to_vec(),
-            sum: state.sum,
-            count: state.count,
-        }
+        self.state.lock().snapshot()
+    }
+}
+
+impl Series for Histogram {
+    fn value(&self) -> Option<Value> {
+        Some(Value::Histogram(self.snapshot()))
     }
 }
 
 impl Aggregation for Histogram {
     fn create(bounds: &[f64]) -> Self {
         Histogram::new(bounds)
-    }
-
-    fn value(&self) -> Option<Value> {
-        Some(Value::Histogram(self.snapshot()))
     }
 }

@@ -3,7 +3,8 @@
 //! series and read by the exporters.
 //!
 //! One file per aggregation ([`Counter`], [`Gauge`], [`Histogram`]); a
-//! [`Family`] holds the series of one catalog family; the [`Registry`] holds
+//! [`Group`] keeps several series behind one lock when they are updated
+//! together; a [`Family`] holds the series of one catalog family; the [`Registry`] holds
 //! every family, the [`Resource`] and the start time, and collects them into
 //! [`data`] for [`MetricReader`]s (the Prometheus bridge, the OTLP exporter).
 //! Nothing here knows a wire format.
@@ -38,15 +39,17 @@ mod counter;
 pub mod data;
 mod family;
 mod gauge;
+mod group;
 mod histogram;
 mod reader;
 mod registry;
 mod resource;
 
 pub use counter::Counter;
-pub use family::{Aggregation, Family, Labels, OVERFLOW_LABEL};
+pub use family::{Aggregation, Family, Labels, Series, OVERFLOW_LABEL};
 pub use gauge::Gauge;
-pub use histogram::Histogram;
+pub use group::{Group, GroupGuard, GroupSeries};
+pub use histogram::{bucket_index, Histogram, HistogramState};
 pub use reader::{MetricReader, ReaderResult};
 pub use registry::{Collected, Registry};
 pub use resource::Resource;

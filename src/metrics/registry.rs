@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::data::Metric;
-use super::family::{Aggregation, CollectFamily, Family};
+use super::family::{CollectFamily, Family, Series};
 use super::resource::Resource;
 
 /// The families readers collect, with the resource they describe and the
@@ -48,7 +48,7 @@ impl Registry {
     }
 
     /// Adds a family of any kind; it is collected after those added before.
-    pub fn register<M: Aggregation + std::fmt::Debug>(&mut self, family: Arc<Family<M>>) {
+    pub fn register<M: Series + std::fmt::Debug>(&mut self, family: Arc<Family<M>>) {
         self.families.push(family);
     }
 

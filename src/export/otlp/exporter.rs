@@ -374,9 +374,7 @@ mod tests {
         // Nothing listens on the port any more: the connection is refused.
         let (exporter, health) =
             OtlpExporter::new(settings(&format!("http://127.0.0.1:{port}"), &[])).unwrap();
-        exporter.register(Arc::new(Registry::new(
-            crate::metrics::Resource::default(),
-        )));
+        exporter.register(Arc::new(Registry::new(crate::metrics::Resource::default())));
         let error = exporter.shutdown().unwrap_err();
         assert!(error.starts_with("gRPC Unavailable"), "{error}");
         assert_eq!(health.last_error(), Some(error));

@@ -24,13 +24,16 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 
-use crate::catalog::{self, DEFAULT_MAX_MODEL_LEN, PROMPT_TOKEN_SOURCES};
+mod request;
+
+use crate::catalog::{self, DEFAULT_MAX_MODEL_LEN};
 use crate::metrics::{
-    Aggregation, Counter, Family, Gauge, Histogram, Labels, MetricReader, ReaderResult, Registry,
-    Resource, OVERFLOW_LABEL,
+    Counter, Family, Gauge, Labels, MetricReader, ReaderResult, Registry, Resource, Series,
+    OVERFLOW_LABEL,
 };
-use crate::protocol::FinishReason;
 use crate::tracker::{EvictReason, RejectReason};
+use request::{RequestFamilies, REQUEST_HISTOGRAMS};
+pub(crate) use request::{RequestHandles, RequestHistogram};
 
 /// The instrumentation scope name of every metric.
 pub const SCOPE_NAME: &str = env!("CARGO_PKG_NAME");
@@ -106,28 +109,7 @@ impl InstrumentsBuilder {
 /// One family per catalog entry.
 #[derive(Debug)]
 struct Families {
-    num_preemptions: Arc<Family<Counter>>,
-    prompt_tokens: Arc<Family<Counter>>,
-    prompt_tokens_by_source: Arc<Family<Counter>>,
-    prompt_tokens_cached: Arc<Family<Counter>>,
-    generation_tokens: Arc<Family<Counter>>,
-    request_success: Arc<Family<Counter>>,
-    iteration_tokens: Arc<Family<Histogram>>,
-    request_prompt_tokens: Arc<Family<Histogram>>,
-    request_generation_tokens: Arc<Family<Histogram>>,
-    request_max_num_generation_tokens: Arc<Family<Histogram>>,
-    request_params_max_tokens: Arc<Family<Histogram>>,
-    request_params_n: Arc<Family<Histogram>>,
-    request_num_preemptions: Arc<Family<Histogram>>,
-    request_prefill_kv_computed_tokens: Arc<Family<Histogram>>,
-    time_to_first_token: Arc<Family<Histogram>>,
-    inter_token_latency: Arc<Family<Histogram>>,
-    e2e_request_latency: Arc<Family<Histogram>>,
-    request_queue_time: Arc<Family<Histogram>>,
-    request_prefill_time: Arc<Family<Histogram>>,
-    request_decode_time: Arc<Family<Histogram>>,
-    request_inference_time: Arc<Family<Histogram>>,
-    request_time_per_output_token: Arc<Family<Histogram>>,
+    request: RequestFamilies,
     num_requests_running: Arc<Family<Gauge>>,
     num_requests_waiting: Arc<Family<Gauge>>,
     kv_cache_usage: Arc<Family<Gauge>>,
@@ -137,54 +119,34 @@ struct Families {
     evicted_requests: Arc<Family<Counter>>,
 }
 
+/// Creates the family of `def` and registers it.
+fn family<M: Series + std::fmt::Debug>(
+    registry: &mut Registry,
+    def: &'static catalog::MetricDef,
+    max_model_len: u32,
+) -> Arc<Family<M>> {
+    let family = Arc::new(Family::new(def, def.buckets.boundaries(max_model_len)));
+    registry.register(Arc::clone(&family));
+    family
+}
+
 impl Families {
-    /// Creates the families and registers them in catalog order.
+    /// Creates every family and registers it.
     fn new(registry: &mut Registry, max_model_len: u32) -> Self {
         use catalog::*;
-        fn family<M: Aggregation + std::fmt::Debug>(
-            registry: &mut Registry,
-            def: &'static catalog::MetricDef,
-            max_model_len: u32,
-        ) -> Arc<Family<M>> {
-            let family = Arc::new(Family::new(def, def.buckets.boundaries(max_model_len)));
-            registry.register(Arc::clone(&family));
-            family
-        }
-        let families = Families {
-            num_preemptions: family(registry, &NUM_PREEMPTIONS, max_model_len),
-            prompt_tokens: family(registry, &PROMPT_TOKENS, max_model_len),
-            prompt_tokens_by_source: family(registry, &PROMPT_TOKENS_BY_SOURCE, max_model_len),
-            prompt_tokens_cached: family(registry, &PROMPT_TOKENS_CACHED, max_model_len),
-            generation_tokens: family(registry, &GENERATION_TOKENS, max_model_len),
-            request_success: family(registry, &REQUEST_SUCCESS, max_model_len),
+        let mut f = |def| family(registry, def, max_model_len);
+        let request = RequestFamilies {
+            num_preemptions: f(&NUM_PREEMPTIONS),
+            prompt_tokens: f(&PROMPT_TOKENS),
+            prompt_tokens_by_source: f(&PROMPT_TOKENS_BY_SOURCE),
+            prompt_tokens_cached: f(&PROMPT_TOKENS_CACHED),
+            generation_tokens: f(&GENERATION_TOKENS),
+            request_success: f(&REQUEST_SUCCESS),
             iteration_tokens: family(registry, &ITERATION_TOKENS, max_model_len),
-            request_prompt_tokens: family(registry, &REQUEST_PROMPT_TOKENS, max_model_len),
-            request_generation_tokens: family(registry, &REQUEST_GENERATION_TOKENS, max_model_len),
-            request_max_num_generation_tokens: family(
-                registry,
-                &REQUEST_MAX_NUM_GENERATION_TOKENS,
-                max_model_len,
-            ),
-            request_params_max_tokens: family(registry, &REQUEST_PARAMS_MAX_TOKENS, max_model_len),
-            request_params_n: family(registry, &REQUEST_PARAMS_N, max_model_len),
-            request_num_preemptions: family(registry, &REQUEST_NUM_PREEMPTIONS, max_model_len),
-            request_prefill_kv_computed_tokens: family(
-                registry,
-                &REQUEST_PREFILL_KV_COMPUTED_TOKENS,
-                max_model_len,
-            ),
-            time_to_first_token: family(registry, &TIME_TO_FIRST_TOKEN, max_model_len),
-            inter_token_latency: family(registry, &INTER_TOKEN_LATENCY, max_model_len),
-            e2e_request_latency: family(registry, &E2E_REQUEST_LATENCY, max_model_len),
-            request_queue_time: family(registry, &REQUEST_QUEUE_TIME, max_model_len),
-            request_prefill_time: family(registry, &REQUEST_PREFILL_TIME, max_model_len),
-            request_decode_time: family(registry, &REQUEST_DECODE_TIME, max_model_len),
-            request_inference_time: family(registry, &REQUEST_INFERENCE_TIME, max_model_len),
-            request_time_per_output_token: family(
-                registry,
-                &REQUEST_TIME_PER_OUTPUT_TOKEN,
-                max_model_len,
-            ),
+            histograms: REQUEST_HISTOGRAMS.map(|def| family(registry, def, max_model_len)),
+        };
+        let families = Families {
+            request,
             num_requests_running: family(registry, &NUM_REQUESTS_RUNNING, max_model_len),
             num_requests_waiting: family(registry, &NUM_REQUESTS_WAITING, max_model_len),
             kv_cache_usage: family(registry, &KV_CACHE_USAGE, max_model_len),
@@ -193,8 +155,9 @@ impl Families {
             rejected_inputs: family(registry, &REJECTED_INPUTS, max_model_len),
             evicted_requests: family(registry, &EVICTED_REQUESTS, max_model_len),
         };
-        debug_assert!(
-            catalog::all().count() == 29,
+        debug_assert_eq!(
+            6 + 1 + REQUEST_HISTOGRAMS.len() + 7,
+            catalog::all().count(),
             "every catalog family has a field above"
         );
         families
@@ -213,94 +176,30 @@ fn base_labels(label_set: Option<(&str, u32)>) -> Labels {
     }
 }
 
-fn with_label(base: &Labels, name: &'static str, value: &'static str) -> Labels {
-    let mut labels = base.clone();
-    labels.push((name, value.to_owned()));
-    labels
+/// The per-request handles of one `(model_name, engine)` label set, resolved
+/// once. A frontend that keeps one per label set, as vLLM's Rust frontend
+/// keeps its `RequestMetricHandles`, starts each request from it
+/// ([`RequestMetrics::start_in`](crate::tracker::RequestMetrics::start_in))
+/// without any lookup. Cloning is cheap.
+///
+/// ```
+/// use vllm_otel_metrics::instruments::Instruments;
+/// use vllm_otel_metrics::tracker::{RequestMetrics, RequestParams};
+///
+/// let instruments = Instruments::builder().build();
+/// let llama = instruments.label_set("llama", 0);
+/// let params = RequestParams { arrival_time: 100.0, prompt_len: 16, max_tokens: None, n: 1 };
+/// let mut request = RequestMetrics::start_in(&llama, params);
+/// request.finish(101.0, vllm_otel_metrics::protocol::FinishReason::Stop);
+/// ```
+#[derive(Clone)]
+pub struct LabelSet {
+    pub(crate) handles: Arc<RequestHandles>,
 }
 
-/// Per-request handles of one `(model_name, engine)` label set
-/// (the counterpart of vLLM's `RequestMetricHandles`).
-pub(crate) struct RequestHandles {
-    pub(crate) num_preemptions: Arc<Counter>,
-    pub(crate) prompt_tokens: Arc<Counter>,
-    /// Indexed like [`PROMPT_TOKEN_SOURCES`].
-    pub(crate) prompt_tokens_by_source: [Arc<Counter>; 3],
-    pub(crate) prompt_tokens_cached: Arc<Counter>,
-    pub(crate) generation_tokens: Arc<Counter>,
-    /// Created on first use: vLLM creates a finish reason's series when a
-    /// request first finishes with it, not at request start.
-    request_success: [OnceLock<Arc<Counter>>; 5],
-    request_success_family: Arc<Family<Counter>>,
-    labels: Labels,
-    pub(crate) iteration_tokens: Arc<Histogram>,
-    pub(crate) request_prompt_tokens: Arc<Histogram>,
-    pub(crate) request_generation_tokens: Arc<Histogram>,
-    pub(crate) request_max_num_generation_tokens: Arc<Histogram>,
-    pub(crate) request_params_max_tokens: Arc<Histogram>,
-    pub(crate) request_params_n: Arc<Histogram>,
-    pub(crate) request_num_preemptions: Arc<Histogram>,
-    pub(crate) request_prefill_kv_computed_tokens: Arc<Histogram>,
-    pub(crate) time_to_first_token: Arc<Histogram>,
-    pub(crate) inter_token_latency: Arc<Histogram>,
-    pub(crate) e2e_request_latency: Arc<Histogram>,
-    pub(crate) request_queue_time: Arc<Histogram>,
-    pub(crate) request_prefill_time: Arc<Histogram>,
-    pub(crate) request_decode_time: Arc<Histogram>,
-    pub(crate) request_inference_time: Arc<Histogram>,
-    pub(crate) request_time_per_output_token: Arc<Histogram>,
-}
-
-impl RequestHandles {
-    fn new(f: &Families, labels: Labels) -> Self {
-        let source = |i: usize| {
-            f.prompt_tokens_by_source.series(with_label(
-                &labels,
-                catalog::SOURCE_LABELS[2],
-                PROMPT_TOKEN_SOURCES[i],
-            ))
-        };
-        RequestHandles {
-            num_preemptions: f.num_preemptions.series(labels.clone()),
-            prompt_tokens: f.prompt_tokens.series(labels.clone()),
-            prompt_tokens_by_source: [source(0), source(1), source(2)],
-            prompt_tokens_cached: f.prompt_tokens_cached.series(labels.clone()),
-            generation_tokens: f.generation_tokens.series(labels.clone()),
-            request_success: Default::default(),
-            request_success_family: Arc::clone(&f.request_success),
-            iteration_tokens: f.iteration_tokens.series(labels.clone()),
-            request_prompt_tokens: f.request_prompt_tokens.series(labels.clone()),
-            request_generation_tokens: f.request_generation_tokens.series(labels.clone()),
-            request_max_num_generation_tokens: f
-                .request_max_num_generation_tokens
-                .series(labels.clone()),
-            request_params_max_tokens: f.request_params_max_tokens.series(labels.clone()),
-            request_params_n: f.request_params_n.series(labels.clone()),
-            request_num_preemptions: f.request_num_preemptions.series(labels.clone()),
-            request_prefill_kv_computed_tokens: f
-                .request_prefill_kv_computed_tokens
-                .series(labels.clone()),
-            time_to_first_token: f.time_to_first_token.series(labels.clone()),
-            inter_token_latency: f.inter_token_latency.series(labels.clone()),
-            e2e_request_latency: f.e2e_request_latency.series(labels.clone()),
-            request_queue_time: f.request_queue_time.series(labels.clone()),
-            request_prefill_time: f.request_prefill_time.series(labels.clone()),
-            request_decode_time: f.request_decode_time.series(labels.clone()),
-            request_inference_time: f.request_inference_time.series(labels.clone()),
-            request_time_per_output_token: f.request_time_per_output_token.series(labels.clone()),
-            labels,
-        }
-    }
-
-    /// The `request_success` counter of `reason`, created the first time it is needed.
-    pub(crate) fn request_success(&self, reason: FinishReason) -> &Counter {
-        self.request_success[reason.index()].get_or_init(|| {
-            self.request_success_family.series(with_label(
-                &self.labels,
-                catalog::FINISHED_REASON_LABELS[2],
-                reason.as_str(),
-            ))
-        })
+impl std::fmt::Debug for LabelSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LabelSet").finish_non_exhaustive()
     }
 }
 
@@ -450,14 +349,19 @@ impl Instruments {
         self.inner.max_model_len
     }
 
-    /// The request handles of a label set (resolved once per set).
-    pub(crate) fn request_handles(&self, model_name: &str, engine: u32) -> Arc<RequestHandles> {
+    /// The per-request handles of a label set, created with its series the
+    /// first time the set is seen (beyond the label-set limit, the overflow
+    /// handles).
+    pub fn label_set(&self, model_name: &str, engine: u32) -> LabelSet {
         let families = &self.inner.families;
-        self.inner
-            .request_handles
-            .get(model_name, engine, |labels| {
-                RequestHandles::new(families, labels)
-            })
+        LabelSet {
+            handles: self
+                .inner
+                .request_handles
+                .get(model_name, engine, |labels| {
+                    RequestHandles::new(&families.request, labels)
+                }),
+        }
     }
 
     /// The scheduler handles of a label set (resolved once per set).
