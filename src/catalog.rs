@@ -2,7 +2,7 @@
 //!
 //! Each [`MetricDef`] carries a family's vLLM (Prometheus) name, its OpenTelemetry
 //! instrument name, kind, unit, HELP text, label names and bucket boundaries.
-//! Views, instruments, the Prometheus name mapping, the README table and the
+//! Families and their buckets, the exporters' names, the README table and the
 //! docs are all derived from here; no metric name is written anywhere else.
 //!
 //! ```

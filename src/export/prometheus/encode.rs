@@ -75,7 +75,7 @@ pub fn format_float(value: f64) -> String {
 }
 
 fn format_value(value: f64, value_type: ValueType) -> String {
-    // Counts are kept as floats by the SDK bridge; below 2^53 they are exact.
+    // Snapshot values are floats; counts below 2^53 are exact in them.
     if value_type == ValueType::Integer
         && value.fract() == 0.0
         && value.abs() < 9.007_199_254_740_992e15
