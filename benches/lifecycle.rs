@@ -21,8 +21,9 @@
 //! (`baseline/per_observation.rs`) times single observations on each path.
 //!
 //! Every label set exists before anything is measured. After criterion's
-//! report the bench times the three variants itself, interleaved in rounds,
-//! and prints one summary line:
+//! report the bench times the variants itself, interleaved in rounds
+//! (`otel_bound` and `prometheus_client` back to back in A-B-B-A order in
+//! every round), and prints one summary line:
 //! `lifecycle: otel_bound=… prometheus_client=… otel_unbound=… ns/request ratio=…`
 //! (ratio = otel_bound / prometheus_client, medians of the rounds).
 //!
@@ -405,17 +406,25 @@ fn main() {
     }
     criterion.final_summary();
 
-    // Our own timing: every variant in every round, the order rotating per
-    // round so that no variant always runs first after another one.
-    let (rounds, per_round) = if bench_mode { (15, 2000) } else { (3, 5) };
+    // Our own timing, in rounds. Each round times the two variants of the
+    // ratio back to back in A-B-B-A order, so that both see the same machine
+    // state and a drift within the round cancels out; then every other
+    // variant, in an order rotating per round.
+    let (rounds, per_round) = if bench_mode { (25, 2000) } else { (3, 4) };
     let all: Vec<&Variant> = VARIANTS.iter().chain(&REFERENCES).collect();
     for variant in &all {
         time_ns(&setup, variant, per_round / 4 + 1);
     }
     let mut samples = vec![Vec::with_capacity(rounds); all.len()];
     for round in 0..rounds {
-        for k in 0..all.len() {
-            let index = (round + k) % all.len();
+        let half = per_round / 2;
+        let [a, b] = [0, 1].map(|i| time_ns(&setup, all[i], half));
+        let [b2, a2] = [1, 0].map(|i| time_ns(&setup, all[i], half));
+        samples[0].push((a + a2) / 2.0);
+        samples[1].push((b + b2) / 2.0);
+        let others = all.len() - 2;
+        for k in 0..others {
+            let index = 2 + (round + k) % others;
             samples[index].push(time_ns(&setup, all[index], per_round));
         }
     }

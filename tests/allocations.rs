@@ -164,6 +164,10 @@ fn starting_a_request_of_an_existing_label_set_allocates_nothing() {
     let (n, mut request) = allocations(|| RequestMetrics::start(&instruments, MODEL, 0, params()));
     assert_eq!(n, 0, "RequestMetrics::start allocated {n} time(s)");
     request.finish(101.0, FinishReason::Stop);
+    let label_set = instruments.label_set(MODEL, 0);
+    let (n, mut request) = allocations(|| RequestMetrics::start_in(&label_set, params()));
+    assert_eq!(n, 0, "RequestMetrics::start_in allocated {n} time(s)");
+    request.finish(101.0, FinishReason::Stop);
 }
 
 #[test]
