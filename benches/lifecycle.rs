@@ -208,32 +208,34 @@ fn otel_bound_two_readers(s: &Setup) {
     bound_request(&s.label_set_two_readers, &s.canonical);
 }
 
-fn prometheus_client(s: &Setup) {
-    let c = &s.canonical;
-    let mut request = prometheus_client_tracker::Request::start(&s.pc_handles, c.params);
+/// Runs the canonical request through a baseline's request.
+fn baseline_request<S: lifecycle_state::Sink>(
+    mut request: lifecycle_state::Request<S>,
+    c: &Canonical,
+) {
     for (batch_timestamp, received_at, output) in &c.steps {
         request.observe_output(*batch_timestamp, *received_at, black_box(output));
     }
     black_box(&request);
+}
+
+fn prometheus_client(s: &Setup) {
+    let request = lifecycle_state::Request::start(&s.pc_handles, s.canonical.params);
+    baseline_request(request, &s.canonical);
 }
 
 fn otel_unbound(s: &Setup) {
-    let c = &s.canonical;
-    let mut request =
-        otel_unbound_tracker::Request::start(&s.unbound, &s.unbound_attributes, c.params);
-    for (batch_timestamp, received_at, output) in &c.steps {
-        request.observe_output(*batch_timestamp, *received_at, black_box(output));
-    }
-    black_box(&request);
+    let request = otel_unbound_tracker::unbound_request(
+        &s.unbound,
+        &s.unbound_attributes,
+        s.canonical.params,
+    );
+    baseline_request(request, &s.canonical);
 }
 
 fn sdk_bound(s: &Setup) {
-    let c = &s.canonical;
-    let mut request = otel_unbound_tracker::BoundRequest::start(&s.sdk_bound, c.params);
-    for (batch_timestamp, received_at, output) in &c.steps {
-        request.observe_output(*batch_timestamp, *received_at, black_box(output));
-    }
-    black_box(&request);
+    let request = lifecycle_state::Request::start(&s.sdk_bound, s.canonical.params);
+    baseline_request(request, &s.canonical);
 }
 
 fn rules_only(s: &Setup) {
@@ -335,7 +337,7 @@ fn check_equivalence() {
     );
     for _ in 0..3 {
         let mut a = RequestMetrics::start(&instruments, MODEL, ENGINE, c.params);
-        let mut b = prometheus_client_tracker::Request::start(&handles, c.params);
+        let mut b = lifecycle_state::Request::start(&handles, c.params);
         for (ts, received_at, output) in &c.steps {
             a.observe_output(*ts, *received_at, output);
             b.observe_output(*ts, *received_at, output);

@@ -162,3 +162,29 @@ impl Lifecycle {
         });
     }
 }
+
+/// One request of a baseline: lifecycle state recording into `sink`.
+pub struct Request<S> {
+    sink: S,
+    state: Lifecycle,
+}
+
+impl<S: Sink> Request<S> {
+    pub fn start(sink: S, params: RequestParams) -> Self {
+        Request {
+            sink,
+            state: Lifecycle::new(params),
+        }
+    }
+
+    #[inline]
+    pub fn observe_output(
+        &mut self,
+        batch_timestamp: f64,
+        received_at: f64,
+        output: &EngineCoreOutput,
+    ) -> bool {
+        self.state
+            .observe_output(&self.sink, batch_timestamp, received_at, output)
+    }
+}

@@ -17,10 +17,10 @@ use opentelemetry::metrics::{
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::metrics::{Aggregation, Instrument, ManualReader, SdkMeterProvider, Stream};
 use vllm_otel_metrics::catalog::{self, MetricDef, PROMPT_TOKEN_SOURCES};
-use vllm_otel_metrics::protocol::{EngineCoreOutput, FinishReason, PrefillStats};
+use vllm_otel_metrics::protocol::{FinishReason, PrefillStats};
 use vllm_otel_metrics::tracker::RequestParams;
 
-use crate::lifecycle_state::{Lifecycle, Sink, Terminal};
+use crate::lifecycle_state::{Request, Sink, Terminal};
 
 /// A meter provider with one explicit-bucket View per catalog histogram, a
 /// ManualReader, and one instrument per per-request family.
@@ -205,33 +205,19 @@ impl Sink for Unbound<'_> {
     }
 }
 
-/// One request: lifecycle state recording through unbound instruments.
-pub struct Request<'a> {
-    sink: Unbound<'a>,
-    state: Lifecycle,
-}
-
-impl<'a> Request<'a> {
-    pub fn start(metrics: &'a Metrics, attributes: &'a Attributes, params: RequestParams) -> Self {
-        Request {
-            sink: Unbound {
-                m: metrics,
-                a: attributes,
-            },
-            state: Lifecycle::new(params),
-        }
-    }
-
-    #[inline]
-    pub fn observe_output(
-        &mut self,
-        batch_timestamp: f64,
-        received_at: f64,
-        output: &EngineCoreOutput,
-    ) -> bool {
-        self.state
-            .observe_output(&self.sink, batch_timestamp, received_at, output)
-    }
+/// One request recording through unbound instruments.
+pub fn unbound_request<'a>(
+    metrics: &'a Metrics,
+    attributes: &'a Attributes,
+    params: RequestParams,
+) -> Request<impl Sink + 'a> {
+    Request::start(
+        Unbound {
+            m: metrics,
+            a: attributes,
+        },
+        params,
+    )
 }
 
 /// The SDK's bound handles of one label set, resolved once.
@@ -345,31 +331,5 @@ impl Sink for &BoundHandles {
         self.request_inference_time.record(t.inference);
         self.request_time_per_output_token
             .record(t.time_per_output_token);
-    }
-}
-
-/// One request recording through the SDK's bound handles.
-pub struct BoundRequest<'a> {
-    sink: &'a BoundHandles,
-    state: Lifecycle,
-}
-
-impl<'a> BoundRequest<'a> {
-    pub fn start(handles: &'a BoundHandles, params: RequestParams) -> Self {
-        BoundRequest {
-            sink: handles,
-            state: Lifecycle::new(params),
-        }
-    }
-
-    #[inline]
-    pub fn observe_output(
-        &mut self,
-        batch_timestamp: f64,
-        received_at: f64,
-        output: &EngineCoreOutput,
-    ) -> bool {
-        self.state
-            .observe_output(&self.sink, batch_timestamp, received_at, output)
     }
 }

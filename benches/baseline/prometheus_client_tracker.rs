@@ -18,10 +18,9 @@ use prometheus_client::metrics::family::{Family, MetricConstructor};
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use vllm_otel_metrics::catalog::{self, MetricDef, PROMPT_TOKEN_SOURCES};
-use vllm_otel_metrics::protocol::{EngineCoreOutput, FinishReason, PrefillStats};
-use vllm_otel_metrics::tracker::RequestParams;
+use vllm_otel_metrics::protocol::{FinishReason, PrefillStats};
 
-use crate::lifecycle_state::{Lifecycle, Sink, Terminal};
+use crate::lifecycle_state::{Sink, Terminal};
 
 /// Labels `model_name`, `engine`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -313,31 +312,5 @@ impl Sink for &Handles {
         self.request_inference_time.observe(t.inference);
         self.request_time_per_output_token
             .observe(t.time_per_output_token);
-    }
-}
-
-/// One request's metrics: its label set's handles plus lifecycle state.
-pub struct Request<'a> {
-    handles: &'a Handles,
-    state: Lifecycle,
-}
-
-impl<'a> Request<'a> {
-    pub fn start(handles: &'a Handles, params: RequestParams) -> Self {
-        Request {
-            handles,
-            state: Lifecycle::new(params),
-        }
-    }
-
-    #[inline]
-    pub fn observe_output(
-        &mut self,
-        batch_timestamp: f64,
-        received_at: f64,
-        output: &EngineCoreOutput,
-    ) -> bool {
-        self.state
-            .observe_output(&self.handles, batch_timestamp, received_at, output)
     }
 }

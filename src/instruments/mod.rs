@@ -304,16 +304,23 @@ impl Inner {
             return Ok(());
         }
         *shut_down = true;
-        let errors: Vec<String> = self
-            .readers
-            .iter()
-            .filter_map(|r| r.shutdown().err())
-            .collect();
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(errors.join("; "))
-        }
+        every_reader(&self.readers, |r| r.shutdown())
+    }
+}
+
+/// Runs `op` on every reader; the errors, if any, joined.
+fn every_reader(
+    readers: &[Box<dyn MetricReader>],
+    op: impl Fn(&dyn MetricReader) -> ReaderResult,
+) -> ReaderResult {
+    let errors: Vec<String> = readers
+        .iter()
+        .filter_map(|r| op(r.as_ref()).err())
+        .collect();
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors.join("; "))
     }
 }
 
@@ -386,17 +393,7 @@ impl Instruments {
 
     /// Exports everything recorded so far through every push reader.
     pub fn force_flush(&self) -> ReaderResult {
-        let errors: Vec<String> = self
-            .inner
-            .readers
-            .iter()
-            .filter_map(|r| r.force_flush().err())
-            .collect();
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(errors.join("; "))
-        }
+        every_reader(&self.inner.readers, |r| r.force_flush())
     }
 
     /// Exports a last time through every push reader and stops them; later
