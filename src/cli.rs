@@ -118,7 +118,7 @@ struct OtlpArgs {
     #[arg(long, value_name = "K=V", value_parser = parse_header)]
     otlp_header: Vec<(String, String)>,
     /// Aggregation temporality (default: OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE, else cumulative).
-    #[arg(long, value_name = "cumulative|delta", value_parser = parse_temporality)]
+    #[arg(long, value_name = "cumulative|delta", value_parser = Temporality::from_str)]
     otlp_temporality: Option<Temporality>,
     /// Metric names on the OTLP wire: `otel` (vllm.request_num_preemptions) or
     /// `prometheus` (vLLM's own vllm:request_num_preemptions).
@@ -139,14 +139,6 @@ fn parse_header(s: &str) -> Result<(String, String), String> {
     match (headers.pop(), headers.is_empty()) {
         (Some(header), true) => Ok(header),
         _ => Err(format!("'{s}' is not one KEY=VALUE header")),
-    }
-}
-
-fn parse_temporality(s: &str) -> Result<Temporality, String> {
-    match s {
-        "cumulative" => Ok(Temporality::Cumulative),
-        "delta" => Ok(Temporality::Delta),
-        other => Err(format!("'{other}' is neither cumulative nor delta")),
     }
 }
 
@@ -377,7 +369,7 @@ impl Pipeline {
         self.runtime.spawn(async move {
             let name = wait_for_signal().await;
             eprintln!("received {name}: exporting what was recorded, then exiting");
-            // Off the runtime's worker: the gRPC export needs it to make progress.
+            // Off the runtime's worker: the final export blocks until it is done.
             let flushed =
                 tokio::task::spawn_blocking(move || flush(&instruments, otlp.as_deref())).await;
             let code = match flushed {
@@ -419,8 +411,8 @@ async fn wait_for_signal() -> &'static str {
     }
 }
 
-/// Shuts the meter provider down, which makes every push reader export one
-/// last time; reports on stderr what the final OTLP export did.
+/// Shuts the instruments' readers down, which makes the OTLP exporter export
+/// one last time; reports on stderr what that final export did.
 fn flush(instruments: &Instruments, otlp: Option<&OtlpPush>) -> Result<(), ()> {
     let result = instruments.shutdown();
     let Some(otlp) = otlp else {

@@ -179,7 +179,7 @@ impl RequestState {
         } else {
             0.0
         };
-        let mut observations = [
+        let observations = [
             (PromptTokens, f64::from(p.prompt_len)),
             (GenerationTokens, tokens),
             (MaxNumGenerationTokens, tokens),
@@ -201,17 +201,10 @@ impl RequestState {
                 diff_or_zero(self.last_token_ts, self.scheduled_ts),
             ),
             (TimePerOutputToken, per_output_token),
-            (ParamsMaxTokens, 0.0),
         ];
         // `max_tokens` is observed only when the request set it.
-        let given = match p.max_tokens {
-            Some(max_tokens) => {
-                observations[12].1 = f64::from(max_tokens);
-                13
-            }
-            None => 12,
-        };
-        h.record_terminal(reason, &observations[..given]);
+        let max_tokens = p.max_tokens.map(|m| (ParamsMaxTokens, f64::from(m)));
+        h.record_terminal(reason, observations.into_iter().chain(max_tokens));
     }
 }
 

@@ -212,18 +212,19 @@ fn spawn_stdin_replay(
         .unwrap()
 }
 
-/// Delta exports (several while the trace streams in, gzip-compressed) add
-/// up at the Collector to exactly the bridge's cumulative samples.
+/// Delta exports (several while the trace streams in, compressed: zstd over
+/// gRPC, gzip over HTTP) add up at the Collector to exactly the bridge's
+/// cumulative samples.
 #[test]
-fn delta_temporality_with_gzip_adds_up_to_the_bridge_samples() {
+fn compressed_delta_exports_add_up_to_the_bridge_samples() {
     let collector = Collector::start();
     let trace = std::fs::read_to_string(common::repo().join(TRACE)).unwrap();
     let lines: Vec<&str> = trace.lines().collect();
-    for protocol in ["grpc", "http/protobuf"] {
+    for (protocol, compression) in [("grpc", "zstd"), ("http/protobuf", "gzip")] {
         let instance = format!("delta-{}", protocol.replace('/', "-"));
         let mut child = stdin_replay(&collector.endpoint(protocol), protocol, &instance, None)
             .args(["--otlp-temporality", "delta"])
-            .env("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")
+            .env("OTEL_EXPORTER_OTLP_COMPRESSION", compression)
             .spawn()
             .unwrap();
         let mut stdin = child.stdin.take().unwrap();

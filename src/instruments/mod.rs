@@ -22,6 +22,7 @@
 //! ```
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 
 mod request;
@@ -228,6 +229,8 @@ impl SchedulerHandles {
 /// overflow handles.
 struct HandleCache<H> {
     by_label_set: RwLock<HashMap<String, HashMap<u32, Arc<H>>>>,
+    /// Label sets in `by_label_set`; once at `limit`, it never grows again.
+    label_sets: AtomicUsize,
     overflow: OnceLock<Arc<H>>,
     limit: usize,
 }
@@ -236,6 +239,7 @@ impl<H> HandleCache<H> {
     fn new(limit: usize) -> Self {
         HandleCache {
             by_label_set: RwLock::default(),
+            label_sets: AtomicUsize::new(0),
             overflow: OnceLock::new(),
             limit,
         }
@@ -244,6 +248,12 @@ impl<H> HandleCache<H> {
     /// The handles of a label set, created under the write lock the first
     /// time the set is seen.
     fn get(&self, model_name: &str, engine: u32, create: impl Fn(Labels) -> H) -> Arc<H> {
+        let overflow = || {
+            Arc::clone(
+                self.overflow
+                    .get_or_init(|| Arc::new(create(base_labels(None)))),
+            )
+        };
         if let Some(handles) = self
             .by_label_set
             .read()
@@ -253,6 +263,10 @@ impl<H> HandleCache<H> {
         {
             return Arc::clone(handles);
         }
+        // A full cache stays full: new label sets skip the write lock.
+        if self.label_sets.load(Ordering::Acquire) >= self.limit {
+            return overflow();
+        }
         let mut cache = self
             .by_label_set
             .write()
@@ -260,18 +274,15 @@ impl<H> HandleCache<H> {
         if let Some(handles) = cache.get(model_name).and_then(|e| e.get(&engine)) {
             return Arc::clone(handles);
         }
-        let label_sets: usize = cache.values().map(HashMap::len).sum();
-        if label_sets >= self.limit {
-            return Arc::clone(
-                self.overflow
-                    .get_or_init(|| Arc::new(create(base_labels(None)))),
-            );
+        if self.label_sets.load(Ordering::Acquire) >= self.limit {
+            return overflow();
         }
         let handles = Arc::new(create(base_labels(Some((model_name, engine)))));
         cache
             .entry(model_name.to_owned())
             .or_default()
             .insert(engine, Arc::clone(&handles));
+        self.label_sets.fetch_add(1, Ordering::Release);
         handles
     }
 }

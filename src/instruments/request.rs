@@ -126,23 +126,30 @@ impl RequestHandles {
             histograms: std::array::from_fn(|i| HistogramState::new(bounds[i].len())),
         }));
         let counter_view = |slot| GroupSeries::new(&series, slot, read_counter);
-        f.num_preemptions
+        // The handle cache creates a label set's handles once, so every
+        // insert adds a series.
+        let mut added = f
+            .num_preemptions
             .insert(labels.clone(), counter_view(counter::NUM_PREEMPTIONS));
-        f.prompt_tokens
+        added &= f
+            .prompt_tokens
             .insert(labels.clone(), counter_view(counter::PROMPT_TOKENS));
         for (i, source) in PROMPT_TOKEN_SOURCES.iter().enumerate() {
-            f.prompt_tokens_by_source.insert(
+            added &= f.prompt_tokens_by_source.insert(
                 with_label(&labels, catalog::SOURCE_LABELS[2], source),
                 counter_view(counter::PROMPT_TOKENS_BY_SOURCE + i),
             );
         }
-        f.prompt_tokens_cached
+        added &= f
+            .prompt_tokens_cached
             .insert(labels.clone(), counter_view(counter::PROMPT_TOKENS_CACHED));
-        f.generation_tokens
+        added &= f
+            .generation_tokens
             .insert(labels.clone(), counter_view(counter::GENERATION_TOKENS));
         for (i, family) in f.histograms.iter().enumerate() {
-            family.insert(labels.clone(), GroupSeries::new(&series, i, read_histogram));
+            added &= family.insert(labels.clone(), GroupSeries::new(&series, i, read_histogram));
         }
+        debug_assert!(added, "the series of {labels:?} were created twice");
         RequestHandles {
             iteration_tokens: f.iteration_tokens.series(labels.clone()),
             series,
@@ -191,11 +198,11 @@ impl RequestHandles {
     pub(crate) fn record_terminal(
         &self,
         reason: FinishReason,
-        observations: &[(RequestHistogram, f64)],
+        observations: impl IntoIterator<Item = (RequestHistogram, f64)>,
     ) {
         let slot = reason.index();
         self.request_success[slot].get_or_init(|| {
-            self.request_success_family.insert(
+            let added = self.request_success_family.insert(
                 with_label(
                     &self.labels,
                     catalog::FINISHED_REASON_LABELS[2],
@@ -203,10 +210,11 @@ impl RequestHandles {
                 ),
                 GroupSeries::new(&self.series, counter::REQUEST_SUCCESS + slot, read_counter),
             );
+            debug_assert!(added, "request_success of {reason:?} was created twice");
         });
         let mut located = [(0, 0, 0.0); 15];
         let mut n = 0;
-        for &(histogram, value) in observations.iter().take(located.len()) {
+        for (histogram, value) in observations.into_iter().take(located.len()) {
             if value.is_finite() {
                 let h = histogram as usize;
                 located[n] = (h, bucket_index(&self.bounds[h], value), value);
@@ -217,6 +225,47 @@ impl RequestHandles {
         s.counters[counter::REQUEST_SUCCESS + slot] += 1;
         for &(histogram, index, value) in &located[..n] {
             s.histograms[histogram].record_at(index, value);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each histogram is recorded into its own catalog family.
+    #[test]
+    fn every_request_histogram_maps_to_its_family() {
+        use RequestHistogram::*;
+        let expected = [
+            (PromptTokens, "vllm:request_prompt_tokens"),
+            (GenerationTokens, "vllm:request_generation_tokens"),
+            (
+                MaxNumGenerationTokens,
+                "vllm:request_max_num_generation_tokens",
+            ),
+            (ParamsMaxTokens, "vllm:request_params_max_tokens"),
+            (ParamsN, "vllm:request_params_n"),
+            (NumPreemptions, "vllm:request_num_preemptions"),
+            (
+                PrefillKvComputedTokens,
+                "vllm:request_prefill_kv_computed_tokens",
+            ),
+            (TimeToFirstToken, "vllm:time_to_first_token_seconds"),
+            (InterTokenLatency, "vllm:inter_token_latency_seconds"),
+            (E2eRequestLatency, "vllm:e2e_request_latency_seconds"),
+            (QueueTime, "vllm:request_queue_time_seconds"),
+            (PrefillTime, "vllm:request_prefill_time_seconds"),
+            (DecodeTime, "vllm:request_decode_time_seconds"),
+            (InferenceTime, "vllm:request_inference_time_seconds"),
+            (
+                TimePerOutputToken,
+                "vllm:request_time_per_output_token_seconds",
+            ),
+        ];
+        assert_eq!(expected.len(), REQUEST_HISTOGRAMS.len());
+        for (histogram, name) in expected {
+            assert_eq!(REQUEST_HISTOGRAMS[histogram as usize].vllm_name, name);
         }
     }
 }

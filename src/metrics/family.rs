@@ -58,14 +58,17 @@ impl<M: Series> Family<M> {
         }
     }
 
-    /// Adds a series made elsewhere (a [`GroupSeries`](super::GroupSeries));
-    /// a series already present with these labels stays.
-    pub fn insert(&self, labels: Labels, series: M) {
-        self.series
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(labels)
-            .or_insert_with(|| Arc::new(series));
+    /// Adds a series made elsewhere (a [`GroupSeries`](super::GroupSeries)).
+    /// Returns `false`, keeping the present one, when the family already has a
+    /// series with these labels.
+    #[must_use = "false means the series was not added"]
+    pub fn insert(&self, labels: Labels, series: M) -> bool {
+        let mut all = self.series.write().unwrap_or_else(PoisonError::into_inner);
+        if all.contains_key(&labels) {
+            return false;
+        }
+        all.insert(labels, Arc::new(series));
+        true
     }
 
     /// The family's histogram bounds (empty for other kinds).
@@ -93,11 +96,6 @@ impl<M: Series> Family<M> {
                 .entry(labels)
                 .or_insert_with(|| Arc::new(M::create(bounds))),
         )
-    }
-
-    /// The family's catalog entry.
-    pub fn def(&self) -> &'static MetricDef {
-        self.def
     }
 
     /// The current value of every series that has one.

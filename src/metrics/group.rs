@@ -1,6 +1,7 @@
 //! Series kept together in one struct behind one lock.
 
 use std::cell::UnsafeCell;
+use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -32,7 +33,7 @@ const SPINS_BEFORE_YIELD: u32 = 64;
 ///
 /// let group = Arc::new(Group::new(Step::default()));
 /// let tokens = Family::new(&GENERATION_TOKENS, Vec::new());
-/// tokens.insert(Vec::new(), GroupSeries::new(&group, 0, |s: &Step, _| Value::Counter(s.tokens)));
+/// assert!(tokens.insert(Vec::new(), GroupSeries::new(&group, 0, |s: &Step, _| Value::Counter(s.tokens))));
 /// {
 ///     let mut step = group.lock();
 ///     step.tokens += 3;
@@ -56,6 +57,9 @@ unsafe impl<S: Send> Sync for Group<S> {}
 #[derive(Debug)]
 pub struct GroupGuard<'a, S> {
     group: &'a Group<S>,
+    /// Makes the guard `Sync` only when `S` is, and `Send` only when `S` is
+    /// `Send`, as a `&mut S` would be: sharing the guard shares `&S`.
+    _access: PhantomData<&'a mut S>,
 }
 
 impl<S> Group<S> {
@@ -68,6 +72,9 @@ impl<S> Group<S> {
     }
 
     /// Locks the group for a batch of updates (or a consistent read).
+    ///
+    /// Not re-entrant: a thread holding the guard must not lock the group
+    /// again, directly or by collecting one of its series.
     #[inline]
     pub fn lock(&self) -> GroupGuard<'_, S> {
         if self
@@ -77,7 +84,10 @@ impl<S> Group<S> {
         {
             self.lock_contended();
         }
-        GroupGuard { group: self }
+        GroupGuard {
+            group: self,
+            _access: PhantomData,
+        }
     }
 
     #[cold]

@@ -54,7 +54,8 @@ impl HistogramState {
         }
     }
 
-    /// Counts `value` in bucket `index` (from [`bucket_index`]).
+    /// Counts `value` in bucket `index` (from [`bucket_index`]). The caller
+    /// drops non-finite values first, as [`Histogram::record`] does.
     #[inline]
     pub fn record_at(&mut self, index: usize, value: f64) {
         self.bucket_counts[index] += 1;
@@ -97,6 +98,10 @@ impl Histogram {
     /// A histogram with these (increasing, finite) upper bounds.
     pub fn new(bounds: impl Into<Arc<[f64]>>) -> Self {
         let bounds = bounds.into();
+        debug_assert!(
+            bounds.iter().all(|b| b.is_finite()) && bounds.windows(2).all(|w| w[0] < w[1]),
+            "bucket bounds must be finite and increasing: {bounds:?}"
+        );
         Histogram {
             state: Group::new(HistogramState::new(bounds.len())),
             bounds,
@@ -111,11 +116,6 @@ impl Histogram {
         }
         let index = bucket_index(&self.bounds, value);
         self.state.lock().record_at(index, value);
-    }
-
-    /// The upper bounds.
-    pub fn bounds(&self) -> &[f64] {
-        &self.bounds
     }
 
     /// A consistent copy of the counts and sum.

@@ -86,6 +86,11 @@ impl RequestEncoder {
         }
     }
 
+    /// Whether requests carry changes rather than totals.
+    pub fn is_delta(&self) -> bool {
+        self.temporality == Temporality::Delta
+    }
+
     /// The request carrying `collected`.
     pub fn request(
         &self,
@@ -203,7 +208,7 @@ impl RequestEncoder {
                             attributes,
                             start_time_unix_nano,
                             time_unix_nano,
-                            value: Some(number(&value, def.value_type)),
+                            value: number(&value, def.value_type),
                             ..Default::default()
                         },
                     )
@@ -216,7 +221,7 @@ impl RequestEncoder {
                     .map(|(attributes, _, value)| NumberDataPoint {
                         attributes,
                         time_unix_nano,
-                        value: Some(number(&value, def.value_type)),
+                        value: number(&value, def.value_type),
                         ..Default::default()
                     })
                     .collect(),
@@ -263,17 +268,14 @@ impl RequestEncoder {
     }
 }
 
-fn number(value: &Value, value_type: ValueType) -> number_data_point::Value {
-    let v = match value {
-        Value::Counter(v) => *v as f64,
-        Value::Gauge(v) => *v,
-        Value::Histogram(h) => h.sum,
-    };
+/// A counter's or gauge's value as OTLP carries it (integers as the
+/// catalog says); `None` for a histogram.
+fn number(value: &Value, value_type: ValueType) -> Option<number_data_point::Value> {
+    use number_data_point::Value::{AsDouble, AsInt};
     match (value, value_type) {
-        (Value::Counter(v), _) => {
-            number_data_point::Value::AsInt(i64::try_from(*v).unwrap_or(i64::MAX))
-        }
-        (_, ValueType::Integer) => number_data_point::Value::AsInt(v as i64),
-        (_, ValueType::Float) => number_data_point::Value::AsDouble(v),
+        (Value::Counter(v), _) => Some(AsInt(i64::try_from(*v).unwrap_or(i64::MAX))),
+        (Value::Gauge(v), ValueType::Integer) => Some(AsInt(*v as i64)),
+        (Value::Gauge(v), ValueType::Float) => Some(AsDouble(*v)),
+        (Value::Histogram(_), _) => None,
     }
 }

@@ -22,6 +22,9 @@ use super::encode::RequestEncoder;
 use super::{Compression, ExportHealth, OtlpSettings, Protocol};
 use crate::metrics::{MetricReader, ReaderResult, Registry};
 
+/// Sent with every export.
+const USER_AGENT: &str = concat!(env!("CARGO_PKG_NAME"), "/", env!("CARGO_PKG_VERSION"));
+
 /// What the caller asks of the export thread; the answer comes back on the
 /// enclosed channel.
 enum Command {
@@ -76,6 +79,12 @@ impl OtlpExporter {
                     settings.endpoint
                 ))
             }
+        }
+        if settings.compression == Compression::Zstd && settings.protocol != Protocol::Grpc {
+            return Err(
+                "OTLP compression zstd is supported over grpc only; use gzip with http/protobuf"
+                    .to_owned(),
+            );
         }
         let mut metadata = MetadataMap::new();
         for (key, value) in &settings.headers {
@@ -177,6 +186,15 @@ fn run(
     let mut export = || {
         let collected = registry.collect();
         let request = encoder.request(&collected, registry.resource());
+        if encoder.is_delta()
+            && request.resource_metrics[0].scope_metrics[0]
+                .metrics
+                .is_empty()
+        {
+            // Nothing changed since the last accepted export: nothing to send.
+            encoder.accepted(&collected);
+            return Ok(());
+        }
         let result = runtime.block_on(async {
             match tokio::time::timeout(settings.timeout, transport.send(request)).await {
                 Ok(result) => result,
@@ -186,6 +204,15 @@ fn run(
                 )),
             }
         });
+        let result = match result {
+            Ok(Some(partial)) => {
+                // Accepted in part: retrying would count the rest twice.
+                eprintln!("warning: OTLP export to {}: {partial}", settings.endpoint);
+                Ok(())
+            }
+            Ok(None) => Ok(()),
+            Err(error) => Err(error),
+        };
         if result.is_ok() {
             encoder.accepted(&collected);
         }
@@ -232,13 +259,23 @@ impl Transport {
             Protocol::Grpc => {
                 let channel = Channel::from_shared(settings.endpoint.clone())
                     .expect("the endpoint was checked in OtlpExporter::new")
+                    .user_agent(USER_AGENT)
+                    .expect("the user agent is a valid header value")
                     .connect_timeout(settings.timeout)
                     .connect_lazy();
                 // Collectors answer gzip-compressed requests compressed.
                 let mut client =
                     MetricsServiceClient::new(channel).accept_compressed(CompressionEncoding::Gzip);
-                if settings.compression == Compression::Gzip {
-                    client = client.send_compressed(CompressionEncoding::Gzip);
+                match settings.compression {
+                    Compression::None => {}
+                    Compression::Gzip => {
+                        client = client.send_compressed(CompressionEncoding::Gzip);
+                    }
+                    Compression::Zstd => {
+                        client = client
+                            .send_compressed(CompressionEncoding::Zstd)
+                            .accept_compressed(CompressionEncoding::Zstd);
+                    }
                 }
                 Transport::Grpc { client, metadata }
             }
@@ -251,7 +288,8 @@ impl Transport {
         }
     }
 
-    async fn send(&self, request: ExportMetricsServiceRequest) -> Result<(), String> {
+    /// Sends one request; `Ok(Some(_))` describes a partial success.
+    async fn send(&self, request: ExportMetricsServiceRequest) -> Result<Option<String>, String> {
         let rejected = match self {
             Transport::Grpc { client, metadata } => {
                 let mut call = tonic::Request::new(request);
@@ -270,7 +308,8 @@ impl Transport {
             } => {
                 let mut body = request.encode_to_vec();
                 let mut builder = hyper::Request::post(endpoint.as_str())
-                    .header(hyper::header::CONTENT_TYPE, "application/x-protobuf");
+                    .header(hyper::header::CONTENT_TYPE, "application/x-protobuf")
+                    .header(hyper::header::USER_AGENT, USER_AGENT);
                 if *gzip {
                     let mut encoder =
                         flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
@@ -307,13 +346,13 @@ impl Transport {
                     .and_then(|r| r.partial_success)
             }
         };
-        match rejected {
-            Some(p) if p.rejected_data_points > 0 => Err(format!(
+        Ok(match rejected {
+            Some(p) if p.rejected_data_points > 0 => Some(format!(
                 "the collector rejected {} data points: {}",
                 p.rejected_data_points, p.error_message
             )),
-            _ => Ok(()),
-        }
+            _ => None,
+        })
     }
 }
 
@@ -357,6 +396,17 @@ mod tests {
     }
 
     #[test]
+    fn zstd_is_refused_over_http() {
+        let mut s = settings("http://c:4318", &[]);
+        s.protocol = Protocol::HttpProtobuf;
+        s.compression = Compression::Zstd;
+        assert_eq!(
+            OtlpExporter::new(s).unwrap_err(),
+            "OTLP compression zstd is supported over grpc only; use gzip with http/protobuf"
+        );
+    }
+
+    #[test]
     fn an_unregistered_exporter_has_nothing_to_flush() {
         let (exporter, health) = OtlpExporter::new(settings("http://127.0.0.1:9", &[])).unwrap();
         assert_eq!(exporter.force_flush(), Ok(()));
@@ -383,5 +433,121 @@ mod tests {
             Ok(()),
             "a second shutdown does nothing"
         );
+    }
+}
+
+#[cfg(test)]
+mod partial_success {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::TcpListener;
+    use std::sync::{Arc, Mutex};
+
+    use opentelemetry_proto::tonic::collector::metrics::v1::{
+        ExportMetricsPartialSuccess, ExportMetricsServiceResponse,
+    };
+    use opentelemetry_proto::tonic::metrics::v1::{metric, number_data_point};
+    use prost::Message;
+
+    use super::*;
+    use crate::catalog::NUM_PREEMPTIONS;
+    use crate::export::otlp::{OtlpOverrides, Temporality};
+    use crate::metrics::{Counter, Family, Resource};
+
+    /// An OTLP/HTTP receiver that keeps every request and answers each with
+    /// a partial success.
+    fn partial_receiver() -> (u16, Arc<Mutex<Vec<ExportMetricsServiceRequest>>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let keep = Arc::clone(&received);
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { return };
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut writer = stream;
+                'requests: loop {
+                    let mut length = 0;
+                    let mut line = String::new();
+                    loop {
+                        line.clear();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            break 'requests;
+                        }
+                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                            length = v.trim().parse().unwrap();
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    reader.read_exact(&mut body).unwrap();
+                    keep.lock()
+                        .unwrap()
+                        .push(ExportMetricsServiceRequest::decode(&body[..]).unwrap());
+                    let answer = ExportMetricsServiceResponse {
+                        partial_success: Some(ExportMetricsPartialSuccess {
+                            rejected_data_points: 1,
+                            error_message: "one point too many".into(),
+                        }),
+                    }
+                    .encode_to_vec();
+                    write!(
+                        writer,
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: {}\r\n\r\n",
+                        answer.len()
+                    )
+                    .unwrap();
+                    writer.write_all(&answer).unwrap();
+                }
+            }
+        });
+        (port, received)
+    }
+
+    fn sent_value(request: &ExportMetricsServiceRequest) -> Option<number_data_point::Value> {
+        let metric = request.resource_metrics[0].scope_metrics[0]
+            .metrics
+            .first()?;
+        match &metric.data {
+            Some(metric::Data::Sum(sum)) => sum.data_points[0].value,
+            _ => None,
+        }
+    }
+
+    /// Accepted in part means accepted: no failure is reported, and the next
+    /// delta starts after what was sent, so nothing is counted twice.
+    #[test]
+    fn a_partial_success_is_not_resent() {
+        let (port, received) = partial_receiver();
+        let settings = OtlpSettings::resolve(
+            &OtlpOverrides {
+                endpoint: Some(format!("http://127.0.0.1:{port}")),
+                protocol: Some(Protocol::HttpProtobuf),
+                temporality: Some(Temporality::Delta),
+                interval: Some(std::time::Duration::from_secs(3600)),
+                ..OtlpOverrides::default()
+            },
+            |_| None,
+        )
+        .unwrap()
+        .unwrap();
+        let (exporter, health) = OtlpExporter::new(settings).unwrap();
+        let preemptions = Arc::new(Family::<Counter>::new(&NUM_PREEMPTIONS, Vec::new()));
+        let mut registry = Registry::new(Resource::default());
+        registry.register(Arc::clone(&preemptions));
+        exporter.register(Arc::new(registry));
+        let series = preemptions.series(Vec::new());
+        series.add(5);
+        assert_eq!(exporter.force_flush(), Ok(()));
+        series.add(2);
+        assert_eq!(exporter.force_flush(), Ok(()));
+        // Nothing changed since: the final export sends nothing.
+        assert_eq!(exporter.shutdown(), Ok(()));
+        assert_eq!((health.exports(), health.last_error()), (2, None));
+        let received = received.lock().unwrap();
+        let values: Vec<_> = received.iter().map(sent_value).collect();
+        use number_data_point::Value::AsInt;
+        assert_eq!(values, [Some(AsInt(5)), Some(AsInt(2))]);
     }
 }

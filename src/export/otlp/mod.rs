@@ -54,8 +54,9 @@ impl FromStr for Temporality {
         match s.trim().to_ascii_lowercase().as_str() {
             "cumulative" => Ok(Temporality::Cumulative),
             "delta" | "lowmemory" => Ok(Temporality::Delta),
-            other => Err(format!(
-                "unsupported temporality '{other}' (expected cumulative or delta)"
+            _ => Err(format!(
+                "unsupported temporality '{}' (expected cumulative, delta or lowmemory)",
+                s.trim()
             )),
         }
     }
@@ -79,17 +80,21 @@ pub enum Compression {
     None,
     /// gzip.
     Gzip,
+    /// zstd (gRPC only).
+    Zstd,
 }
 
 impl FromStr for Compression {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim() {
+        match s.trim().to_ascii_lowercase().as_str() {
             "none" | "" => Ok(Compression::None),
             "gzip" => Ok(Compression::Gzip),
-            other => Err(format!(
-                "unsupported OTLP compression '{other}' (expected gzip or none)"
+            "zstd" => Ok(Compression::Zstd),
+            _ => Err(format!(
+                "unsupported OTLP compression '{}' (expected gzip, zstd or none)",
+                s.trim()
             )),
         }
     }
@@ -108,11 +113,12 @@ impl FromStr for Protocol {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim() {
+        match s.trim().to_ascii_lowercase().as_str() {
             "grpc" => Ok(Protocol::Grpc),
             "http/protobuf" => Ok(Protocol::HttpProtobuf),
-            other => Err(format!(
-                "unsupported OTLP protocol '{other}' (expected grpc or http/protobuf)"
+            _ => Err(format!(
+                "unsupported OTLP protocol '{}' (expected grpc or http/protobuf)",
+                s.trim()
             )),
         }
     }
@@ -199,8 +205,8 @@ fn percent_decode(value: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// The environment variables OTLP settings are read from.
-pub const HEADER_VARIABLES: [&str; 2] = [
+/// The variables extra headers are read from, the first set one winning.
+const HEADER_VARIABLES: [&str; 2] = [
     "OTEL_EXPORTER_OTLP_METRICS_HEADERS",
     "OTEL_EXPORTER_OTLP_HEADERS",
 ];
@@ -227,13 +233,9 @@ impl OtlpSettings {
         }
         let protocol = match overrides.protocol {
             Some(p) => p,
-            None => match env("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL")
-                .or_else(|| env("OTEL_EXPORTER_OTLP_PROTOCOL"))
-            {
-                Some(p) => p.parse()?,
-                // The specification's default transport.
-                None => Protocol::HttpProtobuf,
-            },
+            // The specification's default transport.
+            None => parse_variable(&env, &PROTOCOL_VARIABLES, str::parse)?
+                .unwrap_or(Protocol::HttpProtobuf),
         };
         // Flag and signal-specific URLs are complete; the generic one is a
         // base that takes the signal path (for HTTP).
@@ -251,12 +253,8 @@ impl OtlpSettings {
         };
         let interval = match overrides.interval {
             Some(i) => i,
-            None => match env("OTEL_METRIC_EXPORT_INTERVAL") {
-                Some(ms) => Duration::from_millis(ms.trim().parse().map_err(|e| {
-                    format!("OTEL_METRIC_EXPORT_INTERVAL='{ms}' is not milliseconds: {e}")
-                })?),
-                None => DEFAULT_INTERVAL,
-            },
+            None => parse_variable(&env, &["OTEL_METRIC_EXPORT_INTERVAL"], milliseconds)?
+                .unwrap_or(DEFAULT_INTERVAL),
         };
         let mut headers = match HEADER_VARIABLES.iter().find_map(|v| env(v)) {
             Some(h) => parse_headers(&h)?,
@@ -268,27 +266,17 @@ impl OtlpSettings {
         }
         let temporality = match overrides.temporality {
             Some(t) => t,
-            None => match env("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE") {
-                Some(t) => t.parse().map_err(|e| {
-                    format!("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE: {e}")
-                })?,
-                None => Temporality::Cumulative,
-            },
+            None => parse_variable(
+                &env,
+                &["OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE"],
+                str::parse,
+            )?
+            .unwrap_or_default(),
         };
-        let timeout = match env("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT")
-            .or_else(|| env("OTEL_EXPORTER_OTLP_TIMEOUT"))
-        {
-            Some(ms) => Duration::from_millis(ms.trim().parse().map_err(|e| {
-                format!("OTEL_EXPORTER_OTLP_TIMEOUT='{ms}' is not milliseconds: {e}")
-            })?),
-            None => DEFAULT_TIMEOUT,
-        };
-        let compression = match env("OTEL_EXPORTER_OTLP_METRICS_COMPRESSION")
-            .or_else(|| env("OTEL_EXPORTER_OTLP_COMPRESSION"))
-        {
-            Some(c) => c.parse()?,
-            None => Compression::None,
-        };
+        let timeout =
+            parse_variable(&env, &TIMEOUT_VARIABLES, milliseconds)?.unwrap_or(DEFAULT_TIMEOUT);
+        let compression =
+            parse_variable(&env, &COMPRESSION_VARIABLES, str::parse)?.unwrap_or_default();
         Ok(Some(OtlpSettings {
             endpoint,
             protocol,
@@ -300,6 +288,42 @@ impl OtlpSettings {
             compression,
         }))
     }
+}
+
+const PROTOCOL_VARIABLES: [&str; 2] = [
+    "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+];
+const TIMEOUT_VARIABLES: [&str; 2] = [
+    "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT",
+    "OTEL_EXPORTER_OTLP_TIMEOUT",
+];
+const COMPRESSION_VARIABLES: [&str; 2] = [
+    "OTEL_EXPORTER_OTLP_METRICS_COMPRESSION",
+    "OTEL_EXPORTER_OTLP_COMPRESSION",
+];
+
+/// Parses the first of `names` that `env` has; the error names the variable.
+fn parse_variable<T>(
+    env: &impl Fn(&str) -> Option<String>,
+    names: &[&str],
+    parse: impl Fn(&str) -> Result<T, String>,
+) -> Result<Option<T>, String> {
+    for name in names {
+        if let Some(value) = env(name) {
+            return parse(value.trim())
+                .map(Some)
+                .map_err(|e| format!("{name}='{}': {e}", value.trim()));
+        }
+    }
+    Ok(None)
+}
+
+fn milliseconds(value: &str) -> Result<Duration, String> {
+    value
+        .parse()
+        .map(Duration::from_millis)
+        .map_err(|e| format!("not a number of milliseconds ({e})"))
 }
 
 /// Appends `/v1/metrics` to an HTTP URL without a path.
@@ -519,6 +543,36 @@ mod tests {
             ])
         )
         .is_err());
+    }
+
+    #[test]
+    fn invalid_variables_are_errors_that_name_them() {
+        let resolve = |vars: &[(&str, &str)]| {
+            let mut all = vec![("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318")];
+            all.extend_from_slice(vars);
+            OtlpSettings::resolve(&OtlpOverrides::default(), env(&all))
+        };
+        assert_eq!(
+            resolve(&[("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "soon")]).unwrap_err(),
+            "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT='soon': not a number of milliseconds (invalid digit found in string)"
+        );
+        assert_eq!(
+            resolve(&[("OTEL_EXPORTER_OTLP_COMPRESSION", "brotli")]).unwrap_err(),
+            "OTEL_EXPORTER_OTLP_COMPRESSION='brotli': unsupported OTLP compression 'brotli' (expected gzip, zstd or none)"
+        );
+        assert!(resolve(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")])
+            .unwrap_err()
+            .starts_with("OTEL_EXPORTER_OTLP_PROTOCOL='http/json': "));
+        let s = resolve(&[
+            ("OTEL_EXPORTER_OTLP_COMPRESSION", "GZIP"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "GRPC"),
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (s.compression, s.protocol),
+            (Compression::Gzip, Protocol::Grpc)
+        );
     }
 
     #[test]
