@@ -1,0 +1,193 @@
+//! Scrape cost at 1, 100 and 1,000 `(model_name, engine)` label sets: the
+//! bridge's text 0.0.4 and OpenMetrics expositions, side by side with the
+//! baseline, `prometheus-client`'s OpenMetrics encoder (its only format, as
+//! vLLM's Rust frontend serves it) over the same requests recorded by the
+//! baseline tracker of `benches/lifecycle.rs`.
+//!
+//! Every label set gets the same two requests (one preempted and finished by
+//! `length`, one finished by `stop`), so both sides hold the same per-request
+//! series. The crate's exposition also carries its scheduler families
+//! (HELP/TYPE only here) and its two self-telemetry counters.
+//!
+//! After criterion's report it prints, per size, one line:
+//! `exposition: label_sets=N text_us=… openmetrics_us=… prometheus_client_us=… bytes=… ratio_text=… ratio_openmetrics=…`
+//! (ratios against `prometheus_client`, medians of interleaved rounds).
+//! Run: `cargo bench --bench exposition`.
+
+#[path = "baseline/lifecycle_state.rs"]
+mod lifecycle_state;
+#[path = "baseline/prometheus_client_tracker.rs"]
+mod prometheus_client_tracker;
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use criterion::Criterion;
+use vllm_otel_metrics::catalog::DEFAULT_MAX_MODEL_LEN;
+use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
+use vllm_otel_metrics::instruments::Instruments;
+use vllm_otel_metrics::protocol::{
+    EngineCoreEvent, EngineCoreOutput, EventType, FinishReason, PrefillStats,
+};
+use vllm_otel_metrics::tracker::{RequestMetrics, RequestParams};
+
+const SIZES: [u32; 3] = [1, 100, 1_000];
+
+/// The outputs of one request finished by `reason`, with one preemption.
+fn outputs(reason: FinishReason) -> Vec<(f64, f64, EngineCoreOutput)> {
+    let event = |kind, timestamp| EngineCoreEvent {
+        kind,
+        timestamp,
+        reason: None,
+    };
+    vec![
+        (
+            10.2,
+            100.3,
+            EngineCoreOutput {
+                request_id: "r".into(),
+                new_token_ids: vec![1],
+                events: vec![
+                    event(EventType::Queued, 10.0),
+                    event(EventType::Scheduled, 10.05),
+                ],
+                prefill_stats: Some(PrefillStats {
+                    num_prompt_tokens: 512,
+                    num_computed_tokens: 448,
+                    num_cached_tokens: 64,
+                    num_local_cached_tokens: 64,
+                    num_external_cached_tokens: 0,
+                }),
+                finish_reason: None,
+            },
+        ),
+        (
+            10.6,
+            100.7,
+            EngineCoreOutput {
+                request_id: "r".into(),
+                new_token_ids: vec![2, 3],
+                events: vec![
+                    event(EventType::Preempted, 10.3),
+                    event(EventType::Scheduled, 10.5),
+                ],
+                ..Default::default()
+            },
+        ),
+        (
+            10.63,
+            100.73,
+            EngineCoreOutput {
+                request_id: "r".into(),
+                new_token_ids: vec![4],
+                finish_reason: Some(reason),
+                ..Default::default()
+            },
+        ),
+    ]
+}
+
+/// Both sides with `label_sets` label sets, two requests each.
+struct State {
+    bridge: PrometheusBridge,
+    _instruments: Instruments,
+    baseline: prometheus_client_tracker::Metrics,
+}
+
+fn populate(label_sets: u32) -> State {
+    let (bridge, reader) = PrometheusBridge::builder().build();
+    let instruments = Instruments::builder().with_reader(reader).build();
+    let baseline = prometheus_client_tracker::Metrics::new(DEFAULT_MAX_MODEL_LEN);
+    let params = RequestParams {
+        arrival_time: 100.0,
+        prompt_len: 512,
+        max_tokens: Some(128),
+        n: 1,
+    };
+    for i in 0..label_sets {
+        let model = format!("model-{}", i % 10);
+        let engine = i / 10;
+        let handles = prometheus_client_tracker::Handles::resolve(
+            &baseline,
+            &prometheus_client_tracker::LabelSet::new(&model, engine),
+        );
+        for reason in [FinishReason::Length, FinishReason::Stop] {
+            let mut ours = RequestMetrics::start(&instruments, &model, engine, params);
+            let mut theirs = lifecycle_state::Request::start(&handles, params);
+            for (batch_timestamp, received_at, output) in &outputs(reason) {
+                ours.observe_output(*batch_timestamp, *received_at, output);
+                theirs.observe_output(*batch_timestamp, *received_at, output);
+            }
+        }
+    }
+    State {
+        bridge,
+        _instruments: instruments,
+        baseline,
+    }
+}
+
+type Encoder = fn(&State) -> String;
+
+const ENCODERS: [(&str, Encoder); 3] = [
+    ("text", |s| s.bridge.encode(Format::Text)),
+    ("openmetrics", |s| s.bridge.encode(Format::OpenMetrics)),
+    ("prometheus_client", |s| s.baseline.encode()),
+];
+
+/// Microseconds per call of `encode`.
+fn time_us(state: &State, encode: Encoder, calls: u32) -> f64 {
+    let start = Instant::now();
+    for _ in 0..calls {
+        black_box(encode(state));
+    }
+    start.elapsed().as_secs_f64() * 1e6 / f64::from(calls)
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn main() {
+    let bench_mode = std::env::args().any(|a| a == "--bench");
+    let states: Vec<(u32, State)> = SIZES.iter().map(|&n| (n, populate(n))).collect();
+    let mut criterion = Criterion::default().configure_from_args();
+    for (label_sets, state) in &states {
+        let mut group = criterion.benchmark_group(format!("exposition_{label_sets}_label_sets"));
+        if bench_mode {
+            group
+                .sample_size(20)
+                .warm_up_time(Duration::from_secs(1))
+                .measurement_time(Duration::from_secs(3));
+        }
+        for (name, encode) in ENCODERS {
+            group.bench_function(name, |b| b.iter(|| encode(state)));
+        }
+        group.finish();
+    }
+    criterion.final_summary();
+
+    let rounds = if bench_mode { 11 } else { 1 };
+    for (label_sets, state) in &states {
+        let calls = if bench_mode {
+            (2_000 / label_sets).max(3)
+        } else {
+            1
+        };
+        let mut samples = [const { Vec::new() }; 3];
+        for round in 0..rounds {
+            for k in 0..ENCODERS.len() {
+                let index = (round + k) % ENCODERS.len();
+                samples[index].push(time_us(state, ENCODERS[index].1, calls));
+            }
+        }
+        let [text, openmetrics, baseline] = samples.map(|mut s| median(&mut s));
+        println!(
+            "exposition: label_sets={label_sets} text_us={text:.1} openmetrics_us={openmetrics:.1} prometheus_client_us={baseline:.1} bytes={} ratio_text={:.2} ratio_openmetrics={:.2}",
+            state.bridge.encode(Format::Text).len(),
+            text / baseline,
+            openmetrics / baseline
+        );
+    }
+}
