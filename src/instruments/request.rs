@@ -236,36 +236,30 @@ mod tests {
     /// Each histogram is recorded into its own catalog family.
     #[test]
     fn every_request_histogram_maps_to_its_family() {
+        use catalog::*;
         use RequestHistogram::*;
-        let expected = [
-            (PromptTokens, "vllm:request_prompt_tokens"),
-            (GenerationTokens, "vllm:request_generation_tokens"),
-            (
-                MaxNumGenerationTokens,
-                "vllm:request_max_num_generation_tokens",
-            ),
-            (ParamsMaxTokens, "vllm:request_params_max_tokens"),
-            (ParamsN, "vllm:request_params_n"),
-            (NumPreemptions, "vllm:request_num_preemptions"),
-            (
-                PrefillKvComputedTokens,
-                "vllm:request_prefill_kv_computed_tokens",
-            ),
-            (TimeToFirstToken, "vllm:time_to_first_token_seconds"),
-            (InterTokenLatency, "vllm:inter_token_latency_seconds"),
-            (E2eRequestLatency, "vllm:e2e_request_latency_seconds"),
-            (QueueTime, "vllm:request_queue_time_seconds"),
-            (PrefillTime, "vllm:request_prefill_time_seconds"),
-            (DecodeTime, "vllm:request_decode_time_seconds"),
-            (InferenceTime, "vllm:request_inference_time_seconds"),
-            (
-                TimePerOutputToken,
-                "vllm:request_time_per_output_token_seconds",
-            ),
+        let expected: [(RequestHistogram, &MetricDef); 15] = [
+            (PromptTokens, &REQUEST_PROMPT_TOKENS),
+            (GenerationTokens, &REQUEST_GENERATION_TOKENS),
+            (MaxNumGenerationTokens, &REQUEST_MAX_NUM_GENERATION_TOKENS),
+            (ParamsMaxTokens, &REQUEST_PARAMS_MAX_TOKENS),
+            (ParamsN, &REQUEST_PARAMS_N),
+            (NumPreemptions, &REQUEST_NUM_PREEMPTIONS),
+            (PrefillKvComputedTokens, &REQUEST_PREFILL_KV_COMPUTED_TOKENS),
+            (TimeToFirstToken, &TIME_TO_FIRST_TOKEN),
+            (InterTokenLatency, &INTER_TOKEN_LATENCY),
+            (E2eRequestLatency, &E2E_REQUEST_LATENCY),
+            (QueueTime, &REQUEST_QUEUE_TIME),
+            (PrefillTime, &REQUEST_PREFILL_TIME),
+            (DecodeTime, &REQUEST_DECODE_TIME),
+            (InferenceTime, &REQUEST_INFERENCE_TIME),
+            (TimePerOutputToken, &REQUEST_TIME_PER_OUTPUT_TOKEN),
         ];
-        assert_eq!(expected.len(), REQUEST_HISTOGRAMS.len());
-        for (histogram, name) in expected {
-            assert_eq!(REQUEST_HISTOGRAMS[histogram as usize].vllm_name, name);
+        for (histogram, def) in expected {
+            assert_eq!(
+                REQUEST_HISTOGRAMS[histogram as usize].vllm_name, def.vllm_name,
+                "{histogram:?}"
+            );
         }
     }
 }

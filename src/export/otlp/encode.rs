@@ -59,7 +59,7 @@ fn attributes(labels: &Labels) -> Vec<KeyValue> {
 /// series.add(3);
 /// let collected = registry.collect();
 /// let request = encoder.request(&collected, registry.resource());
-/// assert_eq!(request.resource_metrics[0].scope_metrics[0].metrics[0].name, "vllm:num_preemptions");
+/// assert_eq!(request.resource_metrics[0].scope_metrics[0].metrics[0].name, NUM_PREEMPTIONS.vllm_name);
 /// encoder.accepted(&collected);
 /// // Nothing changed since the accepted export: nothing to send.
 /// let request = encoder.request(&registry.collect(), registry.resource());
