@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use vllm_otel_metrics::catalog::{self, MetricDef};
+use vllm_otel_metrics::metrics::bucket_index;
 use vllm_otel_metrics::protocol::{EngineCoreOutput, PrefillStats};
 use vllm_otel_metrics::tracker::RequestParams;
 
@@ -32,15 +33,6 @@ pub struct MutexHistogram {
     state: Mutex<(Vec<u64>, u64, f64)>,
 }
 
-/// The index of the first bucket whose upper bound is `>= value` (`+Inf` last).
-#[inline]
-pub fn bucket(bounds: &[f64], value: f64) -> usize {
-    bounds
-        .iter()
-        .position(|&b| value <= b)
-        .unwrap_or(bounds.len())
-}
-
 pub trait Observe {
     fn new(bounds: Vec<f64>) -> Self;
     fn observe(&self, value: f64);
@@ -58,7 +50,7 @@ impl Observe for AtomicHistogram {
 
     #[inline]
     fn observe(&self, value: f64) {
-        let index = bucket(&self.bounds, value);
+        let index = bucket_index(&self.bounds, value);
         self.buckets[index].fetch_add(1, Ordering::Relaxed);
         self.count.fetch_add(1, Ordering::Relaxed);
         let _ = self
@@ -79,7 +71,7 @@ impl Observe for MutexHistogram {
 
     #[inline]
     fn observe(&self, value: f64) {
-        let index = bucket(&self.bounds, value);
+        let index = bucket_index(&self.bounds, value);
         let mut state = self.state.lock().unwrap();
         state.0[index] += 1;
         state.1 += 1;
