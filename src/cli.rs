@@ -3,23 +3,25 @@
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Write};
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::str::FromStr;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use opentelemetry_otlp::Compression;
+use opentelemetry_sdk::metrics::Temporality;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::catalog::DEFAULT_MAX_MODEL_LEN;
-use crate::export::otlp::{
-    self, ExportHealth, NameStyle, OtlpExporter, OtlpOverrides, OtlpSettings, Protocol, Temporality,
-};
+use crate::export::otlp::tls::TlsFiles;
+use crate::export::otlp::{self, Destination, ExportHealth, OtlpOptions, Protocol};
 use crate::export::prometheus::{http, Format, PrometheusBridge};
 use crate::ingest::client::RemoteSink;
 use crate::ingest::grpc::{self, IngestLimits, IngestService};
 use crate::ingest::{jsonl, RecordSink};
-use crate::instruments::Instruments;
+use crate::instruments::{Instruments, NameStyle, DEFAULT_MAX_LABEL_SETS};
 use crate::protocol::Record;
 use crate::sim::report::{self, SweepRow};
 use crate::sim::{simulate, Progress, SimConfig};
@@ -95,6 +97,10 @@ struct CommonArgs {
     /// Model context length; bounds the token histograms' buckets.
     #[arg(long, default_value_t = DEFAULT_MAX_MODEL_LEN, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     max_model_len: u32,
+    /// `(model_name, engine)` label sets kept apart; later ones share one
+    /// overflow series per family (`otel_metric_overflow="true"`).
+    #[arg(long, default_value_t = DEFAULT_MAX_LABEL_SETS, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    max_label_sets: usize,
     /// Also expose the OpenTelemetry resource as `target_info`.
     #[arg(long)]
     target_info: bool,
@@ -102,7 +108,9 @@ struct CommonArgs {
     otlp: OtlpArgs,
 }
 
-/// OTLP push options; each wins over its `OTEL_*` variable.
+/// OTLP push options; each one given is set on the exporter's builder and
+/// wins over its `OTEL_*` variable (headers excepted: the exporter merges the
+/// header variables over the flags).
 #[derive(Debug, Args)]
 struct OtlpArgs {
     /// Push metrics to this OTLP endpoint (enables OTLP; or set OTEL_EXPORTER_OTLP_ENDPOINT).
@@ -114,12 +122,29 @@ struct OtlpArgs {
     /// Export period in milliseconds (default: OTEL_METRIC_EXPORT_INTERVAL, else 60000).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     otlp_interval_ms: Option<u64>,
-    /// Extra OTLP request header (repeatable; merged over OTEL_EXPORTER_OTLP_HEADERS).
+    /// Time one export may take, retries included, in milliseconds (default:
+    /// OTEL_EXPORTER_OTLP_TIMEOUT, else 10000).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    otlp_timeout_ms: Option<u64>,
+    /// Extra OTLP request header (repeatable; OTEL_EXPORTER_OTLP_HEADERS adds to them).
     #[arg(long, value_name = "K=V", value_parser = parse_header)]
     otlp_header: Vec<(String, String)>,
     /// Aggregation temporality (default: OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE, else cumulative).
-    #[arg(long, value_name = "cumulative|delta", value_parser = Temporality::from_str)]
+    #[arg(long, value_name = "cumulative|delta|lowmemory", value_parser = otlp::parse_temporality)]
     otlp_temporality: Option<Temporality>,
+    /// Request body compression (default: OTEL_EXPORTER_OTLP_COMPRESSION, else none).
+    #[arg(long, value_name = "gzip|zstd", value_parser = otlp::parse_compression)]
+    otlp_compression: Option<Compression>,
+    /// PEM CA certificate that verifies the Collector's TLS certificate
+    /// (default: OTEL_EXPORTER_OTLP_CERTIFICATE, else the system's roots).
+    #[arg(long, value_name = "FILE")]
+    otlp_certificate: Option<PathBuf>,
+    /// PEM client certificate for mutual TLS (default: OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE).
+    #[arg(long, value_name = "FILE")]
+    otlp_client_certificate: Option<PathBuf>,
+    /// PEM private key of the client certificate (default: OTEL_EXPORTER_OTLP_CLIENT_KEY).
+    #[arg(long, value_name = "FILE")]
+    otlp_client_key: Option<PathBuf>,
     /// Metric names on the OTLP wire: `otel` (vllm.request_num_preemptions) or
     /// `prometheus` (vLLM's own vllm:request_num_preemptions).
     #[arg(long, value_enum, default_value = "otel")]
@@ -135,25 +160,38 @@ enum OtlpNames {
 }
 
 fn parse_header(s: &str) -> Result<(String, String), String> {
-    let mut headers = otlp::parse_headers(s)?;
-    match (headers.pop(), headers.is_empty()) {
-        (Some(header), true) => Ok(header),
-        _ => Err(format!("'{s}' is not one KEY=VALUE header")),
+    let (key, value) = s
+        .split_once('=')
+        .ok_or_else(|| "a header is KEY=VALUE".to_owned())?;
+    let key = key.trim();
+    if key.is_empty() || key.contains(',') {
+        return Err("a header is one KEY=VALUE".to_owned());
     }
+    Ok((key.to_owned(), value.trim().to_owned()))
 }
 
 impl OtlpArgs {
-    fn overrides(&self) -> OtlpOverrides {
-        OtlpOverrides {
+    fn options(&self) -> OtlpOptions {
+        OtlpOptions {
             endpoint: self.otlp_endpoint.clone(),
             protocol: self.otlp_protocol,
             interval: self.otlp_interval_ms.map(Duration::from_millis),
+            timeout: self.otlp_timeout_ms.map(Duration::from_millis),
             headers: self.otlp_header.clone(),
             temporality: self.otlp_temporality,
-            names: match self.otlp_names {
-                OtlpNames::Otel => NameStyle::Otel,
-                OtlpNames::Prometheus => NameStyle::Prometheus,
+            compression: self.otlp_compression,
+            tls: TlsFiles {
+                certificate: self.otlp_certificate.clone(),
+                client_certificate: self.otlp_client_certificate.clone(),
+                client_key: self.otlp_client_key.clone(),
             },
+        }
+    }
+
+    fn name_style(&self) -> NameStyle {
+        match self.otlp_names {
+            OtlpNames::Otel => NameStyle::Otel,
+            OtlpNames::Prometheus => NameStyle::Prometheus,
         }
     }
 }
@@ -294,8 +332,8 @@ impl SimulateArgs {
 }
 
 /// The OTLP push side of a pipeline, kept to report the final export.
-struct OtlpPush {
-    endpoint: String,
+struct OtlpReport {
+    destination: Destination,
     health: Arc<ExportHealth>,
 }
 
@@ -304,18 +342,19 @@ struct OtlpPush {
 struct Pipeline {
     instruments: Instruments,
     bridge: PrometheusBridge,
-    otlp: Option<Arc<OtlpPush>>,
+    otlp: Option<Arc<OtlpReport>>,
     runtime: tokio::runtime::Runtime,
 }
 
 impl Pipeline {
     /// `exit_on_signal`: export and exit on SIGINT/SIGTERM (commands that
-    /// handle signals themselves pass false).
-    fn new(common: &CommonArgs, exit_on_signal: bool) -> io::Result<Pipeline> {
+    /// handle signals themselves pass false). `bridge_read`: whether the
+    /// Prometheus bridge is served or printed; only then does it get a
+    /// reader (each reader aggregates every measurement once more).
+    fn new(common: &CommonArgs, exit_on_signal: bool, bridge_read: bool) -> io::Result<Pipeline> {
         let invalid = |e: String| io::Error::new(io::ErrorKind::InvalidInput, e);
-        let overrides = common.otlp.overrides();
-        let settings =
-            OtlpSettings::resolve(&overrides, |name| std::env::var(name).ok()).map_err(invalid)?;
+        let env = |name: &str| std::env::var(name).ok();
+        let options = common.otlp.options();
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -325,21 +364,29 @@ impl Pipeline {
             .build();
         let mut builder = Instruments::builder()
             .with_max_model_len(common.max_model_len)
-            .with_resource(otlp::resource(|name| std::env::var(name).ok()))
-            .with_reader(bridge_reader);
-        let mut push = None;
-        if let Some(settings) = &settings {
-            let (reader, health) = OtlpExporter::new(settings.clone()).map_err(invalid)?;
-            builder = builder.with_reader(reader);
+            .with_max_label_sets(common.max_label_sets)
+            .with_name_style(common.otlp.name_style())
+            .with_resource(otlp::resource());
+        if bridge_read || common.metrics_addr.0.is_some() {
+            builder = builder.with_reader(bridge_reader);
+        }
+        let mut report = None;
+        if options.enabled(&env) {
+            let push = otlp::build(&options, &env, runtime.handle()).map_err(invalid)?;
             eprintln!(
-                "pushing metrics over OTLP ({}) to {} every {} ms",
-                settings.protocol,
-                settings.endpoint,
-                settings.interval.as_millis()
+                "pushing metrics over OTLP ({}) to {} ({}){}",
+                push.destination.protocol,
+                push.destination,
+                push.destination.source,
+                options
+                    .interval
+                    .map(|i| format!(" every {} ms", i.as_millis()))
+                    .unwrap_or_default()
             );
-            push = Some(Arc::new(OtlpPush {
-                endpoint: settings.endpoint.clone(),
-                health,
+            builder = builder.with_reader(push.reader);
+            report = Some(Arc::new(OtlpReport {
+                destination: push.destination,
+                health: push.health,
             }));
         }
         let instruments = builder.build();
@@ -352,7 +399,7 @@ impl Pipeline {
         let pipeline = Pipeline {
             instruments,
             bridge,
-            otlp: push,
+            otlp: report,
             runtime,
         };
         if exit_on_signal {
@@ -369,7 +416,8 @@ impl Pipeline {
         self.runtime.spawn(async move {
             let name = wait_for_signal().await;
             eprintln!("received {name}: exporting what was recorded, then exiting");
-            // Off the runtime's worker: the final export blocks until it is done.
+            // Off the runtime's worker: the final export blocks until it is
+            // done, and the gRPC transport needs the worker meanwhile.
             let flushed =
                 tokio::task::spawn_blocking(move || flush(&instruments, otlp.as_deref())).await;
             let code = match flushed {
@@ -411,9 +459,10 @@ async fn wait_for_signal() -> &'static str {
     }
 }
 
-/// Shuts the instruments' readers down, which makes the OTLP exporter export
-/// one last time; reports on stderr what that final export did.
-fn flush(instruments: &Instruments, otlp: Option<&OtlpPush>) -> Result<(), ()> {
+/// Shuts the meter provider down, which makes the OTLP reader export one
+/// last time; reports on stderr what that final export did (the SDK's own
+/// error says only that the shutdown failed).
+fn flush(instruments: &Instruments, otlp: Option<&OtlpReport>) -> Result<(), ()> {
     let result = instruments.shutdown();
     let Some(otlp) = otlp else {
         return Ok(());
@@ -423,14 +472,14 @@ fn flush(instruments: &Instruments, otlp: Option<&OtlpPush>) -> Result<(), ()> {
         (_, Some(error)) => {
             eprintln!(
                 "error: final OTLP export to {} failed: {error}",
-                otlp.endpoint
+                otlp.destination
             );
             Err(())
         }
         (Err(error), None) => {
             eprintln!(
                 "error: final OTLP export to {} did not complete: {error}",
-                otlp.endpoint
+                otlp.destination
             );
             Err(())
         }
@@ -503,7 +552,7 @@ fn open_trace(file: &str) -> io::Result<(Box<dyn BufRead>, String)> {
 
 fn run_replay(args: ReplayArgs) -> io::Result<ExitCode> {
     let (input, source) = open_trace(&args.file)?;
-    let pipeline = Pipeline::new(&args.common, true)?;
+    let pipeline = Pipeline::new(&args.common, true, args.output.format().is_some())?;
     let mut tee = Tee::new(&pipeline, args.target.as_deref())?;
     // Unlocked: the OTLP and signal threads report on stderr too.
     let report = jsonl::replay(input, &source, &mut tee, &mut io::stderr())?;
@@ -608,7 +657,8 @@ fn run_simulate(args: SimulateArgs) -> io::Result<ExitCode> {
         })?)),
         None => None,
     };
-    let pipeline = Pipeline::new(&args.common, true)?;
+    // The summary reads the bridge.
+    let pipeline = Pipeline::new(&args.common, true, true)?;
     let mut tee = Tee::new(&pipeline, args.target.as_deref())?;
     let mut write_error: Option<io::Error> = None;
     let started = std::time::Instant::now();
@@ -664,7 +714,7 @@ fn run_simulate(args: SimulateArgs) -> io::Result<ExitCode> {
 fn run_serve(args: ServeArgs) -> io::Result<ExitCode> {
     let request_ttl = seconds("--request-ttl", args.request_ttl)?;
     let drain = seconds("--drain-timeout", args.drain_timeout)?;
-    let pipeline = Pipeline::new(&args.common, false)?;
+    let pipeline = Pipeline::new(&args.common, false, false)?;
     let limits = IngestLimits {
         max_inflight_requests: usize::try_from(args.max_inflight_requests).unwrap_or(usize::MAX),
         request_ttl: (!request_ttl.is_zero()).then_some(request_ttl),
@@ -725,8 +775,39 @@ fn run_serve(args: ServeArgs) -> io::Result<ExitCode> {
     })
 }
 
+/// Sends the library's diagnostics and the OpenTelemetry crates' own to
+/// stderr: warnings and errors, or what `RUST_LOG` asks for. By default the
+/// SDK's and the exporter's per-export failure events are left out: the
+/// tracked exporter reports failures itself, rate-limited, and recovery.
+fn init_diagnostics() {
+    use tracing_subscriber::filter::{filter_fn, EnvFilter, LevelFilter};
+    use tracing_subscriber::prelude::*;
+    let ansi = io::IsTerminal::is_terminal(&io::stderr());
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(io::stderr)
+        .with_ansi(ansi)
+        .without_time()
+        .with_target(false);
+    let registry = tracing_subscriber::registry();
+    let installed = match EnvFilter::try_from_default_env() {
+        Ok(filter) => registry.with(fmt.with_filter(filter)).try_init(),
+        Err(_) => registry
+            .with(
+                fmt.with_filter(LevelFilter::WARN)
+                    .with_filter(filter_fn(|meta| {
+                        let name = meta.name();
+                        name != "PeriodicReader.ExportError" && !name.starts_with("Export.Failed")
+                    })),
+            )
+            .try_init(),
+    };
+    // A host that installed its own subscriber keeps it.
+    let _ = installed;
+}
+
 /// Runs the command line; returns the process exit status.
 pub fn run(cli: Cli) -> ExitCode {
+    init_diagnostics();
     let result = match cli.command {
         Command::Replay(args) => run_replay(args),
         Command::Simulate(args) => run_simulate(args),

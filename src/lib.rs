@@ -6,8 +6,11 @@
 //!
 //! Data flows one way: a source ([`ingest`]) turns input into [`protocol`]
 //! records; the [`tracker`] applies vLLM's semantics and records into the
-//! [`instruments`], whose [`metrics`] the exporters ([`export`]) collect. The
-//! [`catalog`] is the single table every name, HELP text and bucket list comes from.
+//! [`instruments`]: OpenTelemetry API instruments on an `opentelemetry_sdk`
+//! meter provider, whose Views set every histogram's buckets. The SDK's
+//! readers feed the exporters ([`export`]): `opentelemetry-prometheus` under
+//! the Prometheus bridge, `opentelemetry-otlp` for OTLP. The [`catalog`] is
+//! the single table every name, HELP text and bucket list comes from.
 //!
 //! ```
 //! use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
@@ -31,7 +34,6 @@ pub mod cli;
 pub mod export;
 pub mod ingest;
 pub mod instruments;
-pub mod metrics;
 pub mod protocol;
 pub mod sim;
 pub mod tracker;

@@ -30,8 +30,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::instruments::{Instruments, LabelSet, RequestHandles, RequestHistogram};
 use crate::protocol::{
-    Abort, EngineCoreEvent, EngineCoreOutput, EventType, FinishReason, OutputBatch, Record,
-    RequestStart, SchedulerStats,
+    Abort, EngineCoreEvent, EngineCoreOutput, EventType, FinishReason, OutputBatch, PrefillStats,
+    Record, RequestStart, SchedulerStats,
 };
 
 /// The request parameters the terminal histograms report.
@@ -89,6 +89,16 @@ struct RequestState {
     latest_num_cached_tokens: u32,
 }
 
+/// What one engine output records: its counts (which a [`Tracker`] adds once
+/// per label set and batch), the prompt-token counters on the first token,
+/// and at most one latency observation.
+struct OutputRecord<'o> {
+    new_tokens: u64,
+    preemptions: u64,
+    prompt: Option<&'o PrefillStats>,
+    latency: Option<(RequestHistogram, f64)>,
+}
+
 impl RequestState {
     fn new(params: RequestParams) -> Self {
         RequestState {
@@ -105,16 +115,14 @@ impl RequestState {
     }
 
     /// Mirrors vLLM's `RequestMetricsTracker::observe_output` (DESIGN §3
-    /// steps 1–4). The state is updated first; what the output records then
-    /// goes to the label set's series in one critical section.
+    /// steps 1–4): updates the state and returns what the output records.
     #[inline]
-    fn observe_output(
+    fn observe_output<'o>(
         &mut self,
-        h: &RequestHandles,
         batch_timestamp: f64,
         received_at: f64,
-        output: &EngineCoreOutput,
-    ) {
+        output: &'o EngineCoreOutput,
+    ) -> OutputRecord<'o> {
         if let Some(stats) = &output.prefill_stats {
             self.latest_num_cached_tokens = stats.num_cached_tokens;
         }
@@ -144,7 +152,12 @@ impl RequestState {
             }
             self.last_token_ts = batch_timestamp;
         }
-        h.record_output(new_tokens, preemptions, prompt, latency);
+        OutputRecord {
+            new_tokens,
+            preemptions,
+            prompt,
+            latency,
+        }
     }
 
     /// Applies the events' timestamps; returns the number of preemptions.
@@ -265,8 +278,46 @@ impl RequestMetrics {
         if self.terminated {
             return true;
         }
-        self.state
-            .observe_output(&self.handles, batch_timestamp, received_at, output);
+        let record = self
+            .state
+            .observe_output(batch_timestamp, received_at, output);
+        self.handles
+            .record_counts(record.new_tokens, record.preemptions);
+        self.record_rest(record, received_at, output)
+    }
+
+    /// As [`RequestMetrics::observe_output`], but returns the output's token
+    /// and preemption counts for the caller to add instead of adding them.
+    #[inline]
+    fn observe_output_deferring_counts(
+        &mut self,
+        batch_timestamp: f64,
+        received_at: f64,
+        output: &EngineCoreOutput,
+    ) -> (bool, u64, u64) {
+        if self.terminated {
+            return (true, 0, 0);
+        }
+        let record = self
+            .state
+            .observe_output(batch_timestamp, received_at, output);
+        let counts = (record.new_tokens, record.preemptions);
+        (
+            self.record_rest(record, received_at, output),
+            counts.0,
+            counts.1,
+        )
+    }
+
+    /// Records an output's prompt tokens and latency, and its end if it has one.
+    #[inline]
+    fn record_rest(
+        &mut self,
+        record: OutputRecord<'_>,
+        received_at: f64,
+        output: &EngineCoreOutput,
+    ) -> bool {
+        self.handles.record_output(record.prompt, record.latency);
         if let Some(reason) = output.finish_reason {
             self.finish(received_at, reason);
         }
@@ -385,14 +436,24 @@ impl std::fmt::Display for Rejection {
 pub struct Tracker {
     instruments: Instruments,
     requests: HashMap<String, Live>,
-    /// Per-batch iteration tokens by label set; reused so batches allocate nothing.
-    batch_tokens: Vec<(Arc<RequestHandles>, u64)>,
+    /// Per-batch counts by label set; reused so batches allocate nothing.
+    batch_counts: Vec<BatchCounts>,
     /// Start order `(start number, id)`, kept only for [`Tracker::evict_oldest`];
     /// entries of requests that ended are skipped lazily.
     start_order: Option<VecDeque<(u64, Box<str>)>>,
     starts: u64,
     /// The caller's clock, stamped on requests as their last activity.
     now: f64,
+}
+
+/// What a batch adds to one label set's counters and iteration tokens, once
+/// per batch: vLLM's Python frontend, too, adds token counts once per
+/// iteration. Counter totals do not depend on how adds are grouped.
+struct BatchCounts {
+    handles: Arc<RequestHandles>,
+    iteration_tokens: u64,
+    new_tokens: u64,
+    preemptions: u64,
 }
 
 /// A live request with its bookkeeping.
@@ -439,7 +500,7 @@ impl Tracker {
         Tracker {
             instruments,
             requests: HashMap::new(),
-            batch_tokens: Vec::new(),
+            batch_counts: Vec::new(),
             start_order: None,
             starts: 0,
             now: 0.0,
@@ -526,7 +587,7 @@ impl Tracker {
     /// label set. Outputs of unknown requests are rejected one by one.
     pub fn observe_batch(&mut self, batch: &OutputBatch) -> Vec<Rejection> {
         let mut rejections = Vec::new();
-        self.batch_tokens.clear();
+        self.batch_counts.clear();
         for output in &batch.outputs {
             let Some(live) = self.requests.get_mut(output.request_id.as_str()) else {
                 rejections.push(self.reject(
@@ -538,24 +599,41 @@ impl Tracker {
             };
             live.last_seen = self.now;
             let request = &mut live.metrics;
-            let tokens = RequestMetrics::iteration_tokens(output);
-            match self
-                .batch_tokens
+            let iteration_tokens = RequestMetrics::iteration_tokens(output);
+            let (terminated, new_tokens, preemptions) =
+                request.observe_output_deferring_counts(batch.timestamp, batch.received_at, output);
+            let counts = match self
+                .batch_counts
                 .iter_mut()
-                .find(|(h, _)| Arc::ptr_eq(h, &request.handles))
+                .find(|c| Arc::ptr_eq(&c.handles, &request.handles))
             {
-                Some((_, sum)) => *sum += tokens,
-                None => self
-                    .batch_tokens
-                    .push((Arc::clone(&request.handles), tokens)),
-            }
-            if request.observe_output(batch.timestamp, batch.received_at, output) {
+                Some(counts) => counts,
+                None => {
+                    self.batch_counts.push(BatchCounts {
+                        handles: Arc::clone(&request.handles),
+                        iteration_tokens: 0,
+                        new_tokens: 0,
+                        preemptions: 0,
+                    });
+                    self.batch_counts.last_mut().expect("just pushed")
+                }
+            };
+            counts.iteration_tokens += iteration_tokens;
+            counts.new_tokens += new_tokens;
+            counts.preemptions += preemptions;
+            if terminated {
                 self.requests.remove(output.request_id.as_str());
             }
         }
-        for (handles, tokens) in self.batch_tokens.drain(..) {
-            if tokens > 0 {
-                handles.iteration_tokens.record(tokens as f64);
+        for counts in self.batch_counts.drain(..) {
+            counts
+                .handles
+                .record_counts(counts.new_tokens, counts.preemptions);
+            if counts.iteration_tokens > 0 {
+                counts
+                    .handles
+                    .iteration_tokens
+                    .record(counts.iteration_tokens as f64);
             }
         }
         rejections
@@ -626,13 +704,9 @@ impl Tracker {
         let handles = self
             .instruments
             .scheduler_handles(&stats.model_name, stats.engine);
-        handles
-            .num_requests_running
-            .set(stats.num_running_reqs as f64);
-        handles
-            .num_requests_waiting
-            .set(stats.num_waiting_reqs as f64);
-        handles.kv_cache_usage.set(stats.kv_cache_usage);
+        handles.num_requests_running.record(stats.num_running_reqs);
+        handles.num_requests_waiting.record(stats.num_waiting_reqs);
+        handles.kv_cache_usage.record(stats.kv_cache_usage);
         handles.prefix_cache_queries.add(stats.prefix_cache_queries);
         handles.prefix_cache_hits.add(stats.prefix_cache_hits);
     }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/prometheusexporter"
+	"github.com/open-telemetry/opentelemetry-collector-contrib/processor/deltatocumulativeprocessor"
 	"github.com/open-telemetry/opentelemetry-collector-contrib/processor/transformprocessor"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/exporter"
@@ -22,13 +23,15 @@ const (
 )
 
 // components declares exactly the components of this distribution:
-// receiver otlp; processors memory_limiter, batch, transform; exporters
-// prometheus, debug. No extensions, no connectors.
+// receiver otlp; processors memory_limiter, batch, transform,
+// deltatocumulative; exporters prometheus, debug. No extensions, no
+// connectors.
 func components() (otelcol.Factories, error) {
 	otlp := otlpreceiver.NewFactory()
 	memoryLimiter := memorylimiterprocessor.NewFactory()
 	batch := batchprocessor.NewFactory()
 	transform := transformprocessor.NewFactory()
+	deltaToCumulative := deltatocumulativeprocessor.NewFactory()
 	prometheus := prometheusexporter.NewFactory()
 	debug := debugexporter.NewFactory()
 
@@ -36,7 +39,7 @@ func components() (otelcol.Factories, error) {
 	if err != nil {
 		return otelcol.Factories{}, err
 	}
-	processors, err := otelcol.MakeFactoryMap[processor.Factory](memoryLimiter, batch, transform)
+	processors, err := otelcol.MakeFactoryMap[processor.Factory](memoryLimiter, batch, transform, deltaToCumulative)
 	if err != nil {
 		return otelcol.Factories{}, err
 	}
@@ -57,9 +60,10 @@ func components() (otelcol.Factories, error) {
 			otlp.Type(): coreModules + "receiver/otlpreceiver" + release,
 		},
 		ProcessorModules: map[component.Type]string{
-			memoryLimiter.Type(): coreModules + "processor/memorylimiterprocessor" + release,
-			batch.Type():         coreModules + "processor/batchprocessor" + release,
-			transform.Type():     contribModules + "processor/transformprocessor" + release,
+			memoryLimiter.Type():     coreModules + "processor/memorylimiterprocessor" + release,
+			batch.Type():             coreModules + "processor/batchprocessor" + release,
+			transform.Type():         contribModules + "processor/transformprocessor" + release,
+			deltaToCumulative.Type(): contribModules + "processor/deltatocumulativeprocessor" + release,
 		},
 		ExporterModules: map[component.Type]string{
 			prometheus.Type(): contribModules + "exporter/prometheusexporter" + release,

@@ -1,12 +1,14 @@
-//! The catalog's families in one [`Registry`], and per-label-set handles.
+//! OpenTelemetry instruments built from the catalog, and per-label-set handles.
 //!
-//! [`Instruments`] builds one family per catalog entry (histograms with the
-//! catalog's explicit buckets, the token ones sized by `max_model_len`),
-//! hands the registry to every [`MetricReader`], and caches the handles of
-//! each `(model_name, engine)` label set. Handles are resolved once, when the
-//! first request (or scheduler record) of a label set arrives, and shared by
-//! every later request of that set, as vLLM's Rust frontend does; recording
-//! through them allocates nothing, looks up no labels and takes no global lock.
+//! [`Instruments`] creates one `opentelemetry` API instrument per catalog
+//! family from a [`Meter`], either its own `SdkMeterProvider` (with the
+//! catalog's [`views`] and the readers given to the [builder](InstrumentsBuilder))
+//! or one a host program owns ([`Instruments::from_meter`]). It caches the
+//! SDK's bound handles of each `(model_name, engine)` label set: they are
+//! resolved once, when the first request (or scheduler record) of a label set
+//! arrives, and shared by every later request of that set, as vLLM's Rust
+//! frontend does; recording through them allocates nothing and looks up no
+//! attributes.
 //!
 //! ```
 //! use vllm_otel_metrics::export::prometheus::PrometheusBridge;
@@ -20,160 +22,239 @@
 //! assert_eq!(bridge.snapshot().len(), vllm_otel_metrics::catalog::all().count());
 //! # instruments.shutdown().unwrap();
 //! ```
+//!
+//! A host program with its own provider registers the [`views`] and hands
+//! over a [`Meter`]; here the SDK's in-memory exporter reads the headline
+//! histogram after one request:
+//!
+//! ```
+//! use opentelemetry::metrics::MeterProvider as _;
+//! use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
+//! use opentelemetry_sdk::metrics::{InMemoryMetricExporterBuilder, PeriodicReader, SdkMeterProvider};
+//! use vllm_otel_metrics::instruments::{views, Instruments, InstrumentsConfig};
+//! use vllm_otel_metrics::tracker::{RequestMetrics, RequestParams};
+//!
+//! let exporter = InMemoryMetricExporterBuilder::new().build();
+//! let provider = SdkMeterProvider::builder()
+//!     .with_reader(PeriodicReader::builder(exporter.clone()).build())
+//!     .with_view(views(InstrumentsConfig::default()))
+//!     .build();
+//! let instruments = Instruments::from_meter(&provider.meter("host"), InstrumentsConfig::default());
+//!
+//! let params = RequestParams { arrival_time: 100.0, prompt_len: 16, max_tokens: None, n: 1 };
+//! let mut request = RequestMetrics::start(&instruments, "llama", 0, params);
+//! request.abort(101.0);
+//! provider.force_flush().unwrap();
+//!
+//! let exported = exporter.get_finished_metrics().unwrap();
+//! let metric = exported[0].scope_metrics().flat_map(|s| s.metrics())
+//!     .find(|m| m.name() == "vllm.request_num_preemptions")
+//!     .unwrap();
+//! let AggregatedMetrics::F64(MetricData::Histogram(histogram)) = metric.data() else { panic!() };
+//! let point = histogram.data_points().next().unwrap();
+//! assert_eq!(point.bounds().collect::<Vec<_>>(), [1.0, 2.0, 3.0, 4.0, 5.0, 10.0, 20.0]);
+//! assert_eq!((point.count(), point.sum()), (1, 0.0)); // one request, never preempted
+//! # provider.shutdown().unwrap();
+//! ```
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
+
+use opentelemetry::metrics::{BoundCounter, BoundGauge, Counter, Histogram, Meter, MeterProvider};
+use opentelemetry::{InstrumentationScope, KeyValue};
+use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
+use opentelemetry_sdk::metrics::reader::MetricReader;
+use opentelemetry_sdk::metrics::{MeterProviderBuilder, SdkMeterProvider};
+use opentelemetry_sdk::Resource;
 
 mod request;
+mod views;
 
-use crate::catalog::{self, DEFAULT_MAX_MODEL_LEN};
-use crate::metrics::{
-    Counter, Family, Gauge, Labels, MetricReader, ReaderResult, Registry, Resource, Series,
-    OVERFLOW_LABEL,
-};
+use crate::catalog::{self, MetricDef, DEFAULT_MAX_MODEL_LEN};
 use crate::tracker::{EvictReason, RejectReason};
-use request::{RequestFamilies, REQUEST_HISTOGRAMS};
+use request::RequestInstruments;
 pub(crate) use request::{RequestHandles, RequestHistogram};
+pub use views::views;
 
-/// The instrumentation scope name of every metric.
+/// The instrumentation scope name of every instrument the crate's own
+/// provider creates.
 pub const SCOPE_NAME: &str = env!("CARGO_PKG_NAME");
 
 /// Default number of `(model_name, engine)` label sets kept apart before
-/// further ones share one overflow series per family.
+/// further ones share the overflow series.
 pub const DEFAULT_MAX_LABEL_SETS: usize = 2048;
 
-/// Configures and builds [`Instruments`].
+/// The attribute the SDK marks its overflow series with.
+pub const OVERFLOW_ATTRIBUTE: &str = "otel.metric.overflow";
+
+/// Which names the streams carry on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NameStyle {
+    /// OpenTelemetry names (`vllm.request_num_preemptions`).
+    #[default]
+    Otel,
+    /// vLLM's Prometheus names (`vllm:request_num_preemptions`), set by the
+    /// Views (the SDK does not allow `:` in instrument names).
+    Prometheus,
+}
+
+/// What the [`views`] and the instruments are built for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InstrumentsConfig {
+    /// The model context length that bounds the token histograms' buckets.
+    pub max_model_len: u32,
+    /// How many `(model_name, engine)` label sets are kept apart; later ones
+    /// share one overflow series per family (`otel.metric.overflow=true`,
+    /// plus `finished_reason` or `source` where the family has it).
+    pub max_label_sets: usize,
+    /// Names on the wire.
+    pub name_style: NameStyle,
+}
+
+impl Default for InstrumentsConfig {
+    fn default() -> Self {
+        InstrumentsConfig {
+            max_model_len: DEFAULT_MAX_MODEL_LEN,
+            max_label_sets: DEFAULT_MAX_LABEL_SETS,
+            name_style: NameStyle::Otel,
+        }
+    }
+}
+
+/// Configures and builds [`Instruments`] on their own `SdkMeterProvider`.
 #[derive(Debug)]
 pub struct InstrumentsBuilder {
-    readers: Vec<Box<dyn MetricReader>>,
-    resource: Resource,
-    max_model_len: u32,
-    max_label_sets: usize,
+    provider: MeterProviderBuilder,
+    config: InstrumentsConfig,
 }
 
 impl InstrumentsBuilder {
     /// The model context length that bounds the token histograms' buckets.
     pub fn with_max_model_len(mut self, max_model_len: u32) -> Self {
-        self.max_model_len = max_model_len;
+        self.config.max_model_len = max_model_len;
         self
     }
 
-    /// How many `(model_name, engine)` label sets are kept apart; the series
-    /// of later ones go to one overflow series per family, labelled
-    /// [`OVERFLOW_LABEL`]`="true"` (plus `finished_reason` or `source`).
+    /// How many `(model_name, engine)` label sets are kept apart (at least 1).
     pub fn with_max_label_sets(mut self, max_label_sets: usize) -> Self {
-        self.max_label_sets = max_label_sets.max(1);
+        self.config.max_label_sets = max_label_sets.max(1);
         self
     }
 
-    /// Adds a reader (the Prometheus bridge, the OTLP exporter, …).
+    /// Which names the streams carry (the Prometheus bridge maps either back).
+    pub fn with_name_style(mut self, name_style: NameStyle) -> Self {
+        self.config.name_style = name_style;
+        self
+    }
+
+    /// Adds a reader (the Prometheus bridge's, an OTLP `PeriodicReader`, …).
+    /// Each reader aggregates every measurement once more.
     pub fn with_reader<R: MetricReader>(mut self, reader: R) -> Self {
-        self.readers.push(Box::new(reader));
+        self.provider = self.provider.with_reader(reader);
         self
     }
 
     /// Sets the OpenTelemetry resource.
     pub fn with_resource(mut self, resource: Resource) -> Self {
-        self.resource = resource;
+        self.provider = self.provider.with_resource(resource);
         self
     }
 
-    /// Builds every family and registers the readers.
+    /// Builds the provider with the catalog's Views, and every instrument.
     pub fn build(self) -> Instruments {
-        let mut registry = Registry::new(self.resource);
-        let families = Families::new(&mut registry, self.max_model_len);
-        let reason = |value: &'static str| vec![(catalog::REASON_LABELS[0], value.to_owned())];
-        let rejected =
-            RejectReason::ALL.map(|r| families.rejected_inputs.series(reason(r.as_str())));
-        let evicted =
-            EvictReason::ALL.map(|r| families.evicted_requests.series(reason(r.as_str())));
-        let registry = Arc::new(registry);
-        for reader in &self.readers {
-            reader.register(Arc::clone(&registry));
-        }
-        Instruments {
-            inner: Arc::new(Inner {
-                families,
-                readers: self.readers,
-                rejected,
-                evicted,
-                request_handles: HandleCache::new(self.max_label_sets),
-                scheduler_handles: HandleCache::new(self.max_label_sets),
-                max_model_len: self.max_model_len,
-                shut_down: Mutex::new(false),
-            }),
-        }
+        let provider = self.provider.with_view(views(self.config)).build();
+        let scope = InstrumentationScope::builder(SCOPE_NAME)
+            .with_version(env!("CARGO_PKG_VERSION"))
+            .build();
+        let meter = provider.meter_with_scope(scope);
+        Instruments::new(&meter, self.config, Some(provider))
     }
 }
 
-/// One family per catalog entry.
+pub(crate) fn u64_counter(meter: &Meter, def: &'static MetricDef) -> Counter<u64> {
+    meter
+        .u64_counter(def.otel_name)
+        .with_unit(def.unit)
+        .with_description(def.help)
+        .build()
+}
+
+pub(crate) fn f64_histogram(meter: &Meter, def: &'static MetricDef) -> Histogram<f64> {
+    meter
+        .f64_histogram(def.otel_name)
+        .with_unit(def.unit)
+        .with_description(def.help)
+        .build()
+}
+
+/// The scheduler tier's instruments.
 #[derive(Debug)]
-struct Families {
-    request: RequestFamilies,
-    num_requests_running: Arc<Family<Gauge>>,
-    num_requests_waiting: Arc<Family<Gauge>>,
-    kv_cache_usage: Arc<Family<Gauge>>,
-    prefix_cache_queries: Arc<Family<Counter>>,
-    prefix_cache_hits: Arc<Family<Counter>>,
-    rejected_inputs: Arc<Family<Counter>>,
-    evicted_requests: Arc<Family<Counter>>,
+struct SchedulerInstruments {
+    num_requests_running: opentelemetry::metrics::Gauge<u64>,
+    num_requests_waiting: opentelemetry::metrics::Gauge<u64>,
+    kv_cache_usage: opentelemetry::metrics::Gauge<f64>,
+    prefix_cache_queries: Counter<u64>,
+    prefix_cache_hits: Counter<u64>,
 }
 
-/// Creates the family of `def` and registers it.
-fn family<M: Series + std::fmt::Debug>(
-    registry: &mut Registry,
-    def: &'static catalog::MetricDef,
-    max_model_len: u32,
-) -> Arc<Family<M>> {
-    let family = Arc::new(Family::new(def, def.buckets.boundaries(max_model_len)));
-    registry.register(Arc::clone(&family));
-    family
-}
-
-impl Families {
-    /// Creates every family and registers it.
-    fn new(registry: &mut Registry, max_model_len: u32) -> Self {
+impl SchedulerInstruments {
+    fn new(meter: &Meter) -> Self {
         use catalog::*;
-        let mut f = |def| family(registry, def, max_model_len);
-        let request = RequestFamilies {
-            num_preemptions: f(&NUM_PREEMPTIONS),
-            prompt_tokens: f(&PROMPT_TOKENS),
-            prompt_tokens_by_source: f(&PROMPT_TOKENS_BY_SOURCE),
-            prompt_tokens_cached: f(&PROMPT_TOKENS_CACHED),
-            generation_tokens: f(&GENERATION_TOKENS),
-            request_success: f(&REQUEST_SUCCESS),
-            iteration_tokens: family(registry, &ITERATION_TOKENS, max_model_len),
-            histograms: REQUEST_HISTOGRAMS.map(|def| family(registry, def, max_model_len)),
+        let u64_gauge = |def: &'static MetricDef| {
+            meter
+                .u64_gauge(def.otel_name)
+                .with_unit(def.unit)
+                .with_description(def.help)
+                .build()
         };
-        let families = Families {
-            request,
-            num_requests_running: family(registry, &NUM_REQUESTS_RUNNING, max_model_len),
-            num_requests_waiting: family(registry, &NUM_REQUESTS_WAITING, max_model_len),
-            kv_cache_usage: family(registry, &KV_CACHE_USAGE, max_model_len),
-            prefix_cache_queries: family(registry, &PREFIX_CACHE_QUERIES, max_model_len),
-            prefix_cache_hits: family(registry, &PREFIX_CACHE_HITS, max_model_len),
-            rejected_inputs: family(registry, &REJECTED_INPUTS, max_model_len),
-            evicted_requests: family(registry, &EVICTED_REQUESTS, max_model_len),
-        };
-        debug_assert_eq!(
-            6 + 1 + REQUEST_HISTOGRAMS.len() + 7,
-            catalog::all().count(),
-            "every catalog family has a field above"
-        );
-        families
+        SchedulerInstruments {
+            num_requests_running: u64_gauge(&NUM_REQUESTS_RUNNING),
+            num_requests_waiting: u64_gauge(&NUM_REQUESTS_WAITING),
+            kv_cache_usage: meter
+                .f64_gauge(KV_CACHE_USAGE.otel_name)
+                .with_unit(KV_CACHE_USAGE.unit)
+                .with_description(KV_CACHE_USAGE.help)
+                .build(),
+            prefix_cache_queries: u64_counter(meter, &PREFIX_CACHE_QUERIES),
+            prefix_cache_hits: u64_counter(meter, &PREFIX_CACHE_HITS),
+        }
     }
 }
 
-/// The labels every series of a label set starts with: `model_name` and
-/// `engine`, or the overflow label.
-fn base_labels(label_set: Option<(&str, u32)>) -> Labels {
+/// Scheduler-tier handles of one `(model_name, engine)` label set.
+pub(crate) struct SchedulerHandles {
+    pub(crate) num_requests_running: BoundGauge<u64>,
+    pub(crate) num_requests_waiting: BoundGauge<u64>,
+    pub(crate) kv_cache_usage: BoundGauge<f64>,
+    pub(crate) prefix_cache_queries: BoundCounter<u64>,
+    pub(crate) prefix_cache_hits: BoundCounter<u64>,
+}
+
+impl SchedulerHandles {
+    fn bind(i: &SchedulerInstruments, labels: Vec<KeyValue>) -> Self {
+        SchedulerHandles {
+            num_requests_running: i.num_requests_running.bind(&labels),
+            num_requests_waiting: i.num_requests_waiting.bind(&labels),
+            kv_cache_usage: i.kv_cache_usage.bind(&labels),
+            prefix_cache_queries: i.prefix_cache_queries.bind(&labels),
+            prefix_cache_hits: i.prefix_cache_hits.bind(&labels),
+        }
+    }
+}
+
+/// The attributes every series of a label set starts with: `model_name` and
+/// `engine`, or the overflow attribute. Bound to the overflow attribute, a
+/// family whose limit is reached writes the SDK's own overflow series; one
+/// with a further label (`finished_reason`, `source`) has room for it and
+/// keeps that label.
+fn base_labels(label_set: Option<(&str, u32)>) -> Vec<KeyValue> {
     match label_set {
         Some((model_name, engine)) => vec![
-            (catalog::ENGINE_LABELS[0], model_name.to_owned()),
-            (catalog::ENGINE_LABELS[1], engine.to_string()),
+            KeyValue::new(catalog::ENGINE_LABELS[0], model_name.to_owned()),
+            KeyValue::new(catalog::ENGINE_LABELS[1], engine.to_string()),
         ],
-        None => vec![(OVERFLOW_LABEL, "true".to_owned())],
+        None => vec![KeyValue::new(OVERFLOW_ATTRIBUTE, true)],
     }
 }
 
@@ -204,29 +285,8 @@ impl std::fmt::Debug for LabelSet {
     }
 }
 
-/// Scheduler-tier handles of one `(model_name, engine)` label set.
-pub(crate) struct SchedulerHandles {
-    pub(crate) num_requests_running: Arc<Gauge>,
-    pub(crate) num_requests_waiting: Arc<Gauge>,
-    pub(crate) kv_cache_usage: Arc<Gauge>,
-    pub(crate) prefix_cache_queries: Arc<Counter>,
-    pub(crate) prefix_cache_hits: Arc<Counter>,
-}
-
-impl SchedulerHandles {
-    fn new(f: &Families, labels: Labels) -> Self {
-        SchedulerHandles {
-            num_requests_running: f.num_requests_running.series(labels.clone()),
-            num_requests_waiting: f.num_requests_waiting.series(labels.clone()),
-            kv_cache_usage: f.kv_cache_usage.series(labels.clone()),
-            prefix_cache_queries: f.prefix_cache_queries.series(labels.clone()),
-            prefix_cache_hits: f.prefix_cache_hits.series(labels),
-        }
-    }
-}
-
-/// Handles per label set, up to a limit; later label sets share the
-/// overflow handles.
+/// Handles per label set, up to a limit (the Views' cardinality limit);
+/// later label sets share the overflow handles.
 struct HandleCache<H> {
     by_label_set: RwLock<HashMap<String, HashMap<u32, Arc<H>>>>,
     /// Label sets in `by_label_set`; once at `limit`, it never grows again.
@@ -245,13 +305,13 @@ impl<H> HandleCache<H> {
         }
     }
 
-    /// The handles of a label set, created under the write lock the first
-    /// time the set is seen.
-    fn get(&self, model_name: &str, engine: u32, create: impl Fn(Labels) -> H) -> Arc<H> {
+    /// The handles of a label set, bound under the write lock the first time
+    /// the set is seen.
+    fn get(&self, model_name: &str, engine: u32, bind: impl Fn(Vec<KeyValue>) -> H) -> Arc<H> {
         let overflow = || {
             Arc::clone(
                 self.overflow
-                    .get_or_init(|| Arc::new(create(base_labels(None)))),
+                    .get_or_init(|| Arc::new(bind(base_labels(None)))),
             )
         };
         if let Some(handles) = self
@@ -277,7 +337,7 @@ impl<H> HandleCache<H> {
         if self.label_sets.load(Ordering::Acquire) >= self.limit {
             return overflow();
         }
-        let handles = Arc::new(create(base_labels(Some((model_name, engine)))));
+        let handles = Arc::new(bind(base_labels(Some((model_name, engine)))));
         cache
             .entry(model_name.to_owned())
             .or_default()
@@ -288,55 +348,21 @@ impl<H> HandleCache<H> {
 }
 
 struct Inner {
-    families: Families,
-    readers: Vec<Box<dyn MetricReader>>,
-    rejected: [Arc<Counter>; 3],
-    evicted: [Arc<Counter>; 2],
+    /// The crate's own provider, or `None` for a host's meter.
+    provider: Option<SdkMeterProvider>,
+    request: RequestInstruments,
+    scheduler: SchedulerInstruments,
+    /// In `RejectReason::ALL` order.
+    rejected: [BoundCounter<u64>; 3],
+    /// In `EvictReason::ALL` order.
+    evicted: [BoundCounter<u64>; 2],
     request_handles: HandleCache<RequestHandles>,
     scheduler_handles: HandleCache<SchedulerHandles>,
-    max_model_len: u32,
-    shut_down: Mutex<bool>,
+    config: InstrumentsConfig,
 }
 
-impl Drop for Inner {
-    /// Readers export a last time when the instruments go away unflushed.
-    fn drop(&mut self) {
-        let _ = self.shutdown();
-    }
-}
-
-impl Inner {
-    fn shutdown(&self) -> ReaderResult {
-        let mut shut_down = self
-            .shut_down
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if *shut_down {
-            return Ok(());
-        }
-        *shut_down = true;
-        every_reader(&self.readers, |r| r.shutdown())
-    }
-}
-
-/// Runs `op` on every reader; the errors, if any, joined.
-fn every_reader(
-    readers: &[Box<dyn MetricReader>],
-    op: impl Fn(&dyn MetricReader) -> ReaderResult,
-) -> ReaderResult {
-    let errors: Vec<String> = readers
-        .iter()
-        .filter_map(|r| op(r.as_ref()).err())
-        .collect();
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(errors.join("; "))
-    }
-}
-
-/// Every catalog family, the readers and the handle caches.
-/// Cloning is cheap and shares all of it.
+/// Every catalog instrument, the handle caches, and the provider when the
+/// instruments own one. Cloning is cheap and shares all of it.
 #[derive(Clone)]
 pub struct Instruments {
     inner: Arc<Inner>,
@@ -345,50 +371,80 @@ pub struct Instruments {
 impl std::fmt::Debug for Instruments {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Instruments")
-            .field("max_model_len", &self.inner.max_model_len)
-            .field("readers", &self.inner.readers)
+            .field("config", &self.inner.config)
+            .field("own_provider", &self.inner.provider.is_some())
             .finish_non_exhaustive()
     }
 }
 
 impl Instruments {
-    /// A builder with the catalog defaults, the default resource and no reader.
+    /// A builder with the catalog defaults, the SDK's default resource and
+    /// no reader.
     pub fn builder() -> InstrumentsBuilder {
         InstrumentsBuilder {
-            readers: Vec::new(),
-            resource: Resource::default(),
-            max_model_len: DEFAULT_MAX_MODEL_LEN,
-            max_label_sets: DEFAULT_MAX_LABEL_SETS,
+            provider: SdkMeterProvider::builder(),
+            config: InstrumentsConfig::default(),
         }
+    }
+
+    /// The instruments on a host program's meter. The host's provider must
+    /// have the [`views`] of the same `config` registered (they set the
+    /// buckets, the cardinality limits and the names); it also keeps
+    /// ownership: [`Instruments::force_flush`] and [`Instruments::shutdown`]
+    /// do nothing here.
+    pub fn from_meter(meter: &Meter, config: InstrumentsConfig) -> Instruments {
+        Instruments::new(meter, config, None)
+    }
+
+    fn new(meter: &Meter, config: InstrumentsConfig, provider: Option<SdkMeterProvider>) -> Self {
+        let reason = |value: &'static str| [KeyValue::new(catalog::REASON_LABELS[0], value)];
+        let rejected = u64_counter(meter, &catalog::REJECTED_INPUTS);
+        let evicted = u64_counter(meter, &catalog::EVICTED_REQUESTS);
+        Instruments {
+            inner: Arc::new(Inner {
+                provider,
+                request: RequestInstruments::new(meter),
+                scheduler: SchedulerInstruments::new(meter),
+                rejected: RejectReason::ALL.map(|r| rejected.bind(&reason(r.as_str()))),
+                evicted: EvictReason::ALL.map(|r| evicted.bind(&reason(r.as_str()))),
+                request_handles: HandleCache::new(config.max_label_sets),
+                scheduler_handles: HandleCache::new(config.max_label_sets),
+                config,
+            }),
+        }
+    }
+
+    /// What the instruments were built for.
+    pub fn config(&self) -> InstrumentsConfig {
+        self.inner.config
     }
 
     /// The `max_model_len` the token buckets were built for.
     pub fn max_model_len(&self) -> u32 {
-        self.inner.max_model_len
+        self.inner.config.max_model_len
     }
 
-    /// The per-request handles of a label set, created with its series the
-    /// first time the set is seen (beyond the label-set limit, the overflow
-    /// handles).
+    /// The per-request handles of a label set, bound the first time the set
+    /// is seen (beyond the label-set limit, the overflow handles).
     pub fn label_set(&self, model_name: &str, engine: u32) -> LabelSet {
-        let families = &self.inner.families;
+        let request = &self.inner.request;
         LabelSet {
             handles: self
                 .inner
                 .request_handles
                 .get(model_name, engine, |labels| {
-                    RequestHandles::new(&families.request, labels)
+                    RequestHandles::bind(request, labels)
                 }),
         }
     }
 
-    /// The scheduler handles of a label set (resolved once per set).
+    /// The scheduler handles of a label set (bound once per set).
     pub(crate) fn scheduler_handles(&self, model_name: &str, engine: u32) -> Arc<SchedulerHandles> {
-        let families = &self.inner.families;
+        let scheduler = &self.inner.scheduler;
         self.inner
             .scheduler_handles
             .get(model_name, engine, |labels| {
-                SchedulerHandles::new(families, labels)
+                SchedulerHandles::bind(scheduler, labels)
             })
     }
 
@@ -402,14 +458,24 @@ impl Instruments {
         self.inner.evicted[reason as usize].add(1);
     }
 
-    /// Exports everything recorded so far through every push reader.
-    pub fn force_flush(&self) -> ReaderResult {
-        every_reader(&self.inner.readers, |r| r.force_flush())
+    /// Exports everything recorded so far through every push reader of the
+    /// instruments' own provider.
+    pub fn force_flush(&self) -> OTelSdkResult {
+        match &self.inner.provider {
+            Some(provider) => provider.force_flush(),
+            None => Ok(()),
+        }
     }
 
-    /// Exports a last time through every push reader and stops them; later
-    /// calls do nothing.
-    pub fn shutdown(&self) -> ReaderResult {
-        self.inner.shutdown()
+    /// Shuts the own provider down: every push reader exports a last time
+    /// and stops. Later calls do nothing.
+    pub fn shutdown(&self) -> OTelSdkResult {
+        match &self.inner.provider {
+            Some(provider) => match provider.shutdown() {
+                Err(OTelSdkError::AlreadyShutdown) => Ok(()),
+                result => result,
+            },
+            None => Ok(()),
+        }
     }
 }

@@ -1,20 +1,24 @@
-//! The per-request series of one label set, kept together behind one lock.
+//! The per-request tier: its OpenTelemetry instruments, and the bound handles
+//! of one label set (the counterpart of vLLM's `RequestMetricHandles`).
 //!
-//! A request's engine output updates up to four of its label set's series
+//! A request's engine output records up to four of its label set's series
 //! (generation tokens, preemptions, time to first token or inter-token
 //! latency, and on the first token the prompt-token counters), and its end
-//! updates fourteen. Kept in one [`Group`], each of these is one short
-//! critical section instead of one atomic operation or lock per series; the
-//! values, and each histogram's order of additions, are the same.
+//! fifteen histograms and `request_success`. Every one of them goes through a
+//! handle bound once per label set, so recording looks up no attributes and
+//! allocates nothing.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
+
+use opentelemetry::metrics::{BoundCounter, BoundHistogram, Counter, Histogram, Meter};
+use opentelemetry::KeyValue;
 
 use crate::catalog::{self, MetricDef, PROMPT_TOKEN_SOURCES};
-use crate::metrics::data::Value;
-use crate::metrics::{bucket_index, Family, Group, GroupSeries, Histogram, HistogramState, Labels};
 use crate::protocol::{FinishReason, PrefillStats};
 
-/// A per-request histogram family: its index in [`RequestSeries::histograms`].
+use super::{f64_histogram, u64_counter};
+
+/// A per-request histogram family: its index in [`REQUEST_HISTOGRAMS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum RequestHistogram {
     PromptTokens,
@@ -53,178 +57,141 @@ pub(crate) const REQUEST_HISTOGRAMS: [&MetricDef; 15] = [
     &catalog::REQUEST_TIME_PER_OUTPUT_TOKEN,
 ];
 
-/// Index of each per-request counter in [`RequestSeries::counters`].
-mod counter {
-    pub const GENERATION_TOKENS: usize = 0;
-    pub const NUM_PREEMPTIONS: usize = 1;
-    pub const PROMPT_TOKENS: usize = 2;
-    /// Three, in `PROMPT_TOKEN_SOURCES` order.
-    pub const PROMPT_TOKENS_BY_SOURCE: usize = 3;
-    pub const PROMPT_TOKENS_CACHED: usize = 6;
-    /// Five, in `FinishReason::ALL` order.
-    pub const REQUEST_SUCCESS: usize = 7;
-    pub const COUNT: usize = 12;
-}
-
-/// Every per-request series of one label set.
+/// The per-request tier's instruments (unbound; one per catalog family).
 #[derive(Debug)]
-pub(crate) struct RequestSeries {
-    counters: [u64; counter::COUNT],
-    histograms: [HistogramState; 15],
-}
-
-fn read_counter(series: &RequestSeries, slot: usize) -> Value {
-    Value::Counter(series.counters[slot])
-}
-
-fn read_histogram(series: &RequestSeries, slot: usize) -> Value {
-    Value::Histogram(series.histograms[slot].snapshot())
-}
-
-/// The grouped per-request families, in the registry.
-#[derive(Debug)]
-pub(crate) struct RequestFamilies {
-    pub(crate) num_preemptions: Arc<Family<GroupSeries<RequestSeries>>>,
-    pub(crate) prompt_tokens: Arc<Family<GroupSeries<RequestSeries>>>,
-    pub(crate) prompt_tokens_by_source: Arc<Family<GroupSeries<RequestSeries>>>,
-    pub(crate) prompt_tokens_cached: Arc<Family<GroupSeries<RequestSeries>>>,
-    pub(crate) generation_tokens: Arc<Family<GroupSeries<RequestSeries>>>,
-    pub(crate) request_success: Arc<Family<GroupSeries<RequestSeries>>>,
-    pub(crate) iteration_tokens: Arc<Family<Histogram>>,
+pub(crate) struct RequestInstruments {
+    num_preemptions: Counter<u64>,
+    prompt_tokens: Counter<u64>,
+    prompt_tokens_by_source: Counter<u64>,
+    prompt_tokens_cached: Counter<u64>,
+    generation_tokens: Counter<u64>,
+    request_success: Counter<u64>,
+    iteration_tokens: Histogram<f64>,
     /// In [`RequestHistogram`] order.
-    pub(crate) histograms: [Arc<Family<GroupSeries<RequestSeries>>>; 15],
+    histograms: [Histogram<f64>; 15],
 }
 
-fn with_label(base: &Labels, name: &'static str, value: &'static str) -> Labels {
-    let mut labels = base.clone();
-    labels.push((name, value.to_owned()));
+impl RequestInstruments {
+    pub(crate) fn new(meter: &Meter) -> Self {
+        use catalog::*;
+        RequestInstruments {
+            num_preemptions: u64_counter(meter, &NUM_PREEMPTIONS),
+            prompt_tokens: u64_counter(meter, &PROMPT_TOKENS),
+            prompt_tokens_by_source: u64_counter(meter, &PROMPT_TOKENS_BY_SOURCE),
+            prompt_tokens_cached: u64_counter(meter, &PROMPT_TOKENS_CACHED),
+            generation_tokens: u64_counter(meter, &GENERATION_TOKENS),
+            request_success: u64_counter(meter, &REQUEST_SUCCESS),
+            iteration_tokens: f64_histogram(meter, &ITERATION_TOKENS),
+            histograms: REQUEST_HISTOGRAMS.map(|def| f64_histogram(meter, def)),
+        }
+    }
+}
+
+fn with_label(base: &[KeyValue], name: &'static str, value: &'static str) -> Vec<KeyValue> {
+    let mut labels = base.to_vec();
+    labels.push(KeyValue::new(name, value));
     labels
 }
 
-/// The per-request handles of one `(model_name, engine)` label set (the
-/// counterpart of vLLM's `RequestMetricHandles`).
+/// The per-request handles of one `(model_name, engine)` label set (or of
+/// the overflow label set), bound once.
 pub(crate) struct RequestHandles {
-    series: Arc<Group<RequestSeries>>,
-    /// The bounds of each [`RequestHistogram`].
-    bounds: [Arc<[f64]>; 15],
-    /// Registered on first use: vLLM creates a finish reason's series when a
-    /// request first finishes with it, not at request start.
-    request_success: [OnceLock<()>; 5],
-    request_success_family: Arc<Family<GroupSeries<RequestSeries>>>,
-    labels: Labels,
-    pub(crate) iteration_tokens: Arc<Histogram>,
+    generation_tokens: BoundCounter<u64>,
+    num_preemptions: BoundCounter<u64>,
+    prompt_tokens: BoundCounter<u64>,
+    /// In [`PROMPT_TOKEN_SOURCES`] order.
+    prompt_tokens_by_source: [BoundCounter<u64>; 3],
+    prompt_tokens_cached: BoundCounter<u64>,
+    /// Bound on first use, in `FinishReason::ALL` order: vLLM creates a finish
+    /// reason's series when a request first finishes with it, not at request
+    /// start.
+    request_success: [OnceLock<BoundCounter<u64>>; 5],
+    request_success_instrument: Counter<u64>,
+    labels: Vec<KeyValue>,
+    pub(crate) iteration_tokens: BoundHistogram<f64>,
+    /// In [`RequestHistogram`] order.
+    histograms: [BoundHistogram<f64>; 15],
 }
 
 impl RequestHandles {
-    /// Creates the label set's series; every one but `request_success`
-    /// exists, zero-valued, from here on.
-    pub(crate) fn new(f: &RequestFamilies, labels: Labels) -> Self {
-        let bounds: [Arc<[f64]>; 15] =
-            std::array::from_fn(|i| Arc::clone(f.histograms[i].bounds()));
-        let series = Arc::new(Group::new(RequestSeries {
-            counters: [0; counter::COUNT],
-            histograms: std::array::from_fn(|i| HistogramState::new(bounds[i].len())),
-        }));
-        let counter_view = |slot| GroupSeries::new(&series, slot, read_counter);
-        // The handle cache creates a label set's handles once, so every
-        // insert adds a series.
-        let mut added = f
-            .num_preemptions
-            .insert(labels.clone(), counter_view(counter::NUM_PREEMPTIONS));
-        added &= f
-            .prompt_tokens
-            .insert(labels.clone(), counter_view(counter::PROMPT_TOKENS));
-        for (i, source) in PROMPT_TOKEN_SOURCES.iter().enumerate() {
-            added &= f.prompt_tokens_by_source.insert(
-                with_label(&labels, catalog::SOURCE_LABELS[2], source),
-                counter_view(counter::PROMPT_TOKENS_BY_SOURCE + i),
-            );
-        }
-        added &= f
-            .prompt_tokens_cached
-            .insert(labels.clone(), counter_view(counter::PROMPT_TOKENS_CACHED));
-        added &= f
-            .generation_tokens
-            .insert(labels.clone(), counter_view(counter::GENERATION_TOKENS));
-        for (i, family) in f.histograms.iter().enumerate() {
-            added &= family.insert(labels.clone(), GroupSeries::new(&series, i, read_histogram));
-        }
-        debug_assert!(added, "the series of {labels:?} were created twice");
+    /// Binds every series of the label set; each but `request_success` exists,
+    /// zero-valued, from here on (vLLM resolves them all at request start).
+    pub(crate) fn bind(instruments: &RequestInstruments, labels: Vec<KeyValue>) -> Self {
+        let i = instruments;
+        let source = |s: &'static str| {
+            i.prompt_tokens_by_source
+                .bind(&with_label(&labels, catalog::SOURCE_LABELS[2], s))
+        };
         RequestHandles {
-            iteration_tokens: f.iteration_tokens.series(labels.clone()),
-            series,
-            bounds,
+            generation_tokens: i.generation_tokens.bind(&labels),
+            num_preemptions: i.num_preemptions.bind(&labels),
+            prompt_tokens: i.prompt_tokens.bind(&labels),
+            prompt_tokens_by_source: PROMPT_TOKEN_SOURCES.map(source),
+            prompt_tokens_cached: i.prompt_tokens_cached.bind(&labels),
             request_success: Default::default(),
-            request_success_family: Arc::clone(&f.request_success),
+            request_success_instrument: i.request_success.clone(),
+            iteration_tokens: i.iteration_tokens.bind(&labels),
+            histograms: std::array::from_fn(|h| i.histograms[h].bind(&labels)),
             labels,
         }
     }
 
-    /// Records one engine output: its tokens and preemptions, on the first
-    /// token the prompt-token counters, and its latency observation.
+    /// Adds an engine output's (or a batch's) new tokens and preemptions.
+    #[inline]
+    pub(crate) fn record_counts(&self, new_tokens: u64, preemptions: u64) {
+        if new_tokens > 0 {
+            self.generation_tokens.add(new_tokens);
+        }
+        if preemptions > 0 {
+            self.num_preemptions.add(preemptions);
+        }
+    }
+
+    /// Records what an engine output observes besides its counts: on the
+    /// first token the prompt-token counters, and one latency observation.
     #[inline]
     pub(crate) fn record_output(
         &self,
-        new_tokens: u64,
-        preemptions: u64,
         prompt: Option<&PrefillStats>,
         latency: Option<(RequestHistogram, f64)>,
     ) {
-        let latency = latency
-            .filter(|(_, v)| v.is_finite())
-            .map(|(h, v)| (h as usize, bucket_index(&self.bounds[h as usize], v), v));
-        let mut s = self.series.lock();
-        s.counters[counter::GENERATION_TOKENS] += new_tokens;
-        s.counters[counter::NUM_PREEMPTIONS] += preemptions;
         if let Some(stats) = prompt {
-            s.counters[counter::PROMPT_TOKENS] += u64::from(stats.num_prompt_tokens);
+            self.prompt_tokens.add(u64::from(stats.num_prompt_tokens));
             let by_source = [
                 stats.num_computed_tokens,
                 stats.num_local_cached_tokens,
                 stats.num_external_cached_tokens,
             ];
-            for (i, tokens) in by_source.into_iter().enumerate() {
-                s.counters[counter::PROMPT_TOKENS_BY_SOURCE + i] += u64::from(tokens);
+            for (handle, tokens) in self.prompt_tokens_by_source.iter().zip(by_source) {
+                handle.add(u64::from(tokens));
             }
-            s.counters[counter::PROMPT_TOKENS_CACHED] += u64::from(stats.num_cached_tokens);
+            self.prompt_tokens_cached
+                .add(u64::from(stats.num_cached_tokens));
         }
-        if let Some((histogram, index, value)) = latency {
-            s.histograms[histogram].record_at(index, value);
+        if let Some((histogram, value)) = latency {
+            self.histograms[histogram as usize].record(value);
         }
     }
 
     /// Records a request's end: `request_success` of `reason` and one
-    /// observation per given terminal histogram, in one critical section.
+    /// observation per given terminal histogram.
+    #[inline]
     pub(crate) fn record_terminal(
         &self,
         reason: FinishReason,
         observations: impl IntoIterator<Item = (RequestHistogram, f64)>,
     ) {
-        let slot = reason.index();
-        self.request_success[slot].get_or_init(|| {
-            let added = self.request_success_family.insert(
-                with_label(
+        self.request_success[reason.index()]
+            .get_or_init(|| {
+                self.request_success_instrument.bind(&with_label(
                     &self.labels,
                     catalog::FINISHED_REASON_LABELS[2],
                     reason.as_str(),
-                ),
-                GroupSeries::new(&self.series, counter::REQUEST_SUCCESS + slot, read_counter),
-            );
-            debug_assert!(added, "request_success of {reason:?} was created twice");
-        });
-        let mut located = [(0, 0, 0.0); 15];
-        let mut n = 0;
-        for (histogram, value) in observations.into_iter().take(located.len()) {
-            if value.is_finite() {
-                let h = histogram as usize;
-                located[n] = (h, bucket_index(&self.bounds[h], value), value);
-                n += 1;
-            }
-        }
-        let mut s = self.series.lock();
-        s.counters[counter::REQUEST_SUCCESS + slot] += 1;
-        for &(histogram, index, value) in &located[..n] {
-            s.histograms[histogram].record_at(index, value);
+                ))
+            })
+            .add(1);
+        for (histogram, value) in observations {
+            self.histograms[histogram as usize].record(value);
         }
     }
 }

@@ -33,12 +33,32 @@ impl Collector {
     }
 
     pub fn start_on(grpc: u16, http: u16, prometheus: u16) -> Collector {
+        Collector::start_with(grpc, http, prometheus, &[], &[])
+    }
+
+    /// The shipped config, merged with shipped `overlays`
+    /// (`otel-collector/<name>`), with extra environment variables.
+    pub fn start_with(
+        grpc: u16,
+        http: u16,
+        prometheus: u16,
+        overlays: &[&str],
+        env: &[(&str, &str)],
+    ) -> Collector {
         let dir = super::tempdir("collector");
         let log = std::fs::File::create(dir.join("collector.log")).unwrap();
         // The shipped config as it is; its ports come from these variables.
-        let process = Command::new(collector_binary())
+        let mut command = Command::new(collector_binary());
+        command
             .arg("--config")
-            .arg(super::repo().join("otel-collector/config.yaml"))
+            .arg(super::repo().join("otel-collector/config.yaml"));
+        for overlay in overlays {
+            command
+                .arg("--config")
+                .arg(super::repo().join("otel-collector").join(overlay));
+        }
+        let process = command
+            .envs(env.iter().copied())
             .env("OTELCOL_OTLP_GRPC_PORT", grpc.to_string())
             .env("OTELCOL_OTLP_HTTP_PORT", http.to_string())
             .env("OTELCOL_PROMETHEUS_PORT", prometheus.to_string())
@@ -65,6 +85,11 @@ impl Collector {
             "grpc" => format!("http://127.0.0.1:{}", self.grpc),
             _ => format!("http://127.0.0.1:{}", self.http),
         }
+    }
+
+    /// The TLS endpoint of a Collector started with the `tls.yaml` overlay.
+    pub fn tls_endpoint(&self, protocol: &str) -> String {
+        self.endpoint(protocol).replacen("http://", "https://", 1)
     }
 
     pub fn log(&self) -> String {

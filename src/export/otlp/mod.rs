@@ -1,104 +1,57 @@
-//! OTLP push: the registry exported periodically over gRPC (tonic) or
-//! HTTP/protobuf, in OpenTelemetry's protobuf data model.
+//! OTLP push: `opentelemetry_otlp::MetricExporter` (gRPC over tonic, or
+//! HTTP/protobuf) under the SDK's `PeriodicReader`.
 //!
-//! Settings ([`OtlpSettings`]) come from the standard `OTEL_*` variables, with
-//! command-line flags winning. [`OtlpExporter`] is a [`MetricReader`]: it
-//! collects and sends on its own thread, so recording never waits for the
-//! network ([`exporter`]); [`encode`] builds the export requests. Failures
-//! are logged rate-limited (the first one at once, then at most one summary
-//! per [`FAILURE_LOG_INTERVAL`]) and recovery is announced; cumulative
-//! temporality resends every count after an outage, and delta temporality
-//! reports changes since the last export that succeeded, so an outage loses
-//! nothing either way.
-//!
-//! [`MetricReader`]: crate::metrics::MetricReader
+//! The exporter reads the standard variables itself
+//! (`OTEL_EXPORTER_OTLP_[METRICS_]{ENDPOINT,HEADERS,TIMEOUT,COMPRESSION}`,
+//! `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE`, and the reader
+//! `OTEL_METRIC_EXPORT_INTERVAL`), retries as it does, and sends from the
+//! reader's own thread, so recording never waits for the network.
+//! [`OtlpOptions`] are the command line's `--otlp-*` flags: each one that is
+//! given is set on the exporter's builder, where it wins over its variable
+//! (headers excepted: the exporter merges the header variables over the
+//! builder's). This module decides only what the exporter cannot: whether
+//! OTLP is on at all, which transport's builder to take, and TLS from the
+//! certificate files ([`tls`]). [`TrackedExporter`] wraps the exporter to
+//! log failures rate-limited (the first at once, then at most one per
+//! [`FAILURE_LOG_INTERVAL`]), announce recovery, and keep the last error for
+//! the exit report; the SDK itself reports a failed final export only as
+//! "Failed to shutdown".
 
-pub mod encode;
-pub mod exporter;
+pub mod tls;
 
+use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::metrics::Resource;
-pub use exporter::OtlpExporter;
+use opentelemetry::KeyValue;
+use opentelemetry_otlp::{
+    Compression, MetricExporter, WithExportConfig, WithHttpConfig, WithTonicConfig,
+};
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::metrics::data::ResourceMetrics;
+use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
+use opentelemetry_sdk::metrics::{PeriodicReader, Temporality};
+use opentelemetry_sdk::Resource;
 
-/// The default `service.name`.
+/// The `service.name` when neither `OTEL_SERVICE_NAME` nor
+/// `OTEL_RESOURCE_ATTRIBUTES` names one.
 pub const DEFAULT_SERVICE_NAME: &str = env!("CARGO_PKG_NAME");
 /// How often a persisting export failure is logged again.
 pub const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(30);
 
-const DEFAULT_GRPC_ENDPOINT: &str = "http://localhost:4317";
-const DEFAULT_HTTP_ENDPOINT: &str = "http://localhost:4318";
-const DEFAULT_INTERVAL: Duration = Duration::from_secs(60);
-const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Aggregation temporality of counters and histograms on the wire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Temporality {
-    /// Totals since the process started (what Prometheus expects).
-    #[default]
-    Cumulative,
-    /// Changes since the previous successful export.
-    Delta,
-}
-
-impl FromStr for Temporality {
-    type Err = String;
-
-    /// `cumulative`, `delta`, or the specification's `lowmemory` (delta for
-    /// synchronous counters and histograms, which is all this crate has).
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "cumulative" => Ok(Temporality::Cumulative),
-            "delta" | "lowmemory" => Ok(Temporality::Delta),
-            _ => Err(format!(
-                "unsupported temporality '{}' (expected cumulative, delta or lowmemory)",
-                s.trim()
-            )),
-        }
-    }
-}
-
-/// Which names the metrics carry on the wire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum NameStyle {
-    /// OpenTelemetry names (`vllm.request_num_preemptions`).
-    #[default]
-    Otel,
-    /// vLLM's Prometheus names (`vllm:request_num_preemptions`).
-    Prometheus,
-}
-
-/// Request body compression.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Compression {
-    /// None.
-    #[default]
-    None,
-    /// gzip.
-    Gzip,
-    /// zstd (gRPC only).
-    Zstd,
-}
-
-impl FromStr for Compression {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "none" | "" => Ok(Compression::None),
-            "gzip" => Ok(Compression::Gzip),
-            "zstd" => Ok(Compression::Zstd),
-            _ => Err(format!(
-                "unsupported OTLP compression '{}' (expected gzip, zstd or none)",
-                s.trim()
-            )),
-        }
-    }
-}
+/// The variables that carry the transport, the signal-specific one first.
+const PROTOCOL_VARIABLES: [&str; 2] = [
+    "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+];
+/// The variables that carry the endpoint, the signal-specific one first.
+const ENDPOINT_VARIABLES: [&str; 2] = [
+    "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+];
 
 /// OTLP transport.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,6 +60,16 @@ pub enum Protocol {
     Grpc,
     /// HTTP with protobuf bodies.
     HttpProtobuf,
+}
+
+impl Protocol {
+    /// The exporter's default endpoint for this transport.
+    fn default_endpoint(self) -> &'static str {
+        match self {
+            Protocol::Grpc => "http://localhost:4317",
+            Protocol::HttpProtobuf => "http://localhost:4318/v1/metrics",
+        }
+    }
 }
 
 impl FromStr for Protocol {
@@ -133,204 +96,51 @@ impl fmt::Display for Protocol {
     }
 }
 
-/// What the command line says about OTLP; `None` defers to the environment.
+/// Parses a temporality as the exporter's variable does: `cumulative`,
+/// `delta` or `lowmemory`, in any case.
+pub fn parse_temporality(s: &str) -> Result<Temporality, String> {
+    s.trim().parse().map_err(|()| {
+        format!(
+            "unsupported temporality '{}' (expected cumulative, delta or lowmemory)",
+            s.trim()
+        )
+    })
+}
+
+/// Parses a compression name as the exporter does (`gzip`, `zstd`).
+pub fn parse_compression(s: &str) -> Result<Compression, String> {
+    s.trim()
+        .to_ascii_lowercase()
+        .parse()
+        .map_err(|e: opentelemetry_otlp::ParseConfigError| format!("{e} (expected gzip or zstd)"))
+}
+
+/// The command line's OTLP settings; `None` (or empty) leaves a setting to
+/// the exporter, which reads its variable or takes its default.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct OtlpOverrides {
-    /// `--otlp-endpoint`.
+pub struct OtlpOptions {
+    /// `--otlp-endpoint`: for gRPC the URL, for HTTP a base URL that takes
+    /// `/v1/metrics` when it has no path (as `OTEL_EXPORTER_OTLP_ENDPOINT`).
     pub endpoint: Option<String>,
     /// `--otlp-protocol`.
     pub protocol: Option<Protocol>,
-    /// `--otlp-interval-ms`.
+    /// `--otlp-interval-ms`: the reader's export period.
     pub interval: Option<Duration>,
+    /// `--otlp-timeout-ms`: how long one export (with its retries) may take.
+    pub timeout: Option<Duration>,
     /// `--otlp-header K=V`, in order.
     pub headers: Vec<(String, String)>,
     /// `--otlp-temporality`.
     pub temporality: Option<Temporality>,
-    /// `--otlp-names`.
-    pub names: NameStyle,
+    /// `--otlp-compression`.
+    pub compression: Option<Compression>,
+    /// `--otlp-certificate`, `--otlp-client-certificate`, `--otlp-client-key`.
+    pub tls: tls::TlsFiles,
 }
 
-/// Resolved OTLP settings.
-#[derive(Debug, Clone, PartialEq)]
-pub struct OtlpSettings {
-    /// Full URL the exporter sends to (for HTTP including `/v1/metrics`).
-    pub endpoint: String,
-    /// Transport.
-    pub protocol: Protocol,
-    /// Export period.
-    pub interval: Duration,
-    /// Extra request headers (environment ones merged, flags winning).
-    pub headers: Vec<(String, String)>,
-    /// Temporality (`OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE`,
-    /// default cumulative).
-    pub temporality: Temporality,
-    /// Metric names on the wire.
-    pub names: NameStyle,
-    /// How long one export may take (`OTEL_EXPORTER_OTLP_[METRICS_]TIMEOUT`, ms).
-    pub timeout: Duration,
-    /// Body compression (`OTEL_EXPORTER_OTLP_[METRICS_]COMPRESSION`).
-    pub compression: Compression,
-}
-
-/// Parses `k1=v1,k2=v2` (values URL-decoded as the spec asks).
-pub fn parse_headers(input: &str) -> Result<Vec<(String, String)>, String> {
-    input
-        .split(',')
-        .filter(|pair| !pair.trim().is_empty())
-        .map(|pair| {
-            let (key, value) = pair
-                .split_once('=')
-                .ok_or_else(|| format!("header '{pair}' is not KEY=VALUE"))?;
-            Ok((key.trim().to_owned(), percent_decode(value.trim())))
-        })
-        .collect()
-}
-
-fn percent_decode(value: &str) -> String {
-    let bytes = value.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// The variables extra headers are read from, the first set one winning.
-const HEADER_VARIABLES: [&str; 2] = [
-    "OTEL_EXPORTER_OTLP_METRICS_HEADERS",
-    "OTEL_EXPORTER_OTLP_HEADERS",
-];
-
-impl OtlpSettings {
-    /// Resolves flags over the standard variables read through `env`.
-    /// Returns `Ok(None)` when OTLP is not asked for (no endpoint anywhere and
-    /// `OTEL_METRICS_EXPORTER` does not name `otlp`).
-    pub fn resolve(
-        overrides: &OtlpOverrides,
-        env: impl Fn(&str) -> Option<String>,
-    ) -> Result<Option<OtlpSettings>, String> {
-        let env = |name: &str| env(name).filter(|v| !v.trim().is_empty());
-        let signal_endpoint = env("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT");
-        let base_endpoint = env("OTEL_EXPORTER_OTLP_ENDPOINT");
-        let exporter_named =
-            env("OTEL_METRICS_EXPORTER").is_some_and(|v| v.split(',').any(|e| e.trim() == "otlp"));
-        if overrides.endpoint.is_none()
-            && signal_endpoint.is_none()
-            && base_endpoint.is_none()
-            && !exporter_named
-        {
-            return Ok(None);
-        }
-        let protocol = match overrides.protocol {
-            Some(p) => p,
-            // The specification's default transport.
-            None => parse_variable(&env, &PROTOCOL_VARIABLES, str::parse)?
-                .unwrap_or(Protocol::HttpProtobuf),
-        };
-        // Flag and signal-specific URLs are complete; the generic one is a
-        // base that takes the signal path (for HTTP).
-        let endpoint = match (&overrides.endpoint, signal_endpoint, base_endpoint) {
-            (Some(url), _, _) => with_signal_path(url, protocol),
-            (None, Some(url), _) => url,
-            (None, None, Some(base)) => with_signal_path(&base, protocol),
-            (None, None, None) => with_signal_path(
-                match protocol {
-                    Protocol::Grpc => DEFAULT_GRPC_ENDPOINT,
-                    Protocol::HttpProtobuf => DEFAULT_HTTP_ENDPOINT,
-                },
-                protocol,
-            ),
-        };
-        let interval = match overrides.interval {
-            Some(i) => i,
-            None => parse_variable(&env, &["OTEL_METRIC_EXPORT_INTERVAL"], milliseconds)?
-                .unwrap_or(DEFAULT_INTERVAL),
-        };
-        let mut headers = match HEADER_VARIABLES.iter().find_map(|v| env(v)) {
-            Some(h) => parse_headers(&h)?,
-            None => Vec::new(),
-        };
-        for (key, value) in &overrides.headers {
-            headers.retain(|(k, _)| !k.eq_ignore_ascii_case(key));
-            headers.push((key.clone(), value.clone()));
-        }
-        let temporality = match overrides.temporality {
-            Some(t) => t,
-            None => parse_variable(
-                &env,
-                &["OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE"],
-                str::parse,
-            )?
-            .unwrap_or_default(),
-        };
-        let timeout =
-            parse_variable(&env, &TIMEOUT_VARIABLES, milliseconds)?.unwrap_or(DEFAULT_TIMEOUT);
-        let compression =
-            parse_variable(&env, &COMPRESSION_VARIABLES, str::parse)?.unwrap_or_default();
-        Ok(Some(OtlpSettings {
-            endpoint,
-            protocol,
-            interval,
-            headers,
-            temporality,
-            names: overrides.names,
-            timeout,
-            compression,
-        }))
-    }
-}
-
-const PROTOCOL_VARIABLES: [&str; 2] = [
-    "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
-    "OTEL_EXPORTER_OTLP_PROTOCOL",
-];
-const TIMEOUT_VARIABLES: [&str; 2] = [
-    "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT",
-    "OTEL_EXPORTER_OTLP_TIMEOUT",
-];
-const COMPRESSION_VARIABLES: [&str; 2] = [
-    "OTEL_EXPORTER_OTLP_METRICS_COMPRESSION",
-    "OTEL_EXPORTER_OTLP_COMPRESSION",
-];
-
-/// Parses the first of `names` that `env` has; the error names the variable.
-fn parse_variable<T>(
-    env: &impl Fn(&str) -> Option<String>,
-    names: &[&str],
-    parse: impl Fn(&str) -> Result<T, String>,
-) -> Result<Option<T>, String> {
-    for name in names {
-        if let Some(value) = env(name) {
-            return parse(value.trim())
-                .map(Some)
-                .map_err(|e| format!("{name}='{}': {e}", value.trim()));
-        }
-    }
-    Ok(None)
-}
-
-fn milliseconds(value: &str) -> Result<Duration, String> {
-    value
-        .parse()
-        .map(Duration::from_millis)
-        .map_err(|e| format!("not a number of milliseconds ({e})"))
-}
-
-/// Appends `/v1/metrics` to an HTTP URL without a path.
-fn with_signal_path(url: &str, protocol: Protocol) -> String {
-    if protocol == Protocol::Grpc {
-        return url.to_owned();
-    }
+/// Appends `/v1/metrics` to an HTTP URL without a path (the flag takes a
+/// base URL, as `OTEL_EXPORTER_OTLP_ENDPOINT` does).
+fn with_signal_path(url: &str) -> String {
     let trimmed = url.trim_end_matches('/');
     let after_scheme = trimmed.split_once("://").map_or(trimmed, |(_, rest)| rest);
     if after_scheme.contains('/') {
@@ -340,28 +150,71 @@ fn with_signal_path(url: &str, protocol: Protocol) -> String {
     }
 }
 
-/// The process's resource: `service.name` (default [`DEFAULT_SERVICE_NAME`]),
-/// a `service.instance.id` unique per process, and `OTEL_RESOURCE_ATTRIBUTES`
-/// / `OTEL_SERVICE_NAME`, which win.
-pub fn resource(env: impl Fn(&str) -> Option<String>) -> Resource {
-    let mut attributes = vec![
-        ("service.name".to_owned(), DEFAULT_SERVICE_NAME.to_owned()),
-        (
-            "service.instance.id".to_owned(),
-            uuid::Uuid::new_v4().to_string(),
-        ),
-    ];
-    let from_env = env("OTEL_RESOURCE_ATTRIBUTES").unwrap_or_default();
-    for pair in from_env.split(',').filter(|p| !p.trim().is_empty()) {
-        if let Some((key, value)) = pair.split_once('=') {
-            attributes.push((key.trim().to_owned(), percent_decode(value.trim())));
-        }
+/// Where the exporter sends, and from which setting, for messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Destination {
+    /// The transport.
+    pub protocol: Protocol,
+    /// The endpoint as configured (a base URL when it came from
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`, to which the HTTP exporter appends
+    /// `/v1/metrics`).
+    pub endpoint: String,
+    /// The flag or variable it came from, or `default`.
+    pub source: &'static str,
+}
+
+impl fmt::Display for Destination {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.endpoint)
     }
-    if let Some(name) = env("OTEL_SERVICE_NAME").filter(|n| !n.trim().is_empty()) {
-        attributes.push(("service.name".to_owned(), name));
+}
+
+impl OtlpOptions {
+    /// Whether OTLP is asked for: an endpoint flag or variable, or
+    /// `OTEL_METRICS_EXPORTER` naming `otlp`.
+    pub fn enabled(&self, env: &impl Fn(&str) -> Option<String>) -> bool {
+        let set = |name: &str| env(name).is_some_and(|v| !v.trim().is_empty());
+        self.endpoint.is_some()
+            || ENDPOINT_VARIABLES.iter().any(|v| set(v))
+            || env("OTEL_METRICS_EXPORTER")
+                .is_some_and(|v| v.split(',').any(|e| e.trim().eq_ignore_ascii_case("otlp")))
     }
-    // Later attributes win, so the environment overrides the defaults.
-    Resource::new(attributes)
+
+    /// The transport (the flag, else the protocol variables, else
+    /// `http/protobuf` as the specification says) and the endpoint.
+    pub fn destination(
+        &self,
+        env: &impl Fn(&str) -> Option<String>,
+    ) -> Result<Destination, String> {
+        let env = |name: &str| env(name).filter(|v| !v.trim().is_empty());
+        let protocol = match self.protocol {
+            Some(p) => p,
+            None => match PROTOCOL_VARIABLES
+                .iter()
+                .find_map(|name| env(name).map(|v| (name, v)))
+            {
+                Some((name, value)) => value
+                    .parse()
+                    .map_err(|e| format!("{name}='{}': {e}", value.trim()))?,
+                None => Protocol::HttpProtobuf,
+            },
+        };
+        let (endpoint, source) = match &self.endpoint {
+            Some(url) if protocol == Protocol::HttpProtobuf => {
+                (with_signal_path(url), "--otlp-endpoint")
+            }
+            Some(url) => (url.clone(), "--otlp-endpoint"),
+            None => ENDPOINT_VARIABLES
+                .iter()
+                .find_map(|name| env(name).map(|v| (v.trim().to_owned(), *name)))
+                .unwrap_or_else(|| (protocol.default_endpoint().to_owned(), "default")),
+        };
+        Ok(Destination {
+            protocol,
+            endpoint,
+            source,
+        })
+    }
 }
 
 /// Export outcomes, for rate-limited logging and the exit report.
@@ -387,15 +240,15 @@ impl ExportHealth {
             .clone()
     }
 
-    fn record(&self, endpoint: &str, result: &Result<(), String>) {
+    fn record(&self, destination: &Destination, result: &OTelSdkResult) {
         let mut last_error = self.last_error.lock().unwrap_or_else(|e| e.into_inner());
         match result {
             Ok(()) => {
                 self.exports.fetch_add(1, Ordering::Relaxed);
                 let failed = self.failures.swap(0, Ordering::Relaxed);
                 if failed > 0 {
-                    eprintln!(
-                        "OTLP export to {endpoint} recovered after {failed} failed attempt(s)"
+                    tracing::warn!(
+                        "OTLP export to {destination} recovered after {failed} failed attempt(s)"
                     );
                 }
                 *last_error = None;
@@ -405,8 +258,8 @@ impl ExportHealth {
                 let mut logged = self.last_logged.lock().unwrap_or_else(|e| e.into_inner());
                 let due = logged.is_none_or(|at| at.elapsed() >= FAILURE_LOG_INTERVAL);
                 if failed == 1 || due {
-                    eprintln!(
-                        "warning: OTLP export to {endpoint} failed ({failed} in a row): {error}; recording continues, counts are resent when it recovers"
+                    tracing::warn!(
+                        "OTLP export to {destination} failed ({failed} in a row): {error}; recording continues, counts are resent when it recovers"
                     );
                     *logged = Some(Instant::now());
                 }
@@ -416,10 +269,168 @@ impl ExportHealth {
     }
 }
 
+/// The OTLP exporter, its outcomes tracked in an [`ExportHealth`].
+#[derive(Debug)]
+pub struct TrackedExporter {
+    inner: MetricExporter,
+    destination: Destination,
+    health: Arc<ExportHealth>,
+}
+
+impl PushMetricExporter for TrackedExporter {
+    async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
+        let result = self.inner.export(metrics).await;
+        self.health.record(&self.destination, &result);
+        result
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn temporality(&self) -> Temporality {
+        self.inner.temporality()
+    }
+}
+
+/// A built OTLP push: the reader to add to the meter provider, and what
+/// reports on it.
+#[derive(Debug)]
+pub struct OtlpPush {
+    /// The reader.
+    pub reader: PeriodicReader<TrackedExporter>,
+    /// Where it sends.
+    pub destination: Destination,
+    /// Its export outcomes.
+    pub health: Arc<ExportHealth>,
+}
+
+/// Builds the exporter and its periodic reader from the flags, the
+/// variables read through `env` (for the choices the exporter leaves to
+/// its caller) and the exporter's own reading of the process environment.
+/// The gRPC transport runs on a Tokio runtime: pass its handle; it must
+/// outlive the reader.
+pub fn build(
+    options: &OtlpOptions,
+    env: &impl Fn(&str) -> Option<String>,
+    runtime: &tokio::runtime::Handle,
+) -> Result<OtlpPush, String> {
+    let destination = options.destination(env)?;
+    let fail = |e: opentelemetry_otlp::ExporterBuildError| {
+        format!("cannot build the OTLP exporter for {}: {e}", destination)
+    };
+    let tls = tls::TlsSettings::resolve(&options.tls, env)?;
+    let builder = MetricExporter::builder();
+    let builder = match options.temporality {
+        Some(t) => builder.with_temporality(t),
+        None => builder,
+    };
+    let inner = match destination.protocol {
+        Protocol::Grpc => {
+            let mut metadata = tonic::metadata::MetadataMap::new();
+            for (key, value) in &options.headers {
+                let key =
+                    tonic::metadata::MetadataKey::from_bytes(key.to_ascii_lowercase().as_bytes())
+                        .map_err(|e| format!("invalid OTLP header name '{key}': {e}"))?;
+                let value = value
+                    .parse()
+                    .map_err(|_| format!("invalid OTLP header value for '{key}'"))?;
+                metadata.insert(key, value);
+            }
+            let mut builder = builder.with_tonic().with_metadata(metadata);
+            if let Some(endpoint) = &options.endpoint {
+                builder = builder.with_endpoint(endpoint);
+            }
+            if let Some(timeout) = options.timeout {
+                builder = builder.with_timeout(timeout);
+            }
+            if let Some(compression) = options.compression {
+                builder = builder.with_compression(compression);
+            }
+            if tls.applies_to(&destination.endpoint) {
+                builder = builder.with_tls_config(tls.tonic_config()?);
+            }
+            // The channel's worker is spawned on the runtime.
+            let _guard = runtime.enter();
+            builder.build().map_err(fail)?
+        }
+        Protocol::HttpProtobuf => {
+            let mut builder = builder
+                .with_http()
+                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+                .with_headers(
+                    options
+                        .headers
+                        .iter()
+                        .cloned()
+                        .collect::<HashMap<String, String>>(),
+                );
+            if options.endpoint.is_some() {
+                builder = builder.with_endpoint(&destination.endpoint);
+            }
+            if let Some(timeout) = options.timeout {
+                builder = builder.with_timeout(timeout);
+            }
+            if let Some(compression) = options.compression {
+                builder = builder.with_compression(compression);
+            }
+            tls::install_crypto_provider();
+            if tls.has_files() {
+                builder = builder.with_http_client(tls.http_client(options.timeout, env)?);
+            }
+            builder.build().map_err(fail)?
+        }
+    };
+    let health = Arc::new(ExportHealth::default());
+    let exporter = TrackedExporter {
+        inner,
+        destination: destination.clone(),
+        health: Arc::clone(&health),
+    };
+    let mut reader = PeriodicReader::builder(exporter);
+    if let Some(interval) = options.interval {
+        reader = reader.with_interval(interval);
+    }
+    Ok(OtlpPush {
+        reader: reader.build(),
+        destination,
+        health,
+    })
+}
+
+/// The process's resource, as the SDK detects it from `OTEL_SERVICE_NAME`
+/// and `OTEL_RESOURCE_ATTRIBUTES` (`Resource::builder()`), plus a
+/// `service.instance.id` unique per process and `service.name`
+/// [`DEFAULT_SERVICE_NAME`] where the environment sets neither.
+pub fn resource() -> Resource {
+    let detected = Resource::builder().build();
+    let mut extra = Vec::new();
+    let named = detected
+        .get(&"service.name".into())
+        .is_some_and(|name| !name.as_str().starts_with("unknown_service"));
+    if !named {
+        extra.push(KeyValue::new("service.name", DEFAULT_SERVICE_NAME));
+    }
+    if detected.get(&"service.instance.id".into()).is_none() {
+        extra.push(KeyValue::new(
+            "service.instance.id",
+            uuid::Uuid::new_v4().to_string(),
+        ));
+    }
+    if extra.is_empty() {
+        detected
+    } else {
+        Resource::builder().with_attributes(extra).build()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
 
     fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let map: HashMap<String, String> = vars
@@ -431,167 +442,104 @@ mod tests {
 
     #[test]
     fn nothing_configured_means_no_otlp() {
-        assert_eq!(
-            OtlpSettings::resolve(&OtlpOverrides::default(), env(&[])),
-            Ok(None)
-        );
+        assert!(!OtlpOptions::default().enabled(&env(&[])));
+        assert!(!OtlpOptions::default().enabled(&env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", " ")])));
+        assert!(OtlpOptions::default().enabled(&env(&[("OTEL_METRICS_EXPORTER", "console,OTLP")])));
+        assert!(OtlpOptions::default().enabled(&env(&[(
+            "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+            "http://c:4318"
+        )])));
     }
 
     #[test]
-    fn flags_win_over_environment() {
-        let overrides = OtlpOverrides {
+    fn the_flag_wins_over_the_variables() {
+        let options = OtlpOptions {
             endpoint: Some("http://127.0.0.1:4318".into()),
             protocol: Some(Protocol::HttpProtobuf),
-            interval: Some(Duration::from_millis(250)),
-            headers: vec![("x-token".into(), "flag".into())],
-            temporality: Some(Temporality::Delta),
-            names: NameStyle::Prometheus,
+            ..OtlpOptions::default()
         };
-        let s = OtlpSettings::resolve(
-            &overrides,
-            env(&[
+        let d = options
+            .destination(&env(&[
                 ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://elsewhere:4317"),
                 ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
-                ("OTEL_METRIC_EXPORT_INTERVAL", "5000"),
-                ("OTEL_EXPORTER_OTLP_HEADERS", "x-token=env,tenant=a%20b"),
-            ]),
-        )
-        .unwrap()
-        .unwrap();
-        assert_eq!(s.endpoint, "http://127.0.0.1:4318/v1/metrics");
-        assert_eq!(s.protocol, Protocol::HttpProtobuf);
-        assert_eq!(s.interval, Duration::from_millis(250));
+            ]))
+            .unwrap();
         assert_eq!(
-            s.headers,
-            vec![
-                ("tenant".into(), "a b".into()),
-                ("x-token".into(), "flag".into())
-            ]
+            d,
+            Destination {
+                protocol: Protocol::HttpProtobuf,
+                endpoint: "http://127.0.0.1:4318/v1/metrics".into(),
+                source: "--otlp-endpoint"
+            }
         );
-        assert_eq!(s.temporality, Temporality::Delta);
-        assert_eq!(s.names, NameStyle::Prometheus);
     }
 
     #[test]
-    fn environment_alone_configures_otlp() {
-        let s = OtlpSettings::resolve(
-            &OtlpOverrides::default(),
-            env(&[
+    fn the_variables_choose_transport_and_endpoint() {
+        let d = OtlpOptions::default()
+            .destination(&env(&[
                 ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317"),
-                ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
-                ("OTEL_METRIC_EXPORT_INTERVAL", "1500"),
-            ]),
-        )
-        .unwrap()
-        .unwrap();
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "GRPC"),
+            ]))
+            .unwrap();
         assert_eq!(
-            (s.endpoint.as_str(), s.protocol),
-            ("http://collector:4317", Protocol::Grpc)
-        );
-        assert_eq!(s.interval, Duration::from_millis(1500));
-        assert_eq!(
-            (s.temporality, s.timeout, s.compression),
-            (Temporality::Cumulative, DEFAULT_TIMEOUT, Compression::None)
-        );
-        let s = OtlpSettings::resolve(
-            &OtlpOverrides::default(),
-            env(&[
-                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318"),
-                (
-                    "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE",
-                    "LowMemory",
-                ),
-                ("OTEL_EXPORTER_OTLP_TIMEOUT", "2500"),
-                ("OTEL_EXPORTER_OTLP_METRICS_COMPRESSION", "gzip"),
-            ]),
-        )
-        .unwrap()
-        .unwrap();
-        assert_eq!(
-            (s.temporality, s.timeout, s.compression),
+            (d.protocol, d.endpoint.as_str(), d.source),
             (
-                Temporality::Delta,
-                Duration::from_millis(2500),
-                Compression::Gzip
+                Protocol::Grpc,
+                "http://collector:4317",
+                "OTEL_EXPORTER_OTLP_ENDPOINT"
             )
         );
-        let s = OtlpSettings::resolve(
-            &OtlpOverrides::default(),
-            env(&[(
-                "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
-                "http://c:4318/custom/path",
-            )]),
-        )
-        .unwrap()
-        .unwrap();
+        let d = OtlpOptions::default()
+            .destination(&env(&[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://base:4318"),
+                (
+                    "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+                    "http://c:4318/custom",
+                ),
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+                ("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "http/protobuf"),
+            ]))
+            .unwrap();
         assert_eq!(
-            (s.endpoint.as_str(), s.protocol),
-            ("http://c:4318/custom/path", Protocol::HttpProtobuf)
+            (d.protocol, d.endpoint.as_str()),
+            (Protocol::HttpProtobuf, "http://c:4318/custom")
         );
-        let s = OtlpSettings::resolve(
-            &OtlpOverrides::default(),
-            env(&[("OTEL_METRICS_EXPORTER", "otlp")]),
-        )
-        .unwrap()
-        .unwrap();
-        assert_eq!(s.endpoint, "http://localhost:4318/v1/metrics");
-        assert!(OtlpSettings::resolve(
-            &OtlpOverrides::default(),
-            env(&[
-                ("OTEL_EXPORTER_OTLP_ENDPOINT", "x"),
-                ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
-            ])
-        )
-        .is_err());
-    }
-
-    #[test]
-    fn invalid_variables_are_errors_that_name_them() {
-        let resolve = |vars: &[(&str, &str)]| {
-            let mut all = vec![("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318")];
-            all.extend_from_slice(vars);
-            OtlpSettings::resolve(&OtlpOverrides::default(), env(&all))
-        };
+        let d = OtlpOptions::default().destination(&env(&[])).unwrap();
         assert_eq!(
-            resolve(&[("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "soon")]).unwrap_err(),
-            "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT='soon': not a number of milliseconds (invalid digit found in string)"
-        );
-        assert_eq!(
-            resolve(&[("OTEL_EXPORTER_OTLP_COMPRESSION", "brotli")]).unwrap_err(),
-            "OTEL_EXPORTER_OTLP_COMPRESSION='brotli': unsupported OTLP compression 'brotli' (expected gzip, zstd or none)"
-        );
-        assert!(resolve(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")])
-            .unwrap_err()
-            .starts_with("OTEL_EXPORTER_OTLP_PROTOCOL='http/json': "));
-        let s = resolve(&[
-            ("OTEL_EXPORTER_OTLP_COMPRESSION", "GZIP"),
-            ("OTEL_EXPORTER_OTLP_PROTOCOL", "GRPC"),
-        ])
-        .unwrap()
-        .unwrap();
-        assert_eq!(
-            (s.compression, s.protocol),
-            (Compression::Gzip, Protocol::Grpc)
-        );
-    }
-
-    #[test]
-    fn resource_defaults_and_environment() {
-        let r = resource(env(&[]));
-        assert_eq!(r.get("service.name"), Some(DEFAULT_SERVICE_NAME));
-        let id = r.get("service.instance.id").unwrap().to_owned();
-        assert_ne!(
-            Some(id.as_str()),
-            resource(env(&[])).get("service.instance.id")
-        );
-        let r = resource(env(&[
+            (d.protocol, d.endpoint.as_str(), d.source),
             (
-                "OTEL_RESOURCE_ATTRIBUTES",
-                "service.name=x,service.instance.id=i-1",
-            ),
-            ("OTEL_SERVICE_NAME", "svc"),
-        ]));
-        assert_eq!(r.get("service.instance.id"), Some("i-1"));
-        assert_eq!(r.get("service.name"), Some("svc"));
+                Protocol::HttpProtobuf,
+                "http://localhost:4318/v1/metrics",
+                "default"
+            )
+        );
+    }
+
+    #[test]
+    fn an_invalid_protocol_variable_is_an_error_that_names_it() {
+        assert_eq!(
+            OtlpOptions::default()
+                .destination(&env(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")]))
+                .unwrap_err(),
+            "OTEL_EXPORTER_OTLP_PROTOCOL='http/json': unsupported OTLP protocol 'http/json' (expected grpc or http/protobuf)"
+        );
+    }
+
+    #[test]
+    fn flag_values_parse_as_the_exporter_parses_its_variables() {
+        assert_eq!(parse_temporality("LowMemory"), Ok(Temporality::LowMemory));
+        assert_eq!(parse_temporality("delta"), Ok(Temporality::Delta));
+        assert!(parse_temporality("sometimes").is_err());
+        assert_eq!(parse_compression("GZIP"), Ok(Compression::Gzip));
+        assert_eq!(
+            parse_compression("brotli").unwrap_err(),
+            "unsupported compression algorithm 'brotli' (expected gzip or zstd)"
+        );
+        assert_eq!(
+            with_signal_path("http://c:4318/"),
+            "http://c:4318/v1/metrics"
+        );
+        assert_eq!(with_signal_path("http://c:4318/x"), "http://c:4318/x");
     }
 }

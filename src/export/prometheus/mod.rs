@@ -1,11 +1,15 @@
-//! The Prometheus bridge: the OpenTelemetry data exposed under vLLM's own names.
+//! The Prometheus bridge: the SDK's state exposed under vLLM's own names.
 //!
-//! [`PrometheusBridge`] collects the [`Registry`] on every scrape and writes
-//! each catalog family under its vLLM name (`vllm:request_num_preemptions`),
-//! with its HELP text, labels in catalog order, no unit suffixes and no
-//! `otel_scope_*` labels; the resource becomes `target_info` only when asked
-//! for. It hands a [`Family`] snapshot to the encoders; [`http`] serves it at
-//! `/metrics`.
+//! `opentelemetry_prometheus::exporter()` is the bridge's reader: a pull
+//! reader on a `prometheus::Registry` of the bridge's own, configured without
+//! unit suffixes, without scope labels and without `target_info` unless asked
+//! for. Every scrape gathers that registry (which collects the SDK);
+//! [`PrometheusBridge`] maps the gathered families back to the catalog
+//! (`vllm_request_num_preemptions` → `vllm:request_num_preemptions`),
+//! restores HELP texts and label order, and hands a [`Family`] snapshot to
+//! the encoders. The encoders ([`encode`]) are the project's own: the
+//! `prometheus` crate writes neither vLLM's `le` spelling (`le="1.0"`) nor
+//! OpenMetrics. [`http`] serves the result at `/metrics`.
 //!
 //! ```
 //! use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
@@ -23,11 +27,14 @@ pub mod http;
 mod snapshot;
 
 use std::borrow::Cow;
-use std::sync::{Arc, OnceLock};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use opentelemetry_prometheus::PrometheusExporter;
+use prometheus::proto::{MetricFamily, MetricType};
 
 use crate::catalog::{self, Kind, MetricDef, ValueType};
-use crate::metrics::data::{self, Value as DataValue};
-use crate::metrics::{MetricReader, Registry};
+use crate::instruments::OVERFLOW_ATTRIBUTE;
 pub use encode::{encode, format_float, Format};
 pub use snapshot::{Family, Series, Value};
 
@@ -45,39 +52,73 @@ impl PrometheusBridgeBuilder {
         self
     }
 
-    /// The bridge, and the reader to register with the instruments.
-    pub fn build(self) -> (PrometheusBridge, PrometheusReader) {
-        let registry = Arc::new(OnceLock::new());
+    /// The bridge, and the reader to register with the meter provider.
+    pub fn build(self) -> (PrometheusBridge, PrometheusExporter) {
+        let registry = prometheus::Registry::new();
+        let mut exporter = opentelemetry_prometheus::exporter()
+            .with_registry(registry.clone())
+            .without_units()
+            .scope_info_enabled(false);
+        if !self.target_info {
+            exporter = exporter.without_target_info();
+        }
+        let exporter = exporter
+            .build()
+            .expect("a fresh registry accepts the exporter's collector");
+        let mut by_gathered_name = HashMap::new();
+        for (index, def) in catalog::all().enumerate() {
+            let suffix = if def.kind == Kind::Counter {
+                "_total"
+            } else {
+                ""
+            };
+            // Either name style of the Views reaches the registry sanitized.
+            for name in [def.otel_name, def.vllm_name] {
+                by_gathered_name.insert(format!("{}{suffix}", metric_name(name)), index);
+            }
+        }
         (
             PrometheusBridge {
-                registry: Arc::clone(&registry),
-                target_info: self.target_info,
+                registry,
+                by_gathered_name: Arc::new(by_gathered_name),
             },
-            PrometheusReader { registry },
+            exporter,
         )
     }
 }
 
-/// The bridge's side of the instruments: it only keeps the registry, which
-/// the bridge collects on every scrape.
-#[derive(Debug)]
-pub struct PrometheusReader {
-    registry: Arc<OnceLock<Arc<Registry>>>,
+/// A metric name as the Prometheus exporter writes it: `:` kept, every other
+/// character Prometheus does not allow replaced by `_`.
+fn metric_name(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == ':' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
-impl MetricReader for PrometheusReader {
-    fn register(&self, registry: Arc<Registry>) {
-        // A reader serves one set of instruments; a second registration is ignored.
-        let _ = self.registry.set(registry);
-    }
+/// The overflow attribute as the exporter writes it as a label name.
+fn overflow_label() -> String {
+    metric_name(OVERFLOW_ATTRIBUTE)
 }
 
-/// Collects the registry and renders it with vLLM's names. Cloning shares
-/// the same registry.
-#[derive(Debug, Clone)]
+/// Reads the SDK state through `opentelemetry-prometheus` and renders it with
+/// vLLM's names. Cloning shares the same registry.
+#[derive(Clone)]
 pub struct PrometheusBridge {
-    registry: Arc<OnceLock<Arc<Registry>>>,
-    target_info: bool,
+    registry: prometheus::Registry,
+    /// Catalog position of each family, by its gathered name.
+    by_gathered_name: Arc<HashMap<String, usize>>,
+}
+
+impl std::fmt::Debug for PrometheusBridge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PrometheusBridge").finish_non_exhaustive()
+    }
 }
 
 fn catalog_family(def: &'static MetricDef) -> Family {
@@ -90,47 +131,64 @@ fn catalog_family(def: &'static MetricDef) -> Family {
     }
 }
 
-/// Label names as Prometheus allows them (the overflow label has dots).
-fn sanitize(name: &str) -> String {
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
+/// The series' labels: the overflow label first (it stands for `model_name`
+/// and `engine`), then the catalog's labels in catalog order, then any
+/// others by name.
+fn ordered_labels(metric: &prometheus::proto::Metric, order: &[&str]) -> Vec<(String, String)> {
+    let overflow = overflow_label();
+    let mut labels: Vec<(String, String)> = metric
+        .get_label()
+        .iter()
+        .map(|l| (l.name().to_owned(), l.value().to_owned()))
+        .collect();
+    labels.sort_by_cached_key(|(name, _)| {
+        let rank = if *name == overflow {
+            0
+        } else {
+            1 + order.iter().position(|o| o == name).unwrap_or(order.len())
+        };
+        (rank, name.clone())
+    });
+    labels
 }
 
-fn series(metric: &data::Metric, point: &data::DataPoint) -> Series {
-    let value = match &point.value {
-        DataValue::Counter(v) => Value::Scalar(*v as f64),
-        DataValue::Gauge(v) => Value::Scalar(*v),
-        DataValue::Histogram(h) => {
-            let mut cumulative = 0;
+fn series_value(family: &MetricFamily, metric: &prometheus::proto::Metric) -> Value {
+    match family.get_field_type() {
+        MetricType::COUNTER => Value::Scalar(metric.get_counter().get_value()),
+        MetricType::HISTOGRAM => {
+            let h = metric.get_histogram();
             Value::Histogram {
-                buckets: metric
-                    .bounds
+                buckets: h
+                    .get_bucket()
                     .iter()
-                    .zip(&h.bucket_counts)
-                    .map(|(&bound, &count)| {
-                        cumulative += count;
-                        (bound, cumulative)
-                    })
+                    .map(|b| (b.upper_bound(), b.cumulative_count()))
                     .collect(),
-                sum: h.sum,
-                count: h.count,
+                sum: h.get_sample_sum(),
+                count: h.get_sample_count(),
             }
         }
+        _ => Value::Scalar(metric.get_gauge().get_value()),
+    }
+}
+
+/// A gathered family from outside the catalog (`target_info`, or a host's own).
+fn other_family(gathered: &MetricFamily) -> Family {
+    let kind = match gathered.get_field_type() {
+        MetricType::COUNTER => Kind::Counter,
+        MetricType::HISTOGRAM => Kind::Histogram,
+        _ => Kind::Gauge,
     };
-    Series {
-        labels: point
-            .labels
-            .iter()
-            .map(|(name, value)| (sanitize(name), value.clone()))
-            .collect(),
-        value,
+    // The encoder adds a counter's `_total` back.
+    let name = match kind {
+        Kind::Counter => gathered.name().trim_end_matches("_total"),
+        _ => gathered.name(),
+    };
+    Family {
+        name: Cow::Owned(name.to_owned()),
+        help: Cow::Owned(gathered.help().to_owned()),
+        kind,
+        value_type: ValueType::Float,
+        series: Vec::new(),
     }
 }
 
@@ -141,37 +199,31 @@ impl PrometheusBridge {
     }
 
     /// Collects the current state: every catalog family in catalog order
-    /// (with or without series), then `target_info` when enabled.
+    /// (with or without series), then any family from outside the catalog
+    /// (`target_info` when enabled).
     pub fn snapshot(&self) -> Vec<Family> {
-        let mut families: Vec<Family> = catalog::all().map(catalog_family).collect();
-        let Some(registry) = self.registry.get() else {
-            return families;
-        };
-        for metric in registry.collect().metrics {
-            let Some(family) = families.iter_mut().find(|f| f.name == metric.def.vllm_name) else {
-                continue;
+        let defs: Vec<&'static MetricDef> = catalog::all().collect();
+        let mut families: Vec<Family> = defs.iter().map(|def| catalog_family(def)).collect();
+        let mut others: Vec<Family> = Vec::new();
+        for gathered in self.registry.gather() {
+            let index = self.by_gathered_name.get(gathered.name()).copied();
+            let (family, order) = match index {
+                Some(index) => (&mut families[index], defs[index].labels),
+                None => {
+                    others.push(other_family(&gathered));
+                    (others.last_mut().expect("just pushed"), &[][..])
+                }
             };
-            family.series = metric.points.iter().map(|p| series(&metric, p)).collect();
-            snapshot::sort_series(&mut family.series);
+            for metric in gathered.get_metric() {
+                family.series.push(Series {
+                    labels: ordered_labels(metric, order),
+                    value: series_value(&gathered, metric),
+                });
+            }
         }
-        if self.target_info {
-            let mut labels: Vec<(String, String)> = registry
-                .resource()
-                .attributes()
-                .iter()
-                .map(|(k, v)| (sanitize(k), v.clone()))
-                .collect();
-            labels.sort();
-            families.push(Family {
-                name: Cow::Borrowed("target_info"),
-                help: Cow::Borrowed("Target metadata"),
-                kind: Kind::Gauge,
-                value_type: ValueType::Integer,
-                series: vec![Series {
-                    labels,
-                    value: Value::Scalar(1.0),
-                }],
-            });
+        families.append(&mut others);
+        for family in &mut families {
+            snapshot::sort_series(&mut family.series);
         }
         families
     }
@@ -186,11 +238,17 @@ impl PrometheusBridge {
 mod tests {
     use super::*;
     use crate::instruments::Instruments;
-    use crate::metrics::Resource;
+    use opentelemetry::KeyValue;
+    use opentelemetry_sdk::Resource;
 
     #[test]
     fn target_info_carries_the_resource_only_when_asked_for() {
-        let resource = Resource::new([("service.name", "svc"), ("service.instance.id", "i-1")]);
+        let resource = Resource::builder_empty()
+            .with_attributes([
+                KeyValue::new("service.name", "svc"),
+                KeyValue::new("service.instance.id", "i-1"),
+            ])
+            .build();
         let (with, reader) = PrometheusBridge::builder().with_target_info(true).build();
         let (without, other_reader) = PrometheusBridge::builder().build();
         let _instruments = Instruments::builder()
@@ -202,10 +260,7 @@ mod tests {
         let (catalog_part, target_info) = text.split_once("# HELP target_info").unwrap();
         assert_eq!(
             target_info,
-            format!(
-                " Target metadata\n# TYPE target_info gauge\ntarget_info{{service_instance_id=\"i-1\",service_name=\"svc\",telemetry_sdk_language=\"rust\",telemetry_sdk_name=\"vllm-otel-metrics\",telemetry_sdk_version=\"{}\"}} 1\n",
-                env!("CARGO_PKG_VERSION")
-            )
+            " Target metadata\n# TYPE target_info gauge\ntarget_info{service_instance_id=\"i-1\",service_name=\"svc\"} 1.0\n",
         );
         assert_eq!(catalog_part, without.encode(Format::Text));
     }

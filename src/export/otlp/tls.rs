@@ -1,0 +1,195 @@
+//! TLS for the OTLP exporter, from certificate files.
+//!
+//! `opentelemetry-otlp` reads no certificate variable itself, so this module
+//! reads the specification's: `OTEL_EXPORTER_OTLP_[METRICS_]CERTIFICATE`
+//! (the CA that verifies the Collector; without it, the system's roots),
+//! `OTEL_EXPORTER_OTLP_[METRICS_]CLIENT_CERTIFICATE` and
+//! `…_CLIENT_KEY` (a client identity for mutual TLS), each overridden by its
+//! `--otlp-*` flag. The files go where the exporter takes TLS: a tonic
+//! `ClientTlsConfig` for gRPC, and for HTTP a `reqwest` blocking client
+//! handed to the exporter. Both use rustls with the ring provider.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use opentelemetry_otlp::tonic_types::transport::{Certificate, ClientTlsConfig, Identity};
+
+/// The exporter's default timeout, used for a TLS client when neither the
+/// flag nor a variable sets one.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Certificate files named on the command line.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// `--otlp-certificate`: PEM CA bundle that verifies the Collector.
+    pub certificate: Option<PathBuf>,
+    /// `--otlp-client-certificate`: PEM client certificate (mutual TLS).
+    pub client_certificate: Option<PathBuf>,
+    /// `--otlp-client-key`: PEM private key of the client certificate.
+    pub client_key: Option<PathBuf>,
+}
+
+/// A PEM file's contents.
+#[derive(Debug, Clone)]
+struct Pem {
+    bytes: Vec<u8>,
+}
+
+/// TLS settings with their files read.
+#[derive(Debug, Clone, Default)]
+pub struct TlsSettings {
+    ca: Option<Pem>,
+    identity: Option<(Pem, Pem)>,
+}
+
+/// The first set of `variables`, or the flag.
+fn path_from(
+    flag: &Option<PathBuf>,
+    flag_name: &'static str,
+    variables: [&'static str; 2],
+    env: &impl Fn(&str) -> Option<String>,
+) -> Option<(PathBuf, &'static str)> {
+    if let Some(path) = flag {
+        return Some((path.clone(), flag_name));
+    }
+    variables.into_iter().find_map(|name| {
+        env(name)
+            .filter(|v| !v.trim().is_empty())
+            .map(|v| (PathBuf::from(v.trim()), name))
+    })
+}
+
+fn read_pem(path: &Path, setting: &str) -> Result<Pem, String> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| format!("{setting}: cannot read {}: {e}", path.display()))?;
+    if !bytes.windows(11).any(|w| w == b"-----BEGIN ") {
+        return Err(format!("{setting}: {} is not a PEM file", path.display()));
+    }
+    Ok(Pem { bytes })
+}
+
+/// Installs rustls' ring provider as the process default (the HTTP client
+/// needs one; a provider installed before stays).
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+impl TlsSettings {
+    /// Reads the files the flags or variables name.
+    pub fn resolve(
+        files: &TlsFiles,
+        env: &impl Fn(&str) -> Option<String>,
+    ) -> Result<TlsSettings, String> {
+        let ca = path_from(
+            &files.certificate,
+            "--otlp-certificate",
+            [
+                "OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE",
+                "OTEL_EXPORTER_OTLP_CERTIFICATE",
+            ],
+            env,
+        );
+        let cert = path_from(
+            &files.client_certificate,
+            "--otlp-client-certificate",
+            [
+                "OTEL_EXPORTER_OTLP_METRICS_CLIENT_CERTIFICATE",
+                "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+            ],
+            env,
+        );
+        let key = path_from(
+            &files.client_key,
+            "--otlp-client-key",
+            [
+                "OTEL_EXPORTER_OTLP_METRICS_CLIENT_KEY",
+                "OTEL_EXPORTER_OTLP_CLIENT_KEY",
+            ],
+            env,
+        );
+        let ca = ca
+            .map(|(path, setting)| read_pem(&path, setting))
+            .transpose()?;
+        let identity = match (cert, key) {
+            (Some((cert, cert_setting)), Some((key, key_setting))) => {
+                Some((read_pem(&cert, cert_setting)?, read_pem(&key, key_setting)?))
+            }
+            (None, None) => None,
+            (Some((_, setting)), None) | (None, Some((_, setting))) => {
+                return Err(format!(
+                    "{setting} needs its pair: a client certificate and a client key go together"
+                ))
+            }
+        };
+        Ok(TlsSettings { ca, identity })
+    }
+
+    /// Whether certificate files are configured.
+    pub fn has_files(&self) -> bool {
+        self.ca.is_some() || self.identity.is_some()
+    }
+
+    /// Whether a gRPC channel to `endpoint` needs a TLS configuration: an
+    /// `https` endpoint (tonic's default one trusts no root), or files given.
+    pub fn applies_to(&self, endpoint: &str) -> bool {
+        self.has_files() || endpoint.trim().to_ascii_lowercase().starts_with("https://")
+    }
+
+    /// The tonic TLS configuration: the CA file if given, else the system's
+    /// roots; the client identity if given.
+    pub fn tonic_config(&self) -> Result<ClientTlsConfig, String> {
+        let mut config = ClientTlsConfig::new();
+        config = match &self.ca {
+            Some(ca) => config.ca_certificate(Certificate::from_pem(&ca.bytes)),
+            None => config.with_native_roots(),
+        };
+        if let Some((cert, key)) = &self.identity {
+            config = config.identity(Identity::from_pem(&cert.bytes, &key.bytes));
+        }
+        Ok(config)
+    }
+
+    /// A blocking HTTP client for the exporter, with the CA (trusted alone)
+    /// and the client identity. The exporter does not apply its timeout to a
+    /// client it is handed, so the client gets the flag's, else the
+    /// timeout variables' as the exporter reads them (milliseconds), else
+    /// the exporter's default.
+    pub fn http_client(
+        &self,
+        timeout: Option<Duration>,
+        env: &impl Fn(&str) -> Option<String>,
+    ) -> Result<reqwest::blocking::Client, String> {
+        let timeout = timeout
+            .or_else(|| {
+                [
+                    "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT",
+                    "OTEL_EXPORTER_OTLP_TIMEOUT",
+                ]
+                .into_iter()
+                .find_map(|name| env(name)?.trim().parse().ok())
+                .map(Duration::from_millis)
+            })
+            .unwrap_or(DEFAULT_TIMEOUT);
+        let mut builder = reqwest::blocking::Client::builder().timeout(timeout);
+        if let Some(ca) = &self.ca {
+            let certificates = reqwest::Certificate::from_pem_bundle(&ca.bytes)
+                .map_err(|e| format!("the OTLP CA certificate: {e}"))?;
+            builder = builder.tls_certs_only(certificates);
+        }
+        if let Some((cert, key)) = &self.identity {
+            let mut pem = cert.bytes.clone();
+            pem.push(b'\n');
+            pem.extend_from_slice(&key.bytes);
+            let identity = reqwest::Identity::from_pem(&pem)
+                .map_err(|e| format!("the OTLP client certificate and key: {e}"))?;
+            builder = builder.identity(identity);
+        }
+        install_crypto_provider();
+        // The blocking client runs its own runtime; it must not be built
+        // inside another one.
+        std::thread::spawn(move || builder.build())
+            .join()
+            .map_err(|_| "building the OTLP HTTP client panicked".to_owned())?
+            .map_err(|e| format!("cannot build the OTLP HTTP client: {e}"))
+    }
+}

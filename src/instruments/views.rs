@@ -1,0 +1,98 @@
+//! The OpenTelemetry SDK Views the catalog's instruments need.
+//!
+//! One View per catalog family, matched by instrument name: histograms get
+//! the catalog's explicit bucket boundaries (`record_min_max: false`, as
+//! vLLM's histograms have no min or max), every vLLM family a cardinality
+//! limit sized for [`InstrumentsConfig::max_label_sets`] label sets, and with
+//! [`NameStyle::Prometheus`] the stream takes vLLM's own name. A host program
+//! that brings its own `SdkMeterProvider` registers [`views`] on its builder.
+
+use opentelemetry_sdk::metrics::{Aggregation, Instrument, Stream};
+
+use crate::catalog::{self, Kind, MetricDef};
+
+use super::{InstrumentsConfig, NameStyle};
+
+/// The Views of every catalog family, for
+/// [`MeterProviderBuilder::with_view`](opentelemetry_sdk::metrics::MeterProviderBuilder::with_view).
+///
+/// Instruments outside the catalog are left alone (the closure returns `None`).
+///
+/// ```
+/// use opentelemetry_sdk::metrics::SdkMeterProvider;
+/// use vllm_otel_metrics::instruments::{views, InstrumentsConfig};
+///
+/// let provider = SdkMeterProvider::builder()
+///     .with_view(views(InstrumentsConfig::default()))
+///     .build();
+/// # provider.shutdown().unwrap();
+/// ```
+pub fn views(
+    config: InstrumentsConfig,
+) -> impl Fn(&Instrument) -> Option<Stream> + Send + Sync + 'static {
+    move |instrument: &Instrument| {
+        let def = catalog::by_otel_name(instrument.name())?;
+        stream(def, &config)
+    }
+}
+
+/// How many series of a family one `(model_name, engine)` label set can have.
+fn series_per_label_set(def: &MetricDef) -> usize {
+    match def.labels.get(2) {
+        Some(&"finished_reason") => crate::protocol::FinishReason::ALL.len(),
+        Some(&"source") => catalog::PROMPT_TOKEN_SOURCES.len(),
+        _ => 1,
+    }
+}
+
+/// The cardinality limit of a vLLM family: every series of `max_label_sets`
+/// label sets. The label sets beyond go to the overflow series
+/// (`otel.metric.overflow=true`), which the SDK does not count against the
+/// limit; a family with a label besides `model_name` and `engine` keeps that
+/// label on its overflow series, so it has room for one more label set.
+pub(super) fn cardinality_limit(def: &MetricDef, max_label_sets: usize) -> usize {
+    match series_per_label_set(def) {
+        1 => max_label_sets,
+        n => n * (max_label_sets + 1),
+    }
+}
+
+fn stream(def: &'static MetricDef, config: &InstrumentsConfig) -> Option<Stream> {
+    let mut stream = Stream::builder();
+    if def.labels.starts_with(catalog::ENGINE_LABELS) {
+        stream = stream.with_cardinality_limit(cardinality_limit(def, config.max_label_sets));
+    }
+    if def.kind == Kind::Histogram {
+        stream = stream.with_aggregation(Aggregation::ExplicitBucketHistogram {
+            boundaries: def.buckets.boundaries(config.max_model_len),
+            record_min_max: false,
+        });
+    }
+    if config.name_style == NameStyle::Prometheus {
+        stream = stream.with_name(def.vllm_name);
+    }
+    stream.build().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_family_gets_a_view() {
+        for def in catalog::all() {
+            assert!(
+                stream(def, &InstrumentsConfig::default()).is_some(),
+                "{}",
+                def.vllm_name
+            );
+        }
+    }
+
+    #[test]
+    fn limits_leave_room_for_the_overflow_label_set() {
+        assert_eq!(cardinality_limit(&catalog::REQUEST_NUM_PREEMPTIONS, 10), 10);
+        assert_eq!(cardinality_limit(&catalog::REQUEST_SUCCESS, 10), 55);
+        assert_eq!(cardinality_limit(&catalog::PROMPT_TOKENS_BY_SOURCE, 10), 33);
+    }
+}
