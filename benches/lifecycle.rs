@@ -2,30 +2,31 @@
 //! (512-token prompt, 128 single-token outputs, two preemptions during
 //! decode, finished by `length`) recorded through
 //!
-//! - `otel_bound`: this crate's `RequestMetrics` as shipped, its `Instruments`
-//!   read by the Prometheus bridge (what the CLI builds, without OTLP);
-//! - `prometheus_client`: the same tracker on the `prometheus-client` crate,
-//!   `Family` handles resolved once per label set (the baseline,
-//!   `baseline/prometheus_client_tracker.rs`);
-//! - `otel_unbound`: the same families as instruments of the official
-//!   OpenTelemetry SDK with the same explicit-bucket Views, recorded with
-//!   attributes on every call (`baseline/otel_unbound_tracker.rs`);
+//! - `otel_sdk`: this crate's `RequestMetrics` as shipped, on the
+//!   OpenTelemetry SDK with the catalog's Views and the Prometheus bridge's
+//!   reader (what `replay` runs by default);
+//! - `sdk_floor`: the same SDK bound-handle calls (same instruments, Views,
+//!   reader, values, order) replayed in a straight loop with no lifecycle
+//!   logic, i.e. what the SDK itself costs (`baseline/floor.rs`);
+//! - `prometheus_client`: the same lifecycle rules on the `prometheus-client`
+//!   crate, `Family` handles resolved once per label set (vLLM's Rust
+//!   frontend's library; `baseline/prometheus_client_tracker.rs`);
 //!
-//! plus four references: `sdk_bound` (the same SDK instruments through its
-//! bound handles, resolved once per label set: how the crate recorded before
-//! it kept its own aggregation), `otel_bound_two_readers` (the crate with a
-//! second reader, as when OTLP export is on; readers collect on their own
-//! schedule, so recording should not notice) and two floors
-//! (`baseline/floor.rs`): the same lifecycle rules recording into raw atomics
-//! or raw mutex-guarded histograms. A last section
-//! (`baseline/per_observation.rs`) times single observations on each path.
+//! plus references: `otel_sdk_two_readers` and `sdk_floor_two_readers`
+//! (an OTLP `PeriodicReader` besides the bridge's, as with
+//! `--otlp-endpoint`: every measurement is aggregated once per reader),
+//! `otel_unbound` (the SDK recorded with attributes on every call,
+//! `baseline/otel_unbound_tracker.rs`) and `rules_only` (the lifecycle rules
+//! recording nothing). A last section (`baseline/per_observation.rs`) times
+//! single observations on each path.
 //!
 //! Every label set exists before anything is measured. After criterion's
 //! report the bench times the variants itself, interleaved in rounds
-//! (`otel_bound` and `prometheus_client` back to back in A-B-B-A order in
-//! every round), and prints one summary line:
-//! `lifecycle: otel_bound=… prometheus_client=… otel_unbound=… ns/request ratio=…`
-//! (ratio = otel_bound / prometheus_client, medians of the rounds).
+//! (`otel_sdk` and `sdk_floor` back to back in A-B-B-A order in every
+//! round), and prints, last:
+//! `lifecycle: otel_sdk=… sdk_floor=… prometheus_client=… ns/request overhead=… ratio=…`
+//! (overhead = otel_sdk / sdk_floor, ratio = otel_sdk / prometheus_client,
+//! medians of the rounds).
 //!
 //! Run: `cargo bench --bench lifecycle`. Without `--bench` (as under
 //! `cargo test --all-targets`) it runs a handful of iterations only.
@@ -46,9 +47,12 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
+use opentelemetry::metrics::MeterProvider as _;
+use opentelemetry_sdk::metrics::SdkMeterProvider;
 use vllm_otel_metrics::catalog::DEFAULT_MAX_MODEL_LEN;
+use vllm_otel_metrics::export::otlp::{self, OtlpOptions, Protocol};
 use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
-use vllm_otel_metrics::instruments::{Instruments, LabelSet};
+use vllm_otel_metrics::instruments::{views, Instruments, InstrumentsConfig, LabelSet, SCOPE_NAME};
 use vllm_otel_metrics::protocol::{
     EngineCoreEvent, EngineCoreOutput, EventType, FinishReason, PrefillStats,
 };
@@ -131,56 +135,89 @@ fn canonical() -> Canonical {
     }
 }
 
+/// One SDK pipeline as the CLI builds it: the catalog's Views, the
+/// bridge's reader (and an OTLP reader with `two_readers`), the crate's
+/// instruments on its meter, one label set bound for `RequestMetrics` and
+/// the same label set bound for the floor.
+struct Sdk {
+    provider: SdkMeterProvider,
+    bridge: PrometheusBridge,
+    label_set: LabelSet,
+    floor: floor::Handles,
+    /// What the label set belongs to, kept as a frontend keeps it.
+    _instruments: Instruments,
+}
+
+impl Sdk {
+    fn new(two_readers: bool, runtime: &tokio::runtime::Runtime) -> Sdk {
+        let config = InstrumentsConfig::default();
+        let (bridge, reader) = PrometheusBridge::builder().build();
+        let mut builder = SdkMeterProvider::builder()
+            .with_reader(reader)
+            .with_view(views(config));
+        if two_readers {
+            // The exporter the CLI builds; its hour-long period means it
+            // never exports while the bench runs.
+            let push = otlp::build(
+                &OtlpOptions {
+                    endpoint: Some("http://127.0.0.1:9".into()),
+                    protocol: Some(Protocol::HttpProtobuf),
+                    interval: Some(Duration::from_secs(3600)),
+                    ..OtlpOptions::default()
+                },
+                &|_| None,
+                runtime.handle(),
+            )
+            .expect("an OTLP exporter");
+            builder = builder.with_reader(push.reader);
+        }
+        let provider = builder.build();
+        let meter = provider.meter(SCOPE_NAME);
+        let instruments = Instruments::from_meter(&meter, config);
+        Sdk {
+            label_set: instruments.label_set(MODEL, ENGINE),
+            floor: floor::Handles::bind(&meter, MODEL, ENGINE),
+            _instruments: instruments,
+            bridge,
+            provider,
+        }
+    }
+}
+
 /// Everything the variants record into; every label set already exists.
 struct Setup {
     canonical: Canonical,
-    /// The scrape side, as the CLI keeps it (recording never touches it).
-    _bridge: PrometheusBridge,
-    /// The label set's handles, resolved once (as the baseline's are).
-    label_set: LabelSet,
-    /// What the label sets belong to, kept as a frontend keeps them.
-    _instruments: [Instruments; 2],
-    /// The same with a second reader (as with `--otlp-endpoint`); readers
-    /// collect on their own schedule, so recording should not notice.
-    label_set_two_readers: LabelSet,
+    script: floor::Script,
+    sdk: Sdk,
+    sdk_two_readers: Sdk,
     pc_handles: prometheus_client_tracker::Handles,
     unbound: otel_unbound_tracker::Metrics,
     unbound_attributes: otel_unbound_tracker::Attributes,
-    sdk_bound: otel_unbound_tracker::BoundHandles,
-    floor_atomics: floor::Instruments<floor::AtomicHistogram>,
-    floor_mutex: floor::Instruments<floor::MutexHistogram>,
+    /// Runs nothing; kept alive for the OTLP reader's sake.
+    _runtime: tokio::runtime::Runtime,
 }
 
 impl Setup {
     fn new() -> Self {
-        let (bridge, reader) = PrometheusBridge::builder().build();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
         let pc = prometheus_client_tracker::Metrics::new(DEFAULT_MAX_MODEL_LEN);
-        let unbound = otel_unbound_tracker::Metrics::new(DEFAULT_MAX_MODEL_LEN);
-        let unbound_attributes = otel_unbound_tracker::Attributes::new(MODEL, ENGINE);
-        let instruments = Instruments::builder().with_reader(reader).build();
-        let instruments_two_readers = {
-            let (_, first) = PrometheusBridge::builder().build();
-            let (_, second) = PrometheusBridge::builder().build();
-            Instruments::builder()
-                .with_reader(first)
-                .with_reader(second)
-                .build()
-        };
+        let canonical = canonical();
         let setup = Setup {
-            canonical: canonical(),
-            _bridge: bridge,
-            label_set: instruments.label_set(MODEL, ENGINE),
-            label_set_two_readers: instruments_two_readers.label_set(MODEL, ENGINE),
-            _instruments: [instruments, instruments_two_readers],
+            script: floor::Script::of(canonical.params, &canonical.steps),
+            canonical,
+            sdk: Sdk::new(false, &runtime),
+            sdk_two_readers: Sdk::new(true, &runtime),
             pc_handles: prometheus_client_tracker::Handles::resolve(
                 &pc,
                 &prometheus_client_tracker::LabelSet::new(MODEL, ENGINE),
             ),
-            sdk_bound: otel_unbound_tracker::BoundHandles::new(&unbound, &unbound_attributes),
-            unbound,
-            unbound_attributes,
-            floor_atomics: floor::Instruments::new(DEFAULT_MAX_MODEL_LEN),
-            floor_mutex: floor::Instruments::new(DEFAULT_MAX_MODEL_LEN),
+            unbound: otel_unbound_tracker::Metrics::new(DEFAULT_MAX_MODEL_LEN),
+            unbound_attributes: otel_unbound_tracker::Attributes::new(MODEL, ENGINE),
+            _runtime: runtime,
         };
         // Warm: create every series (the finish reason's included) before timing.
         for variant in VARIANTS.iter().chain(&REFERENCES) {
@@ -192,7 +229,7 @@ impl Setup {
     }
 }
 
-fn bound_request(label_set: &LabelSet, c: &Canonical) {
+fn shipped_request(label_set: &LabelSet, c: &Canonical) {
     let mut request = RequestMetrics::start_in(label_set, c.params);
     for (batch_timestamp, received_at, output) in &c.steps {
         request.observe_output(*batch_timestamp, *received_at, black_box(output));
@@ -200,12 +237,20 @@ fn bound_request(label_set: &LabelSet, c: &Canonical) {
     black_box(request.is_terminated());
 }
 
-fn otel_bound(s: &Setup) {
-    bound_request(&s.label_set, &s.canonical);
+fn otel_sdk(s: &Setup) {
+    shipped_request(&s.sdk.label_set, &s.canonical);
 }
 
-fn otel_bound_two_readers(s: &Setup) {
-    bound_request(&s.label_set_two_readers, &s.canonical);
+fn otel_sdk_two_readers(s: &Setup) {
+    shipped_request(&s.sdk_two_readers.label_set, &s.canonical);
+}
+
+fn sdk_floor(s: &Setup) {
+    floor::sdk_floor(&s.sdk.floor, &s.script);
+}
+
+fn sdk_floor_two_readers(s: &Setup) {
+    floor::sdk_floor(&s.sdk_two_readers.floor, &s.script);
 }
 
 /// Runs the canonical request through a baseline's request.
@@ -233,21 +278,8 @@ fn otel_unbound(s: &Setup) {
     baseline_request(request, &s.canonical);
 }
 
-fn sdk_bound(s: &Setup) {
-    let request = lifecycle_state::Request::start(&s.sdk_bound, s.canonical.params);
-    baseline_request(request, &s.canonical);
-}
-
 fn rules_only(s: &Setup) {
     floor::rules_only(s.canonical.params, &s.canonical.steps);
-}
-
-fn floor_atomics(s: &Setup) {
-    floor::request(&s.floor_atomics, s.canonical.params, &s.canonical.steps);
-}
-
-fn floor_mutex(s: &Setup) {
-    floor::request(&s.floor_mutex, s.canonical.params, &s.canonical.steps);
 }
 
 struct Variant {
@@ -255,38 +287,35 @@ struct Variant {
     run: fn(&Setup),
 }
 
+/// The summary line's variants; the first two are timed as a pair.
 const VARIANTS: [Variant; 3] = [
     Variant {
-        name: "otel_bound",
-        run: otel_bound,
+        name: "otel_sdk",
+        run: otel_sdk,
+    },
+    Variant {
+        name: "sdk_floor",
+        run: sdk_floor,
     },
     Variant {
         name: "prometheus_client",
         run: prometheus_client,
     },
-    Variant {
-        name: "otel_unbound",
-        run: otel_unbound,
-    },
 ];
 
 /// Reference points, timed alongside but not part of the summary line.
-const REFERENCES: [Variant; 5] = [
+const REFERENCES: [Variant; 4] = [
     Variant {
-        name: "sdk_bound",
-        run: sdk_bound,
+        name: "otel_sdk_two_readers",
+        run: otel_sdk_two_readers,
     },
     Variant {
-        name: "otel_bound_two_readers",
-        run: otel_bound_two_readers,
+        name: "sdk_floor_two_readers",
+        run: sdk_floor_two_readers,
     },
     Variant {
-        name: "floor_atomics",
-        run: floor_atomics,
-    },
-    Variant {
-        name: "floor_mutex",
-        run: floor_mutex,
+        name: "otel_unbound",
+        run: otel_unbound,
     },
     Variant {
         name: "rules_only",
@@ -325,26 +354,36 @@ fn normalized(key: &str) -> String {
     }
 }
 
-/// The baseline records what the crate records: same series, same totals.
-fn check_equivalence() {
+/// The floor makes exactly the SDK calls the crate makes (the same
+/// exposition, byte for byte), and the `prometheus-client` baseline records
+/// what the crate records (same series, same totals).
+fn check_equivalence(runtime: &tokio::runtime::Runtime) {
     let c = canonical();
-    let (bridge, reader) = PrometheusBridge::builder().build();
-    let instruments = Instruments::builder().with_reader(reader).build();
+    let crate_side = Sdk::new(false, runtime);
+    let floor_side = Sdk::new(false, runtime);
+    let script = floor::Script::of(c.params, &c.steps);
     let pc = prometheus_client_tracker::Metrics::new(DEFAULT_MAX_MODEL_LEN);
     let handles = prometheus_client_tracker::Handles::resolve(
         &pc,
         &prometheus_client_tracker::LabelSet::new(MODEL, ENGINE),
     );
     for _ in 0..3 {
-        let mut a = RequestMetrics::start(&instruments, MODEL, ENGINE, c.params);
+        let mut a = RequestMetrics::start_in(&crate_side.label_set, c.params);
         let mut b = lifecycle_state::Request::start(&handles, c.params);
         for (ts, received_at, output) in &c.steps {
             a.observe_output(*ts, *received_at, output);
             b.observe_output(*ts, *received_at, output);
         }
         assert!(a.is_terminated());
+        floor::sdk_floor(&floor_side.floor, &script);
     }
-    let ours = totals(&bridge.encode(Format::Text));
+    let ours_text = crate_side.bridge.encode(Format::Text);
+    assert_eq!(
+        ours_text,
+        floor_side.bridge.encode(Format::Text),
+        "the floor's SDK calls differ from the crate's"
+    );
+    let ours = totals(&ours_text);
     let baseline = totals(&pc.encode());
     // vLLM's families only (not this crate's self-telemetry), and not the
     // per-batch iteration tokens, which are not part of a request's lifecycle.
@@ -354,10 +393,11 @@ fn check_equivalence() {
             .collect()
     };
     let (ours, baseline) = (lifecycle(ours), lifecycle(baseline));
-    assert_eq!(
-        ours.keys().collect::<Vec<_>>(),
-        baseline.keys().collect::<Vec<_>>(),
-        "the baseline records other series than the crate"
+    let only_ours: Vec<_> = ours.keys().filter(|k| !baseline.contains_key(*k)).collect();
+    let only_baseline: Vec<_> = baseline.keys().filter(|k| !ours.contains_key(*k)).collect();
+    assert!(
+        only_ours.is_empty() && only_baseline.is_empty(),
+        "the baseline records other series than the crate: only the crate's {only_ours:?}, only the baseline's {only_baseline:?}"
     );
     for (key, value) in &ours {
         let other = baseline[key];
@@ -372,6 +412,9 @@ fn check_equivalence() {
         ours[&preemptions], 6.0,
         "two preemptions in each of 3 requests"
     );
+    for sdk in [crate_side, floor_side] {
+        sdk.provider.shutdown().unwrap();
+    }
 }
 
 /// Nanoseconds per request of `variant` over `requests` requests.
@@ -390,8 +433,20 @@ fn median(values: &mut [f64]) -> f64 {
 
 fn main() {
     let bench_mode = std::env::args().any(|a| a == "--bench");
-    check_equivalence();
     let setup = Setup::new();
+    check_equivalence(&setup._runtime);
+    // `LIFECYCLE_PROFILE=<variant>`: run that variant 10,000 times and
+    // nothing else, for a profiler (`valgrind --tool=callgrind` counts
+    // instructions, whatever else the machine does).
+    if let Ok(name) = std::env::var("LIFECYCLE_PROFILE") {
+        let variant = VARIANTS
+            .iter()
+            .chain(&REFERENCES)
+            .find(|v| v.name == name)
+            .unwrap_or_else(|| panic!("LIFECYCLE_PROFILE: no variant named {name}"));
+        time_ns(&setup, variant, 10_000);
+        return;
+    }
 
     let mut criterion = Criterion::default().configure_from_args();
     {
@@ -409,9 +464,9 @@ fn main() {
     criterion.final_summary();
 
     // Our own timing, in rounds. Each round times the two variants of the
-    // ratio back to back in A-B-B-A order, so that both see the same machine
-    // state and a drift within the round cancels out; then every other
-    // variant, in an order rotating per round.
+    // overhead back to back in A-B-B-A order, so that both see the same
+    // machine state and a drift within the round cancels out; then every
+    // other variant, in an order rotating per round.
     let (rounds, per_round) = if bench_mode { (25, 2000) } else { (3, 4) };
     let all: Vec<&Variant> = VARIANTS.iter().chain(&REFERENCES).collect();
     for variant in &all {
@@ -432,21 +487,30 @@ fn main() {
     }
     let medians: Vec<f64> = samples.iter_mut().map(|s| median(s)).collect();
     let (rounds, ops) = if bench_mode { (11, 200_000) } else { (3, 100) };
-    let per_observation = per_observation::measure(rounds, ops)
-        .iter()
-        .map(|(name, ns)| format!("{name}={ns:.1}"))
-        .collect::<Vec<_>>()
-        .join(" ");
+    let per_observation = per_observation::measure(
+        rounds,
+        ops,
+        [&setup.sdk.provider, &setup.sdk_two_readers.provider],
+    )
+    .iter()
+    .map(|(name, ns)| format!("{name}={ns:.1}"))
+    .collect::<Vec<_>>()
+    .join(" ");
     println!("per-observation: {per_observation} ns/op");
     println!(
-        "references: sdk_bound={:.1} otel_bound_two_readers={:.1} floor_atomics={:.1} floor_mutex={:.1} rules_only={:.1} ns/request",
-        medians[3], medians[4], medians[5], medians[6], medians[7]
+        "references: otel_sdk_two_readers={:.1} sdk_floor_two_readers={:.1} otel_unbound={:.1} rules_only={:.1} ns/request sdk_calls={}",
+        medians[3],
+        medians[4],
+        medians[5],
+        medians[6],
+        setup.script.len()
     );
     println!(
-        "lifecycle: otel_bound={:.1} prometheus_client={:.1} otel_unbound={:.1} ns/request ratio={:.2}",
+        "lifecycle: otel_sdk={:.1} sdk_floor={:.1} prometheus_client={:.1} ns/request overhead={:.2} ratio={:.2}",
         medians[0],
         medians[1],
         medians[2],
-        medians[0] / medians[1]
+        medians[0] / medians[1],
+        medians[0] / medians[2]
     );
 }

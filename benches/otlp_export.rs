@@ -1,10 +1,10 @@
 //! One OTLP export of 1,000 `(model_name, engine)` label sets × every family,
 //! side by side with a Prometheus scrape of the same state (the baseline).
 //!
-//! The export goes through the real path: the OTLP exporter's
-//! `force_flush` collects, encodes protobuf and POSTs it
-//! (HTTP/protobuf) to a local HTTP server that counts the body bytes and
-//! answers 200. Run: `cargo bench --bench otlp_export`.
+//! The export goes through the real path: the provider's `force_flush`
+//! makes the `PeriodicReader` collect the SDK and `opentelemetry-otlp`'s
+//! exporter encode protobuf and POST it (HTTP/protobuf) to a local HTTP
+//! server that counts the body bytes and answers 200. Run: `cargo bench --bench otlp_export`.
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,7 +18,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
-use vllm_otel_metrics::export::otlp::{OtlpExporter, OtlpOverrides, OtlpSettings, Protocol};
+use vllm_otel_metrics::export::otlp::{self, OtlpOptions, Protocol};
 use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
 use vllm_otel_metrics::instruments::Instruments;
 use vllm_otel_metrics::protocol::{
@@ -126,18 +126,18 @@ fn otlp_export(c: &mut Criterion) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let last_body = Arc::new(AtomicU64::new(0));
     let port = start_sink(&runtime, Arc::clone(&last_body));
-    let settings = OtlpSettings::resolve(
-        &OtlpOverrides {
+    let push = otlp::build(
+        &OtlpOptions {
             endpoint: Some(format!("http://127.0.0.1:{port}")),
             protocol: Some(Protocol::HttpProtobuf),
             interval: Some(Duration::from_secs(3600)),
-            ..OtlpOverrides::default()
+            ..OtlpOptions::default()
         },
-        |_| None,
+        &|_| None,
+        runtime.handle(),
     )
-    .unwrap()
     .unwrap();
-    let (reader, health) = OtlpExporter::new(settings).unwrap();
+    let (reader, health) = (push.reader, push.health);
     let (bridge, bridge_reader) = PrometheusBridge::builder().build();
     let instruments = Instruments::builder()
         .with_reader(bridge_reader)

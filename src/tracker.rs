@@ -30,8 +30,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::instruments::{Instruments, LabelSet, RequestHandles, RequestHistogram};
 use crate::protocol::{
-    Abort, EngineCoreEvent, EngineCoreOutput, EventType, FinishReason, OutputBatch, PrefillStats,
-    Record, RequestStart, SchedulerStats,
+    Abort, EngineCoreEvent, EngineCoreOutput, EventType, FinishReason, OutputBatch, Record,
+    RequestStart, SchedulerStats,
 };
 
 /// The request parameters the terminal histograms report.
@@ -89,14 +89,21 @@ struct RequestState {
     latest_num_cached_tokens: u32,
 }
 
-/// What one engine output records: its counts (which a [`Tracker`] adds once
-/// per label set and batch), the prompt-token counters on the first token,
-/// and at most one latency observation.
-struct OutputRecord<'o> {
-    new_tokens: u64,
-    preemptions: u64,
-    prompt: Option<&'o PrefillStats>,
-    latency: Option<(RequestHistogram, f64)>,
+/// Where an engine output's token and preemption counts go: straight to
+/// the label set's counters ([`RequestHandles`]), or into a batch's sums
+/// that a [`Tracker`] adds once per label set ([`BatchCounts`]).
+trait CountSink {
+    fn counts(&mut self, handles: &RequestHandles, new_tokens: u64, preemptions: u64);
+}
+
+/// Counts go straight to the label set's counters.
+struct Immediately;
+
+impl CountSink for Immediately {
+    #[inline]
+    fn counts(&mut self, handles: &RequestHandles, new_tokens: u64, preemptions: u64) {
+        handles.record_counts(new_tokens, preemptions);
+    }
 }
 
 impl RequestState {
@@ -115,48 +122,46 @@ impl RequestState {
     }
 
     /// Mirrors vLLM's `RequestMetricsTracker::observe_output` (DESIGN §3
-    /// steps 1–4): updates the state and returns what the output records.
-    #[inline]
-    fn observe_output<'o>(
+    /// steps 1–4): updates the state and records what the output observes,
+    /// its counts into `counts`.
+    #[inline(always)]
+    fn observe_output(
         &mut self,
+        h: &RequestHandles,
+        counts: &mut impl CountSink,
         batch_timestamp: f64,
         received_at: f64,
-        output: &'o EngineCoreOutput,
-    ) -> OutputRecord<'o> {
+        output: &EngineCoreOutput,
+    ) {
         if let Some(stats) = &output.prefill_stats {
             self.latest_num_cached_tokens = stats.num_cached_tokens;
         }
         let new_tokens = output.new_token_ids.len() as u64;
         self.num_generation_tokens += new_tokens;
-        let preemptions = self.observe_events(&output.events);
+        let preemptions = if output.events.is_empty() {
+            0
+        } else {
+            self.observe_events(&output.events)
+        };
+        counts.counts(h, new_tokens, preemptions);
 
         // Only outputs that carry tokens drive token timing: a token-less
         // terminal output must not log a stray TTFT or ITL sample.
-        let mut prompt = None;
-        let mut latency = None;
         if new_tokens > 0 {
             if self.is_prefilling {
                 // vLLM's `record_prompt_tokens`: the first token's prefill stats.
-                prompt = output.prefill_stats.as_ref();
-                latency = Some((
-                    RequestHistogram::TimeToFirstToken,
-                    received_at - self.params.arrival_time,
-                ));
+                if let Some(stats) = &output.prefill_stats {
+                    h.record_prompt_tokens(stats);
+                }
+                h.time_to_first_token
+                    .record(received_at - self.params.arrival_time);
                 self.first_token_ts = batch_timestamp;
                 self.is_prefilling = false;
             } else if self.last_token_ts > 0.0 {
-                latency = Some((
-                    RequestHistogram::InterTokenLatency,
-                    batch_timestamp - self.last_token_ts,
-                ));
+                h.inter_token_latency
+                    .record(batch_timestamp - self.last_token_ts);
             }
             self.last_token_ts = batch_timestamp;
-        }
-        OutputRecord {
-            new_tokens,
-            preemptions,
-            prompt,
-            latency,
         }
     }
 
@@ -275,49 +280,24 @@ impl RequestMetrics {
         received_at: f64,
         output: &EngineCoreOutput,
     ) -> bool {
-        if self.terminated {
-            return true;
-        }
-        let record = self
-            .state
-            .observe_output(batch_timestamp, received_at, output);
-        self.handles
-            .record_counts(record.new_tokens, record.preemptions);
-        self.record_rest(record, received_at, output)
+        self.observe_output_into(&mut Immediately, batch_timestamp, received_at, output)
     }
 
-    /// As [`RequestMetrics::observe_output`], but returns the output's token
-    /// and preemption counts for the caller to add instead of adding them.
-    #[inline]
-    fn observe_output_deferring_counts(
+    /// As [`RequestMetrics::observe_output`], with the output's token and
+    /// preemption counts going to `counts`.
+    #[inline(always)]
+    fn observe_output_into(
         &mut self,
+        counts: &mut impl CountSink,
         batch_timestamp: f64,
         received_at: f64,
         output: &EngineCoreOutput,
-    ) -> (bool, u64, u64) {
-        if self.terminated {
-            return (true, 0, 0);
-        }
-        let record = self
-            .state
-            .observe_output(batch_timestamp, received_at, output);
-        let counts = (record.new_tokens, record.preemptions);
-        (
-            self.record_rest(record, received_at, output),
-            counts.0,
-            counts.1,
-        )
-    }
-
-    /// Records an output's prompt tokens and latency, and its end if it has one.
-    #[inline]
-    fn record_rest(
-        &mut self,
-        record: OutputRecord<'_>,
-        received_at: f64,
-        output: &EngineCoreOutput,
     ) -> bool {
-        self.handles.record_output(record.prompt, record.latency);
+        if self.terminated {
+            return true;
+        }
+        self.state
+            .observe_output(&self.handles, counts, batch_timestamp, received_at, output);
         if let Some(reason) = output.finish_reason {
             self.finish(received_at, reason);
         }
@@ -454,6 +434,14 @@ struct BatchCounts {
     iteration_tokens: u64,
     new_tokens: u64,
     preemptions: u64,
+}
+
+impl CountSink for BatchCounts {
+    #[inline]
+    fn counts(&mut self, _: &RequestHandles, new_tokens: u64, preemptions: u64) {
+        self.new_tokens += new_tokens;
+        self.preemptions += preemptions;
+    }
 }
 
 /// A live request with its bookkeeping.
@@ -599,15 +587,12 @@ impl Tracker {
             };
             live.last_seen = self.now;
             let request = &mut live.metrics;
-            let iteration_tokens = RequestMetrics::iteration_tokens(output);
-            let (terminated, new_tokens, preemptions) =
-                request.observe_output_deferring_counts(batch.timestamp, batch.received_at, output);
             let counts = match self
                 .batch_counts
-                .iter_mut()
-                .find(|c| Arc::ptr_eq(&c.handles, &request.handles))
+                .iter()
+                .position(|c| Arc::ptr_eq(&c.handles, &request.handles))
             {
-                Some(counts) => counts,
+                Some(i) => &mut self.batch_counts[i],
                 None => {
                     self.batch_counts.push(BatchCounts {
                         handles: Arc::clone(&request.handles),
@@ -618,10 +603,8 @@ impl Tracker {
                     self.batch_counts.last_mut().expect("just pushed")
                 }
             };
-            counts.iteration_tokens += iteration_tokens;
-            counts.new_tokens += new_tokens;
-            counts.preemptions += preemptions;
-            if terminated {
+            counts.iteration_tokens += RequestMetrics::iteration_tokens(output);
+            if request.observe_output_into(counts, batch.timestamp, batch.received_at, output) {
                 self.requests.remove(output.request_id.as_str());
             }
         }

@@ -1,100 +1,38 @@
-//! The physical floor of the lifecycle workload: the same lifecycle rules
-//! (`lifecycle_state`) recording into plain, pre-resolved, statically
-//! dispatched instruments — no label lookup, no trait objects, no SDK. What
-//! remains is the state machine plus the observations themselves: one
-//! uncontended atomic add per counter increment and, per histogram
-//! observation, either three uncontended atomic RMWs (bucket, count, sum) or
-//! one short uncontended mutex section. Buckets are found by a linear scan
-//! from the first bound (branch-predictable, and short for the low buckets
-//! where latencies and small counts fall).
+//! What the OpenTelemetry SDK itself costs for the canonical request:
+//!
+//! - `sdk_floor`: the very calls the shipped `RequestMetrics` makes on the
+//!   SDK's bound handles (same instruments, Views, reader, values and
+//!   order), written down once as a [`Script`] and replayed in a straight
+//!   loop with no lifecycle logic;
+//! - `rules_only`: the lifecycle rules (`lifecycle_state`) recording
+//!   nothing, i.e. the state machine and the loop over the outputs alone.
+//!
+//! The script comes from the lifecycle rules through a recording [`Sink`]
+//! that emits the calls in `RequestMetrics`' order: per output the
+//! generation-token add, one preemption add for the output's preemption
+//! events, the prompt-token adds on the first token, the latency
+//! observation; at the end `request_success`, then every terminal
+//! histogram. `check_equivalence` in `lifecycle.rs` replays it into a fresh
+//! provider and compares the whole exposition with `RequestMetrics`'.
 
+use std::cell::RefCell;
 use std::hint::black_box;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::OnceLock;
 
-use vllm_otel_metrics::catalog::{self, MetricDef};
-use vllm_otel_metrics::metrics::bucket_index;
-use vllm_otel_metrics::protocol::{EngineCoreOutput, PrefillStats};
+use opentelemetry::metrics::{BoundCounter, BoundHistogram, Counter, Meter};
+use opentelemetry::KeyValue;
+use vllm_otel_metrics::catalog::{self, MetricDef, PROMPT_TOKEN_SOURCES};
+use vllm_otel_metrics::protocol::{EngineCoreOutput, FinishReason, PrefillStats};
 use vllm_otel_metrics::tracker::RequestParams;
 
 use crate::lifecycle_state::{Lifecycle, Sink, Terminal};
 
-/// A histogram a recording thread can update without any lock.
-pub struct AtomicHistogram {
-    bounds: Vec<f64>,
-    buckets: Vec<AtomicU64>,
-    count: AtomicU64,
-    sum_bits: AtomicU64,
-}
-
-/// A histogram behind one mutex (the SDK's shape).
-pub struct MutexHistogram {
-    bounds: Vec<f64>,
-    state: Mutex<(Vec<u64>, u64, f64)>,
-}
-
-pub trait Observe {
-    fn new(bounds: Vec<f64>) -> Self;
-    fn observe(&self, value: f64);
-}
-
-impl Observe for AtomicHistogram {
-    fn new(bounds: Vec<f64>) -> Self {
-        AtomicHistogram {
-            buckets: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
-            bounds,
-            count: AtomicU64::new(0),
-            sum_bits: AtomicU64::new(0f64.to_bits()),
-        }
-    }
-
-    #[inline]
-    fn observe(&self, value: f64) {
-        let index = bucket_index(&self.bounds, value);
-        self.buckets[index].fetch_add(1, Ordering::Relaxed);
-        self.count.fetch_add(1, Ordering::Relaxed);
-        let _ = self
-            .sum_bits
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
-                Some((f64::from_bits(bits) + value).to_bits())
-            });
-    }
-}
-
-impl Observe for MutexHistogram {
-    fn new(bounds: Vec<f64>) -> Self {
-        MutexHistogram {
-            state: Mutex::new((vec![0; bounds.len() + 1], 0, 0.0)),
-            bounds,
-        }
-    }
-
-    #[inline]
-    fn observe(&self, value: f64) {
-        let index = bucket_index(&self.bounds, value);
-        let mut state = self.state.lock().unwrap();
-        state.0[index] += 1;
-        state.1 += 1;
-        state.2 += value;
-    }
-}
-
-/// Every per-request family as raw instruments of one label set.
-pub struct Instruments<H> {
-    num_preemptions: AtomicU64,
-    prompt_tokens: AtomicU64,
-    prompt_tokens_by_source: [AtomicU64; 3],
-    prompt_tokens_cached: AtomicU64,
-    generation_tokens: AtomicU64,
-    request_success: [AtomicU64; 5],
-    histograms: [H; 15],
-}
-
-const TERMINAL_HISTOGRAMS: [&MetricDef; 13] = [
+/// The per-request histograms, in the order `RequestMetrics` records the
+/// terminal ones (`max_tokens` last, when set).
+const HISTOGRAMS: [&MetricDef; 15] = [
     &catalog::REQUEST_PROMPT_TOKENS,
     &catalog::REQUEST_GENERATION_TOKENS,
     &catalog::REQUEST_MAX_NUM_GENERATION_TOKENS,
-    &catalog::REQUEST_PARAMS_MAX_TOKENS,
     &catalog::REQUEST_PARAMS_N,
     &catalog::REQUEST_NUM_PREEMPTIONS,
     &catalog::REQUEST_PREFILL_KV_COMPUTED_TOKENS,
@@ -104,105 +42,236 @@ const TERMINAL_HISTOGRAMS: [&MetricDef; 13] = [
     &catalog::REQUEST_DECODE_TIME,
     &catalog::REQUEST_INFERENCE_TIME,
     &catalog::REQUEST_TIME_PER_OUTPUT_TOKEN,
+    &catalog::REQUEST_PARAMS_MAX_TOKENS,
+    &catalog::TIME_TO_FIRST_TOKEN,
+    &catalog::INTER_TOKEN_LATENCY,
 ];
+const MAX_TOKENS: usize = 12;
 const TTFT: usize = 13;
 const ITL: usize = 14;
 
-impl<H: Observe> Instruments<H> {
-    pub fn new(max_model_len: u32) -> Self {
-        let defs: [&MetricDef; 15] = std::array::from_fn(|i| match i {
-            TTFT => &catalog::TIME_TO_FIRST_TOKEN,
-            ITL => &catalog::INTER_TOKEN_LATENCY,
-            i => TERMINAL_HISTOGRAMS[i],
+/// A counter of the per-request tier, by position in [`Handles::counters`].
+#[derive(Debug, Clone, Copy)]
+enum CounterSlot {
+    GenerationTokens = 0,
+    NumPreemptions = 1,
+    PromptTokens = 2,
+    /// Three, in `PROMPT_TOKEN_SOURCES` order.
+    PromptTokensBySource = 3,
+    PromptTokensCached = 6,
+}
+
+/// One label set's bound handles of the per-request tier.
+pub struct Handles {
+    counters: [BoundCounter<u64>; 7],
+    /// Bound on first use, as the crate binds them.
+    request_success: [OnceLock<BoundCounter<u64>>; 5],
+    request_success_instrument: Counter<u64>,
+    labels: Vec<KeyValue>,
+    histograms: [BoundHistogram<f64>; 15],
+}
+
+impl Handles {
+    /// Binds the label set on `meter`'s instruments: the same ones, with
+    /// the same attributes, as the crate's instruments on that meter.
+    pub fn bind(meter: &Meter, model_name: &str, engine: u32) -> Self {
+        let labels = vec![
+            KeyValue::new(catalog::ENGINE_LABELS[0], model_name.to_owned()),
+            KeyValue::new(catalog::ENGINE_LABELS[1], engine.to_string()),
+        ];
+        let with = |name: &'static str, value: &'static str| {
+            let mut l = labels.clone();
+            l.push(KeyValue::new(name, value));
+            l
+        };
+        let counter = |def: &'static MetricDef| {
+            meter
+                .u64_counter(def.otel_name)
+                .with_unit(def.unit)
+                .with_description(def.help)
+                .build()
+        };
+        let by_source = counter(&catalog::PROMPT_TOKENS_BY_SOURCE);
+        let counters = std::array::from_fn(|i| match i {
+            0 => counter(&catalog::GENERATION_TOKENS).bind(&labels),
+            1 => counter(&catalog::NUM_PREEMPTIONS).bind(&labels),
+            2 => counter(&catalog::PROMPT_TOKENS).bind(&labels),
+            3..=5 => by_source.bind(&with(
+                catalog::SOURCE_LABELS[2],
+                PROMPT_TOKEN_SOURCES[i - 3],
+            )),
+            _ => counter(&catalog::PROMPT_TOKENS_CACHED).bind(&labels),
         });
-        Instruments {
-            num_preemptions: AtomicU64::new(0),
-            prompt_tokens: AtomicU64::new(0),
-            prompt_tokens_by_source: Default::default(),
-            prompt_tokens_cached: AtomicU64::new(0),
-            generation_tokens: AtomicU64::new(0),
+        let histograms = HISTOGRAMS.map(|def| {
+            meter
+                .f64_histogram(def.otel_name)
+                .with_unit(def.unit)
+                .with_description(def.help)
+                .build()
+                .bind(&labels)
+        });
+        Handles {
+            counters,
             request_success: Default::default(),
-            histograms: defs.map(|d| H::new(d.buckets.boundaries(max_model_len))),
+            request_success_instrument: counter(&catalog::REQUEST_SUCCESS),
+            labels,
+            histograms,
         }
+    }
+
+    #[inline]
+    fn request_success(&self, reason: usize) -> &BoundCounter<u64> {
+        self.request_success[reason].get_or_init(|| {
+            let mut labels = self.labels.clone();
+            labels.push(KeyValue::new(
+                catalog::FINISHED_REASON_LABELS[2],
+                FinishReason::ALL[reason].as_str(),
+            ));
+            self.request_success_instrument.bind(&labels)
+        })
     }
 }
 
-impl<H: Observe> Sink for Instruments<H> {
-    #[inline]
+/// One SDK call.
+#[derive(Debug, Clone, Copy)]
+enum Call {
+    Add(usize, u64),
+    Success(usize),
+    Record(usize, f64),
+}
+
+/// The SDK calls of one request, in order.
+pub struct Script(Vec<Call>);
+
+/// A [`Sink`] that writes the calls down instead of making them.
+struct Recorder {
+    calls: RefCell<Vec<Call>>,
+    /// Where the current output's preemption add is, once it has one.
+    preemption_at: RefCell<Option<usize>>,
+}
+
+impl Recorder {
+    fn add(&self, slot: usize, value: u64) {
+        self.calls.borrow_mut().push(Call::Add(slot, value));
+    }
+
+    fn record(&self, histogram: usize, value: f64) {
+        self.calls.borrow_mut().push(Call::Record(histogram, value));
+    }
+}
+
+impl Sink for Recorder {
     fn generation_tokens(&self, tokens: u64) {
-        self.generation_tokens.fetch_add(tokens, Ordering::Relaxed);
+        // A new output: its preemptions get an add of their own.
+        *self.preemption_at.borrow_mut() = None;
+        if tokens > 0 {
+            self.add(CounterSlot::GenerationTokens as usize, tokens);
+        }
     }
 
-    #[inline]
     fn preemption(&self) {
-        self.num_preemptions.fetch_add(1, Ordering::Relaxed);
+        let mut at = self.preemption_at.borrow_mut();
+        let mut calls = self.calls.borrow_mut();
+        match *at {
+            Some(i) => {
+                if let Call::Add(_, n) = &mut calls[i] {
+                    *n += 1;
+                }
+            }
+            None => {
+                *at = Some(calls.len());
+                calls.push(Call::Add(CounterSlot::NumPreemptions as usize, 1));
+            }
+        }
     }
 
-    #[inline]
     fn prompt_tokens(&self, stats: &PrefillStats) {
-        let add = |a: &AtomicU64, v: u32| {
-            a.fetch_add(u64::from(v), Ordering::Relaxed);
-        };
-        add(&self.prompt_tokens, stats.num_prompt_tokens);
-        add(&self.prompt_tokens_by_source[0], stats.num_computed_tokens);
-        add(
-            &self.prompt_tokens_by_source[1],
+        self.add(
+            CounterSlot::PromptTokens as usize,
+            u64::from(stats.num_prompt_tokens),
+        );
+        let by_source = [
+            stats.num_computed_tokens,
             stats.num_local_cached_tokens,
-        );
-        add(
-            &self.prompt_tokens_by_source[2],
             stats.num_external_cached_tokens,
+        ];
+        for (i, tokens) in by_source.into_iter().enumerate() {
+            self.add(
+                CounterSlot::PromptTokensBySource as usize + i,
+                u64::from(tokens),
+            );
+        }
+        self.add(
+            CounterSlot::PromptTokensCached as usize,
+            u64::from(stats.num_cached_tokens),
         );
-        add(&self.prompt_tokens_cached, stats.num_cached_tokens);
     }
 
-    #[inline]
     fn time_to_first_token(&self, seconds: f64) {
-        self.histograms[TTFT].observe(seconds);
+        self.record(TTFT, seconds);
     }
 
-    #[inline]
     fn inter_token_latency(&self, seconds: f64) {
-        self.histograms[ITL].observe(seconds);
+        self.record(ITL, seconds);
     }
 
     fn terminal(&self, t: &Terminal) {
-        self.request_success[t.reason.index()].fetch_add(1, Ordering::Relaxed);
-        let h = &self.histograms;
-        h[0].observe(t.prompt_tokens);
-        h[1].observe(t.generation_tokens);
-        h[2].observe(t.generation_tokens);
-        if let Some(max_tokens) = t.max_tokens {
-            h[3].observe(max_tokens);
+        self.calls
+            .borrow_mut()
+            .push(Call::Success(t.reason.index()));
+        let values = [
+            t.prompt_tokens,
+            t.generation_tokens,
+            t.generation_tokens,
+            t.n,
+            t.num_preemptions,
+            t.prefill_kv_computed_tokens,
+            t.e2e,
+            t.queue,
+            t.prefill,
+            t.decode,
+            t.inference,
+            t.time_per_output_token,
+        ];
+        for (histogram, value) in values.into_iter().enumerate() {
+            self.record(histogram, value);
         }
-        h[4].observe(t.n);
-        h[5].observe(t.num_preemptions);
-        h[6].observe(t.prefill_kv_computed_tokens);
-        h[7].observe(t.e2e);
-        h[8].observe(t.queue);
-        h[9].observe(t.prefill);
-        h[10].observe(t.decode);
-        h[11].observe(t.inference);
-        h[12].observe(t.time_per_output_token);
+        if let Some(max_tokens) = t.max_tokens {
+            self.record(MAX_TOKENS, max_tokens);
+        }
     }
 }
 
-/// Runs one request through the lifecycle rules into `instruments`.
-#[inline]
-pub fn request<H: Observe>(
-    instruments: &Instruments<H>,
-    params: RequestParams,
-    steps: &[(f64, f64, EngineCoreOutput)],
-) {
-    let mut state = Lifecycle::new(params);
-    for (batch_timestamp, received_at, output) in steps {
-        if state.observe_output(
-            instruments,
-            *batch_timestamp,
-            *received_at,
-            black_box(output),
-        ) {
-            break;
+impl Script {
+    /// The calls of one request with these parameters and outputs.
+    pub fn of(params: RequestParams, steps: &[(f64, f64, EngineCoreOutput)]) -> Script {
+        let recorder = Recorder {
+            calls: RefCell::new(Vec::new()),
+            preemption_at: RefCell::new(None),
+        };
+        let mut state = Lifecycle::new(params);
+        for (batch_timestamp, received_at, output) in steps {
+            if state.observe_output(&recorder, *batch_timestamp, *received_at, output) {
+                break;
+            }
+        }
+        Script(recorder.calls.into_inner())
+    }
+
+    /// How many SDK calls one request makes.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// Replays the script on `handles`: the SDK's cost of one request.
+#[inline(never)]
+pub fn sdk_floor(handles: &Handles, script: &Script) {
+    for call in &script.0 {
+        match *call {
+            Call::Add(slot, value) => handles.counters[slot].add(value),
+            Call::Success(reason) => handles.request_success(reason).add(1),
+            Call::Record(histogram, value) => handles.histograms[histogram].record(value),
         }
     }
 }

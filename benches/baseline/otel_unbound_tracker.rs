@@ -1,19 +1,14 @@
 //! Comparison: the catalog's families as instruments of the official
 //! OpenTelemetry SDK (`opentelemetry_sdk`, one explicit-bucket View per
-//! histogram, the crate's buckets), recorded two ways:
-//!
-//! - unbound (`otel_unbound`): `add(value, &attributes)` /
-//!   `record(value, &attributes)` on every call, so the SDK looks the
-//!   attribute set up each time (a read lock and a hash of the attributes per
-//!   observation). The attribute slices are built once per label set and
-//!   reused; nothing else is cached.
-//! - bound (`sdk_bound`): the SDK's experimental bound instruments, resolved
-//!   once per label set — how this crate recorded before it kept its own
-//!   aggregation.
+//! histogram, the crate's buckets), recorded
+//! unbound (`otel_unbound`): `add(value, &attributes)` /
+//! `record(value, &attributes)` on every call, so the SDK looks the
+//! attribute set up each time (a read lock and a hash of the attributes per
+//! observation). The attribute slices are built once per label set and
+//! reused; nothing else is cached. The crate itself binds its handles once
+//! per label set; this is what not binding would cost.
 
-use opentelemetry::metrics::{
-    BoundCounter, BoundHistogram, Counter, Histogram, Meter, MeterProvider as _,
-};
+use opentelemetry::metrics::{Counter, Histogram, Meter, MeterProvider as _};
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::metrics::{Aggregation, Instrument, ManualReader, SdkMeterProvider, Stream};
 use vllm_otel_metrics::catalog::{self, MetricDef, PROMPT_TOKEN_SOURCES};
@@ -218,118 +213,4 @@ pub fn unbound_request<'a>(
         },
         params,
     )
-}
-
-/// The SDK's bound handles of one label set, resolved once.
-pub struct BoundHandles {
-    num_preemptions: BoundCounter<u64>,
-    prompt_tokens: BoundCounter<u64>,
-    prompt_tokens_by_source: [BoundCounter<u64>; 3],
-    prompt_tokens_cached: BoundCounter<u64>,
-    generation_tokens: BoundCounter<u64>,
-    request_success: [BoundCounter<u64>; 5],
-    request_prompt_tokens: BoundHistogram<f64>,
-    request_generation_tokens: BoundHistogram<f64>,
-    request_max_num_generation_tokens: BoundHistogram<f64>,
-    request_params_max_tokens: BoundHistogram<f64>,
-    request_params_n: BoundHistogram<f64>,
-    request_num_preemptions: BoundHistogram<f64>,
-    request_prefill_kv_computed_tokens: BoundHistogram<f64>,
-    time_to_first_token: BoundHistogram<f64>,
-    inter_token_latency: BoundHistogram<f64>,
-    e2e_request_latency: BoundHistogram<f64>,
-    request_queue_time: BoundHistogram<f64>,
-    request_prefill_time: BoundHistogram<f64>,
-    request_decode_time: BoundHistogram<f64>,
-    request_inference_time: BoundHistogram<f64>,
-    request_time_per_output_token: BoundHistogram<f64>,
-}
-
-impl BoundHandles {
-    pub fn new(m: &Metrics, a: &Attributes) -> Self {
-        let l = &a.engine;
-        BoundHandles {
-            num_preemptions: m.num_preemptions.bind(l),
-            prompt_tokens: m.prompt_tokens.bind(l),
-            prompt_tokens_by_source: [0, 1, 2]
-                .map(|i| m.prompt_tokens_by_source.bind(&a.sources[i])),
-            prompt_tokens_cached: m.prompt_tokens_cached.bind(l),
-            generation_tokens: m.generation_tokens.bind(l),
-            request_success: [0, 1, 2, 3, 4].map(|i| m.request_success.bind(&a.finished[i])),
-            request_prompt_tokens: m.request_prompt_tokens.bind(l),
-            request_generation_tokens: m.request_generation_tokens.bind(l),
-            request_max_num_generation_tokens: m.request_max_num_generation_tokens.bind(l),
-            request_params_max_tokens: m.request_params_max_tokens.bind(l),
-            request_params_n: m.request_params_n.bind(l),
-            request_num_preemptions: m.request_num_preemptions.bind(l),
-            request_prefill_kv_computed_tokens: m.request_prefill_kv_computed_tokens.bind(l),
-            time_to_first_token: m.time_to_first_token.bind(l),
-            inter_token_latency: m.inter_token_latency.bind(l),
-            e2e_request_latency: m.e2e_request_latency.bind(l),
-            request_queue_time: m.request_queue_time.bind(l),
-            request_prefill_time: m.request_prefill_time.bind(l),
-            request_decode_time: m.request_decode_time.bind(l),
-            request_inference_time: m.request_inference_time.bind(l),
-            request_time_per_output_token: m.request_time_per_output_token.bind(l),
-        }
-    }
-}
-
-impl Sink for &BoundHandles {
-    #[inline]
-    fn generation_tokens(&self, tokens: u64) {
-        self.generation_tokens.add(tokens);
-    }
-
-    #[inline]
-    fn preemption(&self) {
-        self.num_preemptions.add(1);
-    }
-
-    #[inline]
-    fn prompt_tokens(&self, stats: &PrefillStats) {
-        self.prompt_tokens.add(u64::from(stats.num_prompt_tokens));
-        let by_source = [
-            stats.num_computed_tokens,
-            stats.num_local_cached_tokens,
-            stats.num_external_cached_tokens,
-        ];
-        for (handle, tokens) in self.prompt_tokens_by_source.iter().zip(by_source) {
-            handle.add(u64::from(tokens));
-        }
-        self.prompt_tokens_cached
-            .add(u64::from(stats.num_cached_tokens));
-    }
-
-    #[inline]
-    fn time_to_first_token(&self, seconds: f64) {
-        self.time_to_first_token.record(seconds);
-    }
-
-    #[inline]
-    fn inter_token_latency(&self, seconds: f64) {
-        self.inter_token_latency.record(seconds);
-    }
-
-    fn terminal(&self, t: &Terminal) {
-        self.request_success[t.reason.index()].add(1);
-        self.request_prompt_tokens.record(t.prompt_tokens);
-        self.request_generation_tokens.record(t.generation_tokens);
-        self.request_max_num_generation_tokens
-            .record(t.generation_tokens);
-        if let Some(max_tokens) = t.max_tokens {
-            self.request_params_max_tokens.record(max_tokens);
-        }
-        self.request_params_n.record(t.n);
-        self.request_num_preemptions.record(t.num_preemptions);
-        self.request_prefill_kv_computed_tokens
-            .record(t.prefill_kv_computed_tokens);
-        self.e2e_request_latency.record(t.e2e);
-        self.request_queue_time.record(t.queue);
-        self.request_prefill_time.record(t.prefill);
-        self.request_decode_time.record(t.decode);
-        self.request_inference_time.record(t.inference);
-        self.request_time_per_output_token
-            .record(t.time_per_output_token);
-    }
 }

@@ -109,6 +109,8 @@ pub(crate) struct RequestHandles {
     request_success_instrument: Counter<u64>,
     labels: Vec<KeyValue>,
     pub(crate) iteration_tokens: BoundHistogram<f64>,
+    pub(crate) time_to_first_token: BoundHistogram<f64>,
+    pub(crate) inter_token_latency: BoundHistogram<f64>,
     /// In [`RequestHistogram`] order.
     histograms: [BoundHistogram<f64>; 15],
 }
@@ -131,6 +133,10 @@ impl RequestHandles {
             request_success: Default::default(),
             request_success_instrument: i.request_success.clone(),
             iteration_tokens: i.iteration_tokens.bind(&labels),
+            time_to_first_token: i.histograms[RequestHistogram::TimeToFirstToken as usize]
+                .bind(&labels),
+            inter_token_latency: i.histograms[RequestHistogram::InterTokenLatency as usize]
+                .bind(&labels),
             histograms: std::array::from_fn(|h| i.histograms[h].bind(&labels)),
             labels,
         }
@@ -147,30 +153,20 @@ impl RequestHandles {
         }
     }
 
-    /// Records what an engine output observes besides its counts: on the
-    /// first token the prompt-token counters, and one latency observation.
+    /// Adds the first token's prefill stats to the prompt-token counters.
     #[inline]
-    pub(crate) fn record_output(
-        &self,
-        prompt: Option<&PrefillStats>,
-        latency: Option<(RequestHistogram, f64)>,
-    ) {
-        if let Some(stats) = prompt {
-            self.prompt_tokens.add(u64::from(stats.num_prompt_tokens));
-            let by_source = [
-                stats.num_computed_tokens,
-                stats.num_local_cached_tokens,
-                stats.num_external_cached_tokens,
-            ];
-            for (handle, tokens) in self.prompt_tokens_by_source.iter().zip(by_source) {
-                handle.add(u64::from(tokens));
-            }
-            self.prompt_tokens_cached
-                .add(u64::from(stats.num_cached_tokens));
+    pub(crate) fn record_prompt_tokens(&self, stats: &PrefillStats) {
+        self.prompt_tokens.add(u64::from(stats.num_prompt_tokens));
+        let by_source = [
+            stats.num_computed_tokens,
+            stats.num_local_cached_tokens,
+            stats.num_external_cached_tokens,
+        ];
+        for (handle, tokens) in self.prompt_tokens_by_source.iter().zip(by_source) {
+            handle.add(u64::from(tokens));
         }
-        if let Some((histogram, value)) = latency {
-            self.histograms[histogram as usize].record(value);
-        }
+        self.prompt_tokens_cached
+            .add(u64::from(stats.num_cached_tokens));
     }
 
     /// Records a request's end: `request_success` of `reason` and one
