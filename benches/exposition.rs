@@ -10,8 +10,11 @@
 //! (HELP/TYPE only here) and its two self-telemetry counters.
 //!
 //! After criterion's report it prints, per size, one line:
-//! `exposition: label_sets=N text_us=… openmetrics_us=… prometheus_client_us=… bytes=… ratio_text=… ratio_openmetrics=…`
-//! (ratios against `prometheus_client`, medians of interleaved rounds).
+//! `exposition: label_sets=N text_us=… openmetrics_us=… prometheus_client_us=… gather_us=… bytes=… ratio_text=… ratio_openmetrics=… gather_share=…`
+//! (ratios against `prometheus_client`, medians of interleaved rounds;
+//! `gather_us` is the SDK collect and `opentelemetry-prometheus`'s
+//! families alone, `gather_share` its part of a text scrape, `sdk_collect_us`
+//! the SDK's collect alone, through a second `ManualReader`).
 //! Run: `cargo bench --bench exposition`.
 
 #[path = "baseline/lifecycle_state.rs"]
@@ -20,7 +23,13 @@ mod lifecycle_state;
 mod prometheus_client_tracker;
 
 use std::hint::black_box;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
+
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::metrics::data::ResourceMetrics;
+use opentelemetry_sdk::metrics::reader::MetricReader;
+use opentelemetry_sdk::metrics::{InstrumentKind, ManualReader, Pipeline, Temporality};
 
 use criterion::Criterion;
 use vllm_otel_metrics::catalog::DEFAULT_MAX_MODEL_LEN;
@@ -87,16 +96,44 @@ fn outputs(reason: FinishReason) -> Vec<(f64, f64, EngineCoreOutput)> {
     ]
 }
 
+/// A `ManualReader` the bench keeps a handle on, to time the SDK's own
+/// collect of the same data (a second reader aggregates it a second time).
+#[derive(Debug, Clone)]
+struct SharedReader(Arc<ManualReader>);
+
+impl MetricReader for SharedReader {
+    fn register_pipeline(&self, pipeline: Weak<Pipeline>) {
+        self.0.register_pipeline(pipeline);
+    }
+    fn collect(&self, rm: &mut ResourceMetrics) -> OTelSdkResult {
+        self.0.collect(rm)
+    }
+    fn force_flush(&self) -> OTelSdkResult {
+        self.0.force_flush()
+    }
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.0.shutdown_with_timeout(timeout)
+    }
+    fn temporality(&self, kind: InstrumentKind) -> Temporality {
+        self.0.temporality(kind)
+    }
+}
+
 /// Both sides with `label_sets` label sets, two requests each.
 struct State {
     bridge: PrometheusBridge,
+    sdk: SharedReader,
     _instruments: Instruments,
     baseline: prometheus_client_tracker::Metrics,
 }
 
 fn populate(label_sets: u32) -> State {
     let (bridge, reader) = PrometheusBridge::builder().build();
-    let instruments = Instruments::builder().with_reader(reader).build();
+    let sdk = SharedReader(Arc::new(ManualReader::builder().build()));
+    let instruments = Instruments::builder()
+        .with_reader(reader)
+        .with_reader(sdk.clone())
+        .build();
     let baseline = prometheus_client_tracker::Metrics::new(DEFAULT_MAX_MODEL_LEN);
     let params = RequestParams {
         arrival_time: 100.0,
@@ -122,17 +159,30 @@ fn populate(label_sets: u32) -> State {
     }
     State {
         bridge,
+        sdk,
         _instruments: instruments,
         baseline,
     }
 }
 
-type Encoder = fn(&State) -> String;
+/// Encodes (or only gathers); returns something to keep the work alive.
+type Encoder = fn(&State) -> usize;
 
-const ENCODERS: [(&str, Encoder); 3] = [
-    ("text", |s| s.bridge.encode(Format::Text)),
-    ("openmetrics", |s| s.bridge.encode(Format::OpenMetrics)),
-    ("prometheus_client", |s| s.baseline.encode()),
+const ENCODERS: [(&str, Encoder); 5] = [
+    ("text", |s| s.bridge.encode(Format::Text).len()),
+    ("openmetrics", |s| {
+        s.bridge.encode(Format::OpenMetrics).len()
+    }),
+    ("prometheus_client", |s| s.baseline.encode().len()),
+    // The part of a scrape that is the SDK and `opentelemetry-prometheus`:
+    // collect the SDK, build the `prometheus` crate's families.
+    ("gather", |s| s.bridge.registry().gather().len()),
+    // The SDK's collect alone: what any reader pays before converting.
+    ("sdk_collect", |s| {
+        let mut rm = ResourceMetrics::default();
+        s.sdk.collect(&mut rm).unwrap();
+        rm.scope_metrics().count()
+    }),
 ];
 
 /// Microseconds per call of `encode`.
@@ -175,19 +225,21 @@ fn main() {
         } else {
             1
         };
-        let mut samples = [const { Vec::new() }; 3];
+        let mut samples = [const { Vec::new() }; 5];
         for round in 0..rounds {
             for k in 0..ENCODERS.len() {
                 let index = (round + k) % ENCODERS.len();
                 samples[index].push(time_us(state, ENCODERS[index].1, calls));
             }
         }
-        let [text, openmetrics, baseline] = samples.map(|mut s| median(&mut s));
+        let [text, openmetrics, baseline, gather, sdk_collect] =
+            samples.map(|mut s| median(&mut s));
         println!(
-            "exposition: label_sets={label_sets} text_us={text:.1} openmetrics_us={openmetrics:.1} prometheus_client_us={baseline:.1} bytes={} ratio_text={:.2} ratio_openmetrics={:.2}",
+            "exposition: label_sets={label_sets} text_us={text:.1} openmetrics_us={openmetrics:.1} prometheus_client_us={baseline:.1} gather_us={gather:.1} sdk_collect_us={sdk_collect:.1} bytes={} ratio_text={:.2} ratio_openmetrics={:.2} gather_share={:.2}",
             state.bridge.encode(Format::Text).len(),
             text / baseline,
-            openmetrics / baseline
+            openmetrics / baseline,
+            gather / text
         );
     }
 }

@@ -123,8 +123,10 @@ fn start_serve() -> Serve {
             "serve",
             "--ingest-addr",
             &format!("127.0.0.1:{port}"),
+            // Serving /metrics (on any free port) gives the bridge its
+            // reader, so every measurement is aggregated as in production.
             "--metrics-addr",
-            "none",
+            "127.0.0.1:0",
         ])
         .args(["--request-ttl", "0", "--max-inflight-requests", "1000000"])
         .stdout(Stdio::null())

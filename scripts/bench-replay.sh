@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Replay throughput and peak memory on a generated trace of about N engine-core
-# outputs (default 1,000,000). Prints outputs/s and peak RSS.
+# outputs (default 1,000,000). Prints outputs/s and peak RSS. The replay prints
+# its final exposition (to /dev/null), so the Prometheus bridge's reader
+# aggregates every measurement, as in a default `replay` serving /metrics.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 outputs=${1:-1000000}
@@ -24,7 +26,7 @@ print(n)
 PY
 )
 log=$(mktemp)
-/usr/bin/time -v target/release/vllm-otel-metrics replay "$trace" --output none --metrics-addr none 2>"$log" || true
+/usr/bin/time -v target/release/vllm-otel-metrics replay "$trace" --output prometheus --metrics-addr none >/dev/null 2>"$log" || true
 secs=$(awk -F': ' '/Elapsed \(wall clock\)/ {print $2}' "$log" | awk -F: '{ if (NF==3) print $1*3600+$2*60+$3; else print $1*60+$2 }')
 rss=$(awk -F': ' '/Maximum resident set size/ {print $2}' "$log")
 size=$(stat -c %s "$trace")

@@ -244,3 +244,133 @@ fn bad_metrics_addr_is_a_usage_error() {
     assert_eq!(code, 2);
     assert!(stderr.contains("neither `none` nor an address"), "{stderr}");
 }
+
+/// The `target_info` line of a replay with `--target-info`, its labels by name.
+fn target_info(env: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
+    let output = Command::new(common::binary())
+        .args(["replay", "--output", "prometheus", "--metrics-addr", "none"])
+        .arg("--target-info")
+        .arg(data("lifecycle", "jsonl"))
+        .env_remove("OTEL_SERVICE_NAME")
+        .env_remove("OTEL_RESOURCE_ATTRIBUTES")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("target_info{"))
+        .unwrap_or_else(|| panic!("no target_info in:\n{stdout}"));
+    let (labels, value) = line
+        .trim_start_matches("target_info{")
+        .rsplit_once("} ")
+        .unwrap();
+    assert_eq!(value, "1.0");
+    labels
+        .split("\",")
+        .map(|pair| {
+            let (k, v) = pair.split_once("=\"").unwrap();
+            (k.to_owned(), v.trim_end_matches('"').to_owned())
+        })
+        .collect()
+}
+
+/// The resource is the SDK's: `OTEL_SERVICE_NAME` and
+/// `OTEL_RESOURCE_ATTRIBUTES` as `Resource::builder()` reads them, the
+/// crate's name when neither names the service, and a fresh
+/// `service.instance.id` per process unless the environment sets one.
+#[test]
+fn target_info_carries_the_sdk_resource() {
+    let plain = target_info(&[]);
+    let sdk_version = plain["telemetry_sdk_version"].clone();
+    let instance = plain["service_instance_id"].clone();
+    assert_eq!(instance.len(), 36, "a UUID: {instance}");
+    assert_eq!(
+        plain,
+        [
+            ("service_instance_id", instance.as_str()),
+            ("service_name", "vllm-otel-metrics"),
+            ("telemetry_sdk_language", "rust"),
+            ("telemetry_sdk_name", "opentelemetry"),
+            ("telemetry_sdk_version", sdk_version.as_str()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+    );
+    assert_ne!(
+        target_info(&[])["service_instance_id"],
+        instance,
+        "one id per process"
+    );
+    let named = target_info(&[
+        ("OTEL_SERVICE_NAME", "frontend"),
+        (
+            "OTEL_RESOURCE_ATTRIBUTES",
+            "deployment.environment=test,service.instance.id=pod-7",
+        ),
+    ]);
+    assert_eq!(named["service_name"], "frontend");
+    assert_eq!(named["service_instance_id"], "pod-7");
+    assert_eq!(named["deployment_environment"], "test");
+}
+
+/// `--max-label-sets` is the Views' cardinality limit: the first label sets
+/// keep their series, the rest share the SDK's overflow series, and every
+/// request is still counted.
+#[test]
+fn label_sets_beyond_max_label_sets_go_to_the_overflow_series() {
+    let trace = data("generated-seed11", "jsonl");
+    let (_, full, _) = common::replay(&trace);
+    let (status, capped, stderr) = common::run(&[
+        "replay",
+        trace.to_str().unwrap(),
+        "--output",
+        "prometheus",
+        "--metrics-addr",
+        "none",
+        "--max-label-sets",
+        "2",
+    ]);
+    assert_eq!(status, 2, "{stderr}");
+    let count_lines = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.starts_with("vllm:request_num_preemptions_count{"))
+            .map(str::to_owned)
+            .collect()
+    };
+    let (full_lines, capped_lines) = (count_lines(&full), count_lines(&capped));
+    assert!(full_lines.len() > 3, "{full_lines:?}");
+    assert_eq!(
+        capped_lines.len(),
+        3,
+        "two label sets and the overflow: {capped_lines:?}"
+    );
+    assert_eq!(
+        capped_lines
+            .iter()
+            .filter(|l| l
+                .starts_with("vllm:request_num_preemptions_count{otel_metric_overflow=\"true\"} "))
+            .count(),
+        1,
+        "{capped_lines:?}"
+    );
+    let total = |lines: &[String]| -> f64 {
+        lines
+            .iter()
+            .map(|l| l.rsplit_once(' ').unwrap().1.parse::<f64>().unwrap())
+            .sum()
+    };
+    assert_eq!(
+        total(&capped_lines),
+        total(&full_lines),
+        "every request counted"
+    );
+    // The families with a further label keep it on their overflow series.
+    assert!(
+        capped.contains(
+            "vllm:request_success_total{otel_metric_overflow=\"true\",finished_reason=\""
+        ),
+        "{capped}"
+    );
+}

@@ -149,7 +149,27 @@ fn write_sample(
     out.push('\n');
 }
 
-fn write_series(out: &mut String, family: &Family, series: &Series) {
+/// The `le` strings of a histogram family's bounds, formatted once for all
+/// its series (every series of a family has the same bounds).
+#[derive(Default)]
+struct LeCache {
+    bounds: Vec<f64>,
+    les: Vec<String>,
+}
+
+impl LeCache {
+    fn les(&mut self, buckets: &[(f64, u64)]) -> &[String] {
+        let same = self.bounds.len() == buckets.len()
+            && self.bounds.iter().zip(buckets).all(|(a, (b, _))| a == b);
+        if !same {
+            self.bounds = buckets.iter().map(|(upper, _)| *upper).collect();
+            self.les = self.bounds.iter().map(|b| format_float(*b)).collect();
+        }
+        &self.les
+    }
+}
+
+fn write_series(out: &mut String, family: &Family, series: &Series, les: &mut LeCache) {
     let name = family.name.as_ref();
     match &series.value {
         Value::Scalar(v) => {
@@ -172,14 +192,13 @@ fn write_series(out: &mut String, family: &Family, series: &Series) {
             sum,
             count,
         } => {
-            for (upper, cumulative) in buckets {
-                let le = format_float(*upper);
+            for ((_, cumulative), le) in buckets.iter().zip(les.les(buckets)) {
                 write_sample(
                     out,
                     name,
                     "_bucket",
                     &series.labels,
-                    Some(&le),
+                    Some(le),
                     &cumulative.to_string(),
                 );
             }
@@ -240,8 +259,9 @@ pub fn encode(families: &[Family], format: Format) -> String {
             escape_help(&family.help, format)
         );
         let _ = writeln!(out, "# TYPE {meta_name} {}", family.kind.prometheus_type());
+        let mut les = LeCache::default();
         for series in &family.series {
-            write_series(&mut out, family, series);
+            write_series(&mut out, family, series, &mut les);
         }
     }
     if format == Format::OpenMetrics {

@@ -228,6 +228,12 @@ impl PrometheusBridge {
         families
     }
 
+    /// The `prometheus::Registry` the bridge's reader collects into. A host
+    /// may register collectors of its own on it; every scrape gathers it.
+    pub fn registry(&self) -> &prometheus::Registry {
+        &self.registry
+    }
+
     /// The current exposition in `format`.
     pub fn encode(&self, format: Format) -> String {
         encode(&self.snapshot(), format)
