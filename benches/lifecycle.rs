@@ -21,7 +21,7 @@
 //! single observations on each path.
 //!
 //! Every label set exists before anything is measured. After criterion's
-//! report the bench times the variants itself, interleaved in rounds
+//! report the bench times the variants itself, interleaved in 51 rounds
 //! (`otel_sdk` and `sdk_floor` back to back in A-B-B-A order in every
 //! round), and prints, last:
 //! `lifecycle: otel_sdk=… sdk_floor=… prometheus_client=… ns/request overhead=… ratio=…`
@@ -467,7 +467,7 @@ fn main() {
     // overhead back to back in A-B-B-A order, so that both see the same
     // machine state and a drift within the round cancels out; then every
     // other variant, in an order rotating per round.
-    let (rounds, per_round) = if bench_mode { (25, 2000) } else { (3, 4) };
+    let (rounds, per_round) = if bench_mode { (51, 2000) } else { (3, 4) };
     let all: Vec<&Variant> = VARIANTS.iter().chain(&REFERENCES).collect();
     for variant in &all {
         time_ns(&setup, variant, per_round / 4 + 1);

@@ -14,6 +14,7 @@ use std::io::{self, BufRead};
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
+use vllm_otel_metrics::export::prometheus::PrometheusBridge;
 use vllm_otel_metrics::ingest::jsonl;
 use vllm_otel_metrics::instruments::Instruments;
 use vllm_otel_metrics::protocol::Record;
@@ -64,7 +65,10 @@ fn median(values: &mut [f64]) -> f64 {
 fn main() {
     let bench_mode = std::env::args().any(|a| a == "--bench");
     let (trace, outputs) = trace(if bench_mode { 120.0 } else { 2.0 });
-    let instruments = Instruments::builder().build();
+    // The bridge's reader, as a default `replay` serving /metrics has it:
+    // without a reader the SDK would aggregate nothing.
+    let (_bridge, reader) = PrometheusBridge::builder().build();
+    let instruments = Instruments::builder().with_reader(reader).build();
     let mut criterion = Criterion::default().configure_from_args();
     {
         let mut group = criterion.benchmark_group("replay");
