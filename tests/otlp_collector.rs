@@ -72,6 +72,42 @@ fn assert_same(
     );
 }
 
+/// The bridge's samples of a replay of the test trace (which has invalid
+/// lines, so exit status 2) in which no OTLP export failed.
+fn clean_replay_samples(output: std::process::Output, what: &str) -> BTreeMap<String, f64> {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "{what}: the trace has invalid lines; stderr:\n{stderr}"
+    );
+    assert!(
+        !stderr.contains("OTLP export"),
+        "{what}: no export may fail: {stderr}"
+    );
+    vllm_samples(&String::from_utf8(output.stdout).unwrap())
+}
+
+/// Waits up to 15 s until the Collector shows exactly `expected` for
+/// `instance` (after `view`), else fails with the difference and its log.
+fn assert_collector_shows(
+    collector: &Collector,
+    instance: &str,
+    expected: &BTreeMap<String, f64>,
+    view: fn(&BTreeMap<String, f64>) -> BTreeMap<String, f64>,
+    what: &str,
+) {
+    let mut last = BTreeMap::new();
+    if common::wait_for_optional(15, || {
+        last = view(&collector.samples_of(instance));
+        (last == *expected).then_some(())
+    })
+    .is_none()
+    {
+        assert_same(expected, &last, what, &collector.log());
+    }
+}
+
 /// Replays the trace pushing to the Collector; returns the bridge's samples,
 /// then waits until the Collector shows exactly those.
 fn push_and_compare(collector: &Collector, protocol: &str, names: &str) -> BTreeMap<String, f64> {
@@ -80,31 +116,15 @@ fn push_and_compare(collector: &Collector, protocol: &str, names: &str) -> BTree
         .arg(common::repo().join(TRACE))
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(
-        output.status.code(),
-        Some(2),
-        "the trace has invalid lines; stderr:\n{stderr}"
-    );
-    assert!(
-        !stderr.contains("OTLP export"),
-        "no export may fail: {stderr}"
-    );
-    let bridge = vllm_samples(&String::from_utf8(output.stdout).unwrap());
+    let bridge = clean_replay_samples(output, &instance);
     assert!(bridge.len() > 1000, "a rich exposition");
-    let mut last = BTreeMap::new();
-    let settled = common::wait_for_optional(15, || {
-        last = collector.samples_of(&instance);
-        (last == bridge).then_some(())
-    });
-    if settled.is_none() {
-        assert_same(
-            &bridge,
-            &last,
-            &format!("{protocol} / {names} names"),
-            &collector.log(),
-        );
-    }
+    assert_collector_shows(
+        collector,
+        &instance,
+        &bridge,
+        BTreeMap::clone,
+        &format!("{protocol} / {names} names"),
+    );
     bridge
 }
 
@@ -271,14 +291,7 @@ fn compressed_delta_exports_add_up_to_the_bridge_samples() {
             std::thread::sleep(std::time::Duration::from_millis(700));
         }
         drop(stdin);
-        let output = child.wait_with_output().unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(2), "{stderr}");
-        assert!(
-            !stderr.contains("OTLP export"),
-            "no export may fail: {stderr}"
-        );
-        let all = vllm_samples(&String::from_utf8(output.stdout).unwrap());
+        let all = clean_replay_samples(child.wait_with_output().unwrap(), &instance);
         let bridge = recorded_series(&all);
         assert!(
             bridge.len() > 1000 && bridge.len() < all.len(),
@@ -286,20 +299,13 @@ fn compressed_delta_exports_add_up_to_the_bridge_samples() {
             bridge.len(),
             all.len()
         );
-        let mut last = BTreeMap::new();
-        if common::wait_for_optional(15, || {
-            last = recorded_series(&collector.samples_of(&instance));
-            (last == bridge).then_some(())
-        })
-        .is_none()
-        {
-            assert_same(
-                &bridge,
-                &last,
-                &format!("delta over {protocol}"),
-                &collector.log(),
-            );
-        }
+        assert_collector_shows(
+            &collector,
+            &instance,
+            &bridge,
+            recorded_series,
+            &format!("delta over {protocol}"),
+        );
     }
 }
 
@@ -336,15 +342,13 @@ fn counts_arrive_complete_when_the_collector_starts_late() {
         "the recovery was reported: {stderr}"
     );
     let bridge = vllm_samples(&String::from_utf8(output.stdout).unwrap());
-    let mut last = BTreeMap::new();
-    if common::wait_for_optional(15, || {
-        last = collector.samples_of("late");
-        (last == bridge).then_some(())
-    })
-    .is_none()
-    {
-        assert_same(&bridge, &last, "after an outage", &collector.log());
-    }
+    assert_collector_shows(
+        &collector,
+        "late",
+        &bridge,
+        BTreeMap::clone,
+        "after an outage",
+    );
 }
 
 #[test]
@@ -374,15 +378,13 @@ fn sigterm_during_a_long_run_delivers_the_final_counts() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(143), "{stderr}");
     assert!(stderr.contains("received SIGTERM"), "{stderr}");
-    let mut last = BTreeMap::new();
-    if common::wait_for_optional(15, || {
-        last = collector.samples_of("sigterm");
-        (last == expected).then_some(())
-    })
-    .is_none()
-    {
-        assert_same(&expected, &last, "after SIGTERM", &collector.log());
-    }
+    assert_collector_shows(
+        &collector,
+        "sigterm",
+        &expected,
+        BTreeMap::clone,
+        "after SIGTERM",
+    );
 }
 
 /// PEM files of a test CA, a server certificate for 127.0.0.1/localhost and
@@ -491,28 +493,15 @@ fn tls_with_client_certificates_over_grpc_and_http() {
                 .arg(&pki.client_key);
         }
         let output = command.arg(common::repo().join(TRACE)).output().unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(2), "{protocol}: {stderr}");
-        assert!(
-            !stderr.contains("OTLP export"),
-            "{protocol}: no export may fail: {stderr}"
-        );
-        let bridge = vllm_samples(&String::from_utf8(output.stdout).unwrap());
+        let bridge = clean_replay_samples(output, &instance);
         assert!(bridge.len() > 1000, "a rich exposition");
-        let mut last = BTreeMap::new();
-        if common::wait_for_optional(15, || {
-            last = collector.samples_of(&instance);
-            (last == bridge).then_some(())
-        })
-        .is_none()
-        {
-            assert_same(
-                &bridge,
-                &last,
-                &format!("TLS over {protocol}"),
-                &collector.log(),
-            );
-        }
+        assert_collector_shows(
+            &collector,
+            &instance,
+            &bridge,
+            BTreeMap::clone,
+            &format!("TLS over {protocol}"),
+        );
     }
 }
 
