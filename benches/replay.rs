@@ -45,7 +45,13 @@ fn trace(duration: f64) -> (Vec<u8>, usize) {
 
 fn replay(instruments: &Instruments, trace: &[u8]) {
     let mut tracker = Tracker::new(instruments.clone());
-    let report = jsonl::replay(trace, "bench", &mut tracker, &mut io::sink())
+    let report = jsonl::replay(
+        trace,
+        "bench",
+        &mut tracker,
+        &mut io::sink(),
+        jsonl::DEFAULT_MAX_LINE_BYTES,
+    )
         .expect("reading from memory cannot fail");
     black_box(report);
 }

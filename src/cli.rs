@@ -22,7 +22,7 @@ use crate::ingest::client::RemoteSink;
 use crate::ingest::grpc::{self, IngestLimits, IngestService};
 use crate::ingest::{jsonl, RecordSink};
 use crate::instruments::{Instruments, NameStyle, DEFAULT_MAX_LABEL_SETS};
-use crate::protocol::Record;
+use crate::protocol::{InputLimits, Record};
 use crate::sim::report::{self, SweepRow};
 use crate::sim::{simulate, Progress, SimConfig};
 use crate::tracker::{Rejection, Tracker};
@@ -101,6 +101,13 @@ struct CommonArgs {
     /// overflow series per family (`otel_metric_overflow="true"`).
     #[arg(long, default_value_t = DEFAULT_MAX_LABEL_SETS, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     max_label_sets: usize,
+    /// Longest accepted label value (`model_name`), bytes; a record with a
+    /// longer one is invalid.
+    #[arg(long, default_value_t = InputLimits::DEFAULT_MAX_LABEL_BYTES, value_name = "BYTES", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    max_label_bytes: usize,
+    /// Longest accepted request id, bytes; a record with a longer one is invalid.
+    #[arg(long, default_value_t = InputLimits::DEFAULT_MAX_REQUEST_ID_BYTES, value_name = "BYTES", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    max_request_id_bytes: usize,
     /// Also expose the OpenTelemetry resource as `target_info`.
     #[arg(long)]
     target_info: bool,
@@ -170,6 +177,15 @@ fn parse_header(s: &str) -> Result<(String, String), String> {
     Ok((key.to_owned(), value.trim().to_owned()))
 }
 
+impl CommonArgs {
+    fn input_limits(&self) -> InputLimits {
+        InputLimits {
+            max_label_bytes: self.max_label_bytes,
+            max_request_id_bytes: self.max_request_id_bytes,
+        }
+    }
+}
+
 impl OtlpArgs {
     fn options(&self) -> OtlpOptions {
         OtlpOptions {
@@ -228,6 +244,9 @@ struct ReplayArgs {
     /// Also stream every record to a remote `serve` (e.g. http://127.0.0.1:50051).
     #[arg(long, value_name = "URL")]
     target: Option<String>,
+    /// Longest accepted trace line, bytes; a longer line is invalid.
+    #[arg(long, default_value_t = jsonl::DEFAULT_MAX_LINE_BYTES, value_name = "BYTES", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    max_line_bytes: usize,
     #[command(flatten)]
     common: CommonArgs,
 }
@@ -494,7 +513,7 @@ struct Tee {
 }
 
 impl Tee {
-    fn new(pipeline: &Pipeline, target: Option<&str>) -> io::Result<Tee> {
+    fn new(pipeline: &Pipeline, target: Option<&str>, limits: InputLimits) -> io::Result<Tee> {
         let remote = match target {
             Some(url) => Some(
                 RemoteSink::connect(url, pipeline.runtime.handle())
@@ -503,7 +522,7 @@ impl Tee {
             None => None,
         };
         Ok(Tee {
-            tracker: Tracker::new(pipeline.instruments.clone()),
+            tracker: Tracker::new(pipeline.instruments.clone()).with_limits(limits),
             remote,
             remote_failed: false,
         })
@@ -524,13 +543,17 @@ impl Tee {
 }
 
 impl RecordSink for Tee {
+    /// Applies locally, then forwards the record unless it was refused as a
+    /// whole (the remote would refuse it too).
     fn apply(&mut self, record: &Record) -> Vec<Rejection> {
+        let rejections = self.tracker.apply(record);
+        let refused = Rejection::refuse_whole_record(&rejections);
         if let Some(remote) = &mut self.remote {
-            if !self.remote_failed && !remote.send(record) {
+            if !refused && !self.remote_failed && !remote.send(record) {
                 self.remote_failed = true;
             }
         }
-        self.tracker.apply(record)
+        rejections
     }
 
     fn invalid(&mut self) {
@@ -553,9 +576,19 @@ fn open_trace(file: &str) -> io::Result<(Box<dyn BufRead>, String)> {
 fn run_replay(args: ReplayArgs) -> io::Result<ExitCode> {
     let (input, source) = open_trace(&args.file)?;
     let pipeline = Pipeline::new(&args.common, true, args.output.format().is_some())?;
-    let mut tee = Tee::new(&pipeline, args.target.as_deref())?;
+    let mut tee = Tee::new(
+        &pipeline,
+        args.target.as_deref(),
+        args.common.input_limits(),
+    )?;
     // Unlocked: the OTLP and signal threads report on stderr too.
-    let report = jsonl::replay(input, &source, &mut tee, &mut io::stderr())?;
+    let report = jsonl::replay(
+        input,
+        &source,
+        &mut tee,
+        &mut io::stderr(),
+        args.max_line_bytes,
+    )?;
     let remote_clean = tee.finish_remote()?;
     let tracker = tee.tracker;
     if tracker.in_flight() > 0 {
@@ -659,7 +692,11 @@ fn run_simulate(args: SimulateArgs) -> io::Result<ExitCode> {
     };
     // The summary reads the bridge.
     let pipeline = Pipeline::new(&args.common, true, true)?;
-    let mut tee = Tee::new(&pipeline, args.target.as_deref())?;
+    let mut tee = Tee::new(
+        &pipeline,
+        args.target.as_deref(),
+        args.common.input_limits(),
+    )?;
     let mut write_error: Option<io::Error> = None;
     let started = std::time::Instant::now();
     let show_progress = io::IsTerminal::is_terminal(&io::stderr());
@@ -720,7 +757,9 @@ fn run_serve(args: ServeArgs) -> io::Result<ExitCode> {
         request_ttl: (!request_ttl.is_zero()).then_some(request_ttl),
         max_message_bytes: args.max_message_bytes,
     };
-    let service = IngestService::new(Tracker::new(pipeline.instruments.clone()), limits);
+    let tracker =
+        Tracker::new(pipeline.instruments.clone()).with_limits(args.common.input_limits());
+    let service = IngestService::new(tracker, limits);
     let listener = pipeline
         .runtime
         .block_on(tokio::net::TcpListener::bind(args.ingest_addr))

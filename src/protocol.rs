@@ -232,6 +232,67 @@ impl std::fmt::Display for InvalidRecord {
 
 impl std::error::Error for InvalidRecord {}
 
+/// Bounds on what one record may carry, so that no single record can grow
+/// the process's memory, every later scrape or every later export.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InputLimits {
+    /// Longest label value (`model_name`), bytes.
+    pub max_label_bytes: usize,
+    /// Longest request id, bytes.
+    pub max_request_id_bytes: usize,
+}
+
+impl InputLimits {
+    /// Default longest label value: longer than any model name in use.
+    pub const DEFAULT_MAX_LABEL_BYTES: usize = 256;
+    /// Default longest request id.
+    pub const DEFAULT_MAX_REQUEST_ID_BYTES: usize = 512;
+}
+
+impl Default for InputLimits {
+    fn default() -> Self {
+        InputLimits {
+            max_label_bytes: Self::DEFAULT_MAX_LABEL_BYTES,
+            max_request_id_bytes: Self::DEFAULT_MAX_REQUEST_ID_BYTES,
+        }
+    }
+}
+
+/// A value shown in a message: at most 64 characters of it, and its length
+/// when it is longer (a rejected value may be megabytes long).
+pub fn shown(value: &str) -> String {
+    const SHOWN: usize = 64;
+    if value.len() <= SHOWN {
+        return value.to_owned();
+    }
+    let mut end = SHOWN;
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes)", &value[..end], value.len())
+}
+
+fn bounded(what: &str, value: &str, max: usize) -> Result<(), InvalidRecord> {
+    if value.len() <= max {
+        Ok(())
+    } else {
+        Err(InvalidRecord(format!(
+            "{what} is {} bytes, more than the limit of {max} ('{}')",
+            value.len(),
+            shown(value)
+        )))
+    }
+}
+
+/// A time in seconds: finite and not negative (vLLM's clocks cannot be).
+fn time(what: &str, value: f64) -> Result<(), InvalidRecord> {
+    finite(what, value)?;
+    if value < 0.0 {
+        return Err(InvalidRecord(format!("{what} is negative ({value})")));
+    }
+    Ok(())
+}
+
 fn finite(what: &str, value: f64) -> Result<(), InvalidRecord> {
     if value.is_finite() {
         Ok(())
@@ -243,30 +304,58 @@ fn finite(what: &str, value: f64) -> Result<(), InvalidRecord> {
 }
 
 impl Record {
-    /// Checks what the wire format cannot: every time and ratio is a finite number.
+    /// Checks what the wire format cannot: every time is a finite,
+    /// non-negative number, the KV-cache usage a fraction between 0 and 1,
+    /// and label values and request ids within `limits`.
     ///
     /// ```
-    /// use vllm_otel_metrics::protocol::{Abort, Record};
+    /// use vllm_otel_metrics::protocol::{Abort, InputLimits, Record};
+    /// let limits = InputLimits::default();
     /// let bad = Record::Abort(Abort { request_id: "r".into(), received_at: f64::NAN });
-    /// assert!(bad.validate().is_err());
+    /// assert!(bad.validate(&limits).is_err());
+    /// let long = Record::Abort(Abort { request_id: "r".repeat(600), received_at: 1.0 });
+    /// assert!(long.validate(&limits).unwrap_err().0.starts_with("request_id is 600 bytes"));
     /// ```
-    pub fn validate(&self) -> Result<(), InvalidRecord> {
+    pub fn validate(&self, limits: &InputLimits) -> Result<(), InvalidRecord> {
+        let id = |id: &str| bounded("request_id", id, limits.max_request_id_bytes);
+        let label = |name: &str| bounded("model_name", name, limits.max_label_bytes);
         match self {
-            Record::Request(r) => finite("arrival_time", r.arrival_time),
+            Record::Request(r) => {
+                id(&r.request_id)?;
+                label(&r.model_name)?;
+                time("arrival_time", r.arrival_time)
+            }
             Record::Outputs(b) => {
-                finite("timestamp", b.timestamp)?;
-                finite("received_at", b.received_at)?;
+                time("timestamp", b.timestamp)?;
+                time("received_at", b.received_at)?;
                 for output in &b.outputs {
+                    id(&output.request_id)?;
                     for event in &output.events {
-                        finite("event timestamp", event.timestamp).map_err(|e| {
-                            InvalidRecord(format!("request {}: {e}", output.request_id))
+                        time("event timestamp", event.timestamp).map_err(|e| {
+                            InvalidRecord(format!("request {}: {e}", shown(&output.request_id)))
                         })?;
+                        if let Some(reason) = &event.reason {
+                            bounded("event reason", reason, limits.max_label_bytes)?;
+                        }
                     }
                 }
                 Ok(())
             }
-            Record::Abort(a) => finite("received_at", a.received_at),
-            Record::SchedulerStats(s) => finite("kv_cache_usage", s.kv_cache_usage),
+            Record::Abort(a) => {
+                id(&a.request_id)?;
+                time("received_at", a.received_at)
+            }
+            Record::SchedulerStats(s) => {
+                label(&s.model_name)?;
+                finite("kv_cache_usage", s.kv_cache_usage)?;
+                if !(0.0..=1.0).contains(&s.kv_cache_usage) {
+                    return Err(InvalidRecord(format!(
+                        "kv_cache_usage is not between 0 and 1 ({})",
+                        s.kv_cache_usage
+                    )));
+                }
+                Ok(())
+            }
         }
     }
 }

@@ -30,8 +30,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::instruments::{Instruments, LabelSet, RequestHandles, RequestHistogram};
 use crate::protocol::{
-    Abort, EngineCoreEvent, EngineCoreOutput, EventType, FinishReason, OutputBatch, Record,
-    RequestStart, SchedulerStats,
+    shown, Abort, EngineCoreEvent, EngineCoreOutput, EventType, FinishReason, InputLimits,
+    OutputBatch, Record, RequestStart, SchedulerStats,
 };
 
 /// The request parameters the terminal histograms report.
@@ -84,6 +84,8 @@ struct RequestState {
     scheduled_ts: f64,
     first_token_ts: f64,
     last_token_ts: f64,
+    /// The batch timestamp of the latest output (engine clock).
+    last_batch_ts: f64,
     num_generation_tokens: u64,
     num_preemptions: u64,
     latest_num_cached_tokens: u32,
@@ -115,9 +117,30 @@ impl RequestState {
             scheduled_ts: 0.0,
             first_token_ts: 0.0,
             last_token_ts: 0.0,
+            last_batch_ts: 0.0,
             num_generation_tokens: 0,
             num_preemptions: 0,
             latest_num_cached_tokens: 0,
+        }
+    }
+
+    /// Why an output stamped `batch_timestamp` and received at `received_at`
+    /// cannot be applied: its engine time is earlier than the request's
+    /// previous output, or its receive time earlier than the arrival. Either
+    /// would record a negative latency.
+    fn out_of_order(&self, batch_timestamp: f64, received_at: f64) -> Option<String> {
+        if batch_timestamp < self.last_batch_ts {
+            Some(format!(
+                "timestamp {batch_timestamp} is earlier than the request's previous output at {}",
+                self.last_batch_ts
+            ))
+        } else if received_at < self.params.arrival_time {
+            Some(format!(
+                "received_at {received_at} is earlier than the request's arrival_time {}",
+                self.params.arrival_time
+            ))
+        } else {
+            None
         }
     }
 
@@ -136,6 +159,7 @@ impl RequestState {
         if let Some(stats) = &output.prefill_stats {
             self.latest_num_cached_tokens = stats.num_cached_tokens;
         }
+        self.last_batch_ts = batch_timestamp;
         let new_tokens = output.new_token_ids.len() as u64;
         self.num_generation_tokens += new_tokens;
         let preemptions = if output.events.is_empty() {
@@ -207,7 +231,9 @@ impl RequestState {
                 PrefillKvComputedTokens,
                 f64::from(p.prompt_len.saturating_sub(self.latest_num_cached_tokens)),
             ),
-            (E2eRequestLatency, received_at - p.arrival_time),
+            // An explicit end before the arrival (a caller's clock skew)
+            // must not record a negative latency.
+            (E2eRequestLatency, (received_at - p.arrival_time).max(0.0)),
             (QueueTime, diff_or_zero(self.scheduled_ts, self.queued_ts)),
             (
                 PrefillTime,
@@ -295,6 +321,14 @@ impl RequestMetrics {
     ) -> bool {
         if self.terminated {
             return true;
+        }
+        if self
+            .state
+            .out_of_order(batch_timestamp, received_at)
+            .is_some()
+        {
+            self.handles.count_invalid();
+            return false;
         }
         self.state
             .observe_output(&self.handles, counts, batch_timestamp, received_at, output);
@@ -386,8 +420,22 @@ pub struct Rejection {
     pub reason: RejectReason,
     /// Which record kind carried it (`output`, `abort`, `request`).
     pub record: &'static str,
-    /// The request id it named.
+    /// The request id it named (shortened when long).
     pub request_id: String,
+    /// What is wrong, for an invalid record.
+    pub detail: String,
+}
+
+impl Rejection {
+    /// Whether `rejections` (what [`Tracker::apply`] returned) refuse the
+    /// record as a whole: one invalid-record rejection naming the record
+    /// itself, not one of its outputs.
+    pub fn refuse_whole_record(rejections: &[Rejection]) -> bool {
+        matches!(
+            rejections,
+            [only] if only.reason == RejectReason::InvalidRecord && only.record != "output"
+        )
+    }
 }
 
 impl std::fmt::Display for Rejection {
@@ -401,7 +449,9 @@ impl std::fmt::Display for Rejection {
             RejectReason::DuplicateRequest => {
                 write!(f, "second start for live request '{}'", self.request_id)
             }
-            RejectReason::InvalidRecord => write!(f, "invalid {} record", self.record),
+            RejectReason::InvalidRecord => {
+                write!(f, "invalid {} record: {}", self.record, self.detail)
+            }
         }
     }
 }
@@ -418,6 +468,7 @@ pub struct Tracker {
     requests: HashMap<String, Live>,
     /// Per-batch counts by label set; reused so batches allocate nothing.
     batch_counts: Vec<BatchCounts>,
+    limits: InputLimits,
     /// Start order `(start number, id)`, kept only for [`Tracker::evict_oldest`];
     /// entries of requests that ended are skipped lazily.
     start_order: Option<VecDeque<(u64, Box<str>)>>,
@@ -489,6 +540,7 @@ impl Tracker {
             instruments,
             requests: HashMap::new(),
             batch_counts: Vec::new(),
+            limits: InputLimits::default(),
             start_order: None,
             starts: 0,
             now: 0.0,
@@ -517,8 +569,27 @@ impl Tracker {
         self.requests.len()
     }
 
-    /// Applies any record; returns what was rejected (empty when all applied).
+    /// The bounds records are checked against.
+    pub fn with_limits(mut self, limits: InputLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Applies any record; returns what was rejected (empty when all
+    /// applied). A record that fails [`Record::validate`] against the
+    /// tracker's [`InputLimits`] changes nothing and comes back as one
+    /// `invalid_record` rejection: this is where every source's records are
+    /// checked.
     pub fn apply(&mut self, record: &Record) -> Vec<Rejection> {
+        if let Err(error) = record.validate(&self.limits) {
+            let (kind, id) = match record {
+                Record::Request(r) => ("request", r.request_id.as_str()),
+                Record::Outputs(_) => ("outputs", ""),
+                Record::Abort(a) => ("abort", a.request_id.as_str()),
+                Record::SchedulerStats(_) => ("scheduler_stats", ""),
+            };
+            return vec![self.invalid(kind, id, error.0)];
+        }
         match record {
             Record::Request(start) => self.start_request(start).err().into_iter().collect(),
             Record::Outputs(batch) => self.observe_batch(batch),
@@ -535,7 +606,15 @@ impl Tracker {
         Rejection {
             reason,
             record,
-            request_id: request_id.to_owned(),
+            request_id: shown(request_id),
+            detail: String::new(),
+        }
+    }
+
+    fn invalid(&self, record: &'static str, request_id: &str, detail: String) -> Rejection {
+        Rejection {
+            detail,
+            ..self.reject(RejectReason::InvalidRecord, record, request_id)
         }
     }
 
@@ -585,6 +664,14 @@ impl Tracker {
                 ));
                 continue;
             };
+            if let Some(detail) = live
+                .metrics
+                .state
+                .out_of_order(batch.timestamp, batch.received_at)
+            {
+                rejections.push(self.invalid("output", &output.request_id, detail));
+                continue;
+            }
             live.last_seen = self.now;
             let request = &mut live.metrics;
             let counts = match self
@@ -624,8 +711,24 @@ impl Tracker {
 
     /// Terminates a request as `abort`.
     pub fn abort(&mut self, abort: &Abort) -> Result<(), Rejection> {
-        match self.requests.remove(abort.request_id.as_str()) {
-            Some(mut live) => {
+        let arrival = self
+            .requests
+            .get(abort.request_id.as_str())
+            .map(|live| live.metrics.state.params.arrival_time);
+        match arrival {
+            Some(arrival) if abort.received_at < arrival => Err(self.invalid(
+                "abort",
+                &abort.request_id,
+                format!(
+                    "received_at {} is earlier than the request's arrival_time {arrival}",
+                    abort.received_at
+                ),
+            )),
+            Some(_) => {
+                let mut live = self
+                    .requests
+                    .remove(abort.request_id.as_str())
+                    .expect("just found");
                 live.metrics.abort(abort.received_at);
                 Ok(())
             }

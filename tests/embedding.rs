@@ -54,6 +54,7 @@ fn a_host_provider_records_the_golden_exposition_next_to_its_own_instruments() {
         "lifecycle.jsonl",
         &mut tracker,
         &mut errors,
+        jsonl::DEFAULT_MAX_LINE_BYTES,
     )
     .unwrap();
 

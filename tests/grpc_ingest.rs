@@ -269,7 +269,7 @@ fn malformed_records_and_garbage_frames_leave_the_server_serving() {
         first,
         [
             "record 2: empty record (no field of the oneof set)",
-            "record 3: received_at is not a finite number (NaN)",
+            "record 3: invalid abort record: received_at is not a finite number (NaN)",
             "record 4: request a: unknown event type 7",
         ]
     );

@@ -20,7 +20,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::proto::{pb, record_from_proto};
 use crate::protocol::Record;
-use crate::tracker::{unix_now, RejectReason, Tracker};
+use crate::tracker::{unix_now, RejectReason, Rejection, Tracker};
 
 /// How many rejection messages a summary carries.
 pub const FIRST_REJECTIONS: usize = 10;
@@ -115,9 +115,14 @@ impl IngestService {
             }
             rejections
         };
-        summary.wire.records_applied += 1;
-        if let Record::Outputs(batch) = &record {
-            summary.wire.outputs_applied += batch.outputs.len() as u64;
+        let whole = Rejection::refuse_whole_record(&rejections);
+        if whole {
+            summary.wire.records_rejected += 1;
+        } else {
+            summary.wire.records_applied += 1;
+            if let Record::Outputs(batch) = &record {
+                summary.wire.outputs_applied += batch.outputs.len() as u64;
+            }
         }
         for rejection in rejections {
             summary.reject(

@@ -17,7 +17,7 @@
 //! "#;
 //! let mut tracker = Tracker::new(Instruments::builder().build());
 //! let mut stderr = Vec::new();
-//! let report = jsonl::replay(&trace[..], "t.jsonl", &mut tracker, &mut stderr).unwrap();
+//! let report = jsonl::replay(&trace[..], "t.jsonl", &mut tracker, &mut stderr, 1 << 20).unwrap();
 //! assert_eq!((report.applied, report.invalid), (2, 1));
 //! assert!(String::from_utf8(stderr).unwrap().starts_with("t.jsonl:2: "));
 //! ```
@@ -69,46 +69,93 @@ fn describe(error: &serde_json::Error) -> String {
     }
 }
 
+/// Default longest JSONL line, bytes (as large as a default gRPC message).
+pub const DEFAULT_MAX_LINE_BYTES: usize = 16 << 20;
+
+/// Reads one line (its `\n` included) into `line`, keeping at most `max`
+/// bytes: the rest of a longer line is skipped without being buffered.
+/// Returns the line's full length, 0 at the end of the input.
+fn read_line_bounded<R: BufRead>(input: &mut R, line: &mut Vec<u8>, max: usize) -> io::Result<usize> {
+    let mut total = 0;
+    loop {
+        let available = match input.fill_buf() {
+            Ok(available) => available,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if available.is_empty() {
+            return Ok(total);
+        }
+        let (chunk, done) = match available.iter().position(|&b| b == b'\n') {
+            Some(end) => (&available[..=end], true),
+            None => (available, false),
+        };
+        let room = max.saturating_sub(line.len());
+        line.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        let used = chunk.len();
+        total += used;
+        input.consume(used);
+        if done {
+            return Ok(total);
+        }
+    }
+}
+
 /// Streams `input` (named `source` in messages) into `sink` (a
-/// [`Tracker`](crate::tracker::Tracker) or a tee), writing diagnostics to `diagnostics`.
+/// [`Tracker`](crate::tracker::Tracker) or a tee), writing diagnostics to
+/// `diagnostics`. Lines longer than `max_line_bytes` are invalid; a UTF-8
+/// byte-order mark before the first line is ignored.
 pub fn replay<R: BufRead, S: RecordSink + ?Sized, W: Write>(
     mut input: R,
     source: &str,
     sink: &mut S,
     diagnostics: &mut W,
+    max_line_bytes: usize,
 ) -> io::Result<ReplayReport> {
     let mut report = ReplayReport::default();
     let mut line = Vec::with_capacity(4096);
     let mut warned = [false; 3];
     loop {
         line.clear();
-        if input.read_until(b'\n', &mut line)? == 0 {
+        let length = read_line_bounded(&mut input, &mut line, max_line_bytes)?;
+        if length == 0 {
             break;
         }
         report.lines += 1;
+        if length > max_line_bytes {
+            report.invalid += 1;
+            sink.invalid();
+            writeln!(
+                diagnostics,
+                "{source}:{}: line is {length} bytes, more than the limit of {max_line_bytes} (--max-line-bytes)",
+                report.lines
+            )?;
+            continue;
+        }
+        if report.lines == 1 && line.starts_with(b"\xEF\xBB\xBF") {
+            line.drain(..3);
+        }
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        let parsed = serde_json::from_slice::<Record>(&line)
-            .map_err(|e| describe(&e))
-            .and_then(|record| record.validate().map(|()| record).map_err(|e| e.0));
-        let record = match parsed {
+        let record = match serde_json::from_slice::<Record>(&line) {
             Ok(record) => record,
-            Err(reason) => {
+            Err(error) => {
                 report.invalid += 1;
                 sink.invalid();
-                writeln!(diagnostics, "{source}:{}: {reason}", report.lines)?;
+                writeln!(diagnostics, "{source}:{}: {}", report.lines, describe(&error))?;
                 continue;
             }
         };
-        report.applied += 1;
-        if let Record::Outputs(batch) = &record {
-            report.outputs += batch.outputs.len() as u64;
-        }
+        let mut invalid = false;
         for rejection in sink.apply(&record) {
             let kind = rejection.reason as usize;
             report.rejected[kind] += 1;
-            if !warned[kind] {
+            if rejection.reason == RejectReason::InvalidRecord {
+                // Out of bounds or out of order: located like a parse error.
+                invalid = true;
+                writeln!(diagnostics, "{source}:{}: {rejection}", report.lines)?;
+            } else if !warned[kind] {
                 warned[kind] = true;
                 writeln!(
                     diagnostics,
@@ -117,6 +164,14 @@ pub fn replay<R: BufRead, S: RecordSink + ?Sized, W: Write>(
                     rejection.reason.as_str()
                 )?;
             }
+        }
+        if invalid {
+            report.invalid += 1;
+            continue;
+        }
+        report.applied += 1;
+        if let Record::Outputs(batch) = &record {
+            report.outputs += batch.outputs.len() as u64;
         }
     }
     let skipped: Vec<String> = RejectReason::ALL

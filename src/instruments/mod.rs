@@ -428,12 +428,13 @@ impl Instruments {
     /// is seen (beyond the label-set limit, the overflow handles).
     pub fn label_set(&self, model_name: &str, engine: u32) -> LabelSet {
         let request = &self.inner.request;
+        let invalid = &self.inner.rejected[RejectReason::InvalidRecord as usize];
         LabelSet {
             handles: self
                 .inner
                 .request_handles
                 .get(model_name, engine, |labels| {
-                    RequestHandles::bind(request, labels)
+                    RequestHandles::bind(request, labels, invalid.clone())
                 }),
         }
     }

@@ -109,6 +109,9 @@ pub(crate) struct RequestHandles {
     request_success_instrument: Counter<u64>,
     labels: Vec<KeyValue>,
     pub(crate) iteration_tokens: BoundHistogram<f64>,
+    /// `rejected_inputs{reason="invalid_record"}`, for outputs
+    /// [`RequestMetrics`](crate::tracker::RequestMetrics) refuses itself.
+    invalid: BoundCounter<u64>,
     pub(crate) time_to_first_token: BoundHistogram<f64>,
     pub(crate) inter_token_latency: BoundHistogram<f64>,
     /// In [`RequestHistogram`] order.
@@ -118,7 +121,11 @@ pub(crate) struct RequestHandles {
 impl RequestHandles {
     /// Binds every series of the label set; each but `request_success` exists,
     /// zero-valued, from here on (vLLM resolves them all at request start).
-    pub(crate) fn bind(instruments: &RequestInstruments, labels: Vec<KeyValue>) -> Self {
+    pub(crate) fn bind(
+        instruments: &RequestInstruments,
+        labels: Vec<KeyValue>,
+        invalid: BoundCounter<u64>,
+    ) -> Self {
         let i = instruments;
         let source = |s: &'static str| {
             i.prompt_tokens_by_source
@@ -133,6 +140,7 @@ impl RequestHandles {
             request_success: Default::default(),
             request_success_instrument: i.request_success.clone(),
             iteration_tokens: i.iteration_tokens.bind(&labels),
+            invalid,
             time_to_first_token: i.histograms[RequestHistogram::TimeToFirstToken as usize]
                 .bind(&labels),
             inter_token_latency: i.histograms[RequestHistogram::InterTokenLatency as usize]
@@ -151,6 +159,11 @@ impl RequestHandles {
         if preemptions > 0 {
             self.num_preemptions.add(preemptions);
         }
+    }
+
+    /// Counts one output refused as invalid.
+    pub(crate) fn count_invalid(&self) {
+        self.invalid.add(1);
     }
 
     /// Adds the first token's prefill stats to the prompt-token counters.
