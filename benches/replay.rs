@@ -52,7 +52,7 @@ fn replay(instruments: &Instruments, trace: &[u8]) {
         &mut io::sink(),
         jsonl::DEFAULT_MAX_LINE_BYTES,
     )
-        .expect("reading from memory cannot fail");
+    .expect("reading from memory cannot fail");
     black_box(report);
 }
 

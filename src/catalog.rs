@@ -461,6 +461,78 @@ pub const EVICTED_REQUESTS: MetricDef = counter(
     REASON_LABELS,
 );
 
+// ---- process (served on /metrics only) ----
+
+const fn process_gauge(
+    name: &'static str,
+    otel_name: &'static str,
+    help: &'static str,
+) -> MetricDef {
+    MetricDef {
+        vllm_name: name,
+        otel_name,
+        kind: Kind::Gauge,
+        unit: "",
+        help,
+        labels: &[],
+        buckets: Buckets::None,
+        value_type: ValueType::Float,
+    }
+}
+
+/// Virtual memory of the process.
+pub const PROCESS_VIRTUAL_MEMORY: MetricDef = process_gauge(
+    "process_virtual_memory_bytes",
+    "process.virtual_memory_bytes",
+    "Virtual memory size in bytes.",
+);
+/// Resident memory of the process.
+pub const PROCESS_RESIDENT_MEMORY: MetricDef = process_gauge(
+    "process_resident_memory_bytes",
+    "process.resident_memory_bytes",
+    "Resident memory size in bytes.",
+);
+/// When the process started.
+pub const PROCESS_START_TIME: MetricDef = process_gauge(
+    "process_start_time_seconds",
+    "process.start_time_seconds",
+    "Start time of the process since unix epoch in seconds.",
+);
+/// CPU time of the process.
+pub const PROCESS_CPU: MetricDef = MetricDef {
+    kind: Kind::Counter,
+    ..process_gauge(
+        "process_cpu_seconds",
+        "process.cpu_seconds",
+        "Total user and system CPU time spent in seconds.",
+    )
+};
+/// Open file descriptors.
+pub const PROCESS_OPEN_FDS: MetricDef = process_gauge(
+    "process_open_fds",
+    "process.open_fds",
+    "Number of open file descriptors.",
+);
+/// The file descriptor limit.
+pub const PROCESS_MAX_FDS: MetricDef = process_gauge(
+    "process_max_fds",
+    "process.max_fds",
+    "Maximum number of open file descriptors.",
+);
+
+/// The process families `/metrics` serves after the catalog's, with the
+/// names and HELP texts of Prometheus client libraries (vLLM's dashboards
+/// query `process_start_time_seconds`). They are read from the operating
+/// system at each scrape, not recorded, so they are not OTel instruments.
+pub const PROCESS: [&MetricDef; 6] = [
+    &PROCESS_VIRTUAL_MEMORY,
+    &PROCESS_RESIDENT_MEMORY,
+    &PROCESS_START_TIME,
+    &PROCESS_CPU,
+    &PROCESS_OPEN_FDS,
+    &PROCESS_MAX_FDS,
+];
+
 /// The per-request tier, in exposition order.
 pub const PER_REQUEST: [&MetricDef; 22] = [
     &NUM_PREEMPTIONS,

@@ -19,9 +19,10 @@ use crate::export::otlp::tls::TlsFiles;
 use crate::export::otlp::{self, Destination, ExportHealth, OtlpOptions, Protocol};
 use crate::export::prometheus::{http, Format, PrometheusBridge};
 use crate::ingest::client::RemoteSink;
-use crate::ingest::grpc::{self, IngestLimits, IngestService};
+use crate::ingest::grpc::{self, IngestLimits, IngestListener, IngestService};
 use crate::ingest::{jsonl, RecordSink};
 use crate::instruments::{Instruments, NameStyle, DEFAULT_MAX_LABEL_SETS};
+use crate::listen::{BearerToken, ListenerLimits, ServerTls, ServerTlsFiles};
 use crate::protocol::{InputLimits, Record};
 use crate::sim::report::{self, SweepRow};
 use crate::sim::{simulate, Progress, SimConfig};
@@ -64,9 +65,13 @@ struct ServeArgs {
     /// Largest accepted gRPC message, bytes.
     #[arg(long, default_value_t = IngestLimits::default().max_message_bytes, value_name = "BYTES")]
     max_message_bytes: usize,
-    /// After SIGINT/SIGTERM, wait this long for open streams to end.
+    /// After SIGINT/SIGTERM, wait this long for open streams to end; then
+    /// they are answered with the summary of what they applied.
     #[arg(long, default_value_t = 10.0, value_name = "SECS")]
     drain_timeout: f64,
+    /// Most ingest connections open at once.
+    #[arg(long, default_value_t = grpc::DEFAULT_LIMITS.max_connections, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    ingest_max_connections: usize,
     #[command(flatten)]
     common: CommonArgs,
 }
@@ -112,7 +117,65 @@ struct CommonArgs {
     #[arg(long)]
     target_info: bool,
     #[command(flatten)]
+    listen: ListenArgs,
+    #[command(flatten)]
     otlp: OtlpArgs,
+}
+
+/// How the servers (`/metrics`, and ingest for `serve`) listen.
+#[derive(Debug, Args)]
+struct ListenArgs {
+    /// Serve TLS with this PEM certificate chain (with --tls-key).
+    #[arg(long, value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<PathBuf>,
+    /// Require client certificates that chain to this PEM CA (mutual TLS).
+    #[arg(long, value_name = "FILE")]
+    tls_client_ca: Option<PathBuf>,
+    /// Require `Authorization: Bearer <token>` with the token in this file.
+    #[arg(long, value_name = "FILE")]
+    auth_token_file: Option<PathBuf>,
+    /// Most `/metrics` connections open at once.
+    #[arg(long, default_value_t = http::DEFAULT_LIMITS.max_connections, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    metrics_max_connections: usize,
+    /// Close a connection that sends nothing for this long (0 disables).
+    #[arg(long, default_value_t = 60.0, value_name = "SECS")]
+    idle_timeout: f64,
+    /// Close a connection that takes no written byte for this long (0 disables).
+    #[arg(long, default_value_t = 30.0, value_name = "SECS")]
+    write_timeout: f64,
+}
+
+impl ListenArgs {
+    fn limits(&self, max_connections: usize) -> io::Result<ListenerLimits> {
+        let optional =
+            |flag, value| seconds(flag, value).map(|d: Duration| (!d.is_zero()).then_some(d));
+        Ok(ListenerLimits {
+            max_connections,
+            idle_timeout: optional("--idle-timeout", self.idle_timeout)?,
+            write_timeout: optional("--write-timeout", self.write_timeout)?,
+        })
+    }
+
+    /// TLS with `alpn`, and the token, as the flags say.
+    fn security(&self, alpn: &[&[u8]]) -> io::Result<(Option<ServerTls>, Option<BearerToken>)> {
+        let invalid = |e: String| io::Error::new(io::ErrorKind::InvalidInput, e);
+        let files = ServerTlsFiles {
+            cert: self.tls_cert.clone(),
+            key: self.tls_key.clone(),
+            client_ca: self.tls_client_ca.clone(),
+        };
+        let tls = ServerTls::from_files(&files, alpn).map_err(invalid)?;
+        let token = self
+            .auth_token_file
+            .as_deref()
+            .map(BearerToken::from_file)
+            .transpose()
+            .map_err(invalid)?;
+        Ok((tls, token))
+    }
 }
 
 /// OTLP push options; each one given is set on the exporter's builder and
@@ -410,10 +473,21 @@ impl Pipeline {
         }
         let instruments = builder.build();
         if let Some(addr) = common.metrics_addr.0 {
-            match runtime.block_on(http::spawn(addr, bridge.clone())) {
-                Ok((local, _task)) => eprintln!("serving Prometheus metrics at http://{local}{}", http::METRICS_PATH),
-                Err(e) => eprintln!("warning: cannot serve /metrics on {addr}: {e} (choose another --metrics-addr, or none)"),
-            }
+            let (tls, token) = common.listen.security(&[b"http/1.1"])?;
+            let scheme = if tls.is_some() { "https" } else { "http" };
+            let server = http::MetricsServer {
+                limits: common
+                    .listen
+                    .limits(common.listen.metrics_max_connections)?,
+                tls,
+                token,
+                ..http::MetricsServer::default()
+            };
+            let (local, _task) = runtime.block_on(http::spawn(addr, bridge.clone(), server))?;
+            eprintln!(
+                "serving Prometheus metrics at {scheme}://{local}{}",
+                http::METRICS_PATH
+            );
         }
         let pipeline = Pipeline {
             instruments,
@@ -769,13 +843,20 @@ fn run_serve(args: ServeArgs) -> io::Result<ExitCode> {
                 format!("cannot listen on {}: {e}", args.ingest_addr),
             )
         })?;
+    let (tls, token) = args.common.listen.security(&[b"h2"])?;
     eprintln!(
-        "accepting gRPC ingest streams on {}",
-        listener.local_addr()?
+        "accepting gRPC ingest streams on {}{}",
+        listener.local_addr()?,
+        if tls.is_some() { " (TLS)" } else { "" }
     );
+    let how = IngestListener {
+        limits: args.common.listen.limits(args.ingest_max_connections)?,
+        tls,
+        token,
+    };
     let served = pipeline.runtime.block_on(async {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let mut server = tokio::spawn(grpc::serve(listener, service.clone(), async {
+        let mut server = tokio::spawn(grpc::serve(listener, service.clone(), how, async {
             let _ = stopped.await;
         }));
         tokio::select! {
@@ -785,10 +866,16 @@ fn run_serve(args: ServeArgs) -> io::Result<ExitCode> {
             }
         }
         let _ = stop.send(());
-        match tokio::time::timeout(drain, &mut server).await {
+        if let Ok(result) = tokio::time::timeout(drain, &mut server).await {
+            return result;
+        }
+        // Answer the streams still open with what they applied, so that
+        // their clients resume instead of sending it again.
+        eprintln!("drain timeout: ending the streams still open with their summaries");
+        service.cut_open_streams();
+        match tokio::time::timeout(Duration::from_secs(2), &mut server).await {
             Ok(result) => result,
             Err(_) => {
-                eprintln!("drain timeout: closing the streams still open");
                 server.abort();
                 Ok(Ok(()))
             }

@@ -34,6 +34,7 @@ pub mod cli;
 pub mod export;
 pub mod ingest;
 pub mod instruments;
+pub mod listen;
 pub mod protocol;
 pub mod sim;
 pub mod tracker;

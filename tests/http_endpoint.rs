@@ -87,7 +87,15 @@ fn endpoint_negotiates_formats_and_both_parse_to_the_same_samples() {
 
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let (addr, _task) = runtime
-        .block_on(http::spawn("127.0.0.1:0".parse().unwrap(), bridge.clone()))
+        .block_on(http::spawn(
+            "127.0.0.1:0".parse().unwrap(),
+            bridge.clone(),
+            // The process families change between scrapes; this test compares two.
+            http::MetricsServer {
+                process_metrics: false,
+                ..http::MetricsServer::default()
+            },
+        ))
         .unwrap();
 
     let (status, headers, text) = get(addr, "GET", "/metrics", None);

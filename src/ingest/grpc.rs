@@ -14,11 +14,12 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use prost::Message;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::proto::{pb, record_from_proto};
+use crate::listen::{self, BearerToken, ListenerLimits, ServerTls};
 use crate::protocol::Record;
 use crate::tracker::{unix_now, RejectReason, Rejection, Tracker};
 
@@ -46,6 +47,22 @@ impl Default for IngestLimits {
     }
 }
 
+/// Default bounds of the ingest listener. Live clients answer the server's
+/// HTTP/2 pings every [`KEEPALIVE_INTERVAL`], so only dead or silent
+/// connections reach the idle timeout.
+pub const DEFAULT_LIMITS: ListenerLimits = ListenerLimits {
+    max_connections: 64,
+    idle_timeout: Some(Duration::from_secs(60)),
+    write_timeout: Some(Duration::from_secs(30)),
+};
+
+/// How often the server pings an HTTP/2 connection.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(20);
+
+/// The trailer that carries a cut stream's [`pb::IngestSummary`]
+/// (protobuf, base64 in the metadata as `-bin` keys are).
+pub const SUMMARY_TRAILER: &str = "ingest-summary-bin";
+
 /// The shared state every stream records into.
 #[derive(Clone)]
 pub struct IngestService {
@@ -53,6 +70,8 @@ pub struct IngestService {
     limits: IngestLimits,
     /// Origin of the activity clock used for the time-to-live.
     clock: Instant,
+    /// Set when open streams must end now (the drain deadline).
+    cut: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl std::fmt::Debug for IngestService {
@@ -70,7 +89,15 @@ impl IngestService {
             tracker: Arc::new(Mutex::new(tracker.with_start_order())),
             limits,
             clock: Instant::now(),
+            cut: Arc::new(tokio::sync::watch::channel(false).0),
         }
+    }
+
+    /// Ends every open stream now: each is answered `UNAVAILABLE` with the
+    /// summary of what it applied in the [`SUMMARY_TRAILER`], so its client
+    /// can resume after the last applied record instead of sending again.
+    pub fn cut_open_streams(&self) {
+        self.cut.send_replace(true);
     }
 
     fn tracker(&self) -> MutexGuard<'_, Tracker> {
@@ -163,8 +190,29 @@ impl pb::ingest_server::Ingest for IngestService {
         let mut stream = request.into_inner();
         let mut summary = Summary::default();
         let mut position = 0u64;
+        let mut cut = self.cut.subscribe();
         loop {
-            let message = match stream.message().await {
+            let next = tokio::select! {
+                next = stream.message() => next,
+                _ = cut.wait_for(|cut| *cut) => {
+                    let summary = summary.finish();
+                    let mut trailers = tonic::metadata::MetadataMap::new();
+                    trailers.insert_bin(
+                        SUMMARY_TRAILER,
+                        tonic::metadata::MetadataValue::from_bytes(&summary.encode_to_vec()),
+                    );
+                    return Err(Status::with_metadata(
+                        tonic::Code::Unavailable,
+                        format!(
+                            "the server is shutting down: the first {} record(s) of this stream were read ({}); resume after them",
+                            position,
+                            describe(&summary).lines().next().unwrap_or_default()
+                        ),
+                        trailers,
+                    ));
+                }
+            };
+            let message = match next {
                 Ok(Some(message)) => message,
                 Ok(None) => break,
                 Err(status) => {
@@ -183,11 +231,33 @@ impl pb::ingest_server::Ingest for IngestService {
     }
 }
 
+/// How the ingest listener listens.
+#[derive(Debug, Clone)]
+pub struct IngestListener {
+    /// Connection cap and timeouts.
+    pub limits: ListenerLimits,
+    /// TLS (ALPN `h2`), when configured.
+    pub tls: Option<ServerTls>,
+    /// The bearer token streams must present, when configured.
+    pub token: Option<BearerToken>,
+}
+
+impl Default for IngestListener {
+    fn default() -> Self {
+        IngestListener {
+            limits: DEFAULT_LIMITS,
+            tls: None,
+            token: None,
+        }
+    }
+}
+
 /// Serves the ingest service on `listener` until `shutdown` completes (then
 /// stops accepting and waits for open streams to end), sweeping idle requests.
 pub async fn serve(
     listener: TcpListener,
     service: IngestService,
+    how: IngestListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), tonic::transport::Error> {
     if let Some(ttl) = service.limits.request_ttl {
@@ -202,13 +272,32 @@ pub async fn serve(
         });
     }
     let limits = service.limits;
-    let server = pb::ingest_server::IngestServer::new(service)
-        .max_decoding_message_size(limits.max_message_bytes);
+    let token = how.token;
+    let server = tonic::service::interceptor::InterceptedService::new(
+        pb::ingest_server::IngestServer::new(service)
+            .max_decoding_message_size(limits.max_message_bytes),
+        move |request: Request<()>| match &token {
+            Some(token)
+                if !token.accepts(
+                    request
+                        .metadata()
+                        .get("authorization")
+                        .map(|v| v.as_bytes()),
+                ) =>
+            {
+                Err(Status::unauthenticated("a bearer token is required"))
+            }
+            _ => Ok(request),
+        },
+    );
+    let incoming = listen::incoming(listener, how.limits, how.tls, "ingest");
     tonic::transport::Server::builder()
         .initial_stream_window_size(Some(2 << 20))
         .initial_connection_window_size(Some(8 << 20))
+        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         .add_service(server)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .serve_with_incoming_shutdown(incoming, shutdown)
         .await
 }
 

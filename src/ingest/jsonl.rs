@@ -75,7 +75,11 @@ pub const DEFAULT_MAX_LINE_BYTES: usize = 16 << 20;
 /// Reads one line (its `\n` included) into `line`, keeping at most `max`
 /// bytes: the rest of a longer line is skipped without being buffered.
 /// Returns the line's full length, 0 at the end of the input.
-fn read_line_bounded<R: BufRead>(input: &mut R, line: &mut Vec<u8>, max: usize) -> io::Result<usize> {
+fn read_line_bounded<R: BufRead>(
+    input: &mut R,
+    line: &mut Vec<u8>,
+    max: usize,
+) -> io::Result<usize> {
     let mut total = 0;
     loop {
         let available = match input.fill_buf() {
@@ -143,7 +147,12 @@ pub fn replay<R: BufRead, S: RecordSink + ?Sized, W: Write>(
             Err(error) => {
                 report.invalid += 1;
                 sink.invalid();
-                writeln!(diagnostics, "{source}:{}: {}", report.lines, describe(&error))?;
+                writeln!(
+                    diagnostics,
+                    "{source}:{}: {}",
+                    report.lines,
+                    describe(&error)
+                )?;
                 continue;
             }
         };

@@ -24,6 +24,7 @@
 
 mod encode;
 pub mod http;
+mod process;
 mod snapshot;
 
 use std::borrow::Cow;

@@ -1,0 +1,397 @@
+//! Bounded listeners for the two servers (`/metrics` and gRPC ingest).
+//!
+//! [`incoming`] accepts connections only while fewer than
+//! [`ListenerLimits::max_connections`] are open (the rest wait in the
+//! kernel's backlog, holding no file descriptor), backs off when an accept
+//! fails (`EMFILE` must not spin a core), completes the optional TLS
+//! handshake off the accept loop within the idle timeout, and hands out
+//! [`Conn`]s whose reads and writes are guarded: a connection that sends
+//! nothing for the idle timeout, or does not take written bytes for the
+//! write timeout (a scraper that never reads), is closed and frees what it
+//! held. [`ServerTls`] builds the rustls configuration from PEM files, with
+//! client certificates required when a client CA is given; [`BearerToken`]
+//! checks an `Authorization: Bearer` header in constant time.
+
+use std::future::Future;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::time::{sleep, Instant, Sleep};
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::TlsAcceptor;
+use tokio_stream::wrappers::ReceiverStream;
+
+/// How long an accept error pauses the accept loop.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Bounds of one listener.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListenerLimits {
+    /// Connections open at once; further ones wait in the backlog.
+    pub max_connections: usize,
+    /// A connection that sends nothing for this long is closed (before the
+    /// TLS handshake and the request headers too).
+    pub idle_timeout: Option<Duration>,
+    /// A connection that takes no written byte for this long is closed.
+    pub write_timeout: Option<Duration>,
+}
+
+/// A file a flag names, read with the flag in its error.
+fn read_file(path: &Path, flag: &str) -> Result<Vec<u8>, String> {
+    std::fs::read(path).map_err(|e| format!("{flag}: cannot read {}: {e}", path.display()))
+}
+
+/// The files of a TLS server.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServerTlsFiles {
+    /// `--tls-cert`: PEM certificate chain.
+    pub cert: Option<PathBuf>,
+    /// `--tls-key`: PEM private key.
+    pub key: Option<PathBuf>,
+    /// `--tls-client-ca`: PEM CA that client certificates must chain to.
+    pub client_ca: Option<PathBuf>,
+}
+
+/// A rustls server configuration (ring provider).
+#[derive(Debug, Clone)]
+pub struct ServerTls(Arc<rustls::ServerConfig>);
+
+impl ServerTls {
+    /// The configuration of `files`, `None` when no certificate is given;
+    /// `alpn` lists the application protocols offered (`h2` for gRPC).
+    pub fn from_files(files: &ServerTlsFiles, alpn: &[&[u8]]) -> Result<Option<ServerTls>, String> {
+        let (cert, key) = match (&files.cert, &files.key) {
+            (None, None) if files.client_ca.is_none() => return Ok(None),
+            (Some(cert), Some(key)) => (cert, key),
+            _ => {
+                return Err(
+                    "--tls-cert and --tls-key go together (and --tls-client-ca needs them)"
+                        .to_owned(),
+                )
+            }
+        };
+        let chain = CertificateDer::pem_slice_iter(&read_file(cert, "--tls-cert")?)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("--tls-cert: {}: {e}", cert.display()))?;
+        if chain.is_empty() {
+            return Err(format!(
+                "--tls-cert: {} holds no certificate",
+                cert.display()
+            ));
+        }
+        let private_key = PrivateKeyDer::from_pem_slice(&read_file(key, "--tls-key")?)
+            .map_err(|e| format!("--tls-key: {}: {e}", key.display()))?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("TLS: {e}"))?;
+        let builder = match &files.client_ca {
+            None => builder.with_no_client_auth(),
+            Some(ca) => {
+                let mut roots = rustls::RootCertStore::empty();
+                for certificate in
+                    CertificateDer::pem_slice_iter(&read_file(ca, "--tls-client-ca")?)
+                {
+                    let certificate = certificate
+                        .map_err(|e| format!("--tls-client-ca: {}: {e}", ca.display()))?;
+                    roots
+                        .add(certificate)
+                        .map_err(|e| format!("--tls-client-ca: {}: {e}", ca.display()))?;
+                }
+                let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                    Arc::new(roots),
+                    provider,
+                )
+                .build()
+                .map_err(|e| format!("--tls-client-ca: {}: {e}", ca.display()))?;
+                builder.with_client_cert_verifier(verifier)
+            }
+        };
+        let mut config = builder
+            .with_single_cert(chain, private_key)
+            .map_err(|e| format!("--tls-cert/--tls-key: {e}"))?;
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        Ok(Some(ServerTls(Arc::new(config))))
+    }
+}
+
+/// A bearer token a server requires, read from a file (surrounding
+/// whitespace dropped). Its value is never printed.
+#[derive(Clone)]
+pub struct BearerToken(Arc<[u8]>);
+
+impl std::fmt::Debug for BearerToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BearerToken(***)")
+    }
+}
+
+impl BearerToken {
+    /// The token in `path` (`--auth-token-file`); an empty file is an error.
+    pub fn from_file(path: &Path) -> Result<BearerToken, String> {
+        let bytes = read_file(path, "--auth-token-file")?;
+        let token = bytes.trim_ascii();
+        if token.is_empty() {
+            return Err(format!("--auth-token-file: {} is empty", path.display()));
+        }
+        Ok(BearerToken(token.into()))
+    }
+
+    /// Whether an `Authorization` header value carries this token.
+    pub fn accepts(&self, authorization: Option<&[u8]>) -> bool {
+        let Some(value) = authorization else {
+            return false;
+        };
+        let Some(presented) = value
+            .strip_prefix(b"Bearer ")
+            .or_else(|| value.strip_prefix(b"bearer "))
+        else {
+            return false;
+        };
+        // Constant time in the token's contents.
+        presented.len() == self.0.len()
+            && presented
+                .iter()
+                .zip(self.0.iter())
+                .fold(0u8, |diff, (a, b)| diff | (a ^ b))
+                == 0
+    }
+}
+
+/// An accepted connection, plain or TLS, holding its slot of the
+/// connection cap until it is dropped.
+pub enum Conn {
+    /// Plain TCP.
+    Plain(Guarded),
+    /// TLS over TCP.
+    Tls(Box<TlsStream<Guarded>>),
+}
+
+impl Conn {
+    /// The peer's address.
+    pub fn peer(&self) -> Option<std::net::SocketAddr> {
+        match self {
+            Conn::Plain(io) => io.stream.peer_addr().ok(),
+            Conn::Tls(io) => io.get_ref().0.stream.peer_addr().ok(),
+        }
+    }
+}
+
+/// A TCP stream with idle and write timeouts and a connection slot.
+pub struct Guarded {
+    stream: TcpStream,
+    _slot: OwnedSemaphorePermit,
+    idle_timeout: Option<Duration>,
+    write_timeout: Option<Duration>,
+    read_deadline: Option<Pin<Box<Sleep>>>,
+    write_deadline: Option<Pin<Box<Sleep>>>,
+}
+
+fn timed_out(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, what.to_owned())
+}
+
+impl Guarded {
+    fn new(stream: TcpStream, slot: OwnedSemaphorePermit, limits: &ListenerLimits) -> Self {
+        Guarded {
+            read_deadline: limits.idle_timeout.map(|t| Box::pin(sleep(t))),
+            stream,
+            _slot: slot,
+            idle_timeout: limits.idle_timeout,
+            write_timeout: limits.write_timeout,
+            write_deadline: None,
+        }
+    }
+}
+
+impl AsyncRead for Guarded {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.stream).poll_read(cx, buf) {
+            Poll::Ready(result) => {
+                if let (Some(deadline), Some(idle)) = (&mut this.read_deadline, this.idle_timeout) {
+                    deadline.as_mut().reset(Instant::now() + idle);
+                }
+                Poll::Ready(result)
+            }
+            Poll::Pending => {
+                let expired = this
+                    .read_deadline
+                    .as_mut()
+                    .is_some_and(|deadline| deadline.as_mut().poll(cx).is_ready());
+                if expired {
+                    Poll::Ready(Err(timed_out("the peer sent nothing for the idle timeout")))
+                } else {
+                    Poll::Pending
+                }
+            }
+        }
+    }
+}
+
+impl AsyncWrite for Guarded {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.stream).poll_write(cx, data) {
+            Poll::Ready(result) => {
+                this.write_deadline = None;
+                // Taking bytes is activity too: a long response is not idle.
+                if let (Some(deadline), Some(idle)) = (&mut this.read_deadline, this.idle_timeout) {
+                    deadline.as_mut().reset(Instant::now() + idle);
+                }
+                Poll::Ready(result)
+            }
+            Poll::Pending => {
+                let Some(timeout) = this.write_timeout else {
+                    return Poll::Pending;
+                };
+                let deadline = this
+                    .write_deadline
+                    .get_or_insert_with(|| Box::pin(sleep(timeout)));
+                if deadline.as_mut().poll(cx).is_ready() {
+                    Poll::Ready(Err(timed_out(
+                        "the peer took no written byte for the write timeout",
+                    )))
+                } else {
+                    Poll::Pending
+                }
+            }
+        }
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(io) => Pin::new(io).poll_read(cx, buf),
+            Conn::Tls(io) => Pin::new(io.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Plain(io) => Pin::new(io).poll_write(cx, data),
+            Conn::Tls(io) => Pin::new(io.as_mut()).poll_write(cx, data),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(io) => Pin::new(io).poll_flush(cx),
+            Conn::Tls(io) => Pin::new(io.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(io) => Pin::new(io).poll_shutdown(cx),
+            Conn::Tls(io) => Pin::new(io.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+impl tonic::transport::server::Connected for Conn {
+    type ConnectInfo = Option<std::net::SocketAddr>;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.peer()
+    }
+}
+
+/// Accepts from `listener` under `limits`, with TLS when given; the
+/// connections come out of the returned stream (for tonic's
+/// `serve_with_incoming` or a hyper loop). `name` names the listener in
+/// warnings.
+pub fn incoming(
+    listener: TcpListener,
+    limits: ListenerLimits,
+    tls: Option<ServerTls>,
+    name: &'static str,
+) -> ReceiverStream<io::Result<Conn>> {
+    let (sender, receiver) = mpsc::channel(limits.max_connections.clamp(1, 64));
+    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let acceptor = tls.map(|tls| TlsAcceptor::from(tls.0));
+    tokio::spawn(async move {
+        let mut warned_at: Option<Instant> = None;
+        loop {
+            let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
+                return;
+            };
+            let (stream, peer) = match listener.accept().await {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // EMFILE and friends: wait instead of spinning; warn at
+                    // most every 10 s.
+                    if warned_at.is_none_or(|at| at.elapsed() >= Duration::from_secs(10)) {
+                        tracing::warn!(%error, "{name}: accepting a connection failed; retrying");
+                        warned_at = Some(Instant::now());
+                    }
+                    drop(slot);
+                    sleep(ACCEPT_BACKOFF).await;
+                    continue;
+                }
+            };
+            let _ = stream.set_nodelay(true);
+            let guarded = Guarded::new(stream, slot, &limits);
+            let sender = sender.clone();
+            match &acceptor {
+                None => {
+                    if sender.send(Ok(Conn::Plain(guarded))).await.is_err() {
+                        return;
+                    }
+                }
+                Some(acceptor) => {
+                    let acceptor = acceptor.clone();
+                    // Off the accept loop: a client that never finishes its
+                    // handshake hits the idle timeout alone.
+                    tokio::spawn(async move {
+                        match acceptor.accept(guarded).await {
+                            Ok(tls) => {
+                                let _ = sender.send(Ok(Conn::Tls(Box::new(tls)))).await;
+                            }
+                            Err(error) => {
+                                tracing::debug!(%error, %peer, "{name}: TLS handshake failed");
+                            }
+                        }
+                    });
+                }
+            }
+        }
+    });
+    ReceiverStream::new(receiver)
+}
