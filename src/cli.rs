@@ -18,7 +18,7 @@ use crate::catalog::DEFAULT_MAX_MODEL_LEN;
 use crate::export::otlp::tls::TlsFiles;
 use crate::export::otlp::{self, Destination, ExportHealth, OtlpOptions, Protocol};
 use crate::export::prometheus::{http, Format, PrometheusBridge};
-use crate::ingest::client::RemoteSink;
+use crate::ingest::client::{RemoteSink, TargetSecurity};
 use crate::ingest::grpc::{self, IngestLimits, IngestListener, IngestService};
 use crate::ingest::{jsonl, RecordSink};
 use crate::instruments::{Instruments, NameStyle, DEFAULT_MAX_LABEL_SETS};
@@ -122,6 +122,29 @@ struct CommonArgs {
     otlp: OtlpArgs,
 }
 
+/// Streaming to a remote `serve`.
+#[derive(Debug, Args)]
+struct TargetArgs {
+    /// Also stream every record to a remote `serve` (e.g. http://127.0.0.1:50051).
+    #[arg(long, value_name = "URL")]
+    target: Option<String>,
+    /// PEM CA that verifies an `https://` target (default: the system's roots).
+    #[arg(long, value_name = "FILE", requires = "target")]
+    target_ca: Option<PathBuf>,
+    /// Send `Authorization: Bearer <token>` with the token in this file.
+    #[arg(long, value_name = "FILE", requires = "target")]
+    target_token_file: Option<PathBuf>,
+}
+
+impl TargetArgs {
+    fn security(&self) -> TargetSecurity {
+        TargetSecurity {
+            ca: self.target_ca.clone(),
+            token_file: self.target_token_file.clone(),
+        }
+    }
+}
+
 /// How the servers (`/metrics`, and ingest for `serve`) listen.
 #[derive(Debug, Args)]
 struct ListenArgs {
@@ -197,8 +220,9 @@ struct OtlpArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     otlp_timeout_ms: Option<u64>,
     /// Extra OTLP request header (repeatable; OTEL_EXPORTER_OTLP_HEADERS adds to them).
-    #[arg(long, value_name = "K=V", value_parser = parse_header)]
-    otlp_header: Vec<(String, String)>,
+    /// Parsed here, not by the argument parser, so a bad value is never printed.
+    #[arg(long, value_name = "K=V")]
+    otlp_header: Vec<String>,
     /// Aggregation temporality (default: OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE, else cumulative).
     #[arg(long, value_name = "cumulative|delta|lowmemory", value_parser = otlp::parse_temporality)]
     otlp_temporality: Option<Temporality>,
@@ -229,13 +253,18 @@ enum OtlpNames {
     Prometheus,
 }
 
-fn parse_header(s: &str) -> Result<(String, String), String> {
-    let (key, value) = s
-        .split_once('=')
-        .ok_or_else(|| "a header is KEY=VALUE".to_owned())?;
+/// Parses the `n`th `--otlp-header`; the error shows no part of the value.
+fn parse_header(n: usize, s: &str) -> Result<(String, String), String> {
+    let invalid =
+        || format!("--otlp-header #{n}: not one KEY=VALUE header (the value is not shown)");
+    let (key, value) = s.split_once('=').ok_or_else(invalid)?;
     let key = key.trim();
-    if key.is_empty() || key.contains(',') {
-        return Err("a header is one KEY=VALUE".to_owned());
+    let valid_key = !key.is_empty()
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+    if !valid_key || value.contains(',') || value.chars().any(char::is_control) {
+        return Err(invalid());
     }
     Ok((key.to_owned(), value.trim().to_owned()))
 }
@@ -250,13 +279,20 @@ impl CommonArgs {
 }
 
 impl OtlpArgs {
-    fn options(&self) -> OtlpOptions {
-        OtlpOptions {
+    fn options(&self) -> io::Result<OtlpOptions> {
+        let headers = self
+            .otlp_header
+            .iter()
+            .enumerate()
+            .map(|(i, h)| parse_header(i + 1, h))
+            .collect::<Result<_, _>>()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        Ok(OtlpOptions {
             endpoint: self.otlp_endpoint.clone(),
             protocol: self.otlp_protocol,
             interval: self.otlp_interval_ms.map(Duration::from_millis),
             timeout: self.otlp_timeout_ms.map(Duration::from_millis),
-            headers: self.otlp_header.clone(),
+            headers,
             temporality: self.otlp_temporality,
             compression: self.otlp_compression,
             tls: TlsFiles {
@@ -264,7 +300,7 @@ impl OtlpArgs {
                 client_certificate: self.otlp_client_certificate.clone(),
                 client_key: self.otlp_client_key.clone(),
             },
-        }
+        })
     }
 
     fn name_style(&self) -> NameStyle {
@@ -304,9 +340,8 @@ struct ReplayArgs {
     /// Print the final exposition to stdout in this format.
     #[arg(long, value_enum, default_value = "none")]
     output: Output,
-    /// Also stream every record to a remote `serve` (e.g. http://127.0.0.1:50051).
-    #[arg(long, value_name = "URL")]
-    target: Option<String>,
+    #[command(flatten)]
+    target: TargetArgs,
     /// Longest accepted trace line, bytes; a longer line is invalid.
     #[arg(long, default_value_t = jsonl::DEFAULT_MAX_LINE_BYTES, value_name = "BYTES", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     max_line_bytes: usize,
@@ -377,9 +412,8 @@ struct SimulateArgs {
     /// sees the final state) before exiting.
     #[arg(long, default_value_t = 0.0, value_name = "SECS")]
     linger: f64,
-    /// Also stream every record to a remote `serve` (the simulator as a load generator).
-    #[arg(long, value_name = "URL")]
-    target: Option<String>,
+    #[command(flatten)]
+    target: TargetArgs,
     /// Capacity what-if: run the same workload at each of these KV-block
     /// counts and print one table row each (no exporters).
     #[arg(long, value_name = "A,B,C", value_delimiter = ',')]
@@ -419,6 +453,25 @@ struct OtlpReport {
     health: Arc<ExportHealth>,
 }
 
+/// What SIGINT/SIGTERM do to a pipeline.
+#[derive(Debug, Clone, Copy)]
+enum OnSignal {
+    /// Print the exposition in this format if any, export, exit.
+    Exit { print: Option<Format> },
+    /// The command handles signals itself.
+    Command,
+}
+
+/// Writes to stdout; a reader that went away (`| head`) ends the output
+/// quietly, so the exit status stays the documented one.
+fn to_stdout(bytes: &[u8]) -> io::Result<()> {
+    let mut out = io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        result => result,
+    }
+}
+
 /// The metrics pipeline a subcommand runs: instruments, the bridge, OTLP
 /// when configured, the runtime serving `/metrics`, and signal handling.
 struct Pipeline {
@@ -429,14 +482,14 @@ struct Pipeline {
 }
 
 impl Pipeline {
-    /// `exit_on_signal`: export and exit on SIGINT/SIGTERM (commands that
-    /// handle signals themselves pass false). `bridge_read`: whether the
-    /// Prometheus bridge is served or printed; only then does it get a
-    /// reader (each reader aggregates every measurement once more).
-    fn new(common: &CommonArgs, exit_on_signal: bool, bridge_read: bool) -> io::Result<Pipeline> {
+    /// `on_signal`: what SIGINT/SIGTERM do. `bridge_read`: whether the
+    /// Prometheus bridge is printed or summarised (served, it is read
+    /// anyway); only then does it get a reader (each reader aggregates
+    /// every measurement once more).
+    fn new(common: &CommonArgs, on_signal: OnSignal, bridge_read: bool) -> io::Result<Pipeline> {
         let invalid = |e: String| io::Error::new(io::ErrorKind::InvalidInput, e);
         let env = |name: &str| std::env::var(name).ok();
-        let options = common.otlp.options();
+        let options = common.otlp.options()?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -495,20 +548,27 @@ impl Pipeline {
             otlp: report,
             runtime,
         };
-        if exit_on_signal {
-            pipeline.exit_on_signal();
+        if let OnSignal::Exit { print } = on_signal {
+            pipeline.exit_on_signal(print);
         }
         Ok(pipeline)
     }
 
-    /// On SIGINT or SIGTERM: export what was recorded, then exit (130/143, or
-    /// [`EXIT_EXPORT_FAILED`] when that export failed).
-    fn exit_on_signal(&self) {
+    /// On SIGINT or SIGTERM: print the exposition of what was applied when
+    /// `print` asks for one, export what was recorded, then exit (130/143,
+    /// or [`EXIT_EXPORT_FAILED`] when that export failed).
+    fn exit_on_signal(&self, print: Option<Format>) {
         let instruments = self.instruments.clone();
         let otlp = self.otlp.clone();
+        let bridge = self.bridge.clone();
         self.runtime.spawn(async move {
             let name = wait_for_signal().await;
             eprintln!("received {name}: exporting what was recorded, then exiting");
+            if let Some(format) = print {
+                // Before the provider shuts down: the bridge reads it.
+                let text = bridge.encode(format);
+                let _ = tokio::task::spawn_blocking(move || to_stdout(text.as_bytes())).await;
+            }
             // Off the runtime's worker: the final export blocks until it is
             // done, and the gRPC transport needs the worker meanwhile.
             let flushed =
@@ -587,10 +647,15 @@ struct Tee {
 }
 
 impl Tee {
-    fn new(pipeline: &Pipeline, target: Option<&str>, limits: InputLimits) -> io::Result<Tee> {
+    fn new(
+        pipeline: &Pipeline,
+        target: Option<&str>,
+        security: &TargetSecurity,
+        limits: InputLimits,
+    ) -> io::Result<Tee> {
         let remote = match target {
             Some(url) => Some(
-                RemoteSink::connect(url, pipeline.runtime.handle())
+                RemoteSink::connect(url, security, pipeline.runtime.handle())
                     .map_err(|e| io::Error::new(io::ErrorKind::ConnectionRefused, e))?,
             ),
             None => None,
@@ -649,10 +714,17 @@ fn open_trace(file: &str) -> io::Result<(Box<dyn BufRead>, String)> {
 
 fn run_replay(args: ReplayArgs) -> io::Result<ExitCode> {
     let (input, source) = open_trace(&args.file)?;
-    let pipeline = Pipeline::new(&args.common, true, args.output.format().is_some())?;
+    let pipeline = Pipeline::new(
+        &args.common,
+        OnSignal::Exit {
+            print: args.output.format(),
+        },
+        args.output.format().is_some(),
+    )?;
     let mut tee = Tee::new(
         &pipeline,
-        args.target.as_deref(),
+        args.target.target.as_deref(),
+        &args.target.security(),
         args.common.input_limits(),
     )?;
     // Unlocked: the OTLP and signal threads report on stderr too.
@@ -672,9 +744,7 @@ fn run_replay(args: ReplayArgs) -> io::Result<ExitCode> {
         );
     }
     if let Some(format) = args.output.format() {
-        let mut stdout = io::stdout().lock();
-        stdout.write_all(pipeline.bridge.encode(format).as_bytes())?;
-        stdout.flush()?;
+        to_stdout(pipeline.bridge.encode(format).as_bytes())?;
     }
     drop(tracker);
     let exported = pipeline.finish();
@@ -707,7 +777,7 @@ fn progress_bar(enabled: bool) -> impl FnMut(Progress) {
 }
 
 fn run_sweep(args: &SimulateArgs) -> io::Result<ExitCode> {
-    println!("{}", SweepRow::header());
+    to_stdout(format!("{}\n", SweepRow::header()).as_bytes())?;
     for &kv_blocks in &args.sweep_kv_blocks {
         let config = SimConfig {
             kv_blocks,
@@ -731,10 +801,8 @@ fn run_sweep(args: &SimulateArgs) -> io::Result<ExitCode> {
             },
             &mut |_| {},
         );
-        println!(
-            "{}",
-            SweepRow::new(kv_blocks, &outcome, &bridge.snapshot()).line()
-        );
+        let row = SweepRow::new(kv_blocks, &outcome, &bridge.snapshot()).line();
+        to_stdout(format!("{row}\n").as_bytes())?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -765,10 +833,17 @@ fn run_simulate(args: SimulateArgs) -> io::Result<ExitCode> {
         None => None,
     };
     // The summary reads the bridge.
-    let pipeline = Pipeline::new(&args.common, true, true)?;
+    let pipeline = Pipeline::new(
+        &args.common,
+        OnSignal::Exit {
+            print: args.output.format(),
+        },
+        true,
+    )?;
     let mut tee = Tee::new(
         &pipeline,
-        args.target.as_deref(),
+        args.target.target.as_deref(),
+        &args.target.security(),
         args.common.input_limits(),
     )?;
     let mut write_error: Option<io::Error> = None;
@@ -807,11 +882,9 @@ fn run_simulate(args: SimulateArgs) -> io::Result<ExitCode> {
     match args.output.format() {
         Some(format) => {
             eprint!("{summary}");
-            let mut stdout = io::stdout().lock();
-            stdout.write_all(pipeline.bridge.encode(format).as_bytes())?;
-            stdout.flush()?;
+            to_stdout(pipeline.bridge.encode(format).as_bytes())?;
         }
-        None => print!("{summary}"),
+        None => to_stdout(summary.as_bytes())?,
     }
     std::thread::sleep(linger);
     drop(tee);
@@ -825,7 +898,7 @@ fn run_simulate(args: SimulateArgs) -> io::Result<ExitCode> {
 fn run_serve(args: ServeArgs) -> io::Result<ExitCode> {
     let request_ttl = seconds("--request-ttl", args.request_ttl)?;
     let drain = seconds("--drain-timeout", args.drain_timeout)?;
-    let pipeline = Pipeline::new(&args.common, false, false)?;
+    let pipeline = Pipeline::new(&args.common, OnSignal::Command, false)?;
     let limits = IngestLimits {
         max_inflight_requests: usize::try_from(args.max_inflight_requests).unwrap_or(usize::MAX),
         request_ttl: (!request_ttl.is_zero()).then_some(request_ttl),

@@ -36,6 +36,7 @@ pub mod ingest;
 pub mod instruments;
 pub mod listen;
 pub mod protocol;
+pub mod redact;
 pub mod sim;
 pub mod tracker;
 

@@ -9,65 +9,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use common::collector::Collector;
-use common::Guard;
-
-/// A running `serve` on free ports.
-struct Server {
-    process: Guard,
-    ingest: u16,
-    metrics: u16,
-}
-
-impl Server {
-    fn start(extra: &[&str]) -> Server {
-        Server::start_with(extra, |_| {})
-    }
-
-    fn start_with(extra: &[&str], configure: impl FnOnce(&mut Command)) -> Server {
-        let (ingest, metrics) = (common::free_port(), common::free_port());
-        let mut command = Command::new(common::binary());
-        command
-            .args(["serve", "--ingest-addr", &format!("127.0.0.1:{ingest}")])
-            .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        configure(&mut command);
-        let process = Guard(command.spawn().expect("serve starts"));
-        common::wait_for(20, "serve's /metrics", || {
-            common::http_get(metrics, "/metrics")
-        });
-        common::wait_for(20, "serve's ingest port", || {
-            std::net::TcpStream::connect(("127.0.0.1", ingest)).ok()
-        });
-        Server {
-            process,
-            ingest,
-            metrics,
-        }
-    }
-
-    fn target(&self) -> String {
-        format!("http://127.0.0.1:{}", self.ingest)
-    }
-
-    fn vllm_samples(&self) -> BTreeMap<String, f64> {
-        vllm_samples(&common::http_get(self.metrics, "/metrics").expect("serve answers"))
-    }
-
-    fn sample(&self, key: &str) -> Option<f64> {
-        common::samples(&common::http_get(self.metrics, "/metrics")?)
-            .get(key)
-            .copied()
-    }
-}
-
-fn vllm_samples(exposition: &str) -> BTreeMap<String, f64> {
-    common::samples(exposition)
-        .into_iter()
-        .filter(|(k, _)| k.starts_with("vllm:"))
-        .collect()
-}
+use common::serve::{vllm_samples, Server};
 
 fn replayed(trace: &Path) -> BTreeMap<String, f64> {
     let (_, stdout, _) = common::replay(trace);

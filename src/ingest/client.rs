@@ -2,13 +2,93 @@
 //! `simulate`): a bounded channel feeds one client-streaming call, so a
 //! slow server slows the producer down instead of filling memory.
 
+use std::path::PathBuf;
+
+use prost::Message;
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
+use super::grpc::{describe, SUMMARY_TRAILER};
 use super::proto::{pb, record_to_proto};
 use crate::protocol::Record;
+
+/// How to reach a `serve` that requires TLS or a token.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TargetSecurity {
+    /// `--target-ca`: PEM CA that verifies the server (else the system's
+    /// roots, for an `https://` target).
+    pub ca: Option<PathBuf>,
+    /// `--target-token-file`: the bearer token the server requires.
+    pub token_file: Option<PathBuf>,
+}
+
+/// Adds the bearer token to every call.
+#[derive(Clone)]
+struct Token(Option<MetadataValue<Ascii>>);
+
+impl tonic::service::Interceptor for Token {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(value) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
+        Ok(request)
+    }
+}
+
+type Client = pb::ingest_client::IngestClient<InterceptedService<Channel, Token>>;
+
+/// Connects to `target` as `security` says.
+async fn connect(target: &str, security: &TargetSecurity) -> Result<Client, String> {
+    crate::redact::refuse_userinfo("--target", target)?;
+    let mut endpoint =
+        Endpoint::from_shared(target.to_owned()).map_err(|e| format!("--target {target}: {e}"))?;
+    if target.starts_with("https://") || security.ca.is_some() {
+        let tls = match &security.ca {
+            Some(ca) => {
+                let pem = std::fs::read(ca)
+                    .map_err(|e| format!("--target-ca: cannot read {}: {e}", ca.display()))?;
+                ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem))
+            }
+            None => ClientTlsConfig::new().with_native_roots(),
+        };
+        endpoint = endpoint
+            .tls_config(tls)
+            .map_err(|e| format!("--target {target}: TLS: {e}"))?;
+    }
+    let token = match &security.token_file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("--target-token-file: cannot read {}: {e}", path.display()))?;
+            let value =
+                MetadataValue::try_from(format!("Bearer {}", text.trim())).map_err(|_| {
+                    format!(
+                        "--target-token-file: {} is not a valid token",
+                        path.display()
+                    )
+                })?;
+            Some(value)
+        }
+        None => None,
+    };
+    let channel = endpoint
+        .connect()
+        .await
+        .map_err(|e| format!("cannot connect to {target}: {e}"))?;
+    Ok(pb::ingest_client::IngestClient::with_interceptor(
+        channel,
+        Token(token),
+    ))
+}
 
 /// Messages buffered between the producer and the network.
 const BUFFERED: usize = 64;
@@ -25,10 +105,13 @@ pub struct RemoteSink {
 impl RemoteSink {
     /// Connects to `target` (e.g. `http://127.0.0.1:50051`) and opens the stream.
     /// Call from outside the runtime: it blocks on the connection.
-    pub fn connect(target: &str, runtime: &Handle) -> Result<RemoteSink, String> {
+    pub fn connect(
+        target: &str,
+        security: &TargetSecurity,
+        runtime: &Handle,
+    ) -> Result<RemoteSink, String> {
         let mut client = runtime
-            .block_on(pb::ingest_client::IngestClient::connect(target.to_owned()))
-            .map_err(|e| format!("cannot connect to {target}: {e}"))?
+            .block_on(connect(target, security))?
             .max_encoding_message_size(64 << 20);
         let (sender, receiver) = mpsc::channel(BUFFERED);
         let call = runtime.spawn(async move {
@@ -64,11 +147,21 @@ impl RemoteSink {
         let target = self.target;
         match self.runtime.block_on(self.call) {
             Ok(Ok(summary)) => Ok(summary),
-            Ok(Err(status)) => Err(format!(
-                "{target} ended the stream: {}: {}",
-                status.code(),
-                status.message()
-            )),
+            Ok(Err(status)) => {
+                // A stream cut at the server's drain deadline says what it applied.
+                let applied = status
+                    .metadata()
+                    .get_bin(SUMMARY_TRAILER)
+                    .and_then(|v| v.to_bytes().ok())
+                    .and_then(|bytes| pb::IngestSummary::decode(bytes.as_ref()).ok())
+                    .map(|summary| format!(" (before that: {})", describe(&summary)))
+                    .unwrap_or_default();
+                Err(format!(
+                    "{target} ended the stream: {}: {}{applied}",
+                    status.code(),
+                    status.message()
+                ))
+            }
             Err(e) => Err(format!("the stream to {target} failed: {e}")),
         }
     }

@@ -2,6 +2,8 @@
 #![allow(dead_code)]
 
 pub mod collector;
+pub mod pki;
+pub mod serve;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -209,6 +209,7 @@ impl OtlpOptions {
                 .find_map(|name| env(name).map(|v| (v.trim().to_owned(), *name)))
                 .unwrap_or_else(|| (protocol.default_endpoint().to_owned(), "default")),
         };
+        crate::redact::refuse_userinfo(source, &endpoint)?;
         Ok(Destination {
             protocol,
             endpoint,

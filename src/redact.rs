@@ -1,0 +1,38 @@
+//! Keeping secrets out of messages: credentials in URLs and header values
+//! are never printed.
+
+/// `url` with any userinfo (`user:password@`) replaced by `***@`, and
+/// whether it had some.
+///
+/// ```
+/// use vllm_otel_metrics::redact::userinfo;
+/// assert_eq!(userinfo("https://u:pw@collector:4318/v1/metrics"), ("https://***@collector:4318/v1/metrics".to_owned(), true));
+/// assert_eq!(userinfo("http://collector:4317"), ("http://collector:4317".to_owned(), false));
+/// ```
+pub fn userinfo(url: &str) -> (String, bool) {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (Some(scheme), rest),
+        None => (None, url),
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((_, host)) => {
+            let scheme = scheme.map(|s| format!("{s}://")).unwrap_or_default();
+            (format!("{scheme}***@{host}{path}"), true)
+        }
+        None => (url.to_owned(), false),
+    }
+}
+
+/// An error for a URL that carries credentials, which are not sent (the
+/// transports authenticate with headers): names the setting, not the secret.
+pub fn refuse_userinfo(setting: &str, url: &str) -> Result<(), String> {
+    match userinfo(url) {
+        (shown, true) => Err(format!(
+            "{setting} {shown} carries credentials in the URL, which would not be sent; \
+             put them in a header instead (for OTLP: --otlp-header authorization=…)"
+        )),
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,64 @@
+//! A running `serve` process on free ports.
+
+use std::collections::BTreeMap;
+use std::process::{Command, Stdio};
+
+use super::Guard;
+
+/// A running `serve` on free ports.
+pub struct Server {
+    pub process: Guard,
+    pub ingest: u16,
+    pub metrics: u16,
+}
+
+impl Server {
+    pub fn start(extra: &[&str]) -> Server {
+        Server::start_with(extra, |_| {})
+    }
+
+    pub fn start_with(extra: &[&str], configure: impl FnOnce(&mut Command)) -> Server {
+        let (ingest, metrics) = (super::free_port(), super::free_port());
+        let mut command = Command::new(super::binary());
+        command
+            .args(["serve", "--ingest-addr", &format!("127.0.0.1:{ingest}")])
+            .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        configure(&mut command);
+        let process = Guard(command.spawn().expect("serve starts"));
+        super::wait_for(20, "serve's /metrics", || {
+            super::http_get(metrics, "/metrics")
+        });
+        super::wait_for(20, "serve's ingest port", || {
+            std::net::TcpStream::connect(("127.0.0.1", ingest)).ok()
+        });
+        Server {
+            process,
+            ingest,
+            metrics,
+        }
+    }
+
+    pub fn target(&self) -> String {
+        format!("http://127.0.0.1:{}", self.ingest)
+    }
+
+    pub fn vllm_samples(&self) -> BTreeMap<String, f64> {
+        vllm_samples(&super::http_get(self.metrics, "/metrics").expect("serve answers"))
+    }
+
+    pub fn sample(&self, key: &str) -> Option<f64> {
+        super::samples(&super::http_get(self.metrics, "/metrics")?)
+            .get(key)
+            .copied()
+    }
+}
+
+pub fn vllm_samples(exposition: &str) -> BTreeMap<String, f64> {
+    super::samples(exposition)
+        .into_iter()
+        .filter(|(k, _)| k.starts_with("vllm:"))
+        .collect()
+}
