@@ -242,27 +242,28 @@ impl AsyncRead for Guarded {
     }
 }
 
-impl AsyncWrite for Guarded {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
+impl Guarded {
+    /// Notes the outcome of a write: progress resets both deadlines; a
+    /// write that stays pending past the write timeout fails.
+    fn guard_write(
+        &mut self,
         cx: &mut Context<'_>,
-        data: &[u8],
+        polled: Poll<io::Result<usize>>,
     ) -> Poll<io::Result<usize>> {
-        let this = &mut *self;
-        match Pin::new(&mut this.stream).poll_write(cx, data) {
+        match polled {
             Poll::Ready(result) => {
-                this.write_deadline = None;
+                self.write_deadline = None;
                 // Taking bytes is activity too: a long response is not idle.
-                if let (Some(deadline), Some(idle)) = (&mut this.read_deadline, this.idle_timeout) {
+                if let (Some(deadline), Some(idle)) = (&mut self.read_deadline, self.idle_timeout) {
                     deadline.as_mut().reset(Instant::now() + idle);
                 }
                 Poll::Ready(result)
             }
             Poll::Pending => {
-                let Some(timeout) = this.write_timeout else {
+                let Some(timeout) = self.write_timeout else {
                     return Poll::Pending;
                 };
-                let deadline = this
+                let deadline = self
                     .write_deadline
                     .get_or_insert_with(|| Box::pin(sleep(timeout)));
                 if deadline.as_mut().poll(cx).is_ready() {
@@ -274,6 +275,32 @@ impl AsyncWrite for Guarded {
                 }
             }
         }
+    }
+}
+
+impl AsyncWrite for Guarded {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.stream).poll_write(cx, data);
+        self.guard_write(cx, polled)
+    }
+
+    /// Vectored, so that hyper writes a response from its shared body
+    /// instead of copying it into a buffer per connection.
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.stream).poll_write_vectored(cx, bufs);
+        self.guard_write(cx, polled)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -307,6 +334,24 @@ impl AsyncWrite for Conn {
         match self.get_mut() {
             Conn::Plain(io) => Pin::new(io).poll_write(cx, data),
             Conn::Tls(io) => Pin::new(io.as_mut()).poll_write(cx, data),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Plain(io) => Pin::new(io).poll_write_vectored(cx, bufs),
+            Conn::Tls(io) => Pin::new(io.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Conn::Plain(io) => io.is_write_vectored(),
+            Conn::Tls(io) => io.is_write_vectored(),
         }
     }
 

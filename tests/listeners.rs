@@ -1,0 +1,345 @@
+//! The two listeners (`/metrics` and gRPC ingest) under load they must
+//! survive: scrapers that never read, idle connections under a low file
+//! descriptor limit, TLS with client certificates, and bearer tokens.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::pki::make_pki;
+use common::Guard;
+
+/// A `/proc/PID/status` field in MiB (`VmRSS`, `VmHWM`).
+fn status_mib(pid: u32, field: &str) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with(field)).unwrap();
+    let kib: f64 = line[field.len()..]
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .unwrap();
+    kib / 1024.0
+}
+
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
+}
+
+/// CPU seconds (user + system) the process has used.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    ticks / 100.0
+}
+
+/// A `replay -` fed `label_sets` finished requests, one per label set, its
+/// stdin kept open so that it keeps serving `/metrics` on `port`.
+fn serving_replay(
+    port: u16,
+    label_sets: usize,
+    extra: &[&str],
+) -> (Guard, std::process::ChildStdin) {
+    let mut child: Child = Command::new(common::binary())
+        .args(["replay", "-", "--output", "none"])
+        .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+        .args(extra)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut trace = String::new();
+    for i in 0..label_sets {
+        let (model, engine) = (format!("model-{}", i % 20), i / 20);
+        trace.push_str(&format!(
+            r#"{{"type":"request","request_id":"r{i}","model_name":"{model}","engine":{engine},"arrival_time":100.0,"prompt_len":512,"max_tokens":64,"n":1}}"#
+        ));
+        trace.push('\n');
+        trace.push_str(&format!(
+            r#"{{"type":"outputs","engine":{engine},"timestamp":2.0,"received_at":100.5,"outputs":[{{"request_id":"r{i}","new_token_ids":[1,2],"events":[{{"type":"queued","timestamp":1.0}},{{"type":"scheduled","timestamp":1.5}},{{"type":"preempted","timestamp":1.8}}],"finish_reason":"stop"}}]}}"#
+        ));
+        trace.push('\n');
+    }
+    stdin.write_all(trace.as_bytes()).unwrap();
+    stdin.flush().unwrap();
+    (Guard(child), stdin)
+}
+
+/// 20 connections send `GET /metrics` and never read: they share one
+/// encoded exposition (RSS grows by about one copy, not twenty), and the
+/// write timeout closes them. Before: 20 slow scrapers of a 60 MB
+/// exposition raised RSS from 79 MB to 1.25 GB and were never closed.
+#[test]
+fn slow_scrapers_share_one_exposition_and_are_closed() {
+    let port = common::free_port();
+    let (server, _stdin) = serving_replay(port, 1_000, &["--write-timeout", "3"]);
+    let pid = server.0.id();
+    let exposition = common::wait_for(60, "1,000 label sets applied", || {
+        let text = common::http_get(port, "/metrics")?;
+        text.contains("engine=\"49\"").then_some(text)
+    });
+    let size_mib = exposition.len() as f64 / (1 << 20) as f64;
+    assert!(size_mib > 20.0, "a large exposition: {size_mib:.1} MiB");
+    let (rss_before, fds_before) = (status_mib(pid, "VmRSS:"), open_fds(pid));
+    let mut scrapers: Vec<TcpStream> = (0..20)
+        .map(|_| {
+            let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+            s
+        })
+        .collect();
+    // While they hang: all connected, memory about one exposition more.
+    std::thread::sleep(Duration::from_millis(2000));
+    let (rss_during, fds_during) = (status_mib(pid, "VmRSS:"), open_fds(pid));
+    assert!(
+        fds_during >= fds_before + 16,
+        "{fds_before} -> {fds_during} fds"
+    );
+    assert!(
+        rss_during - rss_before < 2.0 * size_mib + 20.0,
+        "RSS {rss_before:.0} -> {rss_during:.0} MiB for a {size_mib:.1} MiB exposition"
+    );
+    // After the write timeout the server has closed them.
+    common::wait_for(20, "the slow scrapers to be closed", || {
+        (open_fds(pid) <= fds_before + 1).then_some(())
+    });
+    let peak = status_mib(pid, "VmHWM:");
+    eprintln!(
+        "slow scrapers: exposition {size_mib:.1} MiB, RSS {rss_before:.1} -> {rss_during:.1} MiB with 20 hanging, peak {peak:.1} MiB"
+    );
+    // The server still answers.
+    assert!(common::http_get(port, "/metrics").is_some());
+    scrapers.clear();
+}
+
+/// 300 idle TCP connections to the ingest port of a `serve` limited to 128
+/// file descriptors: `/metrics` keeps answering, the process does not spin,
+/// and once the idle ones are closed a real client streams. Before: 300
+/// idle connections under a 256-descriptor limit made `serve` spin a core
+/// and stop answering both listeners until they closed.
+#[test]
+fn idle_connections_under_a_low_fd_limit_neither_spin_nor_block() {
+    let prlimit = common::require_tool(
+        "prlimit",
+        "install util-linux (apt-get install -y util-linux)",
+    );
+    let (ingest, metrics) = (common::free_port(), common::free_port());
+    let server = Guard(
+        Command::new(prlimit)
+            .arg("--nofile=128:128")
+            .arg(common::binary())
+            .args(["serve", "--ingest-addr", &format!("127.0.0.1:{ingest}")])
+            .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
+            .args(["--idle-timeout", "2", "--ingest-max-connections", "32"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let pid = server.0.id();
+    common::wait_for(20, "serve's /metrics", || {
+        common::http_get(metrics, "/metrics")
+    });
+    let idle: Vec<TcpStream> = (0..300)
+        .map(|_| TcpStream::connect(("127.0.0.1", ingest)).unwrap())
+        .collect();
+    let cpu_before = cpu_seconds(pid);
+    let started = Instant::now();
+    std::thread::sleep(Duration::from_millis(500));
+    let answered = common::http_get(metrics, "/metrics");
+    assert!(
+        answered.is_some(),
+        "/metrics answers with 300 idle ingest connections"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+    std::thread::sleep(Duration::from_millis(2500));
+    let cpu = cpu_seconds(pid) - cpu_before;
+    assert!(cpu < 1.0, "{cpu:.2} CPU seconds in 3 s: spinning");
+    // The idle ones are closed batch by batch; a real stream gets through.
+    let (status, _, stderr) = common::run(&[
+        "replay",
+        common::repo()
+            .join("tests/data/lifecycle.jsonl")
+            .to_str()
+            .unwrap(),
+        "--metrics-addr",
+        "none",
+        "--target",
+        &format!("http://127.0.0.1:{ingest}"),
+    ]);
+    assert_eq!(status, 2, "the trace's own invalid lines only: {stderr}");
+    assert!(stderr.contains("remote ingest: "), "{stderr}");
+    drop(idle);
+}
+
+/// A `serve` with TLS, a bearer token and (for `/metrics`) client
+/// certificates: the right clients get through, the others are refused.
+#[test]
+fn tls_and_tokens_on_ingest_and_metrics() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let pki = make_pki();
+    let dir = common::tempdir("tokens");
+    let token = dir.join("token");
+    std::fs::write(&token, "s3cr3t-token\n").unwrap();
+    let (ingest, metrics) = (common::free_port(), common::free_port());
+    let path = |p: &std::path::Path| p.to_str().unwrap().to_owned();
+    let _server = Guard(
+        Command::new(common::binary())
+            .args(["serve", "--ingest-addr", &format!("127.0.0.1:{ingest}")])
+            .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
+            .args([
+                "--tls-cert",
+                &path(&pki.server_cert),
+                "--tls-key",
+                &path(&pki.server_key),
+            ])
+            .args(["--auth-token-file", &path(&token)])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let ca = reqwest::Certificate::from_pem(&std::fs::read(&pki.ca).unwrap()).unwrap();
+    let client = reqwest::blocking::Client::builder()
+        .tls_certs_only([ca])
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let url = format!("https://127.0.0.1:{metrics}/metrics");
+    common::wait_for(20, "serve's TLS /metrics", || client.get(&url).send().ok());
+    let status =
+        |request: reqwest::blocking::RequestBuilder| request.send().unwrap().status().as_u16();
+    assert_eq!(status(client.get(&url)), 401);
+    assert_eq!(status(client.get(&url).bearer_auth("wrong")), 401);
+    assert_eq!(status(client.get(&url).bearer_auth("s3cr3t-token")), 200);
+    assert!(
+        common::http_get(metrics, "/metrics").is_none(),
+        "plain HTTP is not served on a TLS port"
+    );
+
+    let replay_to = |extra: &[&str]| {
+        let mut args = vec![
+            "replay".to_owned(),
+            path(&common::repo().join("tests/data/lifecycle.jsonl")),
+            "--metrics-addr".into(),
+            "none".into(),
+            "--target".into(),
+            format!("https://localhost:{ingest}"),
+            "--target-ca".into(),
+            path(&pki.ca),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        common::run(&args)
+    };
+    let (code, _, stderr) = replay_to(&["--target-token-file", &path(&token)]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("remote ingest: "), "{stderr}");
+    assert!(!stderr.contains("s3cr3t"), "{stderr}");
+    let (code, _, stderr) = replay_to(&[]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("a bearer token is required"), "{stderr}");
+    let served = client
+        .get(&url)
+        .bearer_auth("s3cr3t-token")
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    assert!(
+        served.contains("vllm:request_num_preemptions_count{model_name=\"llama\",engine=\"0\"}"),
+        "the authorised stream was applied"
+    );
+
+    // Mutual TLS on /metrics.
+    let port = common::free_port();
+    let _mtls = Guard(
+        Command::new(common::binary())
+            .args([
+                "replay",
+                "-",
+                "--metrics-addr",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .args([
+                "--tls-cert",
+                &path(&pki.server_cert),
+                "--tls-key",
+                &path(&pki.server_key),
+            ])
+            .args(["--tls-client-ca", &path(&pki.ca)])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut identity = std::fs::read(&pki.client_cert).unwrap();
+    identity.extend(std::fs::read(&pki.client_key).unwrap());
+    let with_certificate = reqwest::blocking::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(&std::fs::read(&pki.ca).unwrap()).unwrap()])
+        .identity(reqwest::Identity::from_pem(&identity).unwrap())
+        .build()
+        .unwrap();
+    let url = format!("https://127.0.0.1:{port}/metrics");
+    let text = common::wait_for(20, "the mutual-TLS /metrics", || {
+        with_certificate.get(&url).send().ok()?.text().ok()
+    });
+    assert!(
+        text.starts_with("# HELP vllm:num_preemptions_total"),
+        "{}",
+        &text[..100]
+    );
+    assert!(
+        client.get(&url).send().is_err(),
+        "no client certificate, no connection"
+    );
+}
+
+/// `/metrics` serves the process families Prometheus client libraries
+/// expose (vLLM's dashboards query `process_start_time_seconds`).
+#[test]
+fn metrics_serves_the_process_families() {
+    let port = common::free_port();
+    let (server, _stdin) = serving_replay(port, 1, &[]);
+    let text = common::wait_for(20, "/metrics", || common::http_get(port, "/metrics"));
+    let samples = common::samples(&text);
+    let started = samples["process_start_time_seconds"];
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(
+        (now - 60.0..=now + 1.0).contains(&started),
+        "{started} vs {now}"
+    );
+    assert!(samples["process_resident_memory_bytes"] > 1e6);
+    assert!(samples["process_open_fds"] >= 3.0);
+    assert!(samples["process_max_fds"] >= samples["process_open_fds"]);
+    assert!(samples.contains_key("process_cpu_seconds_total"));
+    assert!(samples.contains_key("process_virtual_memory_bytes"));
+    assert!(text.contains("# TYPE process_cpu_seconds_total counter\n"));
+    let mut rest = String::new();
+    let _ = TcpStream::connect(("127.0.0.1", port)).map(|mut s| {
+        let _ = write!(
+            s,
+            "GET /nothing HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        );
+        let _ = s.read_to_string(&mut rest);
+    });
+    assert!(rest.starts_with("HTTP/1.1 404"), "{rest}");
+    drop(server);
+}
