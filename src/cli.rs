@@ -647,21 +647,16 @@ struct Tee {
 }
 
 impl Tee {
-    fn new(
-        pipeline: &Pipeline,
-        target: Option<&str>,
-        security: &TargetSecurity,
-        limits: InputLimits,
-    ) -> io::Result<Tee> {
-        let remote = match target {
+    fn new(pipeline: &Pipeline, target: &TargetArgs, common: &CommonArgs) -> io::Result<Tee> {
+        let remote = match &target.target {
             Some(url) => Some(
-                RemoteSink::connect(url, security, pipeline.runtime.handle())
+                RemoteSink::connect(url, &target.security(), pipeline.runtime.handle())
                     .map_err(|e| io::Error::new(io::ErrorKind::ConnectionRefused, e))?,
             ),
             None => None,
         };
         Ok(Tee {
-            tracker: Tracker::new(pipeline.instruments.clone()).with_limits(limits),
+            tracker: Tracker::new(pipeline.instruments.clone()).with_limits(common.input_limits()),
             remote,
             remote_failed: false,
         })
@@ -721,12 +716,7 @@ fn run_replay(args: ReplayArgs) -> io::Result<ExitCode> {
         },
         args.output.format().is_some(),
     )?;
-    let mut tee = Tee::new(
-        &pipeline,
-        args.target.target.as_deref(),
-        &args.target.security(),
-        args.common.input_limits(),
-    )?;
+    let mut tee = Tee::new(&pipeline, &args.target, &args.common)?;
     // Unlocked: the OTLP and signal threads report on stderr too.
     let report = jsonl::replay(
         input,
@@ -840,12 +830,7 @@ fn run_simulate(args: SimulateArgs) -> io::Result<ExitCode> {
         },
         true,
     )?;
-    let mut tee = Tee::new(
-        &pipeline,
-        args.target.target.as_deref(),
-        &args.target.security(),
-        args.common.input_limits(),
-    )?;
+    let mut tee = Tee::new(&pipeline, &args.target, &args.common)?;
     let mut write_error: Option<io::Error> = None;
     let started = std::time::Instant::now();
     let show_progress = io::IsTerminal::is_terminal(&io::stderr());
