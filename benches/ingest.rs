@@ -38,6 +38,7 @@ fn workload(tag: &str, steps: usize) -> Vec<pb::Record> {
                 prompt_len: 512,
                 max_tokens: Some(128),
                 n: 1,
+                traceparent: None,
             })));
             live.push((id, 0));
         }
@@ -259,6 +260,7 @@ fn main() {
                 prompt_len: 512,
                 max_tokens: Some(128),
                 n: 1,
+                traceparent: None,
             })));
         }
         records.push(record_to_proto(&Record::Outputs(OutputBatch {

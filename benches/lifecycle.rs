@@ -17,7 +17,9 @@
 //! `--otlp-endpoint`: every measurement is aggregated once per reader),
 //! `otel_unbound` (the SDK recorded with attributes on every call,
 //! `baseline/otel_unbound_tracker.rs`) and `rules_only` (the lifecycle rules
-//! recording nothing). A last section (`baseline/per_observation.rs`) times
+//! recording nothing), `otel_sdk_traced` and `otel_sdk_traced_1pct` (the
+//! shipped request with its `llm_request` span, every request sampled or
+//! one in a hundred, into a batch span processor). A last section (`baseline/per_observation.rs`) times
 //! single observations on each path.
 //!
 //! Every label set exists before anything is measured. After criterion's
@@ -49,6 +51,7 @@ use std::time::{Duration, Instant};
 use criterion::Criterion;
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
+use opentelemetry_sdk::trace::SdkTracerProvider;
 use vllm_otel_metrics::catalog::DEFAULT_MAX_MODEL_LEN;
 use vllm_otel_metrics::export::otlp::{self, OtlpOptions, Protocol};
 use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
@@ -56,6 +59,7 @@ use vllm_otel_metrics::instruments::{views, Instruments, InstrumentsConfig, Labe
 use vllm_otel_metrics::protocol::{
     EngineCoreEvent, EngineCoreOutput, EventType, FinishReason, PrefillStats,
 };
+use vllm_otel_metrics::spans::RequestSpans;
 use vllm_otel_metrics::tracker::{RequestMetrics, RequestParams};
 
 const MODEL: &str = "meta-llama/Llama-3.1-8B-Instruct";
@@ -185,11 +189,55 @@ impl Sdk {
 }
 
 /// Everything the variants record into; every label set already exists.
+/// Span pipelines for the traced variants: the SDK's batch span processor
+/// over an exporter that discards (the cost measured is making and queueing
+/// the span), every request sampled, or one in a hundred.
+struct Traced {
+    all: RequestSpans,
+    one_percent: RequestSpans,
+    _providers: [SdkTracerProvider; 2],
+}
+
+#[derive(Debug)]
+struct Discard;
+
+impl opentelemetry_sdk::trace::SpanExporter for Discard {
+    async fn export(
+        &self,
+        batch: Vec<opentelemetry_sdk::trace::SpanData>,
+    ) -> opentelemetry_sdk::error::OTelSdkResult {
+        black_box(batch);
+        Ok(())
+    }
+}
+
+impl Traced {
+    fn new() -> Traced {
+        use opentelemetry_sdk::trace::Sampler;
+        let provider = |sampler: Sampler| {
+            SdkTracerProvider::builder()
+                .with_batch_exporter(Discard)
+                .with_sampler(sampler)
+                .build()
+        };
+        let all = provider(Sampler::ParentBased(Box::new(Sampler::AlwaysOn)));
+        let one_percent = provider(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
+            0.01,
+        ))));
+        Traced {
+            all: RequestSpans::new(&all),
+            one_percent: RequestSpans::new(&one_percent),
+            _providers: [all, one_percent],
+        }
+    }
+}
+
 struct Setup {
     canonical: Canonical,
     script: floor::Script,
     sdk: Sdk,
     sdk_two_readers: Sdk,
+    traced: Traced,
     pc_handles: prometheus_client_tracker::Handles,
     unbound: otel_unbound_tracker::Metrics,
     unbound_attributes: otel_unbound_tracker::Attributes,
@@ -211,6 +259,7 @@ impl Setup {
             canonical,
             sdk: Sdk::new(false, &runtime),
             sdk_two_readers: Sdk::new(true, &runtime),
+            traced: Traced::new(),
             pc_handles: prometheus_client_tracker::Handles::resolve(
                 &pc,
                 &prometheus_client_tracker::LabelSet::new(MODEL, ENGINE),
@@ -230,7 +279,15 @@ impl Setup {
 }
 
 fn shipped_request(label_set: &LabelSet, c: &Canonical) {
+    traced_request(label_set, None, c);
+}
+
+/// The shipped request, with its span when `spans` are given.
+fn traced_request(label_set: &LabelSet, spans: Option<&RequestSpans>, c: &Canonical) {
     let mut request = RequestMetrics::start_in(label_set, c.params);
+    if let Some(spans) = spans {
+        request.trace(spans, "canonical", MODEL, ENGINE, None);
+    }
     for (batch_timestamp, received_at, output) in &c.steps {
         request.observe_output(*batch_timestamp, *received_at, black_box(output));
     }
@@ -239,6 +296,14 @@ fn shipped_request(label_set: &LabelSet, c: &Canonical) {
 
 fn otel_sdk(s: &Setup) {
     shipped_request(&s.sdk.label_set, &s.canonical);
+}
+
+fn otel_sdk_traced(s: &Setup) {
+    traced_request(&s.sdk.label_set, Some(&s.traced.all), &s.canonical);
+}
+
+fn otel_sdk_traced_1pct(s: &Setup) {
+    traced_request(&s.sdk.label_set, Some(&s.traced.one_percent), &s.canonical);
 }
 
 fn otel_sdk_two_readers(s: &Setup) {
@@ -304,7 +369,7 @@ const VARIANTS: [Variant; 3] = [
 ];
 
 /// Reference points, timed alongside but not part of the summary line.
-const REFERENCES: [Variant; 4] = [
+const REFERENCES: [Variant; 6] = [
     Variant {
         name: "otel_sdk_two_readers",
         run: otel_sdk_two_readers,
@@ -320,6 +385,14 @@ const REFERENCES: [Variant; 4] = [
     Variant {
         name: "rules_only",
         run: rules_only,
+    },
+    Variant {
+        name: "otel_sdk_traced",
+        run: otel_sdk_traced,
+    },
+    Variant {
+        name: "otel_sdk_traced_1pct",
+        run: otel_sdk_traced_1pct,
     },
 ];
 
@@ -498,11 +571,13 @@ fn main() {
     .join(" ");
     println!("per-observation: {per_observation} ns/op");
     println!(
-        "references: otel_sdk_two_readers={:.1} sdk_floor_two_readers={:.1} otel_unbound={:.1} rules_only={:.1} ns/request sdk_calls={}",
+        "references: otel_sdk_two_readers={:.1} sdk_floor_two_readers={:.1} otel_unbound={:.1} rules_only={:.1} otel_sdk_traced={:.1} otel_sdk_traced_1pct={:.1} ns/request sdk_calls={}",
         medians[3],
         medians[4],
         medians[5],
         medians[6],
+        medians[7],
+        medians[8],
         setup.script.len()
     );
     println!(

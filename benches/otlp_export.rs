@@ -72,6 +72,7 @@ fn populate(tracker: &mut Tracker) {
                 prompt_len: 512,
                 max_tokens: Some(128),
                 n: 1,
+                traceparent: None,
             })
             .unwrap();
         let event = |kind, timestamp| EngineCoreEvent {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's whole test suite, runnable on a fresh machine: installs what the
 # tests need (Prometheus/promtool from Debian, Python packages from PyPI, the
-# OpenTelemetry Collector built from its Go modules), then
+# OpenTelemetry Collector and the Jaeger traces backend built from their Go
+# modules), then
 # checks formatting and lints, and runs every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +23,8 @@ fi
 
 echo "==> building the OpenTelemetry Collector (otel-collector/build.sh)"
 bash otel-collector/build.sh
+echo "==> building the Jaeger traces backend (otel-collector/build-jaeger.sh)"
+bash otel-collector/build-jaeger.sh
 
 echo "==> cargo fmt --check"
 cargo fmt --all -- --check

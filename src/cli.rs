@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use crate::catalog::DEFAULT_MAX_MODEL_LEN;
 use crate::export::otlp::tls::TlsFiles;
-use crate::export::otlp::{self, Destination, ExportHealth, OtlpOptions, Protocol};
+use crate::export::otlp::{self, Destination, ExportHealth, OtlpOptions, Protocol, Signal};
 use crate::export::prometheus::{http, Format, PrometheusBridge};
 use crate::ingest::client::{RemoteSink, TargetSecurity};
 use crate::ingest::grpc::{self, IngestLimits, IngestListener, IngestService};
@@ -26,7 +26,10 @@ use crate::listen::{BearerToken, ListenerLimits, ServerTls, ServerTlsFiles};
 use crate::protocol::{InputLimits, Record};
 use crate::sim::report::{self, SweepRow};
 use crate::sim::{simulate, Progress, SimConfig};
+use crate::spans::RequestSpans;
 use crate::tracker::{Rejection, Tracker};
+use opentelemetry_sdk::error::OTelSdkError;
+use opentelemetry_sdk::trace::SdkTracerProvider;
 
 /// Exit status when the final OTLP export failed.
 pub const EXIT_EXPORT_FAILED: u8 = 3;
@@ -209,6 +212,11 @@ struct OtlpArgs {
     /// Push metrics to this OTLP endpoint (enables OTLP; or set OTEL_EXPORTER_OTLP_ENDPOINT).
     #[arg(long, value_name = "URL")]
     otlp_endpoint: Option<String>,
+    /// Push each terminated request's `llm_request` span to this OTLP
+    /// endpoint (vLLM's flag; or set OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or
+    /// OTEL_TRACES_EXPORTER=otlp). Off by default.
+    #[arg(long, value_name = "URL")]
+    otlp_traces_endpoint: Option<String>,
     /// OTLP transport (default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf).
     #[arg(long, value_name = "grpc|http/protobuf")]
     otlp_protocol: Option<Protocol>,
@@ -289,6 +297,7 @@ impl OtlpArgs {
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         Ok(OtlpOptions {
             endpoint: self.otlp_endpoint.clone(),
+            traces_endpoint: self.otlp_traces_endpoint.clone(),
             protocol: self.otlp_protocol,
             interval: self.otlp_interval_ms.map(Duration::from_millis),
             timeout: self.otlp_timeout_ms.map(Duration::from_millis),
@@ -453,6 +462,14 @@ struct OtlpReport {
     health: Arc<ExportHealth>,
 }
 
+/// What a pipeline exports to, and what reports on the exports.
+struct Exports {
+    instruments: Instruments,
+    metrics: Option<OtlpReport>,
+    /// The tracer provider of the `llm_request` spans, when spans are on.
+    traces: Option<(SdkTracerProvider, OtlpReport)>,
+}
+
 /// What SIGINT/SIGTERM do to a pipeline.
 #[derive(Debug, Clone, Copy)]
 enum OnSignal {
@@ -475,9 +492,10 @@ fn to_stdout(bytes: &[u8]) -> io::Result<()> {
 /// The metrics pipeline a subcommand runs: instruments, the bridge, OTLP
 /// when configured, the runtime serving `/metrics`, and signal handling.
 struct Pipeline {
-    instruments: Instruments,
+    exports: Arc<Exports>,
     bridge: PrometheusBridge,
-    otlp: Option<Arc<OtlpReport>>,
+    /// Makes the `llm_request` spans, when they are exported.
+    spans: Option<RequestSpans>,
     runtime: tokio::runtime::Runtime,
 }
 
@@ -500,13 +518,14 @@ impl Pipeline {
         let mut builder = Instruments::builder()
             .with_max_model_len(common.max_model_len)
             .with_max_label_sets(common.max_label_sets)
-            .with_name_style(common.otlp.name_style())
-            .with_resource(otlp::resource());
+            .with_name_style(common.otlp.name_style());
         if bridge_read || common.metrics_addr.0.is_some() {
             builder = builder.with_reader(bridge_reader);
         }
+        let resource = otlp::resource();
+        builder = builder.with_resource(resource.clone());
         let mut report = None;
-        if options.enabled(&env) {
+        if options.enabled(Signal::Metrics, &env) {
             let push = otlp::build(&options, &env, runtime.handle()).map_err(invalid)?;
             eprintln!(
                 "pushing metrics over OTLP ({}) to {} ({}){}",
@@ -519,11 +538,30 @@ impl Pipeline {
                     .unwrap_or_default()
             );
             builder = builder.with_reader(push.reader);
-            report = Some(Arc::new(OtlpReport {
+            report = Some(OtlpReport {
                 destination: push.destination,
                 health: push.health,
-            }));
+            });
         }
+        let mut traces = None;
+        if options.enabled(Signal::Traces, &env) {
+            let push =
+                otlp::build_traces(&options, &env, runtime.handle(), resource).map_err(invalid)?;
+            eprintln!(
+                "pushing llm_request spans over OTLP ({}) to {} ({})",
+                push.destination.protocol, push.destination, push.destination.source,
+            );
+            traces = Some((
+                push.provider,
+                OtlpReport {
+                    destination: push.destination,
+                    health: push.health,
+                },
+            ));
+        }
+        let spans = traces
+            .as_ref()
+            .map(|(provider, _)| RequestSpans::new(provider));
         let instruments = builder.build();
         if let Some(addr) = common.metrics_addr.0 {
             let (tls, token) = common.listen.security(&[b"http/1.1"])?;
@@ -543,9 +581,13 @@ impl Pipeline {
             );
         }
         let pipeline = Pipeline {
-            instruments,
+            exports: Arc::new(Exports {
+                instruments,
+                metrics: report,
+                traces,
+            }),
             bridge,
-            otlp: report,
+            spans,
             runtime,
         };
         if let OnSignal::Exit { print } = on_signal {
@@ -558,8 +600,7 @@ impl Pipeline {
     /// `print` asks for one, export what was recorded, then exit (130/143,
     /// or [`EXIT_EXPORT_FAILED`] when that export failed).
     fn exit_on_signal(&self, print: Option<Format>) {
-        let instruments = self.instruments.clone();
-        let otlp = self.otlp.clone();
+        let exports = Arc::clone(&self.exports);
         let bridge = self.bridge.clone();
         self.runtime.spawn(async move {
             let name = wait_for_signal().await;
@@ -571,8 +612,7 @@ impl Pipeline {
             }
             // Off the runtime's worker: the final export blocks until it is
             // done, and the gRPC transport needs the worker meanwhile.
-            let flushed =
-                tokio::task::spawn_blocking(move || flush(&instruments, otlp.as_deref())).await;
+            let flushed = tokio::task::spawn_blocking(move || flush(&exports)).await;
             let code = match flushed {
                 Ok(Ok(())) if name == "SIGINT" => 130,
                 Ok(Ok(())) => 143,
@@ -584,7 +624,7 @@ impl Pipeline {
 
     /// Stops the pipeline; `Err` when the final OTLP export failed.
     fn finish(self) -> Result<(), ()> {
-        let result = flush(&self.instruments, self.otlp.as_deref());
+        let result = flush(&self.exports);
         self.runtime.shutdown_background();
         result
     }
@@ -612,31 +652,56 @@ async fn wait_for_signal() -> &'static str {
     }
 }
 
-/// Shuts the meter provider down, which makes the OTLP reader export one
-/// last time; reports on stderr what that final export did (the SDK's own
-/// error says only that the shutdown failed).
-fn flush(instruments: &Instruments, otlp: Option<&OtlpReport>) -> Result<(), ()> {
-    let result = instruments.shutdown();
-    let Some(otlp) = otlp else {
-        return Ok(());
-    };
-    match (result, otlp.health.last_error()) {
-        (Ok(()), None) => Ok(()),
+impl Pipeline {
+    /// A tracker recording into the pipeline, with its spans and `limits`.
+    fn tracker(&self, limits: InputLimits) -> Tracker {
+        let tracker = Tracker::new(self.exports.instruments.clone()).with_limits(limits);
+        match &self.spans {
+            Some(spans) => tracker.with_spans(spans.clone()),
+            None => tracker,
+        }
+    }
+}
+
+/// Reports on stderr what a final export did (the SDK's own error says
+/// only that the shutdown failed); `Err` when it failed.
+fn report_final_export(
+    result: opentelemetry_sdk::error::OTelSdkResult,
+    report: &OtlpReport,
+) -> Result<(), ()> {
+    match (result, report.health.last_error()) {
+        (Ok(()) | Err(OTelSdkError::AlreadyShutdown), None) => Ok(()),
         (_, Some(error)) => {
             eprintln!(
                 "error: final OTLP export to {} failed: {error}",
-                otlp.destination
+                report.destination
             );
             Err(())
         }
         (Err(error), None) => {
             eprintln!(
                 "error: final OTLP export to {} did not complete: {error}",
-                otlp.destination
+                report.destination
             );
             Err(())
         }
     }
+}
+
+/// Shuts the tracer provider down (its last spans go out), then the meter
+/// provider (the OTLP reader exports one last time); `Err` when a final
+/// export failed.
+fn flush(exports: &Exports) -> Result<(), ()> {
+    let traces = match &exports.traces {
+        Some((provider, report)) => report_final_export(provider.shutdown(), report),
+        None => Ok(()),
+    };
+    let result = exports.instruments.shutdown();
+    let metrics = match &exports.metrics {
+        Some(report) => report_final_export(result, report),
+        None => Ok(()),
+    };
+    traces.and(metrics)
 }
 
 /// The local tracker, plus a remote ingest stream when `--target` is given.
@@ -656,7 +721,7 @@ impl Tee {
             None => None,
         };
         Ok(Tee {
-            tracker: Tracker::new(pipeline.instruments.clone()).with_limits(common.input_limits()),
+            tracker: pipeline.tracker(common.input_limits()),
             remote,
             remote_failed: false,
         })
@@ -889,8 +954,7 @@ fn run_serve(args: ServeArgs) -> io::Result<ExitCode> {
         request_ttl: (!request_ttl.is_zero()).then_some(request_ttl),
         max_message_bytes: args.max_message_bytes,
     };
-    let tracker =
-        Tracker::new(pipeline.instruments.clone()).with_limits(args.common.input_limits());
+    let tracker = pipeline.tracker(args.common.input_limits());
     let service = IngestService::new(tracker, limits);
     let listener = pipeline
         .runtime

@@ -49,6 +49,11 @@ pub struct RequestStart {
     /// The `n` sampling parameter (absent or null: 1).
     #[serde(default = "one", deserialize_with = "null_as_one")]
     pub n: u32,
+    /// The caller's W3C trace context (`00-<trace id>-<span id>-<flags>`),
+    /// from the request's `traceparent` header; the request's `llm_request`
+    /// span joins that trace. Absent or null: the span starts a new trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 fn one() -> u32 {
@@ -323,6 +328,9 @@ impl Record {
             Record::Request(r) => {
                 id(&r.request_id)?;
                 label(&r.model_name)?;
+                if let Some(traceparent) = &r.traceparent {
+                    bounded("traceparent", traceparent, limits.max_label_bytes)?;
+                }
                 time("arrival_time", r.arrival_time)
             }
             Record::Outputs(b) => {

@@ -33,6 +33,7 @@ use crate::protocol::{
     shown, Abort, EngineCoreEvent, EngineCoreOutput, EventType, FinishReason, InputLimits,
     OutputBatch, Record, RequestStart, SchedulerStats,
 };
+use crate::spans::{RequestSpans, SpanState, SpanValues};
 
 /// The request parameters the terminal histograms report.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -86,6 +87,8 @@ struct RequestState {
     last_token_ts: f64,
     /// The batch timestamp of the latest output (engine clock).
     last_batch_ts: f64,
+    /// The time to first token recorded, for the span.
+    time_to_first_token: f64,
     num_generation_tokens: u64,
     num_preemptions: u64,
     latest_num_cached_tokens: u32,
@@ -118,6 +121,7 @@ impl RequestState {
             first_token_ts: 0.0,
             last_token_ts: 0.0,
             last_batch_ts: 0.0,
+            time_to_first_token: 0.0,
             num_generation_tokens: 0,
             num_preemptions: 0,
             latest_num_cached_tokens: 0,
@@ -128,8 +132,16 @@ impl RequestState {
     /// cannot be applied: its engine time is earlier than the request's
     /// previous output, or its receive time earlier than the arrival. Either
     /// would record a negative latency.
+    #[inline(always)]
+    fn goes_back(&self, batch_timestamp: f64, received_at: f64) -> bool {
+        batch_timestamp < self.last_batch_ts || received_at < self.params.arrival_time
+    }
+
+    /// [`RequestState::goes_back`], with the reason when it does.
     fn out_of_order(&self, batch_timestamp: f64, received_at: f64) -> Option<String> {
-        if batch_timestamp < self.last_batch_ts {
+        if !self.goes_back(batch_timestamp, received_at) {
+            None
+        } else if batch_timestamp < self.last_batch_ts {
             Some(format!(
                 "timestamp {batch_timestamp} is earlier than the request's previous output at {}",
                 self.last_batch_ts
@@ -177,8 +189,8 @@ impl RequestState {
                 if let Some(stats) = &output.prefill_stats {
                     h.record_prompt_tokens(stats);
                 }
-                h.time_to_first_token
-                    .record(received_at - self.params.arrival_time);
+                self.time_to_first_token = received_at - self.params.arrival_time;
+                h.time_to_first_token.record(self.time_to_first_token);
                 self.first_token_ts = batch_timestamp;
                 self.is_prefilling = false;
             } else if self.last_token_ts > 0.0 {
@@ -210,14 +222,37 @@ impl RequestState {
     }
 
     /// Mirrors vLLM's `record_finished`: every terminal family once, the
-    /// preemption count included even when it is zero.
-    fn record_terminal(&self, h: &RequestHandles, received_at: f64, reason: FinishReason) {
+    /// preemption count included even when it is zero. Returns what the
+    /// request's span reports, from the same values.
+    fn record_terminal(
+        &self,
+        h: &RequestHandles,
+        received_at: f64,
+        reason: FinishReason,
+    ) -> SpanValues {
         use RequestHistogram::*;
         let p = &self.params;
         let tokens = self.num_generation_tokens as f64;
-        let decode = diff_or_zero(self.last_token_ts, self.first_token_ts);
+        let values = SpanValues {
+            reason,
+            end_time: received_at,
+            prompt_tokens: p.prompt_len,
+            completion_tokens: self.num_generation_tokens,
+            cached_tokens: self.latest_num_cached_tokens,
+            max_tokens: p.max_tokens,
+            n: p.n,
+            num_preemptions: self.num_preemptions,
+            queue: diff_or_zero(self.scheduled_ts, self.queued_ts),
+            time_to_first_token: self.time_to_first_token,
+            // An explicit end before the arrival (a caller's clock skew)
+            // must not record a negative latency.
+            e2e: (received_at - p.arrival_time).max(0.0),
+            prefill: diff_or_zero(self.first_token_ts, self.scheduled_ts),
+            decode: diff_or_zero(self.last_token_ts, self.first_token_ts),
+            inference: diff_or_zero(self.last_token_ts, self.scheduled_ts),
+        };
         let per_output_token = if self.num_generation_tokens > 1 {
-            decode / (tokens - 1.0)
+            values.decode / (tokens - 1.0)
         } else {
             0.0
         };
@@ -231,24 +266,17 @@ impl RequestState {
                 PrefillKvComputedTokens,
                 f64::from(p.prompt_len.saturating_sub(self.latest_num_cached_tokens)),
             ),
-            // An explicit end before the arrival (a caller's clock skew)
-            // must not record a negative latency.
-            (E2eRequestLatency, (received_at - p.arrival_time).max(0.0)),
-            (QueueTime, diff_or_zero(self.scheduled_ts, self.queued_ts)),
-            (
-                PrefillTime,
-                diff_or_zero(self.first_token_ts, self.scheduled_ts),
-            ),
-            (DecodeTime, decode),
-            (
-                InferenceTime,
-                diff_or_zero(self.last_token_ts, self.scheduled_ts),
-            ),
+            (E2eRequestLatency, values.e2e),
+            (QueueTime, values.queue),
+            (PrefillTime, values.prefill),
+            (DecodeTime, values.decode),
+            (InferenceTime, values.inference),
             (TimePerOutputToken, per_output_token),
         ];
         // `max_tokens` is observed only when the request set it.
         let max_tokens = p.max_tokens.map(|m| (ParamsMaxTokens, f64::from(m)));
         h.record_terminal(reason, observations.into_iter().chain(max_tokens));
+        values
     }
 }
 
@@ -262,6 +290,8 @@ pub struct RequestMetrics {
     handles: Arc<RequestHandles>,
     state: RequestState,
     terminated: bool,
+    /// The span in the making, when spans are recorded.
+    span: Option<Box<SpanState>>,
 }
 
 impl std::fmt::Debug for RequestMetrics {
@@ -292,7 +322,31 @@ impl RequestMetrics {
             handles: Arc::clone(&label_set.handles),
             state: RequestState::new(params),
             terminated: false,
+            span: None,
         }
+    }
+
+    /// Also makes the request's `llm_request` span at its end (see
+    /// [`crate::spans`]); `traceparent` is the caller's W3C trace context.
+    /// Returns why `traceparent` was ignored, when it was not one.
+    pub fn trace(
+        &mut self,
+        spans: &RequestSpans,
+        request_id: &str,
+        model_name: &str,
+        engine: u32,
+        traceparent: Option<&str>,
+    ) -> Option<String> {
+        let (state, invalid) = SpanState::start(
+            spans,
+            request_id,
+            model_name,
+            engine,
+            self.state.params.arrival_time,
+            traceparent,
+        );
+        self.span = Some(state);
+        invalid
     }
 
     /// Applies one engine-core output of this request, received at
@@ -322,16 +376,21 @@ impl RequestMetrics {
         if self.terminated {
             return true;
         }
-        if self
-            .state
-            .out_of_order(batch_timestamp, received_at)
-            .is_some()
-        {
+        if self.state.goes_back(batch_timestamp, received_at) {
             self.handles.count_invalid();
             return false;
         }
         self.state
             .observe_output(&self.handles, counts, batch_timestamp, received_at, output);
+        if let Some(span) = &mut self.span {
+            for event in &output.events {
+                if event.kind == EventType::Preempted {
+                    // The event's engine time on the frontend's clock, by
+                    // way of the batch that reported it.
+                    span.preempted(received_at - (batch_timestamp - event.timestamp));
+                }
+            }
+        }
         if let Some(reason) = output.finish_reason {
             self.finish(received_at, reason);
         }
@@ -342,8 +401,12 @@ impl RequestMetrics {
     pub fn finish(&mut self, received_at: f64, reason: FinishReason) {
         if !self.terminated {
             self.terminated = true;
-            self.state
+            let values = self
+                .state
                 .record_terminal(&self.handles, received_at, reason);
+            if let Some(span) = self.span.take() {
+                span.end(&values);
+            }
         }
     }
 
@@ -393,14 +456,18 @@ pub enum RejectReason {
     UnknownRequest = 1,
     /// A start for a request id that is still live.
     DuplicateRequest = 2,
+    /// A request start whose `traceparent` is not a W3C trace context (the
+    /// request is tracked; its span starts a new trace).
+    InvalidTraceparent = 3,
 }
 
 impl RejectReason {
     /// Every reason, in label-value order.
-    pub const ALL: [RejectReason; 3] = [
+    pub const ALL: [RejectReason; 4] = [
         RejectReason::InvalidRecord,
         RejectReason::UnknownRequest,
         RejectReason::DuplicateRequest,
+        RejectReason::InvalidTraceparent,
     ];
 
     /// The label value.
@@ -409,6 +476,7 @@ impl RejectReason {
             RejectReason::InvalidRecord => "invalid_record",
             RejectReason::UnknownRequest => "unknown_request",
             RejectReason::DuplicateRequest => "duplicate_request",
+            RejectReason::InvalidTraceparent => "invalid_traceparent",
         }
     }
 }
@@ -449,6 +517,11 @@ impl std::fmt::Display for Rejection {
             RejectReason::DuplicateRequest => {
                 write!(f, "second start for live request '{}'", self.request_id)
             }
+            RejectReason::InvalidTraceparent => write!(
+                f,
+                "request '{}' has an invalid traceparent ({}); it is tracked, its span starts a new trace",
+                self.request_id, self.detail
+            ),
             RejectReason::InvalidRecord => {
                 write!(f, "invalid {} record: {}", self.record, self.detail)
             }
@@ -469,6 +542,7 @@ pub struct Tracker {
     /// Per-batch counts by label set; reused so batches allocate nothing.
     batch_counts: Vec<BatchCounts>,
     limits: InputLimits,
+    spans: Option<RequestSpans>,
     /// Start order `(start number, id)`, kept only for [`Tracker::evict_oldest`];
     /// entries of requests that ended are skipped lazily.
     start_order: Option<VecDeque<(u64, Box<str>)>>,
@@ -541,6 +615,7 @@ impl Tracker {
             requests: HashMap::new(),
             batch_counts: Vec::new(),
             limits: InputLimits::default(),
+            spans: None,
             start_order: None,
             starts: 0,
             now: 0.0,
@@ -569,6 +644,12 @@ impl Tracker {
         self.requests.len()
     }
 
+    /// Also makes each terminated request's `llm_request` span.
+    pub fn with_spans(mut self, spans: RequestSpans) -> Self {
+        self.spans = Some(spans);
+        self
+    }
+
     /// The bounds records are checked against.
     pub fn with_limits(mut self, limits: InputLimits) -> Self {
         self.limits = limits;
@@ -591,7 +672,10 @@ impl Tracker {
             return vec![self.invalid(kind, id, error.0)];
         }
         match record {
-            Record::Request(start) => self.start_request(start).err().into_iter().collect(),
+            Record::Request(start) => match self.start_request(start) {
+                Ok(rejection) => rejection.into_iter().collect(),
+                Err(rejection) => vec![rejection],
+            },
             Record::Outputs(batch) => self.observe_batch(batch),
             Record::Abort(abort) => self.abort(abort).err().into_iter().collect(),
             Record::SchedulerStats(stats) => {
@@ -618,17 +702,38 @@ impl Tracker {
         }
     }
 
-    /// Starts a request; a start for a live id changes nothing and is rejected.
-    pub fn start_request(&mut self, start: &RequestStart) -> Result<(), Rejection> {
+    /// Starts a request; a start for a live id changes nothing and is
+    /// rejected. A started request comes back with a rejection of its
+    /// `traceparent` alone when that is not a W3C trace context.
+    pub fn start_request(&mut self, start: &RequestStart) -> Result<Option<Rejection>, Rejection> {
         if self.requests.contains_key(&start.request_id) {
             return Err(self.reject(RejectReason::DuplicateRequest, "request", &start.request_id));
         }
-        let metrics = RequestMetrics::start(
+        let mut metrics = RequestMetrics::start(
             &self.instruments,
             &start.model_name,
             start.engine,
             RequestParams::from(start),
         );
+        let traceparent = start.traceparent.as_deref();
+        let invalid_traceparent = match &self.spans {
+            Some(spans) => metrics.trace(
+                spans,
+                &start.request_id,
+                &start.model_name,
+                start.engine,
+                traceparent,
+            ),
+            None => traceparent.and_then(|t| crate::spans::parent_context(t).err()),
+        };
+        let rejection = invalid_traceparent.map(|detail| Rejection {
+            detail,
+            ..self.reject(
+                RejectReason::InvalidTraceparent,
+                "request",
+                &start.request_id,
+            )
+        });
         self.starts += 1;
         if let Some(order) = &mut self.start_order {
             order.push_back((self.starts, start.request_id.as_str().into()));
@@ -646,7 +751,7 @@ impl Tracker {
                 last_seen: self.now,
             },
         );
-        Ok(())
+        Ok(rejection)
     }
 
     /// Applies one engine step: every output of a live request, terminal
@@ -664,11 +769,16 @@ impl Tracker {
                 ));
                 continue;
             };
-            if let Some(detail) = live
+            if live
                 .metrics
                 .state
-                .out_of_order(batch.timestamp, batch.received_at)
+                .goes_back(batch.timestamp, batch.received_at)
             {
+                let detail = live
+                    .metrics
+                    .state
+                    .out_of_order(batch.timestamp, batch.received_at)
+                    .unwrap_or_default();
                 rejections.push(self.invalid("output", &output.request_id, detail));
                 continue;
             }

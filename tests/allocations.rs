@@ -189,6 +189,37 @@ fn observing_a_non_terminal_output_allocates_nothing() {
     request.finish(101.5, FinishReason::Stop);
 }
 
+/// With spans on, a request's outputs still allocate nothing (preemptions
+/// go to room kept at the start); only its end makes the span.
+#[test]
+fn with_spans_the_outputs_of_a_request_allocate_nothing() {
+    use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+    use vllm_otel_metrics::spans::RequestSpans;
+
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    let spans = RequestSpans::new(&provider);
+    let instruments = instruments();
+    warm(&instruments, FinishReason::Stop);
+    let mut request = RequestMetrics::start(&instruments, MODEL, 0, params());
+    assert_eq!(request.trace(&spans, "r", MODEL, 0, None), None);
+    let (first, preempted) = (first_output("r"), preempted_output("r"));
+    let (n, terminated) = allocations(|| {
+        let a = request.observe_output(2.0, 100.5, &first);
+        let b = request.observe_output(3.0, 101.0, &preempted);
+        let c = request.observe_output(4.0, 101.5, &preempted);
+        a || b || c
+    });
+    assert!(!terminated);
+    assert_eq!(n, 0, "outputs with spans on allocated {n} time(s)");
+    request.finish(102.0, FinishReason::Stop);
+    let spans = exporter.get_finished_spans().unwrap();
+    assert_eq!(spans.len(), 1);
+    assert_eq!(spans[0].events.len(), 2, "two preempted events");
+}
+
 #[test]
 fn finishing_a_request_allocates_nothing() {
     let instruments = instruments();
@@ -228,6 +259,7 @@ fn observing_a_batch_of_live_requests_allocates_nothing_once_warmed() {
                 prompt_len: 64,
                 max_tokens: Some(16),
                 n: 1,
+                traceparent: None,
             })
             .unwrap();
     }

@@ -457,8 +457,36 @@ fn dashboards_are_filtered_described_and_chained() {
                 assert!(q.contains(&format!("=~\"${earlier}\"")), "{name}: {n}: {q}");
             }
         }
+        assert_eq!(var("traces")["type"], "datasource", "{name}");
+        assert_eq!(var("traces")["query"], "tempo", "{name}");
         for panel in panels(&json) {
             if panel["type"] == "row" {
+                continue;
+            }
+            if panel["datasource"]["type"] == "tempo" {
+                // A traces panel: TraceQL on the span attribute the
+                // histogram's value is also written to, linked from the
+                // preemption panels.
+                let title = panel["title"].as_str().unwrap_or_default();
+                assert_eq!(panel["datasource"]["uid"], "${traces}", "{name}: {title}");
+                let target = &panel["targets"][0];
+                assert_eq!(target["queryType"], "traceql", "{name}: {title}");
+                assert_eq!(
+                    target["query"], "{ span.vllm.request.num_preemptions >= 3 }",
+                    "{name}: {title}"
+                );
+                let id = panel["id"].as_u64().unwrap();
+                let linked = panels(&json)
+                    .iter()
+                    .filter(|p| {
+                        p["links"].as_array().into_iter().flatten().any(|l| {
+                            l["url"]
+                                .as_str()
+                                .is_some_and(|u| u.contains(&format!("viewPanel={id}")))
+                        })
+                    })
+                    .count();
+                assert!(linked >= 3, "{name}: {title}: linked from {linked} panels");
                 continue;
             }
             let title = panel["title"].as_str().unwrap_or_default();

@@ -59,6 +59,7 @@ fn random_record(rng: &mut Rng, clock: &mut f64) -> Record {
             prompt_len: rng.below(4096) as u32,
             max_tokens: rng.chance(50).then(|| rng.below(1024) as u32),
             n: 1 + rng.below(3) as u32,
+            traceparent: None,
         }),
         3..=7 => Record::Outputs(OutputBatch {
             engine,

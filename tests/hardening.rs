@@ -439,6 +439,7 @@ fn a_stream_cut_at_the_drain_deadline_gets_its_summary() {
             prompt_len: 4,
             max_tokens: None,
             n: 1,
+            traceparent: None,
         });
         runtime
             .block_on(sender.send(record_to_proto(&start)))

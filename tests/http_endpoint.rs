@@ -76,6 +76,7 @@ fn endpoint_negotiates_formats_and_both_parse_to_the_same_samples() {
             prompt_len: 12,
             max_tokens: Some(4),
             n: 1,
+            traceparent: None,
         })
         .unwrap();
     tracker

@@ -38,6 +38,7 @@ fn start(
         prompt_len,
         max_tokens,
         n: 1,
+        traceparent: None,
     }
 }
 

@@ -105,6 +105,11 @@ def to_record(pb, line):
         if max_tokens is not None:
             request.max_tokens = max_tokens
         request.n = unsigned(obj, "n", required=False, default=1)
+        traceparent = obj.get("traceparent")
+        if traceparent is not None:
+            if not isinstance(traceparent, str):
+                raise BadLine("traceparent is not a string")
+            request.traceparent = traceparent
         return pb.Record(request=request)
     if kind == "outputs":
         batch = pb.OutputBatch(

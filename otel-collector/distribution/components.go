@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/exporter"
 	"go.opentelemetry.io/collector/exporter/debugexporter"
+	"go.opentelemetry.io/collector/exporter/otlpexporter"
 	"go.opentelemetry.io/collector/otelcol"
 	"go.opentelemetry.io/collector/processor"
 	"go.opentelemetry.io/collector/processor/batchprocessor"
@@ -24,8 +25,8 @@ const (
 
 // components declares exactly the components of this distribution:
 // receiver otlp; processors memory_limiter, batch, transform,
-// deltatocumulative; exporters prometheus, debug. No extensions, no
-// connectors.
+// deltatocumulative; exporters prometheus, otlp (traces onwards), debug.
+// No extensions, no connectors.
 func components() (otelcol.Factories, error) {
 	otlp := otlpreceiver.NewFactory()
 	memoryLimiter := memorylimiterprocessor.NewFactory()
@@ -34,6 +35,7 @@ func components() (otelcol.Factories, error) {
 	deltaToCumulative := deltatocumulativeprocessor.NewFactory()
 	prometheus := prometheusexporter.NewFactory()
 	debug := debugexporter.NewFactory()
+	otlpExporter := otlpexporter.NewFactory()
 
 	receivers, err := otelcol.MakeFactoryMap[receiver.Factory](otlp)
 	if err != nil {
@@ -43,7 +45,7 @@ func components() (otelcol.Factories, error) {
 	if err != nil {
 		return otelcol.Factories{}, err
 	}
-	exporters, err := otelcol.MakeFactoryMap[exporter.Factory](prometheus, debug)
+	exporters, err := otelcol.MakeFactoryMap[exporter.Factory](prometheus, debug, otlpExporter)
 	if err != nil {
 		return otelcol.Factories{}, err
 	}
@@ -66,8 +68,9 @@ func components() (otelcol.Factories, error) {
 			deltaToCumulative.Type(): contribModules + "processor/deltatocumulativeprocessor" + release,
 		},
 		ExporterModules: map[component.Type]string{
-			prometheus.Type(): contribModules + "exporter/prometheusexporter" + release,
-			debug.Type():      coreModules + "exporter/debugexporter" + release,
+			prometheus.Type():   contribModules + "exporter/prometheusexporter" + release,
+			debug.Type():        coreModules + "exporter/debugexporter" + release,
+			otlpExporter.Type(): coreModules + "exporter/otlpexporter" + release,
 		},
 	}, nil
 }

@@ -40,7 +40,7 @@ pub struct ReplayReport {
     /// Engine-core outputs carried by the valid records.
     pub outputs: u64,
     /// Inputs that changed no metric, by [`RejectReason`] index.
-    pub rejected: [u64; 3],
+    pub rejected: [u64; 4],
 }
 
 impl ReplayReport {
@@ -118,7 +118,7 @@ pub fn replay<R: BufRead, S: RecordSink + ?Sized, W: Write>(
 ) -> io::Result<ReplayReport> {
     let mut report = ReplayReport::default();
     let mut line = Vec::with_capacity(4096);
-    let mut warned = [false; 3];
+    let mut warned = [false; RejectReason::ALL.len()];
     loop {
         line.clear();
         let length = read_line_bounded(&mut input, &mut line, max_line_bytes)?;

@@ -107,6 +107,7 @@ pub fn record_from_proto(record: pb::Record, now: f64) -> Result<Record, String>
             prompt_len: r.prompt_len,
             max_tokens: r.max_tokens,
             n: r.n.unwrap_or(1),
+            traceparent: r.traceparent.filter(|t| !t.is_empty()),
         }),
         R::Outputs(b) => Record::Outputs(OutputBatch {
             engine: b.engine,
@@ -166,6 +167,7 @@ pub fn record_to_proto(record: &Record) -> pb::Record {
             prompt_len: r.prompt_len,
             max_tokens: r.max_tokens,
             n: Some(r.n),
+            traceparent: r.traceparent.clone(),
         }),
         Record::Outputs(b) => R::Outputs(pb::OutputBatch {
             engine: b.engine,

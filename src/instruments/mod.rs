@@ -353,7 +353,7 @@ struct Inner {
     request: RequestInstruments,
     scheduler: SchedulerInstruments,
     /// In `RejectReason::ALL` order.
-    rejected: [BoundCounter<u64>; 3],
+    rejected: [BoundCounter<u64>; 4],
     /// In `EvictReason::ALL` order.
     evicted: [BoundCounter<u64>; 2],
     request_handles: HandleCache<RequestHandles>,

@@ -320,6 +320,7 @@ pub fn simulate(
                     prompt_len: request.prompt_len,
                     max_tokens: Some(request.max_tokens),
                     n: 1,
+                    traceparent: None,
                 }));
                 if let Some(at) = request.abort_at {
                     aborts.push((at, request.id.clone(), engine));

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod collector;
+pub mod jaeger;
 pub mod pki;
 pub mod serve;
 

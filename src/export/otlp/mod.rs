@@ -28,12 +28,13 @@ use std::time::{Duration, Instant};
 
 use opentelemetry::KeyValue;
 use opentelemetry_otlp::{
-    Compression, MetricExporter, WithExportConfig, WithHttpConfig, WithTonicConfig,
+    Compression, MetricExporter, SpanExporter, WithExportConfig, WithHttpConfig, WithTonicConfig,
 };
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::metrics::data::ResourceMetrics;
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 use opentelemetry_sdk::metrics::{PeriodicReader, Temporality};
+use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData};
 use opentelemetry_sdk::Resource;
 
 /// The `service.name` when neither `OTEL_SERVICE_NAME` nor
@@ -42,16 +43,68 @@ pub const DEFAULT_SERVICE_NAME: &str = env!("CARGO_PKG_NAME");
 /// How often a persisting export failure is logged again.
 pub const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(30);
 
-/// The variables that carry the transport, the signal-specific one first.
-const PROTOCOL_VARIABLES: [&str; 2] = [
-    "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
-    "OTEL_EXPORTER_OTLP_PROTOCOL",
-];
-/// The variables that carry the endpoint, the signal-specific one first.
-const ENDPOINT_VARIABLES: [&str; 2] = [
-    "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_ENDPOINT",
-];
+/// The two signals sent over OTLP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    /// Metrics (a `PeriodicReader`).
+    Metrics,
+    /// `llm_request` spans (a batch span processor).
+    Traces,
+}
+
+impl Signal {
+    /// The HTTP path the signal is posted to.
+    fn path(self) -> &'static str {
+        match self {
+            Signal::Metrics => "/v1/metrics",
+            Signal::Traces => "/v1/traces",
+        }
+    }
+
+    /// The flag that sets the endpoint.
+    fn flag(self) -> &'static str {
+        match self {
+            Signal::Metrics => "--otlp-endpoint",
+            Signal::Traces => "--otlp-traces-endpoint",
+        }
+    }
+
+    /// The variables that carry the endpoint, the signal-specific one first.
+    fn endpoint_variables(self) -> [&'static str; 2] {
+        match self {
+            Signal::Metrics => [
+                "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+            ],
+            Signal::Traces => [
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+            ],
+        }
+    }
+
+    /// The variables that carry the transport, the signal-specific one first.
+    fn protocol_variables(self) -> [&'static str; 2] {
+        match self {
+            Signal::Metrics => [
+                "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+                "OTEL_EXPORTER_OTLP_PROTOCOL",
+            ],
+            Signal::Traces => [
+                "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+                "OTEL_EXPORTER_OTLP_PROTOCOL",
+            ],
+        }
+    }
+
+    /// The variable that names the signal's exporters (`otlp`).
+    fn exporter_variable(self) -> &'static str {
+        match self {
+            Signal::Metrics => "OTEL_METRICS_EXPORTER",
+            Signal::Traces => "OTEL_TRACES_EXPORTER",
+        }
+    }
+}
 
 /// OTLP transport.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,10 +117,10 @@ pub enum Protocol {
 
 impl Protocol {
     /// The exporter's default endpoint for this transport.
-    fn default_endpoint(self) -> &'static str {
+    fn default_endpoint(self, signal: Signal) -> String {
         match self {
-            Protocol::Grpc => "http://localhost:4317",
-            Protocol::HttpProtobuf => "http://localhost:4318/v1/metrics",
+            Protocol::Grpc => "http://localhost:4317".to_owned(),
+            Protocol::HttpProtobuf => format!("http://localhost:4318{}", signal.path()),
         }
     }
 }
@@ -122,6 +175,9 @@ pub struct OtlpOptions {
     /// `--otlp-endpoint`: for gRPC the URL, for HTTP a base URL that takes
     /// `/v1/metrics` when it has no path (as `OTEL_EXPORTER_OTLP_ENDPOINT`).
     pub endpoint: Option<String>,
+    /// `--otlp-traces-endpoint` (vLLM's flag): turns spans on; for HTTP a
+    /// URL without a path takes `/v1/traces`.
+    pub traces_endpoint: Option<String>,
     /// `--otlp-protocol`.
     pub protocol: Option<Protocol>,
     /// `--otlp-interval-ms`: the reader's export period.
@@ -138,21 +194,23 @@ pub struct OtlpOptions {
     pub tls: tls::TlsFiles,
 }
 
-/// Appends `/v1/metrics` to an HTTP URL without a path (the flag takes a
-/// base URL, as `OTEL_EXPORTER_OTLP_ENDPOINT` does).
-fn with_signal_path(url: &str) -> String {
+/// Appends the signal's path to an HTTP URL without a path (the flags
+/// take a base URL, as `OTEL_EXPORTER_OTLP_ENDPOINT` does).
+fn with_signal_path(url: &str, signal: Signal) -> String {
     let trimmed = url.trim_end_matches('/');
     let after_scheme = trimmed.split_once("://").map_or(trimmed, |(_, rest)| rest);
     if after_scheme.contains('/') {
         url.to_owned()
     } else {
-        format!("{trimmed}/v1/metrics")
+        format!("{trimmed}{}", signal.path())
     }
 }
 
 /// Where the exporter sends, and from which setting, for messages.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Destination {
+    /// What is sent.
+    pub signal: Signal,
     /// The transport.
     pub protocol: Protocol,
     /// The endpoint as configured (a base URL when it came from
@@ -165,32 +223,51 @@ pub struct Destination {
 
 impl fmt::Display for Destination {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.endpoint)
+        match self.signal {
+            Signal::Metrics => write!(f, "{}", self.endpoint),
+            Signal::Traces => write!(f, "{} (traces)", self.endpoint),
+        }
     }
 }
 
 impl OtlpOptions {
-    /// Whether OTLP is asked for: an endpoint flag or variable, or
-    /// `OTEL_METRICS_EXPORTER` naming `otlp`.
-    pub fn enabled(&self, env: &impl Fn(&str) -> Option<String>) -> bool {
+    fn endpoint_flag(&self, signal: Signal) -> Option<&String> {
+        match signal {
+            Signal::Metrics => self.endpoint.as_ref(),
+            Signal::Traces => self.traces_endpoint.as_ref(),
+        }
+    }
+
+    /// Whether `signal` is to be sent: its endpoint flag, an endpoint
+    /// variable (for traces only the traces-specific one: spans are off
+    /// unless asked for), or `OTEL_METRICS_EXPORTER` /
+    /// `OTEL_TRACES_EXPORTER` naming `otlp`.
+    pub fn enabled(&self, signal: Signal, env: &impl Fn(&str) -> Option<String>) -> bool {
         let set = |name: &str| env(name).is_some_and(|v| !v.trim().is_empty());
-        self.endpoint.is_some()
-            || ENDPOINT_VARIABLES.iter().any(|v| set(v))
-            || env("OTEL_METRICS_EXPORTER")
+        let variables = signal.endpoint_variables();
+        let variables = match signal {
+            Signal::Metrics => &variables[..],
+            Signal::Traces => &variables[..1],
+        };
+        self.endpoint_flag(signal).is_some()
+            || variables.iter().any(|v| set(v))
+            || env(signal.exporter_variable())
                 .is_some_and(|v| v.split(',').any(|e| e.trim().eq_ignore_ascii_case("otlp")))
     }
 
     /// The transport (the flag, else the protocol variables, else
-    /// `http/protobuf` as the specification says) and the endpoint.
+    /// `http/protobuf` as the specification says) and the endpoint of `signal`.
     pub fn destination(
         &self,
+        signal: Signal,
         env: &impl Fn(&str) -> Option<String>,
     ) -> Result<Destination, String> {
         let env = |name: &str| env(name).filter(|v| !v.trim().is_empty());
         let protocol = match self.protocol {
             Some(p) => p,
-            None => match PROTOCOL_VARIABLES
-                .iter()
+            None => match signal
+                .protocol_variables()
+                .into_iter()
                 .find_map(|name| env(name).map(|v| (name, v)))
             {
                 Some((name, value)) => value
@@ -199,18 +276,20 @@ impl OtlpOptions {
                 None => Protocol::HttpProtobuf,
             },
         };
-        let (endpoint, source) = match &self.endpoint {
+        let (endpoint, source) = match self.endpoint_flag(signal) {
             Some(url) if protocol == Protocol::HttpProtobuf => {
-                (with_signal_path(url), "--otlp-endpoint")
+                (with_signal_path(url, signal), signal.flag())
             }
-            Some(url) => (url.clone(), "--otlp-endpoint"),
-            None => ENDPOINT_VARIABLES
-                .iter()
-                .find_map(|name| env(name).map(|v| (v.trim().to_owned(), *name)))
-                .unwrap_or_else(|| (protocol.default_endpoint().to_owned(), "default")),
+            Some(url) => (url.clone(), signal.flag()),
+            None => signal
+                .endpoint_variables()
+                .into_iter()
+                .find_map(|name| env(name).map(|v| (v.trim().to_owned(), name)))
+                .unwrap_or_else(|| (protocol.default_endpoint(signal), "default")),
         };
         crate::redact::refuse_userinfo(source, &endpoint)?;
         Ok(Destination {
+            signal,
             protocol,
             endpoint,
             source,
@@ -310,7 +389,78 @@ pub struct OtlpPush {
     pub health: Arc<ExportHealth>,
 }
 
-/// Builds the exporter and its periodic reader from the flags, the
+/// Sets the flags on a gRPC exporter builder.
+fn configure_tonic<B: WithExportConfig + WithTonicConfig>(
+    builder: B,
+    options: &OtlpOptions,
+    destination: &Destination,
+    tls: &tls::TlsSettings,
+) -> Result<B, String> {
+    let mut metadata = tonic::metadata::MetadataMap::new();
+    for (key, value) in &options.headers {
+        let key = tonic::metadata::MetadataKey::from_bytes(key.to_ascii_lowercase().as_bytes())
+            .map_err(|e| format!("invalid OTLP header name '{key}': {e}"))?;
+        let value = value
+            .parse()
+            .map_err(|_| format!("invalid OTLP header value for '{key}'"))?;
+        metadata.insert(key, value);
+    }
+    let mut builder = builder.with_metadata(metadata);
+    if let Some(endpoint) = options.endpoint_flag(destination.signal) {
+        builder = builder.with_endpoint(endpoint);
+    }
+    if let Some(timeout) = options.timeout {
+        builder = builder.with_timeout(timeout);
+    }
+    if let Some(compression) = options.compression {
+        builder = builder.with_compression(compression);
+    }
+    if tls.applies_to(&destination.endpoint) {
+        builder = builder.with_tls_config(tls.tonic_config()?);
+    }
+    Ok(builder)
+}
+
+/// Sets the flags on an HTTP/protobuf exporter builder.
+fn configure_http<B: WithExportConfig + WithHttpConfig>(
+    builder: B,
+    options: &OtlpOptions,
+    destination: &Destination,
+    tls: &tls::TlsSettings,
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<B, String> {
+    let mut builder = builder
+        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+        .with_headers(
+            options
+                .headers
+                .iter()
+                .cloned()
+                .collect::<HashMap<String, String>>(),
+        );
+    if options.endpoint_flag(destination.signal).is_some() {
+        builder = builder.with_endpoint(&destination.endpoint);
+    }
+    if let Some(timeout) = options.timeout {
+        builder = builder.with_timeout(timeout);
+    }
+    if let Some(compression) = options.compression {
+        builder = builder.with_compression(compression);
+    }
+    tls::install_crypto_provider();
+    if tls.has_files() {
+        builder = builder.with_http_client(tls.http_client(options.timeout, env)?);
+    }
+    Ok(builder)
+}
+
+fn build_failed(
+    destination: &Destination,
+) -> impl Fn(opentelemetry_otlp::ExporterBuildError) -> String + '_ {
+    move |e| format!("cannot build the OTLP exporter for {destination}: {e}")
+}
+
+/// Builds the metric exporter and its periodic reader from the flags, the
 /// variables read through `env` (for the choices the exporter leaves to
 /// its caller) and the exporter's own reading of the process environment.
 /// The gRPC transport runs on a Tokio runtime: pass its handle; it must
@@ -320,10 +470,7 @@ pub fn build(
     env: &impl Fn(&str) -> Option<String>,
     runtime: &tokio::runtime::Handle,
 ) -> Result<OtlpPush, String> {
-    let destination = options.destination(env)?;
-    let fail = |e: opentelemetry_otlp::ExporterBuildError| {
-        format!("cannot build the OTLP exporter for {}: {e}", destination)
-    };
+    let destination = options.destination(Signal::Metrics, env)?;
     let tls = tls::TlsSettings::resolve(&options.tls, env)?;
     let builder = MetricExporter::builder();
     let builder = match options.temporality {
@@ -332,58 +479,15 @@ pub fn build(
     };
     let inner = match destination.protocol {
         Protocol::Grpc => {
-            let mut metadata = tonic::metadata::MetadataMap::new();
-            for (key, value) in &options.headers {
-                let key =
-                    tonic::metadata::MetadataKey::from_bytes(key.to_ascii_lowercase().as_bytes())
-                        .map_err(|e| format!("invalid OTLP header name '{key}': {e}"))?;
-                let value = value
-                    .parse()
-                    .map_err(|_| format!("invalid OTLP header value for '{key}'"))?;
-                metadata.insert(key, value);
-            }
-            let mut builder = builder.with_tonic().with_metadata(metadata);
-            if let Some(endpoint) = &options.endpoint {
-                builder = builder.with_endpoint(endpoint);
-            }
-            if let Some(timeout) = options.timeout {
-                builder = builder.with_timeout(timeout);
-            }
-            if let Some(compression) = options.compression {
-                builder = builder.with_compression(compression);
-            }
-            if tls.applies_to(&destination.endpoint) {
-                builder = builder.with_tls_config(tls.tonic_config()?);
-            }
+            let builder = configure_tonic(builder.with_tonic(), options, &destination, &tls)?;
             // The channel's worker is spawned on the runtime.
             let _guard = runtime.enter();
-            builder.build().map_err(fail)?
+            builder.build().map_err(build_failed(&destination))?
         }
         Protocol::HttpProtobuf => {
-            let mut builder = builder
-                .with_http()
-                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
-                .with_headers(
-                    options
-                        .headers
-                        .iter()
-                        .cloned()
-                        .collect::<HashMap<String, String>>(),
-                );
-            if options.endpoint.is_some() {
-                builder = builder.with_endpoint(&destination.endpoint);
-            }
-            if let Some(timeout) = options.timeout {
-                builder = builder.with_timeout(timeout);
-            }
-            if let Some(compression) = options.compression {
-                builder = builder.with_compression(compression);
-            }
-            tls::install_crypto_provider();
-            if tls.has_files() {
-                builder = builder.with_http_client(tls.http_client(options.timeout, env)?);
-            }
-            builder.build().map_err(fail)?
+            configure_http(builder.with_http(), options, &destination, &tls, env)?
+                .build()
+                .map_err(build_failed(&destination))?
         }
     };
     let health = Arc::new(ExportHealth::default());
@@ -398,6 +502,90 @@ pub fn build(
     }
     Ok(OtlpPush {
         reader: reader.build(),
+        destination,
+        health,
+    })
+}
+
+/// The span exporter with outcome tracking.
+#[derive(Debug)]
+pub struct TrackedSpanExporter {
+    inner: SpanExporter,
+    destination: Destination,
+    health: Arc<ExportHealth>,
+}
+
+impl opentelemetry_sdk::trace::SpanExporter for TrackedSpanExporter {
+    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        let result = self.inner.export(batch).await;
+        self.health.record(&self.destination, &result);
+        result
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.inner.set_resource(resource);
+    }
+}
+
+/// A built OTLP span push: the tracer provider (a batch span processor over
+/// the exporter; the SDK's sampler from `OTEL_TRACES_SAMPLER`, parent-based
+/// by default), and what reports on it.
+#[derive(Debug)]
+pub struct TracesPush {
+    /// The provider; shut it down to export the last spans.
+    pub provider: SdkTracerProvider,
+    /// Where it sends.
+    pub destination: Destination,
+    /// Its export outcomes.
+    pub health: Arc<ExportHealth>,
+}
+
+/// Builds the span exporter and a tracer provider around it, as [`build`]
+/// does for metrics. The batch span processor keeps at most
+/// `OTEL_BSP_MAX_QUEUE_SIZE` (2048) finished spans: when the backend is
+/// down, later spans are dropped (and counted by the SDK), never queued
+/// without bound, and recording never waits.
+pub fn build_traces(
+    options: &OtlpOptions,
+    env: &impl Fn(&str) -> Option<String>,
+    runtime: &tokio::runtime::Handle,
+    resource: Resource,
+) -> Result<TracesPush, String> {
+    let destination = options.destination(Signal::Traces, env)?;
+    let tls = tls::TlsSettings::resolve(&options.tls, env)?;
+    let builder = SpanExporter::builder();
+    let inner = match destination.protocol {
+        Protocol::Grpc => {
+            let builder = configure_tonic(builder.with_tonic(), options, &destination, &tls)?;
+            let _guard = runtime.enter();
+            builder.build().map_err(build_failed(&destination))?
+        }
+        Protocol::HttpProtobuf => {
+            configure_http(builder.with_http(), options, &destination, &tls, env)?
+                .build()
+                .map_err(build_failed(&destination))?
+        }
+    };
+    let health = Arc::new(ExportHealth::default());
+    let exporter = TrackedSpanExporter {
+        inner,
+        destination: destination.clone(),
+        health: Arc::clone(&health),
+    };
+    let provider = SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_resource(resource)
+        .build();
+    Ok(TracesPush {
+        provider,
         destination,
         health,
     })
@@ -443,13 +631,19 @@ mod tests {
 
     #[test]
     fn nothing_configured_means_no_otlp() {
-        assert!(!OtlpOptions::default().enabled(&env(&[])));
-        assert!(!OtlpOptions::default().enabled(&env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", " ")])));
-        assert!(OtlpOptions::default().enabled(&env(&[("OTEL_METRICS_EXPORTER", "console,OTLP")])));
-        assert!(OtlpOptions::default().enabled(&env(&[(
-            "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
-            "http://c:4318"
-        )])));
+        assert!(!OtlpOptions::default().enabled(Signal::Metrics, &env(&[])));
+        assert!(!OtlpOptions::default().enabled(
+            Signal::Metrics,
+            &env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", " ")])
+        ));
+        assert!(OtlpOptions::default().enabled(
+            Signal::Metrics,
+            &env(&[("OTEL_METRICS_EXPORTER", "console,OTLP")])
+        ));
+        assert!(OtlpOptions::default().enabled(
+            Signal::Metrics,
+            &env(&[("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://c:4318")])
+        ));
     }
 
     #[test]
@@ -460,14 +654,18 @@ mod tests {
             ..OtlpOptions::default()
         };
         let d = options
-            .destination(&env(&[
-                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://elsewhere:4317"),
-                ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
-            ]))
+            .destination(
+                Signal::Metrics,
+                &env(&[
+                    ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://elsewhere:4317"),
+                    ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+                ]),
+            )
             .unwrap();
         assert_eq!(
             d,
             Destination {
+                signal: Signal::Metrics,
                 protocol: Protocol::HttpProtobuf,
                 endpoint: "http://127.0.0.1:4318/v1/metrics".into(),
                 source: "--otlp-endpoint"
@@ -478,10 +676,13 @@ mod tests {
     #[test]
     fn the_variables_choose_transport_and_endpoint() {
         let d = OtlpOptions::default()
-            .destination(&env(&[
-                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317"),
-                ("OTEL_EXPORTER_OTLP_PROTOCOL", "GRPC"),
-            ]))
+            .destination(
+                Signal::Metrics,
+                &env(&[
+                    ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317"),
+                    ("OTEL_EXPORTER_OTLP_PROTOCOL", "GRPC"),
+                ]),
+            )
             .unwrap();
         assert_eq!(
             (d.protocol, d.endpoint.as_str(), d.source),
@@ -492,21 +693,26 @@ mod tests {
             )
         );
         let d = OtlpOptions::default()
-            .destination(&env(&[
-                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://base:4318"),
-                (
-                    "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
-                    "http://c:4318/custom",
-                ),
-                ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
-                ("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "http/protobuf"),
-            ]))
+            .destination(
+                Signal::Metrics,
+                &env(&[
+                    ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://base:4318"),
+                    (
+                        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+                        "http://c:4318/custom",
+                    ),
+                    ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+                    ("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "http/protobuf"),
+                ]),
+            )
             .unwrap();
         assert_eq!(
             (d.protocol, d.endpoint.as_str()),
             (Protocol::HttpProtobuf, "http://c:4318/custom")
         );
-        let d = OtlpOptions::default().destination(&env(&[])).unwrap();
+        let d = OtlpOptions::default()
+            .destination(Signal::Metrics, &env(&[]))
+            .unwrap();
         assert_eq!(
             (d.protocol, d.endpoint.as_str(), d.source),
             (
@@ -518,10 +724,36 @@ mod tests {
     }
 
     #[test]
+    fn spans_are_off_unless_asked_for() {
+        let generic = [("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318")];
+        assert!(OtlpOptions::default().enabled(Signal::Metrics, &env(&generic)));
+        assert!(!OtlpOptions::default().enabled(Signal::Traces, &env(&generic)));
+        let asked = [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
+            ("OTEL_TRACES_EXPORTER", "otlp"),
+        ];
+        let d = OtlpOptions::default()
+            .destination(Signal::Traces, &env(&asked))
+            .unwrap();
+        assert!(OtlpOptions::default().enabled(Signal::Traces, &env(&asked)));
+        assert_eq!(
+            (d.endpoint.as_str(), d.source),
+            ("http://c:4318", "OTEL_EXPORTER_OTLP_ENDPOINT")
+        );
+        let options = OtlpOptions {
+            traces_endpoint: Some("http://tempo:4318".into()),
+            ..OtlpOptions::default()
+        };
+        let d = options.destination(Signal::Traces, &env(&[])).unwrap();
+        assert_eq!(d.to_string(), "http://tempo:4318/v1/traces (traces)");
+        assert!(!options.enabled(Signal::Metrics, &env(&[])));
+    }
+
+    #[test]
     fn an_invalid_protocol_variable_is_an_error_that_names_it() {
         assert_eq!(
             OtlpOptions::default()
-                .destination(&env(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")]))
+                .destination(Signal::Metrics, &env(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")]))
                 .unwrap_err(),
             "OTEL_EXPORTER_OTLP_PROTOCOL='http/json': unsupported OTLP protocol 'http/json' (expected grpc or http/protobuf)"
         );
@@ -538,9 +770,16 @@ mod tests {
             "unsupported compression algorithm 'brotli' (expected gzip or zstd)"
         );
         assert_eq!(
-            with_signal_path("http://c:4318/"),
+            with_signal_path("http://c:4318/", Signal::Metrics),
             "http://c:4318/v1/metrics"
         );
-        assert_eq!(with_signal_path("http://c:4318/x"), "http://c:4318/x");
+        assert_eq!(
+            with_signal_path("http://c:4318", Signal::Traces),
+            "http://c:4318/v1/traces"
+        );
+        assert_eq!(
+            with_signal_path("http://c:4318/x", Signal::Traces),
+            "http://c:4318/x"
+        );
     }
 }

@@ -1,0 +1,265 @@
+//! The `llm_request` span of a terminated request: vLLM's request span
+//! (`vllm/tracing.py`, made in its output processor) plus what vLLM's span
+//! lacks, the preemptions.
+//!
+//! [`RequestSpans`] wraps the `opentelemetry_sdk` tracer the spans are made
+//! with. A tracked request keeps a [`SpanState`] (allocated once, at its
+//! start, with room for a few preemptions) and at its end the tracker turns
+//! it into one SERVER span, from the very values the metrics recorded:
+//! start at `arrival_time`, end at the terminal receive time, vLLM's
+//! `gen_ai.*` attributes, `vllm.request.num_preemptions` (the value
+//! observed into `vllm:request_num_preemptions`),
+//! `vllm.request.finished_reason`, `vllm.engine`, and one `preempted` event
+//! per preemption. An abort is not an error: the status stays unset.
+//!
+//! ```
+//! use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+//! use vllm_otel_metrics::instruments::Instruments;
+//! use vllm_otel_metrics::protocol::{Abort, RequestStart};
+//! use vllm_otel_metrics::spans::RequestSpans;
+//! use vllm_otel_metrics::tracker::Tracker;
+//!
+//! let exporter = InMemorySpanExporter::default();
+//! let provider = SdkTracerProvider::builder().with_simple_exporter(exporter.clone()).build();
+//! let mut tracker = Tracker::new(Instruments::builder().build()).with_spans(RequestSpans::new(&provider));
+//! tracker.start_request(&RequestStart {
+//!     request_id: "r1".into(), model_name: "m".into(), engine: 0, arrival_time: 100.0,
+//!     prompt_len: 8, max_tokens: None, n: 1,
+//!     traceparent: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into()),
+//! }).unwrap();
+//! tracker.abort(&Abort { request_id: "r1".into(), received_at: 101.0 }).unwrap();
+//! let spans = exporter.get_finished_spans().unwrap();
+//! assert_eq!(spans[0].name, "llm_request");
+//! assert_eq!(spans[0].span_context.trace_id().to_string(), "0af7651916cd43dd8448eb211c80319c");
+//! ```
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use opentelemetry::propagation::TextMapPropagator;
+use opentelemetry::trace::{Span, SpanKind, TraceContextExt, Tracer, TracerProvider};
+use opentelemetry::{Context, InstrumentationScope, KeyValue};
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
+
+use crate::protocol::{shown, FinishReason};
+
+/// The span's name, as vLLM names it.
+pub const SPAN_NAME: &str = "llm_request";
+/// The name of a preemption's span event.
+pub const PREEMPTED_EVENT: &str = "preempted";
+
+/// Span attribute keys: vLLM's (`SpanAttributes` in `vllm/tracing.py`)
+/// and this crate's.
+pub mod keys {
+    /// The request id.
+    pub const REQUEST_ID: &str = "gen_ai.request.id";
+    /// The served model.
+    pub const RESPONSE_MODEL: &str = "gen_ai.response.model";
+    /// The `max_tokens` parameter, when set.
+    pub const REQUEST_MAX_TOKENS: &str = "gen_ai.request.max_tokens";
+    /// The `n` parameter.
+    pub const REQUEST_N: &str = "gen_ai.request.n";
+    /// Prompt tokens.
+    pub const USAGE_PROMPT_TOKENS: &str = "gen_ai.usage.prompt_tokens";
+    /// Generated tokens.
+    pub const USAGE_COMPLETION_TOKENS: &str = "gen_ai.usage.completion_tokens";
+    /// Prompt tokens found in the prefix cache.
+    pub const USAGE_CACHED_TOKENS: &str = "gen_ai.usage.cached_tokens";
+    /// Seconds waiting in the queue.
+    pub const LATENCY_TIME_IN_QUEUE: &str = "gen_ai.latency.time_in_queue";
+    /// Seconds to the first token.
+    pub const LATENCY_TIME_TO_FIRST_TOKEN: &str = "gen_ai.latency.time_to_first_token";
+    /// Seconds from arrival to the end.
+    pub const LATENCY_E2E: &str = "gen_ai.latency.e2e";
+    /// Seconds in prefill.
+    pub const LATENCY_TIME_IN_MODEL_PREFILL: &str = "gen_ai.latency.time_in_model_prefill";
+    /// Seconds in decode.
+    pub const LATENCY_TIME_IN_MODEL_DECODE: &str = "gen_ai.latency.time_in_model_decode";
+    /// Seconds running (prefill and decode).
+    pub const LATENCY_TIME_IN_MODEL_INFERENCE: &str = "gen_ai.latency.time_in_model_inference";
+    /// How often the request was preempted (the value the histogram observed).
+    pub const NUM_PREEMPTIONS: &str = "vllm.request.num_preemptions";
+    /// Why the request ended (`stop`, `length`, `abort`, …).
+    pub const FINISHED_REASON: &str = "vllm.request.finished_reason";
+    /// The engine index.
+    pub const ENGINE: &str = "vllm.engine";
+}
+
+/// Preemption times kept without allocating; more grow the list.
+const PREEMPTIONS_INLINE: usize = 4;
+
+/// Makes the `llm_request` spans. Cloning is cheap.
+#[derive(Clone, Debug)]
+pub struct RequestSpans {
+    tracer: SdkTracer,
+}
+
+impl RequestSpans {
+    /// Spans from `provider`, under this crate's instrumentation scope.
+    pub fn new(provider: &SdkTracerProvider) -> Self {
+        let scope = InstrumentationScope::builder(crate::instruments::SCOPE_NAME)
+            .with_version(env!("CARGO_PKG_VERSION"))
+            .build();
+        RequestSpans {
+            tracer: provider.tracer_with_scope(scope),
+        }
+    }
+}
+
+/// What a request's span reports, computed by the tracker from the state
+/// its metrics come from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SpanValues {
+    pub(crate) reason: FinishReason,
+    pub(crate) end_time: f64,
+    pub(crate) prompt_tokens: u32,
+    pub(crate) completion_tokens: u64,
+    pub(crate) cached_tokens: u32,
+    pub(crate) max_tokens: Option<u32>,
+    pub(crate) n: u32,
+    pub(crate) num_preemptions: u64,
+    pub(crate) queue: f64,
+    pub(crate) time_to_first_token: f64,
+    pub(crate) e2e: f64,
+    pub(crate) prefill: f64,
+    pub(crate) decode: f64,
+    pub(crate) inference: f64,
+}
+
+/// A tracked request's span in the making.
+#[derive(Debug)]
+pub(crate) struct SpanState {
+    spans: RequestSpans,
+    parent: Context,
+    request_id: String,
+    model_name: String,
+    engine: u32,
+    arrival_time: f64,
+    /// Wall-clock times of the preemptions so far.
+    preemptions: Vec<f64>,
+}
+
+/// Seconds since the Unix epoch as a time (never before the epoch).
+fn at(seconds: f64) -> SystemTime {
+    UNIX_EPOCH + Duration::try_from_secs_f64(seconds).unwrap_or_default()
+}
+
+/// The caller's context from a W3C `traceparent`; `Err` says why it is not one.
+pub(crate) fn parent_context(traceparent: &str) -> Result<Context, String> {
+    let carrier = HashMap::from([("traceparent".to_owned(), traceparent.to_owned())]);
+    let context = TraceContextPropagator::new().extract(&carrier);
+    if context.span().span_context().is_valid() {
+        Ok(context)
+    } else {
+        Err(format!(
+            "'{}' is not a W3C trace context",
+            shown(traceparent)
+        ))
+    }
+}
+
+impl SpanState {
+    /// The state of a request starting now. With an invalid `traceparent`
+    /// the span starts a new trace, and the reason comes back too.
+    pub(crate) fn start(
+        spans: &RequestSpans,
+        request_id: &str,
+        model_name: &str,
+        engine: u32,
+        arrival_time: f64,
+        traceparent: Option<&str>,
+    ) -> (Box<SpanState>, Option<String>) {
+        let (parent, invalid) = match traceparent.map(parent_context) {
+            Some(Ok(context)) => (context, None),
+            Some(Err(why)) => (Context::new(), Some(why)),
+            None => (Context::new(), None),
+        };
+        let state = Box::new(SpanState {
+            spans: spans.clone(),
+            parent,
+            request_id: request_id.to_owned(),
+            model_name: model_name.to_owned(),
+            engine,
+            arrival_time,
+            preemptions: Vec::with_capacity(PREEMPTIONS_INLINE),
+        });
+        (state, invalid)
+    }
+
+    /// Notes a preemption at a wall-clock time.
+    #[inline]
+    pub(crate) fn preempted(&mut self, wall_time: f64) {
+        self.preemptions.push(wall_time);
+    }
+
+    /// Ends the request: makes, fills and ends its span.
+    pub(crate) fn end(self, v: &SpanValues) {
+        let mut attributes = vec![
+            KeyValue::new(keys::REQUEST_ID, self.request_id),
+            KeyValue::new(keys::RESPONSE_MODEL, self.model_name),
+            KeyValue::new(keys::REQUEST_N, i64::from(v.n)),
+            KeyValue::new(keys::USAGE_PROMPT_TOKENS, i64::from(v.prompt_tokens)),
+            KeyValue::new(
+                keys::USAGE_COMPLETION_TOKENS,
+                i64::try_from(v.completion_tokens).unwrap_or(i64::MAX),
+            ),
+            KeyValue::new(keys::USAGE_CACHED_TOKENS, i64::from(v.cached_tokens)),
+            KeyValue::new(keys::LATENCY_TIME_IN_QUEUE, v.queue),
+            KeyValue::new(keys::LATENCY_TIME_TO_FIRST_TOKEN, v.time_to_first_token),
+            KeyValue::new(keys::LATENCY_E2E, v.e2e),
+            KeyValue::new(keys::LATENCY_TIME_IN_MODEL_PREFILL, v.prefill),
+            KeyValue::new(keys::LATENCY_TIME_IN_MODEL_DECODE, v.decode),
+            KeyValue::new(keys::LATENCY_TIME_IN_MODEL_INFERENCE, v.inference),
+            KeyValue::new(
+                keys::NUM_PREEMPTIONS,
+                i64::try_from(v.num_preemptions).unwrap_or(i64::MAX),
+            ),
+            KeyValue::new(keys::FINISHED_REASON, v.reason.as_str()),
+            KeyValue::new(keys::ENGINE, i64::from(self.engine)),
+        ];
+        if let Some(max_tokens) = v.max_tokens {
+            attributes.push(KeyValue::new(
+                keys::REQUEST_MAX_TOKENS,
+                i64::from(max_tokens),
+            ));
+        }
+        let tracer = &self.spans.tracer;
+        let mut span = tracer
+            .span_builder(SPAN_NAME)
+            .with_kind(SpanKind::Server)
+            .with_start_time(at(self.arrival_time))
+            .with_attributes(attributes)
+            .start_with_context(tracer, &self.parent);
+        for (i, wall_time) in self.preemptions.iter().enumerate() {
+            span.add_event_with_timestamp(
+                PREEMPTED_EVENT,
+                at(*wall_time),
+                vec![KeyValue::new(keys::NUM_PREEMPTIONS, i as i64 + 1)],
+            );
+        }
+        span.end_with_timestamp(at(v.end_time));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn traceparents_are_parsed_by_the_sdk_propagator() {
+        let valid = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let context = parent_context(valid).unwrap();
+        assert_eq!(
+            context.span().span_context().span_id().to_string(),
+            "b7ad6b7169203331"
+        );
+        for invalid in [
+            "",
+            "00-xyz",
+            "00-00000000000000000000000000000000-b7ad6b7169203331-01",
+        ] {
+            assert!(parent_context(invalid).is_err(), "{invalid}");
+        }
+    }
+}

@@ -1,0 +1,62 @@
+//! A real Jaeger v2 (built by `otel-collector/build-jaeger.sh`) running the
+//! shipped `otel-collector/jaeger.yaml` on free ports.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use super::Guard;
+
+/// The Jaeger binary; fails with how to build it when missing.
+pub fn jaeger_binary() -> PathBuf {
+    let binary = super::repo().join("otel-collector/bin/jaeger");
+    assert!(
+        binary.is_file(),
+        "Jaeger is required: build it with `bash otel-collector/build-jaeger.sh` (needs Go), or run `bash scripts/test.sh`"
+    );
+    binary
+}
+
+/// A Jaeger running the shipped config.
+pub struct Jaeger {
+    _process: Guard,
+    /// OTLP/gRPC port spans go to.
+    pub otlp_grpc: u16,
+    /// The query API's port.
+    pub query: u16,
+    dir: PathBuf,
+}
+
+impl Jaeger {
+    pub fn start() -> Jaeger {
+        let dir = super::tempdir("jaeger");
+        let log = std::fs::File::create(dir.join("jaeger.log")).unwrap();
+        let (otlp_grpc, query) = (super::free_port(), super::free_port());
+        let process = Command::new(jaeger_binary())
+            .arg("--config")
+            .arg(super::repo().join("otel-collector/jaeger.yaml"))
+            .env("JAEGER_OTLP_GRPC_PORT", otlp_grpc.to_string())
+            .env("JAEGER_OTLP_HTTP_PORT", super::free_port().to_string())
+            .env("JAEGER_QUERY_HTTP_PORT", query.to_string())
+            .env("JAEGER_QUERY_GRPC_PORT", super::free_port().to_string())
+            .env("JAEGER_HEALTH_PORT", super::free_port().to_string())
+            .env("JAEGER_TELEMETRY_PORT", super::free_port().to_string())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("Jaeger starts");
+        let jaeger = Jaeger {
+            _process: Guard(process),
+            otlp_grpc,
+            query,
+            dir,
+        };
+        super::wait_for(30, "Jaeger's query API", || {
+            super::http_get(query, "/api/services")
+        });
+        jaeger
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("jaeger.log")).unwrap_or_default()
+    }
+}
