@@ -209,6 +209,38 @@ fn one_span_per_terminated_request_reaches_jaeger_with_its_preemptions() {
         "traces: {} spans for {terminated} terminated requests, {events} preempted events, distribution {preemptions:?}",
         spans.len()
     );
+
+    // The simulator's requests too, with spans in new traces.
+    let service = format!("vllm-e2e-sim-{}", std::process::id());
+    let output = Command::new(common::binary())
+        .args(["simulate", "--duration", "20", "--output", "prometheus", "--metrics-addr", "none"])
+        .args(["--otlp-traces-endpoint", &collector.endpoint("http/protobuf")])
+        .env("OTEL_SERVICE_NAME", &service)
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let simulated: usize = common::samples(&String::from_utf8(output.stdout).unwrap())
+        .iter()
+        .filter(|(k, _)| k.starts_with("vllm:request_success_total{"))
+        .map(|(_, v)| *v as usize)
+        .sum();
+    let path = format!(
+        "/api/traces?service={service}&limit=100000&start=1&end={}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros()
+    );
+    common::wait_for(30, "the simulator's spans in Jaeger", || {
+        let json: Value = serde_json::from_str(&common::http_get(jaeger.query, &path)?).ok()?;
+        let count: usize = json["data"]
+            .as_array()?
+            .iter()
+            .map(|t| t["spans"].as_array().map_or(0, Vec::len))
+            .sum();
+        (count == simulated).then_some(())
+    });
 }
 
 /// The span of one request, attribute by attribute, against the values its
