@@ -213,13 +213,28 @@ fn one_span_per_terminated_request_reaches_jaeger_with_its_preemptions() {
     // The simulator's requests too, with spans in new traces.
     let service = format!("vllm-e2e-sim-{}", std::process::id());
     let output = Command::new(common::binary())
-        .args(["simulate", "--duration", "20", "--output", "prometheus", "--metrics-addr", "none"])
-        .args(["--otlp-traces-endpoint", &collector.endpoint("http/protobuf")])
+        .args([
+            "simulate",
+            "--duration",
+            "20",
+            "--output",
+            "prometheus",
+            "--metrics-addr",
+            "none",
+        ])
+        .args([
+            "--otlp-traces-endpoint",
+            &collector.endpoint("http/protobuf"),
+        ])
         .env("OTEL_SERVICE_NAME", &service)
         .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
         .output()
         .unwrap();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let simulated: usize = common::samples(&String::from_utf8(output.stdout).unwrap())
         .iter()
         .filter(|(k, _)| k.starts_with("vllm:request_success_total{"))
