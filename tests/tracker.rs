@@ -256,8 +256,8 @@ fn series_exist_from_request_start() {
         .contains("# HELP vllm:request_success_total Count of successfully processed requests.\n"));
     // 16 histograms: ITER 13+3, TOK 5×(17+3), N 5+3, PRE 7+3, TTFT 22+3, ITL 2×(19+3),
     // LAT 5×(21+3) = 323 lines; 5 counters with 3 sources = 7; self-telemetry
-    // 3 rejection and 2 eviction reasons.
-    assert_eq!(s.len(), 323 + 7 + 3 + 2);
+    // 4 rejection and 2 eviction reasons.
+    assert_eq!(s.len(), 323 + 7 + 4 + 2);
 }
 
 /// `scheduled` sets the scheduled time only the first time; a re-admission
