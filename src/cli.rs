@@ -543,8 +543,17 @@ impl Pipeline {
                 health: push.health,
             });
         }
+        let instruments = builder.build();
         let mut traces = None;
         if options.enabled(Signal::Traces, &env) {
+            // The batch span processor counts the spans it exports and the
+            // ones it drops at a full queue (`otel.sdk.processor.span.processed`,
+            // `error.type=queue_full`) on the global meter provider: made
+            // ours, the count reaches `/metrics` and OTLP beside the vLLM
+            // families instead of a no-op meter.
+            if let Some(provider) = instruments.meter_provider() {
+                opentelemetry::global::set_meter_provider(provider.clone());
+            }
             let push =
                 otlp::build_traces(&options, &env, runtime.handle(), resource).map_err(invalid)?;
             eprintln!(
@@ -562,7 +571,6 @@ impl Pipeline {
         let spans = traces
             .as_ref()
             .map(|(provider, _)| RequestSpans::new(provider));
-        let instruments = builder.build();
         if let Some(addr) = common.metrics_addr.0 {
             let (tls, token) = common.listen.security(&[b"http/1.1"])?;
             let scheme = if tls.is_some() { "https" } else { "http" };

@@ -391,3 +391,89 @@ fn a_span_carries_the_values_its_metrics_recorded() {
             && kv.value == Attribute::from("abort")));
     provider.shutdown().unwrap();
 }
+
+/// A backend that accepts connections and never answers holds each span
+/// export until its timeout. The batch span processor keeps at most
+/// `OTEL_BSP_MAX_QUEUE_SIZE` spans meanwhile and drops the rest, counted on
+/// `/metrics` as `otel_sdk_processor_span_processed_total{error_type="queue_full"}`;
+/// recording goes on untouched, and the failed export is the exit status.
+#[test]
+fn spans_for_a_silent_backend_are_dropped_and_counted_while_recording_goes_on() {
+    const QUEUE: usize = 8;
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", silent.local_addr().unwrap());
+    let dir = common::tempdir("silent-traces");
+    let trace = dir.join("traced.jsonl");
+    std::fs::write(&trace, traced_trace()).unwrap();
+    let replay = |traced: bool| {
+        let mut command = Command::new(common::binary());
+        command
+            .args(["replay", "--output", "prometheus", "--metrics-addr", "none"])
+            .arg(&trace)
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .env_remove("OTEL_TRACES_EXPORTER")
+            .env_remove("OTEL_TRACES_SAMPLER")
+            .env("OTEL_BSP_MAX_QUEUE_SIZE", QUEUE.to_string())
+            .env("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "1000");
+        if traced {
+            command.args(["--otlp-traces-endpoint", &endpoint]);
+        }
+        command.output().unwrap()
+    };
+
+    let untraced = replay(false);
+    let traced = replay(true);
+    let stderr = String::from_utf8_lossy(&traced.stderr);
+    assert_eq!(
+        traced.status.code(),
+        Some(i32::from(vllm_otel_metrics::cli::EXIT_EXPORT_FAILED)),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "error: final OTLP export to {endpoint}/v1/traces (traces) failed"
+        )),
+        "{stderr}"
+    );
+    let vllm = |output: &std::process::Output| -> BTreeMap<String, f64> {
+        common::samples(&String::from_utf8_lossy(&output.stdout))
+            .into_iter()
+            .filter(|(name, _)| name.starts_with("vllm:"))
+            .collect()
+    };
+    assert_eq!(vllm(&traced), vllm(&untraced), "recording is untouched");
+
+    let samples = common::samples(&String::from_utf8_lossy(&traced.stdout));
+    let terminated = samples
+        .iter()
+        .filter(|(k, _)| k.starts_with("vllm:request_success_total{"))
+        .map(|(_, v)| *v as usize)
+        .sum::<usize>();
+    let processed = |error_type: Option<&str>| -> usize {
+        let wanted = error_type.map(|e| format!("error_type=\"{e}\""));
+        let found: Vec<f64> = samples
+            .iter()
+            .filter(|(k, _)| k.starts_with("otel_sdk_processor_span_processed_total{"))
+            .filter(|(k, _)| match &wanted {
+                Some(label) => k.contains(label.as_str()),
+                None => !k.contains("error_type="),
+            })
+            .map(|(_, v)| *v)
+            .collect();
+        assert_eq!(found.len(), 1, "one series for {error_type:?}: {samples:?}");
+        found[0] as usize
+    };
+    let dropped = processed(Some("queue_full"));
+    let handed_to_the_exporter = processed(None);
+    // The first batch is stuck in the exporter and the queue is full behind
+    // it for the whole replay; at most the export at exit takes the queue.
+    assert!(
+        handed_to_the_exporter <= QUEUE,
+        "{handed_to_the_exporter} spans exported before exit"
+    );
+    assert!(
+        dropped >= terminated - 3 * QUEUE && dropped <= terminated,
+        "{dropped} of {terminated} spans dropped"
+    );
+    drop(silent);
+}

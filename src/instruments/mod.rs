@@ -414,6 +414,12 @@ impl Instruments {
         }
     }
 
+    /// The meter provider the builder made; `None` on a host's meter
+    /// ([`Instruments::from_meter`]).
+    pub fn meter_provider(&self) -> Option<&SdkMeterProvider> {
+        self.inner.provider.as_ref()
+    }
+
     /// What the instruments were built for.
     pub fn config(&self) -> InstrumentsConfig {
         self.inner.config

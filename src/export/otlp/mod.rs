@@ -338,8 +338,14 @@ impl ExportHealth {
                 let mut logged = self.last_logged.lock().unwrap_or_else(|e| e.into_inner());
                 let due = logged.is_none_or(|at| at.elapsed() >= FAILURE_LOG_INTERVAL);
                 if failed == 1 || due {
+                    // Metrics are cumulative by default, so the next export
+                    // carries what this one lost; a span batch is gone.
+                    let consequence = match destination.signal {
+                        Signal::Metrics => "counts are resent when it recovers",
+                        Signal::Traces => "the spans of this export are lost",
+                    };
                     tracing::warn!(
-                        "OTLP export to {destination} failed ({failed} in a row): {error}; recording continues, counts are resent when it recovers"
+                        "OTLP export to {destination} failed ({failed} in a row): {error}; recording continues, {consequence}"
                     );
                     *logged = Some(Instant::now());
                 }
@@ -551,8 +557,11 @@ pub struct TracesPush {
 /// Builds the span exporter and a tracer provider around it, as [`build`]
 /// does for metrics. The batch span processor keeps at most
 /// `OTEL_BSP_MAX_QUEUE_SIZE` (2048) finished spans: when the backend is
-/// down, later spans are dropped (and counted by the SDK), never queued
-/// without bound, and recording never waits.
+/// down, later spans are dropped, never queued without bound, and recording
+/// never waits. The processor counts them as
+/// `otel.sdk.processor.span.processed{error.type="queue_full"}` on the
+/// *global* meter provider: a program that wants the count makes its own
+/// provider global before calling this (the CLI does).
 pub fn build_traces(
     options: &OtlpOptions,
     env: &impl Fn(&str) -> Option<String>,
