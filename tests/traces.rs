@@ -47,6 +47,15 @@ fn traced_trace() -> String {
         .collect()
 }
 
+/// Requests that terminated, by `vllm:request_success_total`.
+fn terminated_requests(samples: &BTreeMap<String, f64>) -> usize {
+    samples
+        .iter()
+        .filter(|(k, _)| k.starts_with("vllm:request_success_total{"))
+        .map(|(_, v)| *v as usize)
+        .sum()
+}
+
 fn tag<'a>(span: &'a Value, key: &str) -> Option<&'a Value> {
     span["tags"]
         .as_array()?
@@ -94,30 +103,13 @@ fn one_span_per_terminated_request_reaches_jaeger_with_its_preemptions() {
     );
     let exposition = String::from_utf8(output.stdout).unwrap();
     let samples = common::samples(&exposition);
-    let terminated = samples
-        .iter()
-        .filter(|(k, _)| k.starts_with("vllm:request_success_total{"))
-        .map(|(_, v)| *v as usize)
-        .sum::<usize>();
+    let terminated = terminated_requests(&samples);
     assert!(terminated > 50, "{terminated} terminated requests");
 
     // Everything the replay pushed, once it is all in Jaeger.
-    let path = format!(
-        "/api/traces?service={service}&limit=100000&start=1&end={}",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_micros()
-    );
     let mut spans: Vec<Value> = Vec::new();
     let arrived = common::wait_for_optional(30, || {
-        let body = common::http_get(jaeger.query, &path)?;
-        let json: Value = serde_json::from_str(&body).ok()?;
-        spans = json["data"]
-            .as_array()?
-            .iter()
-            .flat_map(|t| t["spans"].as_array().cloned().unwrap_or_default())
-            .collect();
+        spans = jaeger.spans(&service)?;
         (spans.len() >= terminated).then_some(())
     });
     assert!(
@@ -235,26 +227,10 @@ fn one_span_per_terminated_request_reaches_jaeger_with_its_preemptions() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let simulated: usize = common::samples(&String::from_utf8(output.stdout).unwrap())
-        .iter()
-        .filter(|(k, _)| k.starts_with("vllm:request_success_total{"))
-        .map(|(_, v)| *v as usize)
-        .sum();
-    let path = format!(
-        "/api/traces?service={service}&limit=100000&start=1&end={}",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_micros()
-    );
+    let simulated =
+        terminated_requests(&common::samples(&String::from_utf8(output.stdout).unwrap()));
     common::wait_for(30, "the simulator's spans in Jaeger", || {
-        let json: Value = serde_json::from_str(&common::http_get(jaeger.query, &path)?).ok()?;
-        let count: usize = json["data"]
-            .as_array()?
-            .iter()
-            .map(|t| t["spans"].as_array().map_or(0, Vec::len))
-            .sum();
-        (count == simulated).then_some(())
+        (jaeger.spans(&service)?.len() == simulated).then_some(())
     });
 }
 
@@ -444,11 +420,7 @@ fn spans_for_a_silent_backend_are_dropped_and_counted_while_recording_goes_on() 
     assert_eq!(vllm(&traced), vllm(&untraced), "recording is untouched");
 
     let samples = common::samples(&String::from_utf8_lossy(&traced.stdout));
-    let terminated = samples
-        .iter()
-        .filter(|(k, _)| k.starts_with("vllm:request_success_total{"))
-        .map(|(_, v)| *v as usize)
-        .sum::<usize>();
+    let terminated = terminated_requests(&samples);
     let processed = |error_type: Option<&str>| -> usize {
         let wanted = error_type.map(|e| format!("error_type=\"{e}\""));
         let found: Vec<f64> = samples

@@ -56,6 +56,25 @@ impl Jaeger {
         jaeger
     }
 
+    /// Every span Jaeger holds for `service` (v1 JSON: attributes as
+    /// `tags`, events as `logs`); `None` while the query API fails.
+    pub fn spans(&self, service: &str) -> Option<Vec<serde_json::Value>> {
+        let end = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros();
+        let path = format!("/api/traces?service={service}&limit=100000&start=1&end={end}");
+        let json: serde_json::Value =
+            serde_json::from_str(&super::http_get(self.query, &path)?).ok()?;
+        Some(
+            json["data"]
+                .as_array()?
+                .iter()
+                .flat_map(|t| t["spans"].as_array().cloned().unwrap_or_default())
+                .collect(),
+        )
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("jaeger.log")).unwrap_or_default()
     }

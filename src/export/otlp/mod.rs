@@ -460,6 +460,27 @@ fn configure_http<B: WithExportConfig + WithHttpConfig>(
     Ok(builder)
 }
 
+/// Configures an exporter builder (`MetricExporter::builder()` or
+/// `SpanExporter::builder()`: they share no trait for `with_tonic` and
+/// `with_http`) for the destination's transport and builds it.
+macro_rules! build_exporter {
+    ($builder:expr, $options:expr, $destination:expr, $tls:expr, $env:expr, $runtime:expr) => {
+        match $destination.protocol {
+            Protocol::Grpc => {
+                let builder = configure_tonic($builder.with_tonic(), $options, $destination, $tls)?;
+                // The channel's worker is spawned on the runtime.
+                let _guard = $runtime.enter();
+                builder.build().map_err(build_failed($destination))?
+            }
+            Protocol::HttpProtobuf => {
+                configure_http($builder.with_http(), $options, $destination, $tls, $env)?
+                    .build()
+                    .map_err(build_failed($destination))?
+            }
+        }
+    };
+}
+
 fn build_failed(
     destination: &Destination,
 ) -> impl Fn(opentelemetry_otlp::ExporterBuildError) -> String + '_ {
@@ -483,19 +504,7 @@ pub fn build(
         Some(t) => builder.with_temporality(t),
         None => builder,
     };
-    let inner = match destination.protocol {
-        Protocol::Grpc => {
-            let builder = configure_tonic(builder.with_tonic(), options, &destination, &tls)?;
-            // The channel's worker is spawned on the runtime.
-            let _guard = runtime.enter();
-            builder.build().map_err(build_failed(&destination))?
-        }
-        Protocol::HttpProtobuf => {
-            configure_http(builder.with_http(), options, &destination, &tls, env)?
-                .build()
-                .map_err(build_failed(&destination))?
-        }
-    };
+    let inner = build_exporter!(builder, options, &destination, &tls, env, runtime);
     let health = Arc::new(ExportHealth::default());
     let exporter = TrackedExporter {
         inner,
@@ -571,18 +580,7 @@ pub fn build_traces(
     let destination = options.destination(Signal::Traces, env)?;
     let tls = tls::TlsSettings::resolve(&options.tls, env)?;
     let builder = SpanExporter::builder();
-    let inner = match destination.protocol {
-        Protocol::Grpc => {
-            let builder = configure_tonic(builder.with_tonic(), options, &destination, &tls)?;
-            let _guard = runtime.enter();
-            builder.build().map_err(build_failed(&destination))?
-        }
-        Protocol::HttpProtobuf => {
-            configure_http(builder.with_http(), options, &destination, &tls, env)?
-                .build()
-                .map_err(build_failed(&destination))?
-        }
-    };
+    let inner = build_exporter!(builder, options, &destination, &tls, env, runtime);
     let health = Arc::new(ExportHealth::default());
     let exporter = TrackedSpanExporter {
         inner,
