@@ -12,32 +12,5 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-src="$here/jaeger"
-bin_dir="$here/bin"
-bin="$bin_dir/jaeger"
-
-if [[ -x "$bin" ]]; then
-    newer="$(find "$src" -maxdepth 1 -type f \( -name go.mod -o -name go.sum \) -newer "$bin" -print -quit)"
-    if [[ -z "$newer" ]]; then
-        echo "jaeger is up to date"
-        exit 0
-    fi
-fi
-
-if ! command -v go >/dev/null 2>&1; then
-    echo "build-jaeger.sh: 'go' not found: install Go 1.26 or newer and put it on PATH" >&2
-    exit 1
-fi
-
-mkdir -p "$bin_dir"
-echo "building jaeger with $(go env GOVERSION) ..."
-start=$SECONDS
-start_epoch="$(date +%s)"
-cd "$src"
-tmp="$bin_dir/.jaeger.tmp.$$"
-trap 'rm -f "$tmp"' EXIT
-CGO_ENABLED=0 go build -mod=readonly -buildvcs=false -trimpath -ldflags='-s -w' -o "$tmp" github.com/jaegertracing/jaeger/cmd/jaeger
-touch -d "@$start_epoch" "$tmp"
-mv -f "$tmp" "$bin"
-trap - EXIT
-echo "built $bin in $((SECONDS - start))s"
+source "$here/go-build.sh"
+build_go_binary jaeger "$here/jaeger" github.com/jaegertracing/jaeger/cmd/jaeger
