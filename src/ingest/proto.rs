@@ -2,8 +2,9 @@
 //! and their conversions to and from [`Record`].
 
 use crate::protocol::{
-    Abort, EngineCoreEvent, EngineCoreOutput, EventType, FinishReason, OutputBatch, PrefillStats,
-    Record, RequestStart, SchedulerStats,
+    Abort, EngineConfig, EngineCoreEvent, EngineCoreOutput, EventType, ExternalHitsBySource,
+    FinishReason, KvCacheEvictionEvent, KvFetchStages, Operation, OperationKind, OutputBatch,
+    PerfStats, PrefillStats, Record, RequestStart, SchedulerStats, SleepState, SpecDecodingStats,
 };
 
 /// Generated message, enum, client and server types.
@@ -123,17 +124,173 @@ pub fn record_from_proto(record: pb::Record, now: f64) -> Result<Record, String>
             request_id: required_id("abort", a.request_id)?,
             received_at: a.received_at.unwrap_or(now),
         }),
-        R::SchedulerStats(s) => Record::SchedulerStats(SchedulerStats {
+        R::SchedulerStats(s) => Record::SchedulerStats(scheduler_stats_from_proto(s, now)),
+        R::EngineConfig(c) => Record::EngineConfig(EngineConfig {
+            model_name: c.model_name,
+            engine: c.engine,
+            cache_config: c.cache_config.into_iter().collect(),
+            max_loras: c.max_loras,
+        }),
+        R::SleepState(s) => Record::SleepState(SleepState {
             model_name: s.model_name,
             engine: s.engine,
-            num_running_reqs: s.num_running_reqs,
-            num_waiting_reqs: s.num_waiting_reqs,
-            kv_cache_usage: s.kv_cache_usage,
-            prefix_cache_queries: s.prefix_cache_queries,
-            prefix_cache_hits: s.prefix_cache_hits,
+            level: u8::try_from(s.level).unwrap_or(u8::MAX),
+        }),
+        R::Operation(o) => Record::Operation(Operation {
+            operation: operation_kind(o.operation)?,
+            duration: o.duration,
         }),
     };
     Ok(record)
+}
+
+fn operation_kind(value: i32) -> Result<OperationKind, String> {
+    use pb::OperationKind as P;
+    Ok(match P::try_from(value) {
+        Ok(P::Sleep) => OperationKind::Sleep,
+        Ok(P::ReleaseKvCacheMemory) => OperationKind::ReleaseKvCacheMemory,
+        Ok(P::Wake) => OperationKind::Wake,
+        Ok(P::Init) => OperationKind::Init,
+        Ok(P::Start) => OperationKind::Start,
+        Ok(P::StartDraft) => OperationKind::StartDraft,
+        Ok(P::Update) => OperationKind::Update,
+        Ok(P::Finish) => OperationKind::Finish,
+        Ok(P::Unspecified) => return Err("operation without a kind".into()),
+        Err(_) => return Err(format!("unknown operation kind {value}")),
+    })
+}
+
+fn proto_operation_kind(kind: OperationKind) -> pb::OperationKind {
+    use pb::OperationKind as P;
+    match kind {
+        OperationKind::Sleep => P::Sleep,
+        OperationKind::ReleaseKvCacheMemory => P::ReleaseKvCacheMemory,
+        OperationKind::Wake => P::Wake,
+        OperationKind::Init => P::Init,
+        OperationKind::Start => P::Start,
+        OperationKind::StartDraft => P::StartDraft,
+        OperationKind::Update => P::Update,
+        OperationKind::Finish => P::Finish,
+    }
+}
+
+fn scheduler_stats_from_proto(s: pb::SchedulerStats, now: f64) -> SchedulerStats {
+    let lora_listed = s.running_lora_adapters.is_some() || s.waiting_lora_adapters.is_some();
+    SchedulerStats {
+        model_name: s.model_name,
+        engine: s.engine,
+        num_running_reqs: s.num_running_reqs,
+        num_waiting_reqs: s.num_waiting_reqs,
+        kv_cache_usage: s.kv_cache_usage,
+        prefix_cache_queries: s.prefix_cache_queries,
+        prefix_cache_hits: s.prefix_cache_hits,
+        // Only the LoRA series reads it: filled in where it is needed, as
+        // the other receive times are.
+        received_at: s.received_at.or(lora_listed.then_some(now)),
+        num_skipped_waiting_reqs: s.num_skipped_waiting_reqs,
+        num_kv_fetch_reqs_by_stage: s.num_kv_fetch_reqs_by_stage.map(|k| KvFetchStages {
+            waiting_to_start: k.waiting_to_start,
+            in_progress: k.in_progress,
+            completed_waiting: k.completed_waiting,
+        }),
+        external_prefix_cache_queries: s.external_prefix_cache_queries,
+        external_prefix_cache_hits: s.external_prefix_cache_hits,
+        external_prefix_cache_hits_by_source: s.external_prefix_cache_hits_by_source.map(|h| {
+            ExternalHitsBySource {
+                host: h.host,
+                p2p: h.p2p,
+                disk: h.disk,
+                external_unspecified: h.external_unspecified,
+            }
+        }),
+        mm_cache_queries: s.mm_cache_queries,
+        mm_cache_hits: s.mm_cache_hits,
+        kv_cache_eviction_events: s
+            .kv_cache_eviction_events
+            .into_iter()
+            .map(|e| KvCacheEvictionEvent {
+                lifetime_seconds: e.lifetime_seconds,
+                idle_seconds: e.idle_seconds,
+                reuse_gaps_seconds: e.reuse_gaps_seconds,
+            })
+            .collect(),
+        perf_stats: s.perf_stats.map(|p| PerfStats {
+            num_flops_per_gpu: p.num_flops_per_gpu,
+            num_read_bytes_per_gpu: p.num_read_bytes_per_gpu,
+            num_write_bytes_per_gpu: p.num_write_bytes_per_gpu,
+        }),
+        spec_decoding: s.spec_decoding.map(|d| SpecDecodingStats {
+            num_drafts: d.num_drafts,
+            num_draft_tokens: d.num_draft_tokens,
+            num_accepted_tokens: d.num_accepted_tokens,
+            num_accepted_tokens_per_pos: d.num_accepted_tokens_per_pos,
+        }),
+        running_lora_adapters: s.running_lora_adapters.map(|a| a.names),
+        waiting_lora_adapters: s.waiting_lora_adapters.map(|a| a.names),
+    }
+}
+
+fn scheduler_stats_to_proto(s: &SchedulerStats) -> pb::SchedulerStats {
+    pb::SchedulerStats {
+        model_name: s.model_name.clone(),
+        engine: s.engine,
+        num_running_reqs: s.num_running_reqs,
+        num_waiting_reqs: s.num_waiting_reqs,
+        kv_cache_usage: s.kv_cache_usage,
+        prefix_cache_queries: s.prefix_cache_queries,
+        prefix_cache_hits: s.prefix_cache_hits,
+        received_at: s.received_at,
+        num_skipped_waiting_reqs: s.num_skipped_waiting_reqs,
+        num_kv_fetch_reqs_by_stage: s.num_kv_fetch_reqs_by_stage.map(|k| pb::KvFetchStages {
+            waiting_to_start: k.waiting_to_start,
+            in_progress: k.in_progress,
+            completed_waiting: k.completed_waiting,
+        }),
+        external_prefix_cache_queries: s.external_prefix_cache_queries,
+        external_prefix_cache_hits: s.external_prefix_cache_hits,
+        external_prefix_cache_hits_by_source: s.external_prefix_cache_hits_by_source.map(|h| {
+            pb::ExternalHitsBySource {
+                host: h.host,
+                p2p: h.p2p,
+                disk: h.disk,
+                external_unspecified: h.external_unspecified,
+            }
+        }),
+        mm_cache_queries: s.mm_cache_queries,
+        mm_cache_hits: s.mm_cache_hits,
+        kv_cache_eviction_events: s
+            .kv_cache_eviction_events
+            .iter()
+            .map(|e| pb::KvCacheEvictionEvent {
+                lifetime_seconds: e.lifetime_seconds,
+                idle_seconds: e.idle_seconds,
+                reuse_gaps_seconds: e.reuse_gaps_seconds.clone(),
+            })
+            .collect(),
+        perf_stats: s.perf_stats.map(|p| pb::PerfStats {
+            num_flops_per_gpu: p.num_flops_per_gpu,
+            num_read_bytes_per_gpu: p.num_read_bytes_per_gpu,
+            num_write_bytes_per_gpu: p.num_write_bytes_per_gpu,
+        }),
+        spec_decoding: s.spec_decoding.as_ref().map(|d| pb::SpecDecodingStats {
+            num_drafts: d.num_drafts,
+            num_draft_tokens: d.num_draft_tokens,
+            num_accepted_tokens: d.num_accepted_tokens,
+            num_accepted_tokens_per_pos: d.num_accepted_tokens_per_pos.clone(),
+        }),
+        running_lora_adapters: s
+            .running_lora_adapters
+            .as_ref()
+            .map(|names| pb::AdapterList {
+                names: names.clone(),
+            }),
+        waiting_lora_adapters: s
+            .waiting_lora_adapters
+            .as_ref()
+            .map(|names| pb::AdapterList {
+                names: names.clone(),
+            }),
+    }
 }
 
 fn proto_event_type(kind: EventType) -> pb::EventType {
@@ -197,14 +354,25 @@ pub fn record_to_proto(record: &Record) -> pb::Record {
             request_id: a.request_id.clone(),
             received_at: Some(a.received_at),
         }),
-        Record::SchedulerStats(s) => R::SchedulerStats(pb::SchedulerStats {
+        Record::SchedulerStats(s) => R::SchedulerStats(scheduler_stats_to_proto(s)),
+        Record::EngineConfig(c) => R::EngineConfig(pb::EngineConfig {
+            model_name: c.model_name.clone(),
+            engine: c.engine,
+            cache_config: c
+                .cache_config
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            max_loras: c.max_loras,
+        }),
+        Record::SleepState(s) => R::SleepState(pb::SleepState {
             model_name: s.model_name.clone(),
             engine: s.engine,
-            num_running_reqs: s.num_running_reqs,
-            num_waiting_reqs: s.num_waiting_reqs,
-            kv_cache_usage: s.kv_cache_usage,
-            prefix_cache_queries: s.prefix_cache_queries,
-            prefix_cache_hits: s.prefix_cache_hits,
+            level: u32::from(s.level),
+        }),
+        Record::Operation(o) => R::Operation(pb::Operation {
+            operation: proto_operation_kind(o.operation) as i32,
+            duration: o.duration,
         }),
     };
     pb::Record {

@@ -61,18 +61,21 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 
-use opentelemetry::metrics::{BoundCounter, BoundGauge, Counter, Histogram, Meter, MeterProvider};
+use opentelemetry::metrics::{BoundCounter, Counter, Histogram, Meter, MeterProvider};
 use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::metrics::reader::MetricReader;
 use opentelemetry_sdk::metrics::{MeterProviderBuilder, SdkMeterProvider};
 use opentelemetry_sdk::Resource;
 
+mod engine;
 mod request;
 mod views;
 
 use crate::catalog::{self, MetricDef, DEFAULT_MAX_MODEL_LEN};
 use crate::tracker::{EvictReason, RejectReason};
+pub(crate) use engine::EngineHandles;
+use engine::EngineInstruments;
 use request::RequestInstruments;
 pub(crate) use request::{RequestHandles, RequestHistogram};
 pub use views::views;
@@ -188,59 +191,15 @@ pub(crate) fn f64_histogram(meter: &Meter, def: &'static MetricDef) -> Histogram
         .build()
 }
 
-/// The scheduler tier's instruments.
-#[derive(Debug)]
-struct SchedulerInstruments {
-    num_requests_running: opentelemetry::metrics::Gauge<u64>,
-    num_requests_waiting: opentelemetry::metrics::Gauge<u64>,
-    kv_cache_usage: opentelemetry::metrics::Gauge<f64>,
-    prefix_cache_queries: Counter<u64>,
-    prefix_cache_hits: Counter<u64>,
-}
-
-impl SchedulerInstruments {
-    fn new(meter: &Meter) -> Self {
-        use catalog::*;
-        let u64_gauge = |def: &'static MetricDef| {
-            meter
-                .u64_gauge(def.otel_name)
-                .with_unit(def.unit)
-                .with_description(def.help)
-                .build()
-        };
-        SchedulerInstruments {
-            num_requests_running: u64_gauge(&NUM_REQUESTS_RUNNING),
-            num_requests_waiting: u64_gauge(&NUM_REQUESTS_WAITING),
-            kv_cache_usage: meter
-                .f64_gauge(KV_CACHE_USAGE.otel_name)
-                .with_unit(KV_CACHE_USAGE.unit)
-                .with_description(KV_CACHE_USAGE.help)
-                .build(),
-            prefix_cache_queries: u64_counter(meter, &PREFIX_CACHE_QUERIES),
-            prefix_cache_hits: u64_counter(meter, &PREFIX_CACHE_HITS),
-        }
-    }
-}
-
-/// Scheduler-tier handles of one `(model_name, engine)` label set.
-pub(crate) struct SchedulerHandles {
-    pub(crate) num_requests_running: BoundGauge<u64>,
-    pub(crate) num_requests_waiting: BoundGauge<u64>,
-    pub(crate) kv_cache_usage: BoundGauge<f64>,
-    pub(crate) prefix_cache_queries: BoundCounter<u64>,
-    pub(crate) prefix_cache_hits: BoundCounter<u64>,
-}
-
-impl SchedulerHandles {
-    fn bind(i: &SchedulerInstruments, labels: Vec<KeyValue>) -> Self {
-        SchedulerHandles {
-            num_requests_running: i.num_requests_running.bind(&labels),
-            num_requests_waiting: i.num_requests_waiting.bind(&labels),
-            kv_cache_usage: i.kv_cache_usage.bind(&labels),
-            prefix_cache_queries: i.prefix_cache_queries.bind(&labels),
-            prefix_cache_hits: i.prefix_cache_hits.bind(&labels),
-        }
-    }
+/// `base` plus one more label.
+pub(crate) fn with_label(
+    base: &[KeyValue],
+    name: &'static str,
+    value: &'static str,
+) -> Vec<KeyValue> {
+    let mut labels = base.to_vec();
+    labels.push(KeyValue::new(name, value));
+    labels
 }
 
 /// The attributes every series of a label set starts with: `model_name` and
@@ -351,13 +310,13 @@ struct Inner {
     /// The crate's own provider, or `None` for a host's meter.
     provider: Option<SdkMeterProvider>,
     request: RequestInstruments,
-    scheduler: SchedulerInstruments,
+    engine: EngineInstruments,
     /// In `RejectReason::ALL` order.
     rejected: [BoundCounter<u64>; 4],
     /// In `EvictReason::ALL` order.
     evicted: [BoundCounter<u64>; 2],
     request_handles: HandleCache<RequestHandles>,
-    scheduler_handles: HandleCache<SchedulerHandles>,
+    engine_handles: HandleCache<EngineHandles>,
     config: InstrumentsConfig,
 }
 
@@ -404,11 +363,11 @@ impl Instruments {
             inner: Arc::new(Inner {
                 provider,
                 request: RequestInstruments::new(meter),
-                scheduler: SchedulerInstruments::new(meter),
+                engine: EngineInstruments::new(meter),
                 rejected: RejectReason::ALL.map(|r| rejected.bind(&reason(r.as_str()))),
                 evicted: EvictReason::ALL.map(|r| evicted.bind(&reason(r.as_str()))),
                 request_handles: HandleCache::new(config.max_label_sets),
-                scheduler_handles: HandleCache::new(config.max_label_sets),
+                engine_handles: HandleCache::new(config.max_label_sets),
                 config,
             }),
         }
@@ -445,14 +404,20 @@ impl Instruments {
         }
     }
 
-    /// The scheduler handles of a label set (bound once per set).
-    pub(crate) fn scheduler_handles(&self, model_name: &str, engine: u32) -> Arc<SchedulerHandles> {
-        let scheduler = &self.inner.scheduler;
-        self.inner
-            .scheduler_handles
-            .get(model_name, engine, |labels| {
-                SchedulerHandles::bind(scheduler, labels)
-            })
+    /// The scheduler- and engine-tier handles of a label set, bound (and
+    /// the engine's start-up series recorded) the first time the set is seen.
+    pub(crate) fn engine_handles(&self, model_name: &str, engine: u32) -> Arc<EngineHandles> {
+        let instruments = &self.inner.engine;
+        self.inner.engine_handles.get(model_name, engine, |labels| {
+            EngineHandles::bind(instruments, labels)
+        })
+    }
+
+    /// The engine-tier instruments with label sets of their own
+    /// (`vllm:cache_config_info`, `vllm:lora_requests_info`) and the
+    /// operation timings.
+    pub(crate) fn engine(&self) -> &EngineInstruments {
+        &self.inner.engine
     }
 
     /// Counts one input that changed no vLLM metric.

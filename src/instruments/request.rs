@@ -13,6 +13,7 @@ use std::sync::OnceLock;
 use opentelemetry::metrics::{BoundCounter, BoundHistogram, Counter, Histogram, Meter};
 use opentelemetry::KeyValue;
 
+use super::with_label;
 use crate::catalog::{self, MetricDef, PROMPT_TOKEN_SOURCES};
 use crate::protocol::{FinishReason, PrefillStats};
 
@@ -85,12 +86,6 @@ impl RequestInstruments {
             histograms: REQUEST_HISTOGRAMS.map(|def| f64_histogram(meter, def)),
         }
     }
-}
-
-fn with_label(base: &[KeyValue], name: &'static str, value: &'static str) -> Vec<KeyValue> {
-    let mut labels = base.to_vec();
-    labels.push(KeyValue::new(name, value));
-    labels
 }
 
 /// The per-request handles of one `(model_name, engine)` label set (or of

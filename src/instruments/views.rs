@@ -36,22 +36,13 @@ pub fn views(
     }
 }
 
-/// How many series of a family one `(model_name, engine)` label set can have.
-fn series_per_label_set(def: &MetricDef) -> usize {
-    match def.labels.get(2) {
-        Some(&"finished_reason") => crate::protocol::FinishReason::ALL.len(),
-        Some(&"source") => catalog::PROMPT_TOKEN_SOURCES.len(),
-        _ => 1,
-    }
-}
-
 /// The cardinality limit of a vLLM family: every series of `max_label_sets`
 /// label sets. The label sets beyond go to the overflow series
 /// (`otel.metric.overflow=true`), which the SDK does not count against the
 /// limit; a family with a label besides `model_name` and `engine` keeps that
 /// label on its overflow series, so it has room for one more label set.
 pub(super) fn cardinality_limit(def: &MetricDef, max_label_sets: usize) -> usize {
-    match series_per_label_set(def) {
+    match catalog::series_per_label_set(def) {
         1 => max_label_sets,
         n => n * (max_label_sets + 1),
     }
@@ -61,6 +52,11 @@ fn stream(def: &'static MetricDef, config: &InstrumentsConfig) -> Option<Stream>
     let mut stream = Stream::builder();
     if def.labels.starts_with(catalog::ENGINE_LABELS) {
         stream = stream.with_cardinality_limit(cardinality_limit(def, config.max_label_sets));
+    } else if def.labels == catalog::CACHE_CONFIG_LABELS || def.labels == catalog::LORA_INFO_LABELS
+    {
+        // Label sets of their own (a configuration, a set of adapters):
+        // as many as the vLLM families have `(model_name, engine)` sets.
+        stream = stream.with_cardinality_limit(config.max_label_sets);
     }
     if def.kind == Kind::Histogram {
         stream = stream.with_aggregation(Aggregation::ExplicitBucketHistogram {
@@ -94,5 +90,13 @@ mod tests {
         assert_eq!(cardinality_limit(&catalog::REQUEST_NUM_PREEMPTIONS, 10), 10);
         assert_eq!(cardinality_limit(&catalog::REQUEST_SUCCESS, 10), 55);
         assert_eq!(cardinality_limit(&catalog::PROMPT_TOKENS_BY_SOURCE, 10), 33);
+        assert_eq!(
+            cardinality_limit(&catalog::PROMPT_TOKENS_CACHED_BY_SOURCE, 10),
+            55
+        );
+        assert_eq!(
+            cardinality_limit(&catalog::SPEC_DECODE_NUM_ACCEPTED_TOKENS_PER_POS, 10),
+            176
+        );
     }
 }

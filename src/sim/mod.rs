@@ -395,6 +395,7 @@ pub fn simulate(
                     kv_cache_usage: engine.kv_usage(),
                     prefix_cache_queries: result.prefix_queries,
                     prefix_cache_hits: result.prefix_hits,
+                    ..SchedulerStats::default()
                 }));
                 fleet.free_at[e] = end;
                 fleet.next_step[e] = engine.has_work().then_some(end);

@@ -3,7 +3,7 @@
 
 Usage:
     python3 tests/reference/gen_trace.py --seed N [--requests R] [--models M]
-        [--engines E] [--malformed K] [--outputs-target T]
+        [--engines E] [--malformed K] [--outputs-target T] [--no-engine-records]
 
 Simulates a few engines stepping in monotonic time and writes a valid trace to
 stdout: request starts, outputs batches (queued/scheduled events on the first
@@ -13,6 +13,16 @@ speculative multi-token outputs, all finish reasons), explicit aborts,
 scheduler_stats, plus noise the tracker must ignore (outputs/aborts for
 unknown or finished ids, duplicate starts of live ids, reuse of finished ids)
 and requests left in flight at the end.
+
+Engine-level records (issue 14), drawn from a second RNG so the records above
+are the same as without them: `engine_config` start-ups (random cache_config,
+sometimes max_loras, sometimes a later replacement or a repeat), scheduler_stats
+with random subsets of the optional fields (skipped waiting requests, KV fetch
+stages, external prefix cache with by-source maps that do or do not add up,
+multi-modal cache, KV block eviction events, perf_stats, spec_decoding, LoRA
+adapter lists with received_at), `sleep_state` (levels 0-2) and `operation`
+records for all eight operations.  --no-engine-records leaves all of them out
+(and the engine-level malformed kinds): the trace of the generator before them.
 
 --malformed K inserts K invalid lines at random positions and writes their
 1-based line numbers to stderr (one per line).  The malformed lines come from
@@ -43,6 +53,36 @@ MODEL_NAMES = ["llama-3.1-8b", "qwen/Qwen2.5-7B-Instruct", "mistral-7b-v0.3",
 # Engine indices chosen so that numeric and string ordering differ (2 < 10).
 ENGINE_IDS = [0, 2, 10, 1, 3, 7, 11, 4, 5, 6, 8, 9, 12, 13, 14, 15]
 REASONS = ["stop"] * 14 + ["length"] * 2 + ["repetition"] * 2 + ["error", "abort"]
+
+# Engine-level records (issue 14).
+KV_FETCH_STAGES = ["waiting_to_start", "in_progress", "completed_waiting"]
+EXTERNAL_SOURCES = ["host", "p2p", "disk", "external_unspecified"]
+SLEEP_OPERATIONS = ["sleep", "release_kv_cache_memory", "wake"]
+RL_OPERATIONS = ["init", "start", "start_draft", "update", "finish"]
+OPS_BOUNDS = [0.01, 0.1, 1.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0]
+RESIDENCY_BOUNDS = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0,
+                    10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0]
+LORA_NAMES = ["sql-lora", "tweet-summary", "lora_a", "math-lora", "zh-en"]
+# cache_config keys of vLLM's CacheConfig with plausible values (as str(value)).
+CACHE_CONFIG_POOL = {
+    "block_size": ["16", "32", "64"],
+    "gpu_memory_utilization": ["0.9", "0.85", "0.95", "0.5"],
+    "swap_space": ["4", "0"],
+    "cache_dtype": ["auto", "fp8", "fp8_e5m2"],
+    "num_gpu_blocks": ["1024", "2048", "8192", "27910"],
+    "num_cpu_blocks": ["None", "512"],
+    "enable_prefix_caching": ["True", "False"],
+    "prefix_caching_hash_algo": ["sha256", "sha256_cbor"],
+    "cpu_offload_gb": ["0", "4.5"],
+    "calculate_kv_scales": ["False", "True"],
+    "sliding_window": ["None", "4096"],
+    "is_attention_free": ["False"],
+    "num_gpu_blocks_override": ["None", "1000"],
+    "mamba_cache_dtype": ["auto", "float32"],
+    "kv_offloading_backend": ["native", "lmcache"],
+    "kv_sharing_fast_prefill": ["False"],
+    "_note": ['say "hi" \\ ok', "über-cache", "a=b,c"],     # escaping / UTF-8
+}
 
 
 def secs(units: int) -> float:
@@ -88,6 +128,17 @@ class Engine:
         self.waiting = deque()
         self.preempted = deque()
         self.running = []
+        # Engine-level profile (issue 14), set by Sim.engine_profile.
+        self.announce = False         # emits an engine_config at start
+        self.config = None            # cache_config dict (None: the key is left out)
+        self.max_loras = None
+        self.kv_consumer = False      # reports num_kv_fetch_reqs_by_stage
+        self.external = False         # KV connector: external prefix cache fields
+        self.mm = False
+        self.perf = False
+        self.spec_k = 0               # speculative tokens per draft (0: no spec decoding)
+        self.lora = False             # reports LoRA adapter lists
+        self.level = 0                # sleep level
 
     def clock(self, t):
         return self.clock0 + t
@@ -106,6 +157,13 @@ class Sim:
             clock0 = 1000 * UNIT + self.rng.randrange(0, 50 * UNIT)
             self.engines.append(Engine(eid, self.models[i % len(self.models)],
                                        clock0, self.rng.randint(6, 20)))
+        # Engine-level records use their own RNG: the simulation above is
+        # unchanged by them (same requests, outputs, scheduler_stats values).
+        self.engine_records = not getattr(args, "no_engine_records", False)
+        self.xrng = random.Random(args.seed * 1_000_003 + 14)
+        if self.engine_records:
+            for eng in self.engines:
+                self.engine_profile(eng)
         self.live = {}                # rid -> Req
         self.finished = deque(maxlen=64)   # recently terminated ids
         self.created = 0
@@ -121,6 +179,182 @@ class Sim:
 
     def wall(self, t):
         return secs(WALL0 + t)
+
+    # -- engine-level records (issue 14; all randomness from self.xrng) --------
+    def engine_profile(self, eng):
+        x = self.xrng
+        eng.announce = x.random() < 0.75
+        eng.kv_consumer = x.random() < 0.4
+        eng.external = x.random() < 0.5
+        eng.mm = x.random() < 0.4
+        eng.perf = x.random() < 0.8
+        eng.spec_k = x.choice([0, 0, 0, 1, 2, 3, 5, 16])
+        eng.lora = x.random() < 0.5
+        eng.max_loras = x.randint(1, 8) if eng.lora and x.random() < 0.8 else None
+        eng.config = self.random_cache_config()
+
+    def random_cache_config(self):
+        x = self.xrng
+        r = x.random()
+        if r < 0.05:
+            return None                                # key absent: only `engine`
+        if r < 0.1:
+            return {}
+        keys = [k for k in CACHE_CONFIG_POOL if k != "_note"]
+        chosen = x.sample(keys, x.randint(1, len(keys)))
+        if x.random() < 0.15:
+            chosen.append("_note")
+        return {k: x.choice(CACHE_CONFIG_POOL[k]) for k in chosen}
+
+    def engine_config(self, eng):
+        rec = {"type": "engine_config", "model_name": eng.model, "engine": eng.eid}
+        if eng.config is not None:
+            rec["cache_config"] = eng.config
+        if eng.max_loras is not None:
+            rec["max_loras"] = eng.max_loras
+        elif self.xrng.random() < 0.2:
+            rec["max_loras"] = None                    # null = absent
+        self.emit(rec)
+
+    def replace_engine_config(self, eng):
+        """A restart: a changed cache_config (or the same one), max_loras kept,
+        changed or dropped."""
+        x = self.xrng
+        r = x.random()
+        if r < 0.2:
+            pass                                       # the same config again
+        elif r < 0.5 and eng.config:
+            config = dict(eng.config)
+            key = x.choice(sorted(config))
+            choices = [v for v in CACHE_CONFIG_POOL[key] if v != config[key]]
+            if choices:
+                config[key] = x.choice(choices)
+            else:
+                del config[key]
+            eng.config = config
+        else:
+            eng.config = self.random_cache_config()
+        r = x.random()
+        if r < 0.15:
+            eng.max_loras = None
+        elif r < 0.3:
+            eng.max_loras = x.randint(0, 16)
+        self.engine_config(eng)
+
+    def sleep_state(self, model, eid, level):
+        self.emit({"type": "sleep_state", "model_name": model, "engine": eid, "level": level})
+
+    def operation(self):
+        x = self.xrng
+        op = x.choice(SLEEP_OPERATIONS + RL_OPERATIONS)
+        r = x.random()
+        if r < 0.25:
+            duration = x.choice(OPS_BOUNDS)            # exactly on a bucket bound
+        elif r < 0.3:
+            duration = x.choice([0.0, 900.0, 1234.5])  # zero, beyond the last bound
+        else:
+            duration = round(min(x.lognormvariate(0.5, 2.0), 2000.0), 4)
+        self.emit({"type": "operation", "operation": op, "duration": float(duration)})
+
+    def engine_events(self):
+        """Per tick: occasional restarts, sleep/wake and API-server operations."""
+        x = self.xrng
+        if x.random() < 0.012:
+            self.replace_engine_config(x.choice(self.engines))
+        if x.random() < 0.02:
+            eng = x.choice(self.engines)
+            eng.level = 0 if eng.level else x.choice([1, 1, 2]) if x.random() < 0.8 else 0
+            self.sleep_state(eng.model, eng.eid, eng.level)
+        if x.random() < 0.03:
+            self.operation()
+
+    def residency(self, hi):
+        """A KV block time in seconds: often on a RESIDENCY bound, else random."""
+        x = self.xrng
+        r = x.random()
+        if r < 0.15:
+            v = x.choice([b for b in RESIDENCY_BOUNDS if b <= hi] or [0.0])
+        elif r < 0.2:
+            v = 0.0
+        else:
+            v = round(x.lognormvariate(1.0, 2.5), 3)
+        return float(min(v, hi))
+
+    def engine_fields(self, eng, rec, rx):
+        """Random subsets of scheduler_stats' optional fields, all valid."""
+        x = self.xrng
+        waiting = rec["num_waiting_reqs"]
+        if x.random() < 0.6:
+            rec["num_skipped_waiting_reqs"] = x.randint(0, waiting) if x.random() < 0.7 else 0
+        if eng.kv_consumer and x.random() < 0.9:
+            stages = x.sample(KV_FETCH_STAGES, x.randint(0, 3))
+            rec["num_kv_fetch_reqs_by_stage"] = {s: x.randint(0, 4) for s in stages}
+        if eng.external and x.random() < 0.9:
+            queries = x.choice([0, x.randint(0, 3000)])
+            hits = x.randint(0, queries)
+            rec["external_prefix_cache_queries"] = queries
+            rec["external_prefix_cache_hits"] = hits
+            r = x.random()
+            if r < 0.2:
+                pass                                   # no map: all external_unspecified
+            elif r < 0.75:                             # a map that adds up
+                tiers = x.sample(EXTERNAL_SOURCES, x.randint(1, 4))
+                cuts = sorted(x.randint(0, hits) for _ in tiers[1:])
+                parts = [b - a for a, b in zip([0] + cuts, cuts + [hits])]
+                rec["external_prefix_cache_hits_by_source"] = dict(zip(tiers, parts))
+            else:                                      # one that does not (fallback)
+                tiers = x.sample(EXTERNAL_SOURCES, x.randint(0, 3))
+                by = {t: x.randint(0, 200) for t in tiers}
+                if sum(by.values()) == hits:
+                    by["disk"] = by.get("disk", 0) + 1
+                rec["external_prefix_cache_hits_by_source"] = by
+        elif x.random() < 0.05:
+            rec["external_prefix_cache_queries"] = 0   # explicit zeros
+            rec["external_prefix_cache_hits"] = 0
+        if eng.mm and x.random() < 0.9:
+            queries = x.randint(0, 8)
+            rec["mm_cache_queries"] = queries
+            rec["mm_cache_hits"] = x.randint(0, queries)
+        if x.random() < 0.3:
+            events = []
+            for _ in range(x.randint(0, 3)):
+                lifetime = self.residency(4000.0)
+                idle = self.residency(lifetime) if x.random() < 0.8 else lifetime
+                gaps = [self.residency(lifetime) for _ in range(x.randint(0, 3))]
+                ev = {"lifetime_seconds": lifetime, "idle_seconds": idle,
+                      "reuse_gaps_seconds": gaps}
+                events.append(ev)
+            rec["kv_cache_eviction_events"] = events
+        if eng.perf and x.random() < 0.95:
+            perf = {}
+            for key, lo, hi in (("num_flops_per_gpu", 11, 14),
+                                ("num_read_bytes_per_gpu", 8, 11),
+                                ("num_write_bytes_per_gpu", 6, 9)):
+                if x.random() < 0.9:
+                    perf[key] = float(f"{x.randint(0, 999) / 100}e{x.randint(lo, hi)}")
+            rec["perf_stats"] = perf
+        if eng.spec_k and x.random() < 0.9:
+            drafts = x.randint(0, max(1, rec["num_running_reqs"]))
+            per_pos, bound = [], drafts
+            for _ in range(eng.spec_k):
+                bound = x.randint(0, bound)            # later positions accept less
+                per_pos.append(bound)
+            rec["spec_decoding"] = {"num_drafts": drafts,
+                                    "num_draft_tokens": drafts * eng.spec_k,
+                                    "num_accepted_tokens": sum(per_pos),
+                                    "num_accepted_tokens_per_pos": per_pos}
+        if eng.lora and x.random() < 0.8:
+            def adapters():
+                names = x.sample(LORA_NAMES, x.choice([0, 0, 1, 1, 2]))
+                return [n for n in LORA_NAMES if n in names]    # stable order
+            which = x.random()
+            if which < 0.8:
+                rec["running_lora_adapters"] = adapters()
+            if which > 0.2:
+                rec["waiting_lora_adapters"] = adapters()
+            rec["received_at"] = secs(rx)
+        elif x.random() < 0.2:
+            rec["received_at"] = secs(rx)
 
     # -- request lifecycle ----------------------------------------------------
     def new_request(self):
@@ -276,11 +510,14 @@ class Sim:
             self.outputs_emitted += len(outputs)
         if rng.random() < 0.7:
             used = sum(r.prompt_len + r.tokens for r in eng.running)
-            self.emit({"type": "scheduler_stats", "model_name": eng.model, "engine": eng.eid,
-                       "num_running_reqs": len(eng.running),
-                       "num_waiting_reqs": len(eng.waiting) + len(eng.preempted),
-                       "kv_cache_usage": round(min(1.0, used / 60000), 4),
-                       "prefix_cache_queries": queries, "prefix_cache_hits": hits})
+            rec = {"type": "scheduler_stats", "model_name": eng.model, "engine": eng.eid,
+                   "num_running_reqs": len(eng.running),
+                   "num_waiting_reqs": len(eng.waiting) + len(eng.preempted),
+                   "kv_cache_usage": round(min(1.0, used / 60000), 4),
+                   "prefix_cache_queries": queries, "prefix_cache_hits": hits}
+            if self.engine_records:
+                self.engine_fields(eng, rec, rx)
+            self.emit(rec)
 
     def abort(self, req):
         eng = next(e for e in self.engines if e.eid == req.engine)
@@ -303,6 +540,15 @@ class Sim:
     def run(self):
         rng = self.rng
         unlimited = self.args.outputs_target is not None
+        if self.engine_records:
+            x = self.xrng
+            for eng in self.engines:
+                if eng.announce:
+                    self.engine_config(eng)
+            if x.random() < 0.3:
+                # A label set seen only through sleep_state (start-up, then level).
+                unused = [m for m in MODEL_NAMES if m not in self.models] or ["sleeper"]
+                self.sleep_state(x.choice(unused), self.engines[0].eid, x.choice([0, 1, 2]))
         while not self.done():
             self.t += rng.randint(50, 300)
             # Arrivals.
@@ -330,11 +576,119 @@ class Sim:
                            "model_name": rng.choice([req.model, "dup-model"]),
                            "engine": req.engine, "arrival_time": secs(WALL0 + self.t),
                            "prompt_len": req.prompt_len + 7, "max_tokens": 99, "n": 2})
+            if self.engine_records:
+                self.engine_events()
 
 
 # ---------------------------------------------------------------------------
 # Malformed lines (their own RNG; they never perturb the simulation)
 # ---------------------------------------------------------------------------
+
+OLD_KINDS = ["bad_json", "missing_field", "unknown_type", "nan_literal",
+             "negative_engine", "string_number", "not_object", "infinity",
+             "bool_number", "unknown_event", "unknown_reason", "float_uint",
+             "missing_nested"]
+# Engine-level records (issue 14) that break one validity rule of the spec.
+ENGINE_KINDS = ["unknown_stage", "skipped_gt_waiting", "four_gaps", "per_pos_mismatch",
+                "sleep_level", "unknown_operation", "negative_duration", "bad_cache_key",
+                "external_hits_gt_queries", "bad_source_key", "mm_hits_gt_queries",
+                "idle_gt_lifetime", "negative_residency", "bad_perf", "accepted_gt_drafted",
+                "too_many_positions", "bad_adapter", "bad_cache_value", "bad_max_loras"]
+
+
+def full_scheduler_stats(mrng: random.Random, model: str, eng: int, now: float) -> dict:
+    """A valid scheduler_stats carrying every optional field (for corrupting)."""
+    return {"type": "scheduler_stats", "model_name": model, "engine": eng,
+            "num_running_reqs": 3, "num_waiting_reqs": 5, "kv_cache_usage": 0.25,
+            "prefix_cache_queries": 640, "prefix_cache_hits": 128, "received_at": now,
+            "num_skipped_waiting_reqs": 2,
+            "num_kv_fetch_reqs_by_stage": {"waiting_to_start": 1, "in_progress": 2},
+            "external_prefix_cache_queries": 800, "external_prefix_cache_hits": 200,
+            "external_prefix_cache_hits_by_source": {"host": 150, "disk": 50},
+            "mm_cache_queries": 4, "mm_cache_hits": 1,
+            "kv_cache_eviction_events": [{"lifetime_seconds": 12.5, "idle_seconds": 3.0,
+                                          "reuse_gaps_seconds": [1.0, 2.5]}],
+            "perf_stats": {"num_flops_per_gpu": 1.2e13, "num_read_bytes_per_gpu": 1.6e10,
+                           "num_write_bytes_per_gpu": 2.0e8},
+            "spec_decoding": {"num_drafts": 3, "num_draft_tokens": 9, "num_accepted_tokens": 5,
+                              "num_accepted_tokens_per_pos": [3, 2, 0]},
+            "running_lora_adapters": ["sql-lora"],
+            "waiting_lora_adapters": mrng.choice([[], ["math-lora"]])}
+
+
+def malformed_engine_line(kind: str, mrng: random.Random, model: str, eng: int,
+                          now: float) -> str:
+    if mrng.random() < 0.25:
+        model = "never-seen-model"       # accepting it would create start-up series
+    s = full_scheduler_stats(mrng, model, eng, now)
+    if kind == "unknown_stage":
+        s["num_kv_fetch_reqs_by_stage"][mrng.choice(["loading", "done", "WAITING_TO_START"])] = 1
+    elif kind == "skipped_gt_waiting":
+        s["num_skipped_waiting_reqs"] = s["num_waiting_reqs"] + mrng.randint(1, 3)
+    elif kind == "four_gaps":
+        s["kv_cache_eviction_events"].append({"lifetime_seconds": 30.0, "idle_seconds": 1.0,
+                                              "reuse_gaps_seconds": [0.5, 1.0, 2.0, 4.0]})
+    elif kind == "per_pos_mismatch":
+        s["spec_decoding"]["num_accepted_tokens_per_pos"] = mrng.choice([[3, 1, 0], [3, 2, 1],
+                                                                          []])
+    elif kind == "sleep_level":
+        return dumps({"type": "sleep_state", "model_name": model, "engine": eng,
+                      "level": mrng.choice([3, 4, 255])})
+    elif kind == "unknown_operation":
+        return dumps({"type": "operation", "operation": mrng.choice(["nap", "Sleep", "load",
+                                                                     "wake_up", ""]),
+                      "duration": 1.5})
+    elif kind == "negative_duration":
+        return dumps({"type": "operation", "operation": mrng.choice(SLEEP_OPERATIONS
+                                                                    + RL_OPERATIONS),
+                      "duration": mrng.choice([-0.5, -1e-3, -30.0])})
+    elif kind in ("bad_cache_key", "bad_cache_value", "bad_max_loras"):
+        rec = {"type": "engine_config", "model_name": model, "engine": eng,
+               "cache_config": {"block_size": "16", "gpu_memory_utilization": "0.9"},
+               "max_loras": 2}
+        if kind == "bad_cache_key":
+            rec["cache_config"][mrng.choice(["engine", "1abc", "__reserved", "block-size",
+                                             "", "cache dtype"])] = "x"
+        elif kind == "bad_cache_value":
+            r = mrng.random()
+            if r < 0.4:
+                rec["cache_config"]["block_size"] = 16
+            elif r < 0.7:
+                rec["cache_config"]["cache_dtype"] = "x" * 257
+            else:
+                rec["cache_config"] = {f"key_{i}": "v" for i in range(65)}
+        else:
+            rec["max_loras"] = mrng.choice([-1, 2**32, 1.5, "4"])
+        return dumps(rec)
+    elif kind == "external_hits_gt_queries":
+        s["external_prefix_cache_hits"] = 900
+        s["external_prefix_cache_hits_by_source"] = {"host": 900}
+    elif kind == "bad_source_key":
+        s["external_prefix_cache_hits_by_source"] = {mrng.choice(["device", "gpu", "HOST"]): 200}
+    elif kind == "mm_hits_gt_queries":
+        s["mm_cache_hits"] = 5
+    elif kind == "idle_gt_lifetime":
+        s["kv_cache_eviction_events"][0]["idle_seconds"] = 13.0
+    elif kind == "negative_residency":
+        ev = s["kv_cache_eviction_events"][0]
+        ev[mrng.choice(["lifetime_seconds", "idle_seconds"])] = -1.0
+        if mrng.random() < 0.5:
+            ev["lifetime_seconds"], ev["idle_seconds"] = 12.5, 3.0
+            ev["reuse_gaps_seconds"] = [1.0, -0.25]
+    elif kind == "bad_perf":
+        s["perf_stats"][mrng.choice(["num_flops_per_gpu", "num_read_bytes_per_gpu"])] = \
+            mrng.choice([-1.0, "1e12", 1e400])
+    elif kind == "accepted_gt_drafted":
+        s["spec_decoding"] = {"num_drafts": 1, "num_draft_tokens": 2, "num_accepted_tokens": 3,
+                              "num_accepted_tokens_per_pos": [1, 1, 1]}
+    elif kind == "too_many_positions":
+        s["spec_decoding"] = {"num_drafts": 1, "num_draft_tokens": 17, "num_accepted_tokens": 17,
+                              "num_accepted_tokens_per_pos": [1] * 17}
+    else:  # bad_adapter
+        s["running_lora_adapters"] = mrng.choice([["a,b"], [""], ["ok", 7],
+                                                  ["x" * 200, "y" * 60]])
+    return dumps(s)
+
 
 def malformed_line(mrng: random.Random, sim: Sim | None) -> str:
     live = sorted(sim.live) if sim is not None and sim.live else ["req-0"]
@@ -344,10 +698,10 @@ def malformed_line(mrng: random.Random, sim: Sim | None) -> str:
     now = secs(WALL0 + (sim.t if sim is not None else 0))
     ts = 1000.0 + (sim.t / UNIT if sim is not None else 0)
     good_out = {"request_id": rid, "new_token_ids": [1, 2], "finish_reason": "stop"}
-    kind = mrng.choice(["bad_json", "missing_field", "unknown_type", "nan_literal",
-                        "negative_engine", "string_number", "not_object", "infinity",
-                        "bool_number", "unknown_event", "unknown_reason", "float_uint",
-                        "missing_nested"])
+    engine_kinds = ENGINE_KINDS if sim is None or sim.engine_records else []
+    kind = mrng.choice(OLD_KINDS + engine_kinds)
+    if kind in ENGINE_KINDS:
+        return malformed_engine_line(kind, mrng, model, eng, now)
     if kind == "bad_json":
         full = dumps({"type": "abort", "request_id": rid, "received_at": now})
         return full[: mrng.randint(1, len(full) - 1)]
@@ -423,6 +777,8 @@ def main(argv=None) -> int:
     ap.add_argument("--engines", type=int, default=3)
     ap.add_argument("--malformed", type=int, default=0)
     ap.add_argument("--outputs-target", type=int, default=None)
+    ap.add_argument("--no-engine-records", action="store_true",
+                    help="leave out the engine-level records and fields (issue 14)")
     args = ap.parse_args(argv)
     if args.models < 1 or args.engines < 1 or args.requests < 0 or args.malformed < 0:
         ap.error("--models/--engines must be >= 1, --requests/--malformed >= 0")

@@ -3,6 +3,7 @@
 
 Usage:
     python3 tests/reference/reference.py TRACE.jsonl [--max-model-len N]
+        [--max-label-bytes N] [--quiet]
 
 Prints the final Prometheus text exposition (format 0.0.4) to stdout.  Invalid
 lines are skipped entirely (reported on stderr as ``FILE:LINE: reason``; the
@@ -18,7 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -117,6 +120,81 @@ SCHEDULER = [
      "Prefix cache hits, in terms of number of cached tokens."),
 ]
 
+# The engine tier (issue 14 spec), exposition order after the scheduler tier.
+RESIDENCY = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20,
+             30, 60, 120, 300, 600, 1200, 1800]
+OPS = [0.01, 0.1, 1, 10, 30, 60, 120, 300, 600]
+_RESIDENCY_NOTE = " Sampled metrics (controlled by --kv-cache-metrics-sample)."
+_MFU_NOTE = " per GPU (for Model Flops Utilization calculations)."
+
+ENGINE = [
+    ("vllm:num_requests_waiting_by_reason", "gauge", None,
+     "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for "
+     "scheduling capacity; 'deferred' = deferred by transient constraints (LoRA budget, "
+     "KV transfer, blocked status). Sum of all reasons equals vllm:num_requests_waiting."),
+    ("vllm:num_requests_kv_fetch_by_stage", "gauge", None,
+     "Number of waiting requests by async KV load stage. Stage labels: 'waiting_to_start' "
+     "= needs an async KV load that has not started; 'in_progress' = load started and not "
+     "yet reported finished; 'completed_waiting' = load finished, request not running yet."),
+    ("vllm:engine_sleep_state", "gauge", None,
+     "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is "
+     "awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2."),
+    ("vllm:prompt_tokens_cached_by_source", "counter", None,
+     "Prefix-cache hit tokens by the cache tier that supplied them: device (local HBM), "
+     "host (offloaded to DRAM), disk, p2p (transferred from another vLLM instance) or "
+     "external_unspecified. Counted at admission; sums to vllm:prefix_cache_hits + "
+     "vllm:external_prefix_cache_hits."),
+    ("vllm:external_prefix_cache_queries", "counter", None,
+     "External prefix cache queries from KV connector cross-instance cache sharing, in "
+     "terms of number of queried tokens."),
+    ("vllm:external_prefix_cache_hits", "counter", None,
+     "External prefix cache hits from KV connector cross-instance cache sharing, in terms "
+     "of number of cached tokens."),
+    ("vllm:mm_cache_queries", "counter", None,
+     "Multi-modal cache queries, in terms of number of queried items."),
+    ("vllm:mm_cache_hits", "counter", None,
+     "Multi-modal cache hits, in terms of number of cached items."),
+    ("vllm:kv_block_lifetime_seconds", "histogram", "RESIDENCY",
+     "Histogram of KV cache block lifetime from allocation to eviction." + _RESIDENCY_NOTE),
+    ("vllm:kv_block_idle_before_evict_seconds", "histogram", "RESIDENCY",
+     "Histogram of idle time before KV cache block eviction." + _RESIDENCY_NOTE),
+    ("vllm:kv_block_reuse_gap_seconds", "histogram", "RESIDENCY",
+     "Histogram of time gaps between consecutive KV cache block accesses. Only the most "
+     "recent accesses are recorded (ring buffer)." + _RESIDENCY_NOTE),
+    ("vllm:estimated_flops_per_gpu", "counter", None,
+     "Estimated number of floating point operations" + _MFU_NOTE),
+    ("vllm:estimated_read_bytes_per_gpu", "counter", None,
+     "Estimated number of bytes read from memory" + _MFU_NOTE),
+    ("vllm:estimated_write_bytes_per_gpu", "counter", None,
+     "Estimated number of bytes written to memory" + _MFU_NOTE),
+    ("vllm:spec_decode_num_drafts", "counter", None, "Number of spec decoding drafts."),
+    ("vllm:spec_decode_num_draft_tokens", "counter", None, "Number of draft tokens."),
+    ("vllm:spec_decode_num_accepted_tokens", "counter", None, "Number of accepted tokens."),
+    ("vllm:spec_decode_num_accepted_tokens_per_pos", "counter", None,
+     "Accepted tokens per draft position."),
+    ("vllm:cache_config_info", "gauge", None, "Information of the LLMEngine CacheConfig"),
+    ("vllm:lora_requests_info", "gauge", None, "Running stats on lora requests."),
+    ("vllm:sleep_mode_operation_duration_seconds", "histogram", "OPS",
+     "Duration of one sleep-mode operation."),
+    ("vllm:rl_weight_update_operation_duration_seconds", "histogram", "OPS",
+     "Duration of one weight-transfer operation."),
+]
+CATALOG = PER_REQUEST + SCHEDULER + ENGINE
+
+WAIT_REASONS = ("capacity", "deferred")
+KV_FETCH_STAGES = ("waiting_to_start", "in_progress", "completed_waiting")
+SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
+CACHE_SOURCES = ("device", "host", "p2p", "disk", "external_unspecified")
+EXTERNAL_SOURCES = ("host", "p2p", "disk", "external_unspecified")
+SLEEP_OPERATIONS = ("sleep", "release_kv_cache_memory", "wake")
+RL_OPERATIONS = ("init", "start", "start_draft", "update", "finish")
+MAX_SPEC_POSITIONS = 16
+MAX_GAPS_PER_EVENT = 3
+MAX_CACHE_CONFIG_KEYS = 64
+U32_MAX = 2**32 - 1
+LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+LORA_LABELS = ("max_lora", "waiting_lora_adapters", "running_lora_adapters")
+
 SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
 FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
 EVENT_TYPES = ("queued", "scheduled", "preempted")
@@ -193,6 +271,29 @@ def opt_uint(obj: dict, key: str) -> Optional[int]:
     return None if v is _MISSING else as_uint(v, key)
 
 
+def opt_float(obj: dict, key: str) -> Optional[float]:
+    v = _get(obj, key, False)
+    return None if v is _MISSING else as_float(v, key)
+
+
+def nonneg(v: float, key: str) -> float:
+    if v < 0:
+        raise Invalid(f"field `{key}`: negative value {v!r}")
+    return v
+
+
+def bounded(value: str, what: str, max_bytes: int) -> str:
+    """A label value may be at most --max-label-bytes bytes of UTF-8."""
+    n = len(value.encode("utf-8", "surrogatepass"))
+    if n > max_bytes:
+        raise Invalid(f"{what}: {n} bytes, more than --max-label-bytes {max_bytes}")
+    return value
+
+
+def label_value(obj: dict, key: str, max_bytes: int) -> str:
+    return bounded(req_str(obj, key), f"field `{key}`", max_bytes)
+
+
 def req_obj(v: Any, what: str) -> dict:
     if not isinstance(v, dict):
         raise Invalid(f"{what}: expected an object")
@@ -255,6 +356,21 @@ class AbortRec:
 
 
 @dataclass
+class EvictionEvent:
+    lifetime: float
+    idle: float
+    gaps: list[float]
+
+
+@dataclass
+class SpecDecoding:
+    num_drafts: int
+    num_draft_tokens: int
+    num_accepted_tokens: int
+    per_pos: list[int]
+
+
+@dataclass
 class SchedulerStatsRec:
     model_name: str
     engine: int
@@ -263,6 +379,41 @@ class SchedulerStatsRec:
     kv_cache_usage: float
     prefix_cache_queries: int
     prefix_cache_hits: int
+    # Issue 14: optional engine-level fields (absent = the defaults below).
+    received_at: Optional[float] = None
+    num_skipped_waiting_reqs: int = 0
+    kv_fetch_by_stage: Optional[dict] = None          # stage -> count, all 3 stages
+    external_queries: int = 0
+    external_hits: int = 0
+    external_hits_by_source: Optional[dict] = None    # as given (validated keys)
+    mm_queries: int = 0
+    mm_hits: int = 0
+    eviction_events: list = field(default_factory=list)
+    perf: tuple = (0.0, 0.0, 0.0)                     # flops, read bytes, write bytes
+    spec_decoding: Optional[SpecDecoding] = None
+    running_lora_adapters: Optional[list] = None
+    waiting_lora_adapters: Optional[list] = None
+
+
+@dataclass
+class EngineConfigRec:
+    model_name: str
+    engine: int
+    cache_config: dict          # key -> value, validated
+    max_loras: Optional[int]
+
+
+@dataclass
+class SleepStateRec:
+    model_name: str
+    engine: int
+    level: int
+
+
+@dataclass
+class OperationRec:
+    operation: str
+    duration: float
 
 
 def _reject_constant(name: str) -> Any:
@@ -313,7 +464,146 @@ def parse_output(v: Any) -> Output:
     return Output(rid, len(tokens), events, ps, fr)
 
 
-def parse_line(text: str):
+def parse_eviction_event(v: Any) -> EvictionEvent:
+    obj = req_obj(v, "kv_cache_eviction_events[]")
+    lifetime = nonneg(req_float(obj, "lifetime_seconds"), "lifetime_seconds")
+    idle = nonneg(req_float(obj, "idle_seconds"), "idle_seconds")
+    raw = _get(obj, "reuse_gaps_seconds", False)
+    gaps = ([] if raw is _MISSING else
+            [nonneg(as_float(g, "reuse_gaps_seconds[]"), "reuse_gaps_seconds[]")
+             for g in req_list(raw, "reuse_gaps_seconds")])
+    if len(gaps) > MAX_GAPS_PER_EVENT:
+        raise Invalid(f"eviction event with {len(gaps)} reuse gaps (at most "
+                      f"{MAX_GAPS_PER_EVENT})")
+    if idle > lifetime:
+        raise Invalid(f"eviction event idle_seconds {idle!r} > lifetime_seconds {lifetime!r}")
+    return EvictionEvent(lifetime, idle, gaps)
+
+
+def parse_count_map(v: Any, what: str, allowed: tuple) -> dict:
+    obj = req_obj(v, what)
+    out = {}
+    for k, value in obj.items():
+        if k not in allowed:
+            raise Invalid(f"{what}: unknown key {k!r}")
+        out[k] = as_uint(value, f"{what}.{k}")
+    return out
+
+
+def parse_adapters(obj: dict, key: str, max_bytes: int) -> Optional[list]:
+    raw = _get(obj, key, False)
+    if raw is _MISSING:
+        return None
+    names = req_list(raw, key)
+    for name in names:
+        if not isinstance(name, str):
+            raise Invalid(f"field `{key}`: expected strings")
+        if name == "" or "," in name:
+            raise Invalid(f"field `{key}`: bad adapter name {name!r}")
+    bounded(",".join(names), f"field `{key}` (joined)", max_bytes)
+    return names
+
+
+def parse_scheduler_stats(obj: dict, max_bytes: int) -> SchedulerStatsRec:
+    rec = SchedulerStatsRec(
+        model_name=label_value(obj, "model_name", max_bytes),
+        engine=req_uint(obj, "engine"),
+        num_running_reqs=req_uint(obj, "num_running_reqs"),
+        num_waiting_reqs=req_uint(obj, "num_waiting_reqs"),
+        kv_cache_usage=req_float(obj, "kv_cache_usage"),
+        prefix_cache_queries=req_uint(obj, "prefix_cache_queries"),
+        prefix_cache_hits=req_uint(obj, "prefix_cache_hits"),
+    )
+    rx = opt_float(obj, "received_at")
+    rec.received_at = None if rx is None else nonneg(rx, "received_at")
+    # 2. waiting by reason.
+    skipped = opt_uint(obj, "num_skipped_waiting_reqs")
+    rec.num_skipped_waiting_reqs = 0 if skipped is None else skipped
+    if rec.num_skipped_waiting_reqs > rec.num_waiting_reqs:
+        raise Invalid(f"num_skipped_waiting_reqs {rec.num_skipped_waiting_reqs} > "
+                      f"num_waiting_reqs {rec.num_waiting_reqs}")
+    # 3. KV fetch stages (only when present; unknown stage keys are invalid).
+    raw = _get(obj, "num_kv_fetch_reqs_by_stage", False)
+    if raw is not _MISSING:
+        given = parse_count_map(raw, "num_kv_fetch_reqs_by_stage", KV_FETCH_STAGES)
+        rec.kv_fetch_by_stage = {s: given.get(s, 0) for s in KV_FETCH_STAGES}
+    # 4. external prefix cache.
+    rec.external_queries = opt_uint(obj, "external_prefix_cache_queries") or 0
+    rec.external_hits = opt_uint(obj, "external_prefix_cache_hits") or 0
+    if rec.external_hits > rec.external_queries:
+        raise Invalid(f"external_prefix_cache_hits {rec.external_hits} > "
+                      f"external_prefix_cache_queries {rec.external_queries}")
+    # 5. external hits by tier (keys validated; the sum is checked when applying).
+    raw = _get(obj, "external_prefix_cache_hits_by_source", False)
+    if raw is not _MISSING:
+        rec.external_hits_by_source = parse_count_map(
+            raw, "external_prefix_cache_hits_by_source", EXTERNAL_SOURCES)
+    # 6. multi-modal cache.
+    rec.mm_queries = opt_uint(obj, "mm_cache_queries") or 0
+    rec.mm_hits = opt_uint(obj, "mm_cache_hits") or 0
+    if rec.mm_hits > rec.mm_queries:
+        raise Invalid(f"mm_cache_hits {rec.mm_hits} > mm_cache_queries {rec.mm_queries}")
+    # 7. KV block eviction events.
+    raw = _get(obj, "kv_cache_eviction_events", False)
+    if raw is not _MISSING:
+        rec.eviction_events = [parse_eviction_event(e)
+                               for e in req_list(raw, "kv_cache_eviction_events")]
+    # 8. perf stats (each defaults to 0; finite, >= 0).
+    raw = _get(obj, "perf_stats", False)
+    if raw is not _MISSING:
+        ps = req_obj(raw, "perf_stats")
+        values = []
+        for key in ("num_flops_per_gpu", "num_read_bytes_per_gpu", "num_write_bytes_per_gpu"):
+            v = opt_float(ps, key)
+            values.append(0.0 if v is None else nonneg(v, key))
+        rec.perf = tuple(values)
+    # 9. speculative decoding (counts default to 0, per_pos to []).
+    raw = _get(obj, "spec_decoding", False)
+    if raw is not _MISSING:
+        sd = req_obj(raw, "spec_decoding")
+        per_raw = _get(sd, "num_accepted_tokens_per_pos", False)
+        per_pos = ([] if per_raw is _MISSING else
+                   [as_uint(x, "num_accepted_tokens_per_pos[]")
+                    for x in req_list(per_raw, "num_accepted_tokens_per_pos")])
+        spec = SpecDecoding(opt_uint(sd, "num_drafts") or 0,
+                            opt_uint(sd, "num_draft_tokens") or 0,
+                            opt_uint(sd, "num_accepted_tokens") or 0, per_pos)
+        if spec.num_accepted_tokens > spec.num_draft_tokens:
+            raise Invalid(f"spec_decoding: num_accepted_tokens {spec.num_accepted_tokens} > "
+                          f"num_draft_tokens {spec.num_draft_tokens}")
+        if len(per_pos) > MAX_SPEC_POSITIONS:
+            raise Invalid(f"spec_decoding: {len(per_pos)} positions (at most "
+                          f"{MAX_SPEC_POSITIONS})")
+        if sum(per_pos) != spec.num_accepted_tokens:
+            raise Invalid(f"spec_decoding: num_accepted_tokens_per_pos sums to "
+                          f"{sum(per_pos)}, not {spec.num_accepted_tokens}")
+        rec.spec_decoding = spec
+    # 10. LoRA adapters.
+    rec.running_lora_adapters = parse_adapters(obj, "running_lora_adapters", max_bytes)
+    rec.waiting_lora_adapters = parse_adapters(obj, "waiting_lora_adapters", max_bytes)
+    return rec
+
+
+def parse_engine_config(obj: dict, max_bytes: int) -> EngineConfigRec:
+    model = label_value(obj, "model_name", max_bytes)
+    engine = req_uint(obj, "engine")
+    raw = _get(obj, "cache_config", False)
+    config = {} if raw is _MISSING else req_obj(raw, "cache_config")
+    if len(config) > MAX_CACHE_CONFIG_KEYS:
+        raise Invalid(f"cache_config has {len(config)} keys (at most {MAX_CACHE_CONFIG_KEYS})")
+    for key, value in config.items():
+        if not LABEL_NAME.fullmatch(key) or key.startswith("__") or key == "engine":
+            raise Invalid(f"cache_config: {key!r} is not a usable label name")
+        if not isinstance(value, str):
+            raise Invalid(f"cache_config.{key}: expected a string")
+        bounded(value, f"cache_config.{key}", max_bytes)
+    max_loras = opt_uint(obj, "max_loras")
+    if max_loras is not None and max_loras > U32_MAX:
+        raise Invalid("field `max_loras`: out of range for u32")
+    return EngineConfigRec(model, engine, dict(config), max_loras)
+
+
+def parse_line(text: str, max_label_bytes: int = 256):
     """Return a record dataclass, or raise Invalid."""
     try:
         value = json.loads(text, parse_constant=_reject_constant)
@@ -327,7 +617,7 @@ def parse_line(text: str):
         n = opt_uint(obj, "n")
         return RequestRec(
             request_id=req_str(obj, "request_id"),
-            model_name=req_str(obj, "model_name"),
+            model_name=label_value(obj, "model_name", max_label_bytes),
             engine=req_uint(obj, "engine"),
             arrival_time=req_float(obj, "arrival_time"),
             prompt_len=req_uint(obj, "prompt_len"),
@@ -345,15 +635,20 @@ def parse_line(text: str):
     if rtype == "abort":
         return AbortRec(req_str(obj, "request_id"), req_float(obj, "received_at"))
     if rtype == "scheduler_stats":
-        return SchedulerStatsRec(
-            model_name=req_str(obj, "model_name"),
-            engine=req_uint(obj, "engine"),
-            num_running_reqs=req_uint(obj, "num_running_reqs"),
-            num_waiting_reqs=req_uint(obj, "num_waiting_reqs"),
-            kv_cache_usage=req_float(obj, "kv_cache_usage"),
-            prefix_cache_queries=req_uint(obj, "prefix_cache_queries"),
-            prefix_cache_hits=req_uint(obj, "prefix_cache_hits"),
-        )
+        return parse_scheduler_stats(obj, max_label_bytes)
+    if rtype == "engine_config":
+        return parse_engine_config(obj, max_label_bytes)
+    if rtype == "sleep_state":
+        rec = SleepStateRec(label_value(obj, "model_name", max_label_bytes),
+                            req_uint(obj, "engine"), req_uint(obj, "level"))
+        if rec.level > 2:
+            raise Invalid(f"unknown sleep level {rec.level}")
+        return rec
+    if rtype == "operation":
+        op = req_str(obj, "operation")
+        if op not in SLEEP_OPERATIONS + RL_OPERATIONS:
+            raise Invalid(f"unknown operation {op!r}")
+        return OperationRec(op, nonneg(req_float(obj, "duration"), "duration"))
     raise Invalid(f"unknown record type {rtype!r}")
 
 
@@ -384,12 +679,12 @@ class Metrics:
     def __init__(self, max_model_len: int):
         buckets = {"PRE": PRE, "N": N_BUCKETS, "ITER": ITER,
                    "TOK": tok_buckets(max_model_len),
-                   "TTFT": TTFT, "ITL": ITL, "LAT": LAT}
+                   "TTFT": TTFT, "ITL": ITL, "LAT": LAT,
+                   "RESIDENCY": RESIDENCY, "OPS": OPS}
         self.bounds = {name: buckets[key]
-                       for name, kind, key, _ in PER_REQUEST if kind == "histogram"}
+                       for name, kind, key, _ in CATALOG if kind == "histogram"}
         # family name -> {label tuple -> value}
-        self.series: dict[str, dict[tuple, Any]] = {
-            name: {} for name, _, _, _ in PER_REQUEST + SCHEDULER}
+        self.series: dict[str, dict[tuple, Any]] = {name: {} for name, _, _, _ in CATALOG}
 
     # §3 "Series appear as soon as a request of that (model, engine) starts":
     # every per-request family except request_success (whose series appear
@@ -415,8 +710,8 @@ class Metrics:
 
     def observe(self, name: str, labels: tuple, value: float) -> None:
         fam = self.series[name]
-        if labels not in fam:          # cannot happen for started label sets
-            fam[labels] = Histogram(self.bounds[name])
+        if labels not in fam:          # per-request tier: cannot happen for started
+            fam[labels] = Histogram(self.bounds[name])   # label sets; engine tier: first use
         fam[labels].observe(value)
 
     def set_gauge(self, name: str, labels: tuple, value) -> None:
@@ -457,6 +752,10 @@ class Tracker:
         self.m = metrics
         self.live: dict[str, RequestState] = {}
         self.unknown_inputs = 0   # mirrors the internal self-telemetry counter
+        # Engine tier, per (model_name, engine) label set.
+        self.engines_seen: set[tuple] = set()
+        self.max_loras: dict[tuple, Optional[int]] = {}
+        self.cache_config: dict[tuple, tuple] = {}     # label set -> config items
 
     # -- request start ------------------------------------------------------
     def start(self, rec: RequestRec) -> None:
@@ -563,15 +862,126 @@ class Tracker:
         tpot = decode / (st.num_tokens - 1) if st.num_tokens > 1 else 0.0
         m.observe("vllm:request_time_per_output_token_seconds", labels, tpot)
 
+    # -- engine start-up (issue 14) -------------------------------------------
+    def engine_startup(self, labels: tuple) -> None:
+        """The first time a label set is seen by a scheduler_stats, engine_config
+        or sleep_state record, its engine families come into existence with
+        vLLM's start-up values."""
+        if labels in self.engines_seen:
+            return
+        self.engines_seen.add(labels)
+        m = self.m
+        m.set_gauge("vllm:num_requests_running", labels, 0)
+        m.set_gauge("vllm:num_requests_waiting", labels, 0)
+        m.set_gauge("vllm:kv_cache_usage_perc", labels, 0.0)
+        for reason in WAIT_REASONS:
+            m.set_gauge("vllm:num_requests_waiting_by_reason", labels + (reason,), 0)
+        for name in ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits",
+                     "vllm:external_prefix_cache_queries", "vllm:external_prefix_cache_hits",
+                     "vllm:mm_cache_queries", "vllm:mm_cache_hits"):
+            m.add(name, labels, 0)
+        for src in CACHE_SOURCES:
+            m.add("vllm:prompt_tokens_cached_by_source", labels + (src,), 0)
+        for name in ("vllm:estimated_flops_per_gpu", "vllm:estimated_read_bytes_per_gpu",
+                     "vllm:estimated_write_bytes_per_gpu"):
+            m.add(name, labels, 0.0)
+        self.set_sleep_level(labels, 0)
+
+    def set_sleep_level(self, labels: tuple, level: int) -> None:
+        for i, state in enumerate(SLEEP_STATES):
+            value = (1 if level == 0 else 0) if i == 0 else (1 if level == i else 0)
+            self.m.set_gauge("vllm:engine_sleep_state", labels + (state,), value)
+
     # -- scheduler tier -----------------------------------------------------
     def scheduler_stats(self, rec: SchedulerStatsRec) -> None:
         labels = (rec.model_name, rec.engine)
-        # Gauges take the latest value; the two counters add per-step amounts.
-        self.m.set_gauge("vllm:num_requests_running", labels, rec.num_running_reqs)
-        self.m.set_gauge("vllm:num_requests_waiting", labels, rec.num_waiting_reqs)
-        self.m.set_gauge("vllm:kv_cache_usage_perc", labels, rec.kv_cache_usage)
-        self.m.add("vllm:prefix_cache_queries", labels, rec.prefix_cache_queries)
-        self.m.add("vllm:prefix_cache_hits", labels, rec.prefix_cache_hits)
+        m = self.m
+        self.engine_startup(labels)            # first sighting; the record applies on top
+        # 1. Gauges take the latest value; the two counters add per-step amounts.
+        m.set_gauge("vllm:num_requests_running", labels, rec.num_running_reqs)
+        m.set_gauge("vllm:num_requests_waiting", labels, rec.num_waiting_reqs)
+        m.set_gauge("vllm:kv_cache_usage_perc", labels, rec.kv_cache_usage)
+        m.add("vllm:prefix_cache_queries", labels, rec.prefix_cache_queries)
+        m.add("vllm:prefix_cache_hits", labels, rec.prefix_cache_hits)
+        # 2. waiting by reason, on every record.
+        skipped = rec.num_skipped_waiting_reqs
+        m.set_gauge("vllm:num_requests_waiting_by_reason", labels + ("capacity",),
+                    rec.num_waiting_reqs - skipped)
+        m.set_gauge("vllm:num_requests_waiting_by_reason", labels + ("deferred",), skipped)
+        # 3. KV fetch stages, only when present (all three stages).
+        if rec.kv_fetch_by_stage is not None:
+            for stage in KV_FETCH_STAGES:
+                m.set_gauge("vllm:num_requests_kv_fetch_by_stage", labels + (stage,),
+                            rec.kv_fetch_by_stage[stage])
+        # 4. external prefix cache.
+        m.add("vllm:external_prefix_cache_queries", labels, rec.external_queries)
+        m.add("vllm:external_prefix_cache_hits", labels, rec.external_hits)
+        # 5. cached tokens by source: device, then the external tiers (all five added).
+        by_tier = {src: 0 for src in EXTERNAL_SOURCES}
+        given = rec.external_hits_by_source
+        if given is not None and sum(given.values()) == rec.external_hits:
+            by_tier.update(given)
+        else:                                   # absent or inconsistent: vLLM's fallback
+            by_tier["external_unspecified"] = rec.external_hits
+        m.add("vllm:prompt_tokens_cached_by_source", labels + ("device",),
+              rec.prefix_cache_hits)
+        for src in EXTERNAL_SOURCES:
+            m.add("vllm:prompt_tokens_cached_by_source", labels + (src,), by_tier[src])
+        # 6. multi-modal cache.
+        m.add("vllm:mm_cache_queries", labels, rec.mm_queries)
+        m.add("vllm:mm_cache_hits", labels, rec.mm_hits)
+        # 7. KV block residency (series appear on their first observation).
+        for ev in rec.eviction_events:
+            m.observe("vllm:kv_block_lifetime_seconds", labels, ev.lifetime)
+            m.observe("vllm:kv_block_idle_before_evict_seconds", labels, ev.idle)
+            for gap in ev.gaps:
+                m.observe("vllm:kv_block_reuse_gap_seconds", labels, gap)
+        # 8. perf stats, on every record.
+        flops, read_bytes, write_bytes = rec.perf
+        m.add("vllm:estimated_flops_per_gpu", labels, flops)
+        m.add("vllm:estimated_read_bytes_per_gpu", labels, read_bytes)
+        m.add("vllm:estimated_write_bytes_per_gpu", labels, write_bytes)
+        # 9. speculative decoding, only when present.
+        sd = rec.spec_decoding
+        if sd is not None:
+            m.add("vllm:spec_decode_num_drafts", labels, sd.num_drafts)
+            m.add("vllm:spec_decode_num_draft_tokens", labels, sd.num_draft_tokens)
+            m.add("vllm:spec_decode_num_accepted_tokens", labels, sd.num_accepted_tokens)
+            for i, n in enumerate(sd.per_pos):
+                m.add("vllm:spec_decode_num_accepted_tokens_per_pos", labels + (str(i),), n)
+        # 10. LoRA info: no model_name/engine labels; set to the receive time.
+        if rec.running_lora_adapters is not None or rec.waiting_lora_adapters is not None:
+            max_loras = self.max_loras.get(labels)
+            key = ("" if max_loras is None else str(max_loras),
+                   ",".join(rec.waiting_lora_adapters or []),
+                   ",".join(rec.running_lora_adapters or []))
+            m.set_gauge("vllm:lora_requests_info", key,
+                        time.time() if rec.received_at is None else rec.received_at)
+
+    def engine_config(self, rec: EngineConfigRec) -> None:
+        labels = (rec.model_name, rec.engine)
+        self.engine_startup(labels)
+        # An empty label value is an absent label: such keys do not make a
+        # different series (nor a different config).
+        items = tuple(sorted((k, v) for k, v in rec.cache_config.items() if v != ""))
+        fam = self.m.series["vllm:cache_config_info"]
+        previous = self.cache_config.get(labels)
+        if previous is not None and previous != items:
+            fam[(rec.engine, previous)] = 0
+        fam[(rec.engine, items)] = 1
+        self.cache_config[labels] = items
+        self.max_loras[labels] = rec.max_loras      # the latest start-up's value
+
+    def sleep_state(self, rec: SleepStateRec) -> None:
+        labels = (rec.model_name, rec.engine)
+        self.engine_startup(labels)
+        self.set_sleep_level(labels, rec.level)
+
+    def operation(self, rec: OperationRec) -> None:
+        name = ("vllm:sleep_mode_operation_duration_seconds"
+                if rec.operation in SLEEP_OPERATIONS
+                else "vllm:rl_weight_update_operation_duration_seconds")
+        self.m.observe(name, (rec.operation,), rec.duration)
 
     def apply(self, rec) -> None:
         if isinstance(rec, RequestRec):
@@ -580,8 +990,14 @@ class Tracker:
             self.apply_batch(rec)
         elif isinstance(rec, AbortRec):
             self.abort(rec)
-        else:
+        elif isinstance(rec, SchedulerStatsRec):
             self.scheduler_stats(rec)
+        elif isinstance(rec, EngineConfigRec):
+            self.engine_config(rec)
+        elif isinstance(rec, SleepStateRec):
+            self.sleep_state(rec)
+        else:
+            self.operation(rec)
     # Requests still live at end of trace are deliberately NOT recorded.
 
 
@@ -597,43 +1013,64 @@ def fmt_float(x) -> str:
     return repr(float(x))
 
 
-def label_str(labels: tuple, extra_name: Optional[str], le: Optional[str] = None) -> str:
-    parts = [f'model_name="{escape_label(labels[0])}"', f'engine="{labels[1]}"']
-    if extra_name is not None:
-        parts.append(f'{extra_name}="{escape_label(labels[2])}"')
+EXTRA_LABEL = {"vllm:request_success": "finished_reason",
+               "vllm:prompt_tokens_by_source": "source",
+               "vllm:num_requests_waiting_by_reason": "reason",
+               "vllm:num_requests_kv_fetch_by_stage": "stage",
+               "vllm:engine_sleep_state": "sleep_state",
+               "vllm:prompt_tokens_cached_by_source": "source",
+               "vllm:spec_decode_num_accepted_tokens_per_pos": "position"}
+# Families whose values are floats (all others are integers).
+FLOAT_VALUED = {"vllm:kv_cache_usage_perc", "vllm:estimated_flops_per_gpu",
+                "vllm:estimated_read_bytes_per_gpu", "vllm:estimated_write_bytes_per_gpu",
+                "vllm:lora_requests_info"}
+OPERATION_FAMILIES = {"vllm:sleep_mode_operation_duration_seconds",
+                      "vllm:rl_weight_update_operation_duration_seconds"}
+
+
+def label_pairs(name: str, key: tuple) -> list[tuple[str, str]]:
+    """The (label name, value) pairs of one series of family `name`."""
+    if name == "vllm:cache_config_info":
+        engine, items = key                  # engine + the config's keys
+        return [("engine", str(engine))] + list(items)
+    if name == "vllm:lora_requests_info":   # empty value = absent label
+        return [(n, v) for n, v in zip(LORA_LABELS, key) if v != ""]
+    if name in OPERATION_FAMILIES:
+        return [("operation", key[0])]
+    pairs = [("model_name", key[0]), ("engine", str(key[1]))]
+    extra = EXTRA_LABEL.get(name)
+    if extra is not None:
+        pairs.append((extra, key[2]))
+    return pairs
+
+
+def label_str(pairs: list, le: Optional[str] = None) -> str:
+    parts = [f'{n}="{escape_label(v)}"' for n, v in pairs]
     if le is not None:
         parts.append(f'le="{le}"')
     return "{" + ",".join(parts) + "}"
 
 
-EXTRA_LABEL = {"vllm:request_success": "finished_reason",
-               "vllm:prompt_tokens_by_source": "source"}
-FLOAT_GAUGES = {"vllm:kv_cache_usage_perc"}
-
-
 def render(m: Metrics) -> str:
     lines: list[str] = []
-    for name, kind, _, help_text in PER_REQUEST + SCHEDULER:
+    for name, kind, _, help_text in CATALOG:
         exposed = name + "_total" if kind == "counter" else name
         lines.append(f"# HELP {exposed} {help_text}")
         lines.append(f"# TYPE {exposed} {kind}")
-        extra = EXTRA_LABEL.get(name)
+        fmt = fmt_float if name in FLOAT_VALUED else (lambda v: str(int(v)))
         # Sorted by label values; engine is an int so it compares numerically.
-        for labels in sorted(m.series[name]):
-            value = m.series[name][labels]
+        for key in sorted(m.series[name]):
+            value = m.series[name][key]
+            pairs = label_pairs(name, key)
             if kind == "histogram":
                 h: Histogram = value
                 for b, c in zip(h.bounds, h.cumulative):
-                    lines.append(f"{name}_bucket{label_str(labels, extra, fmt_float(b))} {c}")
-                lines.append(f"{name}_bucket{label_str(labels, extra, '+Inf')} {h.count}")
-                lines.append(f"{name}_sum{label_str(labels, extra)} {fmt_float(h.sum)}")
-                lines.append(f"{name}_count{label_str(labels, extra)} {h.count}")
-            elif kind == "counter":
-                lines.append(f"{exposed}{label_str(labels, extra)} {int(value)}")
-            elif name in FLOAT_GAUGES:
-                lines.append(f"{name}{label_str(labels, extra)} {fmt_float(value)}")
+                    lines.append(f"{name}_bucket{label_str(pairs, fmt_float(b))} {c}")
+                lines.append(f"{name}_bucket{label_str(pairs, '+Inf')} {h.count}")
+                lines.append(f"{name}_sum{label_str(pairs)} {fmt_float(h.sum)}")
+                lines.append(f"{name}_count{label_str(pairs)} {h.count}")
             else:
-                lines.append(f"{name}{label_str(labels, extra)} {int(value)}")
+                lines.append(f"{exposed}{label_str(pairs)} {fmt(value)}")
     return "\n".join(lines) + "\n"
 
 
@@ -641,7 +1078,7 @@ def render(m: Metrics) -> str:
 # Driver
 # ---------------------------------------------------------------------------
 
-def run(path: str, max_model_len: int, errors) -> str:
+def run(path: str, max_model_len: int, errors, max_label_bytes: int = 256) -> str:
     tracker = Tracker(Metrics(max_model_len))
     stream = sys.stdin.buffer if path == "-" else open(path, "rb")
     try:
@@ -654,7 +1091,7 @@ def run(path: str, max_model_len: int, errors) -> str:
             if text.strip() == "":
                 continue                      # blank lines are ignored
             try:
-                rec = parse_line(text)
+                rec = parse_line(text, max_label_bytes)
             except Invalid as e:
                 errors(f"{path}:{lineno}: {e}")
                 continue
@@ -669,12 +1106,15 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("trace", help="JSONL trace file ('-' for stdin)")
     ap.add_argument("--max-model-len", type=int, default=131072)
+    ap.add_argument("--max-label-bytes", type=int, default=256,
+                    help="longest label value in bytes (model_name, cache_config values, "
+                         "joined LoRA adapter lists); longer: the record is invalid")
     ap.add_argument("--quiet", action="store_true", help="do not report invalid lines on stderr")
     args = ap.parse_args(argv)
     if args.max_model_len < 1:
         ap.error("--max-model-len must be >= 1")
     report = (lambda msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
-    sys.stdout.write(run(args.trace, args.max_model_len, report))
+    sys.stdout.write(run(args.trace, args.max_model_len, report, args.max_label_bytes))
     return 0
 
 

@@ -15,6 +15,10 @@
 //! assert_eq!(def.buckets.boundaries(131_072), vec![1.0, 2.0, 3.0, 4.0, 5.0, 10.0, 20.0]);
 //! ```
 
+mod engine;
+
+pub use engine::*;
+
 /// How a family aggregates, which decides its instrument and exposition type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -160,7 +164,7 @@ pub const LATENCY_BUCKETS: &[f64] = &[
 /// The default `max_model_len` for the token buckets.
 pub const DEFAULT_MAX_MODEL_LEN: u32 = 131_072;
 
-const fn counter(
+pub(crate) const fn counter(
     vllm_name: &'static str,
     otel_name: &'static str,
     unit: &'static str,
@@ -179,7 +183,7 @@ const fn counter(
     }
 }
 
-const fn histogram(
+pub(crate) const fn histogram(
     vllm_name: &'static str,
     otel_name: &'static str,
     unit: &'static str,
@@ -571,12 +575,29 @@ pub const SCHEDULER: [&MetricDef; 5] = [
 /// This crate's own families.
 pub const SELF_TELEMETRY: [&MetricDef; 2] = [&REJECTED_INPUTS, &EVICTED_REQUESTS];
 
-/// Every family, in exposition order: per-request tier, scheduler tier, self-telemetry.
+/// Every family, in exposition order: per-request tier, scheduler tier,
+/// engine tier, self-telemetry.
 pub fn all() -> impl Iterator<Item = &'static MetricDef> {
     PER_REQUEST
         .into_iter()
         .chain(SCHEDULER)
+        .chain(ENGINE)
         .chain(SELF_TELEMETRY)
+}
+
+/// How many series one `(model_name, engine)` label set has in `def`: one,
+/// or one per value of its further label.
+pub fn series_per_label_set(def: &MetricDef) -> usize {
+    match def.vllm_name {
+        name if name == REQUEST_SUCCESS.vllm_name => crate::protocol::FinishReason::ALL.len(),
+        name if name == PROMPT_TOKENS_BY_SOURCE.vllm_name => PROMPT_TOKEN_SOURCES.len(),
+        name if name == NUM_REQUESTS_WAITING_BY_REASON.vllm_name => WAITING_REASONS.len(),
+        name if name == NUM_REQUESTS_KV_FETCH_BY_STAGE.vllm_name => KV_FETCH_STAGES.len(),
+        name if name == ENGINE_SLEEP_STATE.vllm_name => SLEEP_STATES.len(),
+        name if name == PROMPT_TOKENS_CACHED_BY_SOURCE.vllm_name => CACHE_HIT_SOURCES.len(),
+        name if name == SPEC_DECODE_NUM_ACCEPTED_TOKENS_PER_POS.vllm_name => SPEC_POSITIONS.len(),
+        _ => 1,
+    }
 }
 
 /// The family whose OpenTelemetry name is `otel_name`.
@@ -622,7 +643,11 @@ mod tests {
 
     #[test]
     fn otel_name_is_vllm_name_with_dot() {
-        for def in PER_REQUEST.iter().chain(SCHEDULER.iter()) {
+        for def in PER_REQUEST
+            .iter()
+            .chain(SCHEDULER.iter())
+            .chain(ENGINE.iter())
+        {
             let rest = def.vllm_name.strip_prefix("vllm:").unwrap();
             assert_eq!(def.otel_name, format!("vllm.{rest}"));
         }
@@ -646,6 +671,6 @@ mod tests {
         let mut names: Vec<_> = all().map(|d| d.vllm_name).collect();
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), 29);
+        assert_eq!(names.len(), 51);
     }
 }

@@ -24,6 +24,8 @@
 //! assert!(request.observe_output(10.0, 100.25, &output)); // terminal: recorded once
 //! ```
 
+mod engine;
+
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -549,6 +551,7 @@ pub struct Tracker {
     starts: u64,
     /// The caller's clock, stamped on requests as their last activity.
     now: f64,
+    engines: engine::EngineRecords,
 }
 
 /// What a batch adds to one label set's counters and iteration tokens, once
@@ -619,6 +622,7 @@ impl Tracker {
             start_order: None,
             starts: 0,
             now: 0.0,
+            engines: engine::EngineRecords::default(),
         }
     }
 
@@ -668,6 +672,9 @@ impl Tracker {
                 Record::Outputs(_) => ("outputs", ""),
                 Record::Abort(a) => ("abort", a.request_id.as_str()),
                 Record::SchedulerStats(_) => ("scheduler_stats", ""),
+                Record::EngineConfig(_) => ("engine_config", ""),
+                Record::SleepState(_) => ("sleep_state", ""),
+                Record::Operation(_) => ("operation", ""),
             };
             return vec![self.invalid(kind, id, error.0)];
         }
@@ -680,6 +687,18 @@ impl Tracker {
             Record::Abort(abort) => self.abort(abort).err().into_iter().collect(),
             Record::SchedulerStats(stats) => {
                 self.record_scheduler_stats(stats);
+                Vec::new()
+            }
+            Record::EngineConfig(config) => {
+                self.engines.engine_config(&self.instruments, config);
+                Vec::new()
+            }
+            Record::SleepState(sleep) => {
+                self.engines.sleep_state(&self.instruments, sleep);
+                Vec::new()
+            }
+            Record::Operation(operation) => {
+                self.engines.operation(&self.instruments, operation);
                 Vec::new()
             }
         }
@@ -895,16 +914,10 @@ impl Tracker {
         idle.len()
     }
 
-    /// Sets the scheduler gauges and adds the prefix-cache counters of one step.
+    /// Applies one engine step's scheduler stats (already validated: see
+    /// [`Record::validate`]).
     pub fn record_scheduler_stats(&mut self, stats: &SchedulerStats) {
-        let handles = self
-            .instruments
-            .scheduler_handles(&stats.model_name, stats.engine);
-        handles.num_requests_running.record(stats.num_running_reqs);
-        handles.num_requests_waiting.record(stats.num_waiting_reqs);
-        handles.kv_cache_usage.record(stats.kv_cache_usage);
-        handles.prefix_cache_queries.add(stats.prefix_cache_queries);
-        handles.prefix_cache_hits.add(stats.prefix_cache_hits);
+        self.engines.scheduler_stats(&self.instruments, stats);
     }
 
     /// Counts an input that could not be decoded at all.

@@ -16,6 +16,14 @@
 
 use serde::{Deserialize, Serialize};
 
+mod engine;
+
+pub use engine::{
+    EngineConfig, ExternalHitsBySource, KvCacheEvictionEvent, KvFetchStages, Operation,
+    OperationKind, PerfStats, SchedulerStats, SleepState, SpecDecodingStats, MAX_CACHE_CONFIG_KEYS,
+    MAX_REUSE_GAPS, MAX_SPEC_POSITIONS,
+};
+
 /// One input record: a line of a JSONL trace, or one message of the ingest stream.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -28,6 +36,12 @@ pub enum Record {
     Abort(Abort),
     /// Scheduler state after one engine step.
     SchedulerStats(SchedulerStats),
+    /// An engine started, with this configuration.
+    EngineConfig(EngineConfig),
+    /// An engine went to sleep or woke up.
+    SleepState(SleepState),
+    /// The API server completed a sleep-mode or weight-update operation.
+    Operation(Operation),
 }
 
 /// A request as the frontend registers it.
@@ -206,25 +220,6 @@ pub struct Abort {
     pub received_at: f64,
 }
 
-/// Scheduler state after one engine step.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SchedulerStats {
-    /// The served model name.
-    pub model_name: String,
-    /// Engine index.
-    pub engine: u32,
-    /// Requests in the running batch.
-    pub num_running_reqs: u64,
-    /// Requests in the waiting queue.
-    pub num_waiting_reqs: u64,
-    /// KV-cache usage, 0 to 1.
-    pub kv_cache_usage: f64,
-    /// Tokens queried in the prefix cache during the step.
-    pub prefix_cache_queries: u64,
-    /// Tokens found in the prefix cache during the step.
-    pub prefix_cache_hits: u64,
-}
-
 /// A record whose values cannot be applied (non-finite numbers).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InvalidRecord(pub String);
@@ -311,7 +306,8 @@ fn finite(what: &str, value: f64) -> Result<(), InvalidRecord> {
 impl Record {
     /// Checks what the wire format cannot: every time is a finite,
     /// non-negative number, the KV-cache usage a fraction between 0 and 1,
-    /// and label values and request ids within `limits`.
+    /// counts that are parts of others are not larger than them, and label
+    /// values and request ids within `limits`.
     ///
     /// ```
     /// use vllm_otel_metrics::protocol::{Abort, InputLimits, Record};
@@ -353,17 +349,10 @@ impl Record {
                 id(&a.request_id)?;
                 time("received_at", a.received_at)
             }
-            Record::SchedulerStats(s) => {
-                label(&s.model_name)?;
-                finite("kv_cache_usage", s.kv_cache_usage)?;
-                if !(0.0..=1.0).contains(&s.kv_cache_usage) {
-                    return Err(InvalidRecord(format!(
-                        "kv_cache_usage is not between 0 and 1 ({})",
-                        s.kv_cache_usage
-                    )));
-                }
-                Ok(())
-            }
+            Record::SchedulerStats(s) => s.validate(limits.max_label_bytes),
+            Record::EngineConfig(c) => c.validate(limits.max_label_bytes),
+            Record::SleepState(s) => s.validate(limits.max_label_bytes),
+            Record::Operation(o) => o.validate(),
         }
     }
 }

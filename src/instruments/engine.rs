@@ -1,0 +1,307 @@
+//! The scheduler- and engine-tier instruments, and the handles of one
+//! `(model_name, engine)` label set, bound once (as vLLM's
+//! `PrometheusStatLogger` keeps one labelled child per engine index).
+
+use std::sync::OnceLock;
+
+use opentelemetry::metrics::{
+    BoundCounter, BoundGauge, BoundHistogram, Counter, Gauge, Histogram, Meter,
+};
+use opentelemetry::KeyValue;
+
+use super::{f64_histogram, u64_counter, with_label};
+use crate::catalog::{self, MetricDef};
+use crate::protocol::{OperationKind, MAX_SPEC_POSITIONS};
+
+fn u64_gauge(meter: &Meter, def: &'static MetricDef) -> Gauge<u64> {
+    meter
+        .u64_gauge(def.otel_name)
+        .with_unit(def.unit)
+        .with_description(def.help)
+        .build()
+}
+
+fn f64_gauge(meter: &Meter, def: &'static MetricDef) -> Gauge<f64> {
+    meter
+        .f64_gauge(def.otel_name)
+        .with_unit(def.unit)
+        .with_description(def.help)
+        .build()
+}
+
+fn f64_counter(meter: &Meter, def: &'static MetricDef) -> Counter<f64> {
+    meter
+        .f64_counter(def.otel_name)
+        .with_unit(def.unit)
+        .with_description(def.help)
+        .build()
+}
+
+/// The instruments of the families a scheduler-stats, engine-config or
+/// sleep-state record feeds, plus the operation timings.
+pub(crate) struct EngineInstruments {
+    num_requests_running: Gauge<u64>,
+    num_requests_waiting: Gauge<u64>,
+    kv_cache_usage: Gauge<f64>,
+    prefix_cache_queries: Counter<u64>,
+    prefix_cache_hits: Counter<u64>,
+    waiting_by_reason: Gauge<u64>,
+    kv_fetch_by_stage: Gauge<u64>,
+    sleep_state: Gauge<u64>,
+    cached_by_source: Counter<u64>,
+    external_prefix_cache_queries: Counter<u64>,
+    external_prefix_cache_hits: Counter<u64>,
+    mm_cache_queries: Counter<u64>,
+    mm_cache_hits: Counter<u64>,
+    kv_block_lifetime: Histogram<f64>,
+    kv_block_idle_before_evict: Histogram<f64>,
+    kv_block_reuse_gap: Histogram<f64>,
+    estimated_flops: Counter<f64>,
+    estimated_read_bytes: Counter<f64>,
+    estimated_write_bytes: Counter<f64>,
+    spec_drafts: Counter<u64>,
+    spec_draft_tokens: Counter<u64>,
+    spec_accepted_tokens: Counter<u64>,
+    pub(crate) spec_accepted_per_pos: Counter<u64>,
+    pub(crate) cache_config_info: Gauge<u64>,
+    pub(crate) lora_requests_info: Gauge<f64>,
+    sleep_mode_operations: Histogram<f64>,
+    weight_update_operations: Histogram<f64>,
+    /// In [`OperationKind::ALL`] order, each bound to its family when first
+    /// timed (a bound series exists from then on, at zero if need be, and
+    /// vLLM has none before an operation).
+    operations: [OnceLock<BoundHistogram<f64>>; 8],
+}
+
+impl EngineInstruments {
+    pub(crate) fn new(meter: &Meter) -> Self {
+        use catalog::*;
+        EngineInstruments {
+            num_requests_running: u64_gauge(meter, &NUM_REQUESTS_RUNNING),
+            num_requests_waiting: u64_gauge(meter, &NUM_REQUESTS_WAITING),
+            kv_cache_usage: f64_gauge(meter, &KV_CACHE_USAGE),
+            prefix_cache_queries: u64_counter(meter, &PREFIX_CACHE_QUERIES),
+            prefix_cache_hits: u64_counter(meter, &PREFIX_CACHE_HITS),
+            waiting_by_reason: u64_gauge(meter, &NUM_REQUESTS_WAITING_BY_REASON),
+            kv_fetch_by_stage: u64_gauge(meter, &NUM_REQUESTS_KV_FETCH_BY_STAGE),
+            sleep_state: u64_gauge(meter, &ENGINE_SLEEP_STATE),
+            cached_by_source: u64_counter(meter, &PROMPT_TOKENS_CACHED_BY_SOURCE),
+            external_prefix_cache_queries: u64_counter(meter, &EXTERNAL_PREFIX_CACHE_QUERIES),
+            external_prefix_cache_hits: u64_counter(meter, &EXTERNAL_PREFIX_CACHE_HITS),
+            mm_cache_queries: u64_counter(meter, &MM_CACHE_QUERIES),
+            mm_cache_hits: u64_counter(meter, &MM_CACHE_HITS),
+            kv_block_lifetime: f64_histogram(meter, &KV_BLOCK_LIFETIME),
+            kv_block_idle_before_evict: f64_histogram(meter, &KV_BLOCK_IDLE_BEFORE_EVICT),
+            kv_block_reuse_gap: f64_histogram(meter, &KV_BLOCK_REUSE_GAP),
+            estimated_flops: f64_counter(meter, &ESTIMATED_FLOPS_PER_GPU),
+            estimated_read_bytes: f64_counter(meter, &ESTIMATED_READ_BYTES_PER_GPU),
+            estimated_write_bytes: f64_counter(meter, &ESTIMATED_WRITE_BYTES_PER_GPU),
+            spec_drafts: u64_counter(meter, &SPEC_DECODE_NUM_DRAFTS),
+            spec_draft_tokens: u64_counter(meter, &SPEC_DECODE_NUM_DRAFT_TOKENS),
+            spec_accepted_tokens: u64_counter(meter, &SPEC_DECODE_NUM_ACCEPTED_TOKENS),
+            spec_accepted_per_pos: u64_counter(meter, &SPEC_DECODE_NUM_ACCEPTED_TOKENS_PER_POS),
+            cache_config_info: u64_gauge(meter, &CACHE_CONFIG_INFO),
+            lora_requests_info: f64_gauge(meter, &LORA_REQUESTS_INFO),
+            sleep_mode_operations: f64_histogram(meter, &SLEEP_MODE_OPERATION_DURATION),
+            weight_update_operations: f64_histogram(meter, &RL_WEIGHT_UPDATE_OPERATION_DURATION),
+            operations: Default::default(),
+        }
+    }
+
+    /// Records one operation's duration into its family.
+    pub(crate) fn record_operation(&self, kind: OperationKind, duration: f64) {
+        self.operations[kind.index()]
+            .get_or_init(|| {
+                let family = if kind.is_sleep_mode() {
+                    &self.sleep_mode_operations
+                } else {
+                    &self.weight_update_operations
+                };
+                family.bind(&[KeyValue::new(catalog::OPERATION_LABELS[0], kind.as_str())])
+            })
+            .record(duration);
+    }
+}
+
+/// The scheduler- and engine-tier handles of one label set.
+pub(crate) struct EngineHandles {
+    pub(crate) num_requests_running: BoundGauge<u64>,
+    pub(crate) num_requests_waiting: BoundGauge<u64>,
+    pub(crate) kv_cache_usage: BoundGauge<f64>,
+    pub(crate) prefix_cache_queries: BoundCounter<u64>,
+    pub(crate) prefix_cache_hits: BoundCounter<u64>,
+    /// In [`catalog::WAITING_REASONS`] order.
+    pub(crate) waiting_by_reason: [BoundGauge<u64>; 2],
+    /// In [`catalog::SLEEP_STATES`] order.
+    pub(crate) sleep_state: [BoundGauge<u64>; 3],
+    /// In [`catalog::CACHE_HIT_SOURCES`] order.
+    pub(crate) cached_by_source: [BoundCounter<u64>; 5],
+    pub(crate) external_prefix_cache_queries: BoundCounter<u64>,
+    pub(crate) external_prefix_cache_hits: BoundCounter<u64>,
+    pub(crate) mm_cache_queries: BoundCounter<u64>,
+    pub(crate) mm_cache_hits: BoundCounter<u64>,
+    pub(crate) estimated_flops: BoundCounter<f64>,
+    pub(crate) estimated_read_bytes: BoundCounter<f64>,
+    pub(crate) estimated_write_bytes: BoundCounter<f64>,
+    /// The label set's attributes, for the families bound on first use.
+    labels: Vec<KeyValue>,
+    kv_fetch_by_stage: OnceLock<[BoundGauge<u64>; 3]>,
+    block_residency: OnceLock<BlockResidencyHandles>,
+    spec_decoding: OnceLock<SpecDecodingHandles>,
+}
+
+/// The KV block residency histograms of a label set.
+pub(crate) struct BlockResidencyHandles {
+    pub(crate) lifetime: BoundHistogram<f64>,
+    pub(crate) idle_before_evict: BoundHistogram<f64>,
+    pub(crate) reuse_gap: BoundHistogram<f64>,
+}
+
+/// The speculative-decoding counters of a label set.
+pub(crate) struct SpecDecodingHandles {
+    pub(crate) drafts: BoundCounter<u64>,
+    pub(crate) draft_tokens: BoundCounter<u64>,
+    pub(crate) accepted_tokens: BoundCounter<u64>,
+    labels: Vec<KeyValue>,
+    /// By draft position, bound up to the most positions seen (vLLM creates
+    /// `num_speculative_tokens` of them).
+    accepted_per_pos: [OnceLock<BoundCounter<u64>>; MAX_SPEC_POSITIONS],
+}
+
+impl SpecDecodingHandles {
+    /// Adds accepted tokens per draft position, position 0 first.
+    pub(crate) fn add_accepted_per_pos(&self, counter: &Counter<u64>, per_pos: &[u64]) {
+        for ((handle, position), accepted) in self
+            .accepted_per_pos
+            .iter()
+            .zip(catalog::SPEC_POSITIONS)
+            .zip(per_pos)
+        {
+            handle
+                .get_or_init(|| {
+                    counter.bind(&with_label(
+                        &self.labels,
+                        catalog::POSITION_LABELS[2],
+                        position,
+                    ))
+                })
+                .add(*accepted);
+        }
+    }
+}
+
+impl EngineHandles {
+    /// Binds every handle and records the label set's start-up state.
+    pub(super) fn bind(i: &EngineInstruments, labels: Vec<KeyValue>) -> Self {
+        use catalog::*;
+        let with = |name: &'static str, value: &'static str| with_label(&labels, name, value);
+        let handles = EngineHandles {
+            num_requests_running: i.num_requests_running.bind(&labels),
+            num_requests_waiting: i.num_requests_waiting.bind(&labels),
+            kv_cache_usage: i.kv_cache_usage.bind(&labels),
+            prefix_cache_queries: i.prefix_cache_queries.bind(&labels),
+            prefix_cache_hits: i.prefix_cache_hits.bind(&labels),
+            waiting_by_reason: WAITING_REASONS
+                .map(|r| i.waiting_by_reason.bind(&with(WAITING_REASON_LABELS[2], r))),
+            sleep_state: SLEEP_STATES.map(|s| i.sleep_state.bind(&with(SLEEP_STATE_LABELS[2], s))),
+            cached_by_source: CACHE_HIT_SOURCES.map(|s| {
+                i.cached_by_source
+                    .bind(&with(CACHE_HIT_SOURCE_LABELS[2], s))
+            }),
+            external_prefix_cache_queries: i.external_prefix_cache_queries.bind(&labels),
+            external_prefix_cache_hits: i.external_prefix_cache_hits.bind(&labels),
+            mm_cache_queries: i.mm_cache_queries.bind(&labels),
+            mm_cache_hits: i.mm_cache_hits.bind(&labels),
+            estimated_flops: i.estimated_flops.bind(&labels),
+            estimated_read_bytes: i.estimated_read_bytes.bind(&labels),
+            estimated_write_bytes: i.estimated_write_bytes.bind(&labels),
+            kv_fetch_by_stage: OnceLock::new(),
+            block_residency: OnceLock::new(),
+            spec_decoding: OnceLock::new(),
+            labels: labels.clone(),
+        };
+        handles.start_up();
+        handles
+    }
+
+    /// The series vLLM's frontend creates when an engine starts
+    /// (`create_metric_per_engine`, `record_sleep_state()` in
+    /// `PrometheusStatLogger.__init__`): gauges at 0 and awake, the
+    /// unconditional counters at 0. The conditional families (KV fetch
+    /// stages, speculative decoding, block residency) appear with their
+    /// first data, as theirs appear only when so configured.
+    fn start_up(&self) {
+        self.num_requests_running.record(0);
+        self.num_requests_waiting.record(0);
+        self.kv_cache_usage.record(0.0);
+        self.prefix_cache_queries.add(0);
+        self.prefix_cache_hits.add(0);
+        for gauge in &self.waiting_by_reason {
+            gauge.record(0);
+        }
+        self.set_sleep_level(0);
+        for counter in &self.cached_by_source {
+            counter.add(0);
+        }
+        for counter in [
+            &self.external_prefix_cache_queries,
+            &self.external_prefix_cache_hits,
+            &self.mm_cache_queries,
+            &self.mm_cache_hits,
+        ] {
+            counter.add(0);
+        }
+        for counter in [
+            &self.estimated_flops,
+            &self.estimated_read_bytes,
+            &self.estimated_write_bytes,
+        ] {
+            counter.add(0.0);
+        }
+    }
+
+    /// The KV fetch stage gauges, in [`catalog::KV_FETCH_STAGES`] order
+    /// (bound on first use: vLLM has them on KV consumers only).
+    pub(crate) fn kv_fetch_by_stage(&self, i: &EngineInstruments) -> &[BoundGauge<u64>; 3] {
+        self.kv_fetch_by_stage.get_or_init(|| {
+            catalog::KV_FETCH_STAGES.map(|stage| {
+                i.kv_fetch_by_stage.bind(&with_label(
+                    &self.labels,
+                    catalog::KV_FETCH_STAGE_LABELS[2],
+                    stage,
+                ))
+            })
+        })
+    }
+
+    /// The block residency histograms (bound on first use: vLLM has them
+    /// with `--kv-cache-metrics` only).
+    pub(crate) fn block_residency(&self, i: &EngineInstruments) -> &BlockResidencyHandles {
+        self.block_residency.get_or_init(|| BlockResidencyHandles {
+            lifetime: i.kv_block_lifetime.bind(&self.labels),
+            idle_before_evict: i.kv_block_idle_before_evict.bind(&self.labels),
+            reuse_gap: i.kv_block_reuse_gap.bind(&self.labels),
+        })
+    }
+
+    /// The speculative-decoding counters (bound on first use: vLLM has them
+    /// with a speculative config only).
+    pub(crate) fn spec_decoding(&self, i: &EngineInstruments) -> &SpecDecodingHandles {
+        self.spec_decoding.get_or_init(|| SpecDecodingHandles {
+            drafts: i.spec_drafts.bind(&self.labels),
+            draft_tokens: i.spec_draft_tokens.bind(&self.labels),
+            accepted_tokens: i.spec_accepted_tokens.bind(&self.labels),
+            labels: self.labels.clone(),
+            accepted_per_pos: Default::default(),
+        })
+    }
+
+    /// `vllm:engine_sleep_state` for a sleep level (vLLM's
+    /// `record_sleep_state`): 0 awake, 1 weights offloaded, 2 all discarded.
+    pub(crate) fn set_sleep_level(&self, level: u8) {
+        let [awake, weights_offloaded, discard_all] = &self.sleep_state;
+        awake.record(u64::from(level == 0));
+        weights_offloaded.record(u64::from(level == 1));
+        discard_all.record(u64::from(level == 2));
+    }
+}
