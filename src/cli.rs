@@ -417,6 +417,56 @@ struct SimulateArgs {
     /// Engines.
     #[arg(long, default_value_t = SimConfig::default().engines)]
     engines: u32,
+    /// Share of KV blocks whose residency (lifetime, idle time, reuse gaps)
+    /// is sampled, as vLLM's --kv-cache-metrics-sample; 0 samples none.
+    #[arg(long, default_value_t = SimConfig::default().kv_cache_metrics_sample, value_name = "RATE")]
+    kv_cache_metrics_sample: f64,
+    /// Share of the prompt beyond the local prefix-cache hit that a KV
+    /// connector finds in another instance's cache and loads asynchronously
+    /// (0 to 1; 0: no connector).
+    #[arg(long, default_value_t = SimConfig::default().external_prefix_hit_rate, value_name = "RATE")]
+    external_prefix_hit_rate: f64,
+    /// The KV connector's load bandwidth, GB/s.
+    #[arg(long, default_value_t = SimConfig::default().kv_load_gbps, value_name = "GBPS")]
+    kv_load_gbps: f64,
+    /// KV-cache bytes per token (all layers, K and V), for load times and
+    /// the MFU estimates.
+    #[arg(long, default_value_t = SimConfig::default().kv_bytes_per_token, value_name = "BYTES")]
+    kv_bytes_per_token: u64,
+    /// Draft tokens per decode step (speculative decoding; 0: off).
+    #[arg(long, default_value_t = SimConfig::default().num_speculative_tokens, value_name = "K")]
+    num_speculative_tokens: u32,
+    /// Chance that a draft token is accepted, given the previous one was.
+    #[arg(long, default_value_t = SimConfig::default().spec_acceptance_rate, value_name = "RATE")]
+    spec_acceptance_rate: f64,
+    /// Model parameters in billions (the MFU estimates' cost model and the
+    /// weight transfer times).
+    #[arg(long, default_value_t = SimConfig::default().model_params_b, value_name = "B")]
+    model_params_b: f64,
+    /// GPUs one engine's model is split over.
+    #[arg(long, default_value_t = SimConfig::default().tensor_parallel_size, value_name = "N")]
+    tensor_parallel_size: u32,
+    /// Serve the --models as LoRA adapters of one base model (each request
+    /// picks one; vllm:lora_requests_info lists them, max_lora = --models).
+    #[arg(long)]
+    lora_adapters: bool,
+    /// Put an engine to sleep after this many idle seconds; the next
+    /// request wakes it (the weights come back first).
+    #[arg(long, value_name = "SECS")]
+    sleep_when_idle: Option<f64>,
+    /// Sleep level: 1 offloads the weights to host memory, 2 discards them.
+    #[arg(long, default_value_t = SimConfig::default().sleep_level, value_name = "LEVEL")]
+    sleep_level: u8,
+    /// Host-device bandwidth for offloading and restoring weights, GB/s.
+    #[arg(long, default_value_t = SimConfig::default().host_transfer_gbps, value_name = "GBPS")]
+    host_transfer_gbps: f64,
+    /// Push new weights to every engine every this many seconds (an RL
+    /// trainer); engines pause while they take them.
+    #[arg(long, value_name = "SECS")]
+    weight_update_interval: Option<f64>,
+    /// Bandwidth of a weight update, GB/s.
+    #[arg(long, default_value_t = SimConfig::default().weight_sync_gbps, value_name = "GBPS")]
+    weight_sync_gbps: f64,
     /// Keep serving /metrics this many seconds after the run (so a scraper
     /// sees the final state) before exiting.
     #[arg(long, default_value_t = 0.0, value_name = "SECS")]
@@ -452,6 +502,20 @@ impl SimulateArgs {
             models: self.models,
             engines: self.engines,
             realtime: self.realtime,
+            kv_cache_metrics_sample: self.kv_cache_metrics_sample,
+            external_prefix_hit_rate: self.external_prefix_hit_rate,
+            kv_load_gbps: self.kv_load_gbps,
+            kv_bytes_per_token: self.kv_bytes_per_token,
+            num_speculative_tokens: self.num_speculative_tokens,
+            spec_acceptance_rate: self.spec_acceptance_rate,
+            model_params_b: self.model_params_b,
+            tensor_parallel_size: self.tensor_parallel_size,
+            lora_adapters: self.lora_adapters,
+            sleep_when_idle: self.sleep_when_idle,
+            sleep_level: self.sleep_level,
+            host_transfer_gbps: self.host_transfer_gbps,
+            weight_update_interval: self.weight_update_interval,
+            weight_sync_gbps: self.weight_sync_gbps,
         }
     }
 }

@@ -10,14 +10,20 @@
 //! (`golden_files_agree_with_the_independent_reference`). The byte-for-byte
 //! golden comparison then pins formatting, ordering and self-telemetry.
 //! `lifecycle.jsonl` is hand-written to hit every rule; the `generated-*`
-//! traces come from `tests/reference/gen_trace.py` (seeds 11 and 12).
+//! traces come from `tests/reference/gen_trace.py` (seeds 11 and 12 before
+//! the engine tier existed, 13 with its records).
 
 mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const TRACES: [&str; 3] = ["lifecycle", "generated-seed11", "generated-seed12"];
+const TRACES: [&str; 4] = [
+    "lifecycle",
+    "generated-seed11",
+    "generated-seed12",
+    "generated-seed13",
+];
 
 fn data(name: &str, ext: &str) -> PathBuf {
     common::repo()

@@ -11,8 +11,13 @@
 
 use std::collections::VecDeque;
 
+use super::residency::BlockResidency;
+use super::rng::Rng;
 use super::workload::SimRequest;
-use crate::protocol::{EngineCoreEvent, EngineCoreOutput, EventType, PrefillStats};
+use crate::protocol::{
+    EngineCoreEvent, EngineCoreOutput, EventType, KvCacheEvictionEvent, KvFetchStages,
+    PrefillStats, SpecDecodingStats,
+};
 
 /// Scheduler limits of one engine.
 #[derive(Debug, Clone, Copy)]
@@ -22,12 +27,27 @@ pub(crate) struct EngineLimits {
     pub(crate) max_num_seqs: u32,
     pub(crate) max_num_batched_tokens: u32,
     pub(crate) prefix_hit_rate: f64,
+    /// Share of the prompt beyond the local prefix-cache hit that the KV
+    /// connector finds in another instance's cache (0: no connector).
+    pub(crate) external_hit_rate: f64,
+    /// Seconds to load one token's KV through the connector.
+    pub(crate) load_seconds_per_token: f64,
+    /// Draft tokens per decoding step (0: no speculative decoding).
+    pub(crate) num_speculative_tokens: u32,
+    /// Chance that each draft token is accepted, given the previous one was.
+    pub(crate) spec_acceptance_rate: f64,
 }
 
 /// A request inside the engine.
 #[derive(Debug)]
 pub(crate) struct Sequence {
     pub(crate) request: SimRequest,
+    /// Unique within the engine (its blocks' owner in the residency model).
+    key: u64,
+    /// Tokens loaded through the KV connector for this admission.
+    external: u32,
+    /// The connector is asked once, at the first admission.
+    connector_asked: bool,
     /// Tokens whose KV is in the cache (cached prefix included).
     computed: u32,
     generated: u32,
@@ -45,6 +65,9 @@ impl Sequence {
     pub(crate) fn new(request: SimRequest, queued_at: f64) -> Self {
         Sequence {
             request,
+            key: 0,
+            external: 0,
+            connector_asked: false,
             computed: 0,
             generated: 0,
             blocks: 0,
@@ -68,6 +91,12 @@ impl Sequence {
     fn in_prefill(&self) -> bool {
         self.computed < self.prefill_target()
     }
+
+    /// Past its prefill: each step computes the KV of its last token and
+    /// generates the next.
+    fn decoding(&self) -> bool {
+        self.generated > 0 && self.computed + 1 == self.prefill_target()
+    }
 }
 
 /// What one step produced.
@@ -81,6 +110,14 @@ pub(crate) struct StepResult {
     pub(crate) preemptions: u32,
     pub(crate) prefix_queries: u64,
     pub(crate) prefix_hits: u64,
+    /// Tokens the KV connector was asked for, and found.
+    pub(crate) external_queries: u64,
+    pub(crate) external_hits: u64,
+    /// Of the tokens computed, those of requests in decode, and the tokens
+    /// of context their attention read.
+    pub(crate) context_tokens_read: u64,
+    /// Speculative decoding of the step (when configured).
+    pub(crate) spec: Option<SpecDecodingStats>,
 }
 
 /// One engine: KV blocks, waiting queue, running batch.
@@ -91,6 +128,16 @@ pub(crate) struct Engine {
     waiting: VecDeque<Sequence>,
     /// In admission order; the last is the first to be preempted.
     running: Vec<Sequence>,
+    /// Async KV loads in progress, with the time each completes.
+    loading: Vec<(Sequence, f64)>,
+    /// Loaded, waiting to be admitted (ahead of the waiting queue).
+    loaded: VecDeque<Sequence>,
+    /// The waiting queue's head needs a load that could not start (no blocks).
+    load_blocked: bool,
+    residency: BlockResidency,
+    /// Speculative acceptance draws.
+    rng: Rng,
+    next_key: u64,
 }
 
 fn blocks_for(tokens: u32, block_size: u32) -> u32 {
@@ -98,29 +145,95 @@ fn blocks_for(tokens: u32, block_size: u32) -> u32 {
 }
 
 impl Engine {
-    pub(crate) fn new(limits: EngineLimits) -> Self {
+    /// `residency`: the sampled block model; `seed`: of the speculative draws.
+    pub(crate) fn new(limits: EngineLimits, residency: BlockResidency, seed: u64) -> Self {
         Engine {
             limits,
             free_blocks: limits.kv_blocks,
             waiting: VecDeque::new(),
             running: Vec::new(),
+            loading: Vec::new(),
+            loaded: VecDeque::new(),
+            load_blocked: false,
+            residency,
+            rng: Rng::new(seed),
+            next_key: 0,
         }
     }
 
-    pub(crate) fn enqueue(&mut self, sequence: Sequence) {
+    pub(crate) fn enqueue(&mut self, mut sequence: Sequence) {
+        self.next_key += 1;
+        sequence.key = self.next_key;
         self.waiting.push_back(sequence);
     }
 
     pub(crate) fn has_work(&self) -> bool {
-        !self.waiting.is_empty() || !self.running.is_empty()
+        !self.waiting.is_empty()
+            || !self.running.is_empty()
+            || !self.loading.is_empty()
+            || !self.loaded.is_empty()
     }
 
     pub(crate) fn running(&self) -> usize {
         self.running.len()
     }
 
+    /// Every waiting request, deferred ones included.
     pub(crate) fn waiting(&self) -> usize {
-        self.waiting.len()
+        self.waiting.len() + self.deferred()
+    }
+
+    /// Waiting requests held back by their KV load (vLLM's skipped waiting).
+    pub(crate) fn deferred(&self) -> usize {
+        self.loading.len() + self.loaded.len()
+    }
+
+    /// Waiting requests by KV load stage; `None` without a connector.
+    pub(crate) fn kv_fetch_stages(&self) -> Option<KvFetchStages> {
+        (self.limits.external_hit_rate > 0.0).then(|| KvFetchStages {
+            waiting_to_start: u64::from(self.load_blocked),
+            in_progress: self.loading.len() as u64,
+            completed_waiting: self.loaded.len() as u64,
+        })
+    }
+
+    /// Sampled block evictions since the last call.
+    pub(crate) fn drain_evictions(&mut self) -> Vec<KvCacheEvictionEvent> {
+        self.residency.drain_events()
+    }
+
+    /// LoRA adapters of the running and of the waiting requests, each once,
+    /// in adapter order (vLLM lists them in its dictionary's order; a fixed
+    /// order keeps one series per set of adapters).
+    pub(crate) fn adapters(&self, name: impl Fn(u32) -> String) -> (Vec<String>, Vec<String>) {
+        fn distinct<'a>(
+            sequences: impl Iterator<Item = &'a Sequence>,
+            name: &impl Fn(u32) -> String,
+        ) -> Vec<String> {
+            let mut adapters: Vec<u32> = sequences.filter_map(|s| s.request.adapter).collect();
+            adapters.sort_unstable();
+            adapters.dedup();
+            adapters.into_iter().map(name).collect()
+        }
+        let waiting = self
+            .loaded
+            .iter()
+            .chain(self.loading.iter().map(|(s, _)| s))
+            .chain(self.waiting.iter());
+        (
+            distinct(self.running.iter(), &name),
+            distinct(waiting, &name),
+        )
+    }
+
+    fn allocate(&mut self, key: u64, blocks: u32, now: f64) {
+        self.free_blocks -= blocks;
+        self.residency.allocate(key, blocks, now);
+    }
+
+    fn release(&mut self, key: u64, blocks: u32) {
+        self.free_blocks += blocks;
+        self.residency.free(key, blocks);
     }
 
     pub(crate) fn used_blocks(&self) -> u32 {
@@ -133,19 +246,25 @@ impl Engine {
 
     /// Removes a request (client abort); frees its blocks. Returns it if it was here.
     pub(crate) fn remove(&mut self, id: &str) -> Option<Sequence> {
-        if let Some(i) = self.running.iter().position(|s| s.request.id == id) {
-            let sequence = self.running.remove(i);
-            self.free_blocks += sequence.blocks;
-            return Some(sequence);
-        }
-        let i = self.waiting.iter().position(|s| s.request.id == id)?;
-        self.waiting.remove(i)
+        let sequence = if let Some(i) = self.running.iter().position(|s| s.request.id == id) {
+            self.running.remove(i)
+        } else if let Some(i) = self.loading.iter().position(|(s, _)| s.request.id == id) {
+            self.loading.remove(i).0
+        } else if let Some(i) = self.loaded.iter().position(|s| s.request.id == id) {
+            self.loaded.remove(i)?
+        } else {
+            let i = self.waiting.iter().position(|s| s.request.id == id)?;
+            self.waiting.remove(i)?
+        };
+        self.release(sequence.key, sequence.blocks);
+        Some(sequence)
     }
 
     fn preempt_last(&mut self, now: f64) {
         let mut victim = self.running.pop().expect("a running request to preempt");
-        self.free_blocks += victim.blocks;
+        self.release(victim.key, victim.blocks);
         victim.blocks = 0;
+        victim.external = 0;
         victim.computed = 0;
         victim.preemptions += 1;
         victim.events.push(EngineCoreEvent {
@@ -156,21 +275,75 @@ impl Engine {
         self.waiting.push_front(victim);
     }
 
+    /// Loads that completed by `now` join the loaded queue.
+    fn finish_loads(&mut self, now: f64) {
+        let mut i = 0;
+        while i < self.loading.len() {
+            if self.loading[i].1 <= now {
+                let (sequence, _) = self.loading.remove(i);
+                self.loaded.push_back(sequence);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Asks the KV connector about the waiting queue's head: with external
+    /// hits, its blocks are allocated and its async load starts (it leaves
+    /// the queue until loaded).
+    fn start_load(&mut self, now: f64, result: &mut StepResult) -> Load {
+        let bs = self.limits.block_size;
+        let Some(front) = self.waiting.front_mut() else {
+            return Load::NotNeeded;
+        };
+        if self.limits.external_hit_rate <= 0.0 || front.connector_asked {
+            return Load::NotNeeded;
+        }
+        let prompt = front.request.prompt_len;
+        let local = local_hit(prompt, self.limits.prefix_hit_rate, bs);
+        let asked = prompt - local;
+        // Full blocks only, and at least one token left to compute.
+        let external = ((f64::from(asked) * self.limits.external_hit_rate) as u32 / bs * bs)
+            .min(prompt.saturating_sub(1).saturating_sub(local) / bs * bs);
+        if external == 0 {
+            front.connector_asked = true;
+            result.external_queries += u64::from(asked);
+            return Load::NotNeeded;
+        }
+        let needed = blocks_for(local + external, bs);
+        if needed > self.free_blocks {
+            return Load::Blocked;
+        }
+        let mut sequence = self.waiting.pop_front().expect("front exists");
+        sequence.connector_asked = true;
+        result.external_queries += u64::from(asked);
+        result.external_hits += u64::from(external);
+        self.allocate(sequence.key, needed, now);
+        sequence.blocks = needed;
+        sequence.external = external;
+        let done = now + f64::from(external) * self.limits.load_seconds_per_token;
+        self.loading.push((sequence, done));
+        Load::Started
+    }
+
     /// Schedules and runs one step starting at `now`; `token` draws token ids.
     pub(crate) fn step(&mut self, now: f64, mut token: impl FnMut() -> u32) -> StepResult {
         let bs = self.limits.block_size;
+        let k = self.limits.num_speculative_tokens;
         let mut result = StepResult::default();
         let mut budget = self.limits.max_num_batched_tokens;
         // (index into running, tokens computed this step)
         let mut scheduled: Vec<(usize, u32)> = Vec::new();
+        self.finish_loads(now);
 
         let mut i = 0;
         while i < self.running.len() && budget > 0 {
             let sequence = &self.running[i];
-            let want = if sequence.in_prefill() {
-                (sequence.prefill_target() - sequence.computed).min(budget)
+            let want = if sequence.decoding() {
+                // The decode token plus its draft tokens' slots.
+                (1 + k).min(budget)
             } else {
-                1
+                (sequence.prefill_target() - sequence.computed).min(budget)
             };
             let needed = blocks_for(sequence.computed + want, bs).saturating_sub(sequence.blocks);
             while needed > self.free_blocks && i < self.running.len() {
@@ -180,32 +353,58 @@ impl Engine {
             if i >= self.running.len() {
                 break; // the request preempted itself
             }
-            self.free_blocks -= needed;
+            let key = self.running[i].key;
+            self.allocate(key, needed, now);
             self.running[i].blocks += needed;
             budget -= want;
             scheduled.push((i, want));
             i += 1;
         }
 
+        self.load_blocked = false;
         if result.preemptions == 0 {
-            while let Some(front) = self.waiting.front() {
+            loop {
                 if self.running.len() >= self.limits.max_num_seqs as usize || budget == 0 {
                     break;
                 }
+                let from_loaded = !self.loaded.is_empty();
+                if !from_loaded {
+                    match self.start_load(now, &mut result) {
+                        Load::Started => continue,
+                        Load::Blocked => {
+                            self.load_blocked = true;
+                            break;
+                        }
+                        Load::NotNeeded => {}
+                    }
+                }
+                let front = if from_loaded {
+                    self.loaded.front()
+                } else {
+                    self.waiting.front()
+                };
+                let Some(front) = front else {
+                    break;
+                };
                 let target = front.prefill_target();
                 let prompt = front.request.prompt_len;
-                // Full blocks of the prompt found cached; at least one token is computed.
-                let hit = (f64::from(prompt) * self.limits.prefix_hit_rate) as u32 / bs * bs;
-                let cached = hit.min(prompt.saturating_sub(1) / bs * bs);
-                let chunk = (target - cached).min(budget);
-                let needed = blocks_for(cached + chunk, bs);
+                let cached = local_hit(prompt, self.limits.prefix_hit_rate, bs);
+                let ready = cached + front.external;
+                let chunk = (target - ready).min(budget);
+                let needed = blocks_for(ready + chunk, bs).saturating_sub(front.blocks);
                 if needed > self.free_blocks {
                     break;
                 }
-                let mut sequence = self.waiting.pop_front().expect("front exists");
-                self.free_blocks -= needed;
-                sequence.blocks = needed;
-                sequence.computed = cached;
+                let mut sequence = if from_loaded {
+                    self.loaded.pop_front()
+                } else {
+                    self.waiting.pop_front()
+                }
+                .expect("front exists");
+                self.residency.hit(sequence.key, cached / bs, now);
+                self.allocate(sequence.key, needed, now);
+                sequence.blocks += needed;
+                sequence.computed = ready;
                 sequence.cached = cached;
                 sequence.prefill_computed = 0;
                 sequence.needs_prefill_stats = true;
@@ -222,41 +421,64 @@ impl Engine {
             }
         }
 
+        let mut spec = (k > 0).then(|| SpecDecodingStats {
+            num_accepted_tokens_per_pos: vec![0; k as usize],
+            ..SpecDecodingStats::default()
+        });
         for &(index, tokens) in &scheduled {
-            result.tokens += tokens;
             let sequence = &mut self.running[index];
-            let was_prefill = sequence.in_prefill();
-            sequence.computed += tokens;
-            if was_prefill {
+            result.tokens += tokens;
+            result.context_tokens_read += u64::from(sequence.computed);
+            let mut new_tokens = 1;
+            if sequence.decoding() {
+                // A decode step drafts up to `k` tokens and keeps the
+                // accepted prefix of them plus one of its own.
+                if let Some(spec) = spec.as_mut() {
+                    let drafted = tokens - 1;
+                    let mut accepted = 0;
+                    while accepted < drafted && self.rng.chance(self.limits.spec_acceptance_rate) {
+                        spec.num_accepted_tokens_per_pos[accepted as usize] += 1;
+                        accepted += 1;
+                    }
+                    spec.num_drafts += 1;
+                    spec.num_draft_tokens += u64::from(drafted);
+                    spec.num_accepted_tokens += u64::from(accepted);
+                    new_tokens += accepted;
+                }
+                new_tokens = new_tokens.min(sequence.request.output_len - sequence.generated);
+                sequence.computed += new_tokens;
+            } else {
+                sequence.computed += tokens;
                 sequence.prefill_computed += tokens;
                 if sequence.in_prefill() {
                     continue; // more chunks to go: no token yet
                 }
             }
-            sequence.generated += 1;
+            sequence.generated += new_tokens;
             let finished = sequence.generated >= sequence.request.output_len;
             let prefill_stats =
                 std::mem::take(&mut sequence.needs_prefill_stats).then(|| PrefillStats {
                     num_prompt_tokens: sequence.prefill_target() - 1,
                     num_computed_tokens: sequence.prefill_computed,
-                    num_cached_tokens: sequence.cached,
+                    num_cached_tokens: sequence.cached + sequence.external,
                     num_local_cached_tokens: sequence.cached,
-                    num_external_cached_tokens: 0,
+                    num_external_cached_tokens: sequence.external,
                 });
             result.outputs.push(EngineCoreOutput {
                 request_id: sequence.request.id.clone(),
-                new_token_ids: vec![token()],
+                new_token_ids: (0..new_tokens).map(|_| token()).collect(),
                 events: std::mem::take(&mut sequence.events),
                 prefill_stats,
                 finish_reason: finished.then_some(sequence.request.finish),
             });
         }
+        result.spec = spec;
 
         // Finished requests leave the batch and free their blocks.
         let mut kept = Vec::with_capacity(self.running.len());
-        for sequence in self.running.drain(..) {
+        for sequence in std::mem::take(&mut self.running) {
             if sequence.generated >= sequence.request.output_len {
-                self.free_blocks += sequence.blocks;
+                self.release(sequence.key, sequence.blocks);
                 result.finished.push(sequence);
             } else {
                 kept.push(sequence);
@@ -265,6 +487,24 @@ impl Engine {
         self.running = kept;
         debug_assert!(self.free_blocks <= self.limits.kv_blocks);
         debug_assert!(self.running.len() <= self.limits.max_num_seqs as usize);
+        debug_assert_eq!(self.residency.free_entries(), u64::from(self.free_blocks));
         result
     }
+}
+
+/// What asking the KV connector about the next waiting request did.
+enum Load {
+    /// Nothing to load: admit the request as it is.
+    NotNeeded,
+    /// Its load started; it waits for it outside the queue.
+    Started,
+    /// Its load needs more free blocks than there are.
+    Blocked,
+}
+
+/// Full blocks of the prompt found in the local prefix cache; at least one
+/// token is left to compute.
+fn local_hit(prompt: u32, hit_rate: f64, block_size: u32) -> u32 {
+    let hit = (f64::from(prompt) * hit_rate) as u32 / block_size * block_size;
+    hit.min(prompt.saturating_sub(1) / block_size * block_size)
 }

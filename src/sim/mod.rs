@@ -22,6 +22,7 @@
 
 mod engine;
 pub mod report;
+mod residency;
 mod rng;
 mod workload;
 
@@ -29,10 +30,14 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use engine::{Engine, EngineLimits, Sequence};
+use residency::BlockResidency;
 use workload::Workload;
 
 use crate::catalog::DEFAULT_MAX_MODEL_LEN;
-use crate::protocol::{Abort, OutputBatch, Record, RequestStart, SchedulerStats};
+use crate::protocol::{
+    Abort, EngineConfig, ExternalHitsBySource, Operation, OperationKind, OutputBatch, PerfStats,
+    Record, RequestStart, SchedulerStats, SleepState,
+};
 
 /// Engine clock at simulated time 0 (a monotonic clock reads an arbitrary origin).
 const ENGINE_CLOCK_ORIGIN: f64 = 1000.0;
@@ -81,6 +86,38 @@ pub struct SimConfig {
     pub engines: u32,
     /// Pace steps to the wall clock.
     pub realtime: bool,
+    /// Share of KV blocks whose residency is followed (vLLM's
+    /// `--kv-cache-metrics-sample`); 0 follows none.
+    pub kv_cache_metrics_sample: f64,
+    /// Share of the prompt beyond the local prefix-cache hit that a KV
+    /// connector finds in another instance's cache and loads
+    /// asynchronously; 0: no connector.
+    pub external_prefix_hit_rate: f64,
+    /// The connector's load bandwidth, GB/s.
+    pub kv_load_gbps: f64,
+    /// KV-cache bytes per token (all layers, K and V).
+    pub kv_bytes_per_token: u64,
+    /// Draft tokens per decode step; 0: no speculative decoding.
+    pub num_speculative_tokens: u32,
+    /// Chance that a draft token is accepted, given the previous one was.
+    pub spec_acceptance_rate: f64,
+    /// Model parameters, billions (the cost model of the MFU estimates).
+    pub model_params_b: f64,
+    /// GPUs one engine's model is split over.
+    pub tensor_parallel_size: u32,
+    /// The `models` are LoRA adapters of one base model.
+    pub lora_adapters: bool,
+    /// An engine idle this many seconds goes to sleep.
+    pub sleep_when_idle: Option<f64>,
+    /// The sleep level: 1 offloads the weights, 2 discards them.
+    pub sleep_level: u8,
+    /// Host-device bandwidth for offloading and reloading weights, GB/s.
+    pub host_transfer_gbps: f64,
+    /// Every this many seconds, new weights are pushed to every engine
+    /// (an RL trainer's update), pausing them meanwhile.
+    pub weight_update_interval: Option<f64>,
+    /// Bandwidth of a weight update, GB/s.
+    pub weight_sync_gbps: f64,
 }
 
 impl Default for SimConfig {
@@ -105,14 +142,75 @@ impl Default for SimConfig {
             models: 1,
             engines: 1,
             realtime: false,
+            kv_cache_metrics_sample: 0.01,
+            external_prefix_hit_rate: 0.0,
+            kv_load_gbps: 5.0,
+            kv_bytes_per_token: 131_072,
+            num_speculative_tokens: 0,
+            spec_acceptance_rate: 0.7,
+            model_params_b: 8.0,
+            tensor_parallel_size: 1,
+            lora_adapters: false,
+            sleep_when_idle: None,
+            sleep_level: 1,
+            host_transfer_gbps: 20.0,
+            weight_update_interval: None,
+            weight_sync_gbps: 25.0,
         }
     }
 }
 
 impl SimConfig {
-    /// The model an engine serves.
+    /// The model an engine serves (with LoRA adapters, the one base model).
     pub fn model_name(&self, engine: u32) -> String {
+        if self.lora_adapters {
+            return "sim-model-0".to_owned();
+        }
         format!("sim-model-{}", engine % self.models.max(1))
+    }
+
+    /// The name of LoRA adapter `index`.
+    pub fn adapter_name(index: u32) -> String {
+        format!("sim-lora-{index}")
+    }
+
+    /// Bytes of one GPU's share of the weights (16-bit).
+    fn weight_bytes_per_gpu(&self) -> f64 {
+        self.model_params_b * 1e9 * 2.0 / f64::from(self.tensor_parallel_size.max(1))
+    }
+
+    /// The engine's cache configuration as vLLM logs it
+    /// (`CacheConfig.metrics_info()`, the fields the simulator has).
+    fn cache_config(&self) -> BTreeMap<String, String> {
+        let python_bool = |b: bool| if b { "True" } else { "False" };
+        [
+            ("block_size", self.block_size.to_string()),
+            ("cache_dtype", "auto".to_owned()),
+            (
+                "enable_prefix_caching",
+                python_bool(self.prefix_hit_rate > 0.0).to_owned(),
+            ),
+            ("num_gpu_blocks", self.kv_blocks.to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect()
+    }
+
+    /// The step's estimated work per GPU: 2 FLOPs per parameter per token
+    /// computed (attention's own FLOPs left out); the weights read once
+    /// per step plus the KV of the context read by attention; the KV of
+    /// the tokens computed written.
+    fn perf_stats(&self, tokens: u32, context_tokens_read: u64) -> PerfStats {
+        let tp = f64::from(self.tensor_parallel_size.max(1));
+        let params = self.model_params_b * 1e9;
+        let kv = self.kv_bytes_per_token as f64;
+        PerfStats {
+            num_flops_per_gpu: 2.0 * params * f64::from(tokens) / tp,
+            num_read_bytes_per_gpu: self.weight_bytes_per_gpu()
+                + context_tokens_read as f64 * kv / tp,
+            num_write_bytes_per_gpu: f64::from(tokens) * kv / tp,
+        }
     }
 
     /// Checks values a run cannot work with.
@@ -122,6 +220,10 @@ impl SimConfig {
             ("--rate", self.rate),
             ("--prompt-len", self.prompt_len),
             ("--output-len", self.output_len),
+            ("--kv-load-gbps", self.kv_load_gbps),
+            ("--model-params-b", self.model_params_b),
+            ("--host-transfer-gbps", self.host_transfer_gbps),
+            ("--weight-sync-gbps", self.weight_sync_gbps),
         ];
         for (name, value) in positive {
             if !(value.is_finite() && value > 0.0) {
@@ -131,6 +233,9 @@ impl SimConfig {
         for (name, value) in [
             ("--prefix-hit-rate", self.prefix_hit_rate),
             ("--abort-rate", self.abort_rate),
+            ("--kv-cache-metrics-sample", self.kv_cache_metrics_sample),
+            ("--external-prefix-hit-rate", self.external_prefix_hit_rate),
+            ("--spec-acceptance-rate", self.spec_acceptance_rate),
         ] {
             if !(0.0..=1.0).contains(&value) {
                 return Err(format!("{name} must be between 0 and 1, not {value}"));
@@ -168,6 +273,28 @@ impl SimConfig {
         }
         if self.concurrency == Some(0) {
             return Err("--concurrency must be at least 1".into());
+        }
+        if self.num_speculative_tokens as usize > crate::protocol::MAX_SPEC_POSITIONS {
+            return Err(format!(
+                "--num-speculative-tokens must be at most {}",
+                crate::protocol::MAX_SPEC_POSITIONS
+            ));
+        }
+        if !(1..=2).contains(&self.sleep_level) {
+            return Err("--sleep-level must be 1 or 2".into());
+        }
+        for (name, value) in [
+            ("--sleep-when-idle", self.sleep_when_idle),
+            ("--weight-update-interval", self.weight_update_interval),
+        ] {
+            if value.is_some_and(|v| !(v.is_finite() && v > 0.0)) {
+                return Err(format!("{name} must be a positive number of seconds"));
+            }
+        }
+        if self.kv_bytes_per_token == 0 || self.tensor_parallel_size == 0 {
+            return Err(
+                "--kv-bytes-per-token and --tensor-parallel-size must be at least 1".into(),
+            );
         }
         Ok(())
     }
@@ -213,7 +340,18 @@ pub struct Progress {
 enum Next {
     Arrival(f64),
     Step(usize, f64),
+    /// An idle engine's sleep timer fires.
+    Sleep(usize, f64),
+    /// New weights are pushed to every engine.
+    WeightUpdate(f64),
 }
+
+/// Setup cost of a weight-transfer call besides moving the weights, seconds.
+const WEIGHT_CALL_SECONDS: f64 = 0.01;
+/// Setup of the weight-transfer engine (the first update), seconds.
+const WEIGHT_INIT_SECONDS: f64 = 0.05;
+/// Releasing (discarding) the weights for sleep level 2, seconds.
+const DISCARD_SECONDS: f64 = 0.05;
 
 struct Fleet {
     engines: Vec<Engine>,
@@ -221,6 +359,20 @@ struct Fleet {
     next_step: Vec<Option<f64>>,
     /// When each engine becomes free (end of its current step).
     free_at: Vec<f64>,
+    /// Until when each engine cannot step (waking up, taking new weights).
+    ready_at: Vec<f64>,
+    /// When each idle engine goes to sleep, if it stays idle.
+    sleep_at: Vec<Option<f64>>,
+    asleep: Vec<bool>,
+}
+
+impl Fleet {
+    /// Schedules engine `e`'s next step for `t` at the earliest.
+    fn wake_step(&mut self, e: usize, t: f64) {
+        if self.next_step[e].is_none() {
+            self.next_step[e] = Some(t.max(self.free_at[e]).max(self.ready_at[e]));
+        }
+    }
 }
 
 /// Runs a simulation, handing every record to `sink` in time order and
@@ -236,12 +388,34 @@ pub fn simulate(
         max_num_seqs: config.max_num_seqs,
         max_num_batched_tokens: config.max_num_batched_tokens,
         prefix_hit_rate: config.prefix_hit_rate,
+        external_hit_rate: config.external_prefix_hit_rate,
+        load_seconds_per_token: config.kv_bytes_per_token as f64 / (config.kv_load_gbps * 1e9),
+        num_speculative_tokens: config.num_speculative_tokens,
+        spec_acceptance_rate: config.spec_acceptance_rate,
     };
     let engines = config.engines.max(1) as usize;
+    let engine_seed = |e: usize, stream: u64| {
+        config
+            .seed
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .wrapping_add((e as u64) << 8 | stream)
+    };
     let mut fleet = Fleet {
-        engines: (0..engines).map(|_| Engine::new(limits)).collect(),
+        engines: (0..engines)
+            .map(|e| {
+                let residency = BlockResidency::new(
+                    config.kv_blocks,
+                    config.kv_cache_metrics_sample,
+                    engine_seed(e, 1),
+                );
+                Engine::new(limits, residency, engine_seed(e, 2))
+            })
+            .collect(),
         next_step: vec![None; engines],
         free_at: vec![0.0; engines],
+        ready_at: vec![0.0; engines],
+        sleep_at: vec![None; engines],
+        asleep: vec![false; engines],
     };
     let mut workload = Workload::new(config);
     let mut outcome = SimOutcome::default();
@@ -259,10 +433,21 @@ pub fn simulate(
         Some(_) => None,
         None => Some(workload.interarrival()),
     };
+    let mut next_update = config.weight_update_interval;
+    let mut updates = 0u64;
     let mut closed_loop_due: u32 = config.concurrency.unwrap_or(0);
     let mut closed_loop_at = 0.0;
     let mut last_progress = 0.0;
     let mut now = 0.0;
+
+    for e in 0..engines {
+        sink(&Record::EngineConfig(EngineConfig {
+            model_name: config.model_name(e as u32),
+            engine: e as u32,
+            cache_config: config.cache_config(),
+            max_loras: config.lora_adapters.then_some(config.models.max(1)),
+        }));
+    }
 
     loop {
         // Closed loop: replace every departed request at the time it left.
@@ -271,21 +456,44 @@ pub fn simulate(
         } else {
             next_arrival.filter(|t| *t < config.duration)
         };
-        let step = fleet
-            .next_step
-            .iter()
-            .enumerate()
-            .filter_map(|(e, t)| t.map(|t| (e, t)))
-            .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
-        let next = match (arrival, step) {
-            (Some(a), Some((e, s))) if s < a => Next::Step(e, s),
-            (Some(a), _) => Next::Arrival(a),
-            (None, Some((e, s))) => Next::Step(e, s),
-            (None, None) => break,
+        let earliest = |times: &[Option<f64>]| {
+            times
+                .iter()
+                .enumerate()
+                .filter_map(|(e, t)| t.map(|t| (e, t)))
+                .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)))
         };
-        now = match next {
-            Next::Arrival(t) | Next::Step(_, t) => t,
+        let mut candidates: Vec<Next> = Vec::with_capacity(4);
+        if let Some(t) = arrival {
+            candidates.push(Next::Arrival(t));
+        }
+        if let Some((e, t)) = earliest(&fleet.next_step) {
+            candidates.push(Next::Step(e, t));
+        }
+        // Sleep timers and updates only matter while something else is due.
+        if !candidates.is_empty() {
+            if let Some((e, t)) = earliest(&fleet.sleep_at) {
+                candidates.push(Next::Sleep(e, t));
+            }
+            if let Some(t) = next_update.filter(|t| *t < config.duration) {
+                candidates.push(Next::WeightUpdate(t));
+            }
+        }
+        // Earliest first; on a tie an arrival goes before a step.
+        let rank = |n: &Next| match n {
+            Next::Arrival(t) => (*t, 0),
+            Next::Step(_, t) => (*t, 1),
+            Next::Sleep(_, t) => (*t, 2),
+            Next::WeightUpdate(t) => (*t, 3),
         };
+        let Some(next) = candidates.into_iter().min_by(|a, b| {
+            let (ta, ra) = rank(a);
+            let (tb, rb) = rank(b);
+            ta.total_cmp(&tb).then(ra.cmp(&rb))
+        }) else {
+            break;
+        };
+        now = rank(&next).0;
         if config.realtime {
             let due = started + Duration::from_secs_f64(now);
             if let Some(wait) = due.checked_duration_since(Instant::now()) {
@@ -326,8 +534,69 @@ pub fn simulate(
                     aborts.push((at, request.id.clone(), engine));
                 }
                 fleet.engines[engine].enqueue(Sequence::new(request, engine_clock(t)));
-                if fleet.next_step[engine].is_none() {
-                    fleet.next_step[engine] = Some(t.max(fleet.free_at[engine]));
+                fleet.sleep_at[engine] = None;
+                if std::mem::take(&mut fleet.asleep[engine]) {
+                    // Woken by the request: the weights come back first.
+                    let wake = config.weight_bytes_per_gpu() / (config.host_transfer_gbps * 1e9);
+                    sink(&Record::Operation(Operation {
+                        operation: OperationKind::Wake,
+                        duration: wake,
+                    }));
+                    sink(&Record::SleepState(SleepState {
+                        model_name: config.model_name(engine as u32),
+                        engine: engine as u32,
+                        level: 0,
+                    }));
+                    fleet.ready_at[engine] = fleet.ready_at[engine].max(t + wake);
+                }
+                fleet.wake_step(engine, t);
+            }
+            Next::Sleep(e, t) => {
+                fleet.sleep_at[e] = None;
+                if fleet.next_step[e].is_none() && !fleet.asleep[e] {
+                    fleet.asleep[e] = true;
+                    let duration = match config.sleep_level {
+                        1 => config.weight_bytes_per_gpu() / (config.host_transfer_gbps * 1e9),
+                        _ => DISCARD_SECONDS,
+                    };
+                    sink(&Record::Operation(Operation {
+                        operation: OperationKind::Sleep,
+                        duration,
+                    }));
+                    sink(&Record::SleepState(SleepState {
+                        model_name: config.model_name(e as u32),
+                        engine: e as u32,
+                        level: config.sleep_level,
+                    }));
+                    fleet.ready_at[e] = fleet.ready_at[e].max(t + duration);
+                }
+            }
+            Next::WeightUpdate(t) => {
+                next_update = config.weight_update_interval.map(|i| t + i);
+                let transfer = config.weight_bytes_per_gpu() / (config.weight_sync_gbps * 1e9);
+                let mut calls = Vec::new();
+                if updates == 0 {
+                    calls.push((OperationKind::Init, WEIGHT_INIT_SECONDS));
+                }
+                calls.push((OperationKind::Start, WEIGHT_CALL_SECONDS));
+                if config.num_speculative_tokens > 0 {
+                    calls.push((OperationKind::StartDraft, WEIGHT_CALL_SECONDS));
+                }
+                calls.push((OperationKind::Update, transfer));
+                calls.push((OperationKind::Finish, WEIGHT_CALL_SECONDS));
+                updates += 1;
+                let pause: f64 = calls.iter().map(|(_, d)| d).sum();
+                for (operation, duration) in calls {
+                    sink(&Record::Operation(Operation {
+                        operation,
+                        duration,
+                    }));
+                }
+                for e in 0..engines {
+                    fleet.ready_at[e] = fleet.ready_at[e].max(t + pause);
+                    if let Some(step) = fleet.next_step[e].as_mut() {
+                        *step = step.max(fleet.ready_at[e]);
+                    }
                 }
             }
             Next::Step(e, t) => {
@@ -354,6 +623,7 @@ pub fn simulate(
                 let engine = &mut fleet.engines[e];
                 if !engine.has_work() {
                     fleet.next_step[e] = None;
+                    fleet.sleep_at[e] = config.sleep_when_idle.map(|idle| t + idle);
                     closed_loop_due += if config.concurrency.is_some() {
                         departed
                     } else {
@@ -369,7 +639,11 @@ pub fn simulate(
                 let end = t + duration;
                 outcome.steps += 1;
                 outcome.preemptions += u64::from(result.preemptions);
-                outcome.generated_tokens += result.outputs.len() as u64;
+                outcome.generated_tokens += result
+                    .outputs
+                    .iter()
+                    .map(|o| o.new_token_ids.len() as u64)
+                    .sum::<u64>();
                 outcome.peak_kv_usage = outcome.peak_kv_usage.max(engine.kv_usage());
                 for sequence in &result.finished {
                     outcome.finished += 1;
@@ -379,6 +653,7 @@ pub fn simulate(
                         .or_default() += 1;
                 }
                 departed += result.finished.len() as u32;
+                let perf_stats = config.perf_stats(result.tokens, result.context_tokens_read);
                 if !result.outputs.is_empty() {
                     sink(&Record::Outputs(OutputBatch {
                         engine: e as u32,
@@ -387,6 +662,12 @@ pub fn simulate(
                         outputs: result.outputs,
                     }));
                 }
+                let (running_adapters, waiting_adapters) = if config.lora_adapters {
+                    let (running, waiting) = engine.adapters(SimConfig::adapter_name);
+                    (Some(running), Some(waiting))
+                } else {
+                    (None, None)
+                };
                 sink(&Record::SchedulerStats(SchedulerStats {
                     model_name: config.model_name(e as u32),
                     engine: e as u32,
@@ -395,10 +676,30 @@ pub fn simulate(
                     kv_cache_usage: engine.kv_usage(),
                     prefix_cache_queries: result.prefix_queries,
                     prefix_cache_hits: result.prefix_hits,
+                    received_at: config.lora_adapters.then(|| wall(end + TRANSPORT_DELAY)),
+                    num_skipped_waiting_reqs: engine.deferred() as u64,
+                    num_kv_fetch_reqs_by_stage: engine.kv_fetch_stages(),
+                    external_prefix_cache_queries: result.external_queries,
+                    external_prefix_cache_hits: result.external_hits,
+                    // The simulated connector shares KV between instances.
+                    external_prefix_cache_hits_by_source: (result.external_hits > 0).then_some(
+                        ExternalHitsBySource {
+                            p2p: result.external_hits,
+                            ..ExternalHitsBySource::default()
+                        },
+                    ),
+                    kv_cache_eviction_events: engine.drain_evictions(),
+                    perf_stats: Some(perf_stats),
+                    spec_decoding: result.spec,
+                    running_lora_adapters: running_adapters,
+                    waiting_lora_adapters: waiting_adapters,
                     ..SchedulerStats::default()
                 }));
                 fleet.free_at[e] = end;
-                fleet.next_step[e] = engine.has_work().then_some(end);
+                fleet.next_step[e] = engine.has_work().then_some(end.max(fleet.ready_at[e]));
+                if fleet.next_step[e].is_none() {
+                    fleet.sleep_at[e] = config.sleep_when_idle.map(|idle| end + idle);
+                }
                 if config.concurrency.is_some() && departed > 0 {
                     closed_loop_due += departed;
                     closed_loop_at = end;

@@ -24,6 +24,8 @@ pub(crate) struct SimRequest {
     pub(crate) finish: FinishReason,
     /// When the client aborts, if it does.
     pub(crate) abort_at: Option<f64>,
+    /// The LoRA adapter it asks for, when the models are adapters.
+    pub(crate) adapter: Option<u32>,
 }
 
 /// Draws requests in a deterministic order from one seeded generator.
@@ -33,6 +35,9 @@ pub(crate) struct Workload {
     rng: Rng,
     /// Token ids, drawn as the engines run.
     tokens: Rng,
+    /// LoRA adapters, when the models are adapters (a stream of its own, so
+    /// that the other draws stay those of the same seed without adapters).
+    adapters: Option<(Rng, u32)>,
     issued: u64,
     prompt_len: f64,
     output_len: f64,
@@ -49,6 +54,9 @@ impl Workload {
         Workload {
             rng: Rng::new(config.seed),
             tokens: Rng::new(config.seed.wrapping_add(1)),
+            adapters: config
+                .lora_adapters
+                .then(|| (Rng::new(config.seed.wrapping_add(2)), config.models.max(1))),
             issued: 0,
             prompt_len: config.prompt_len,
             output_len: config.output_len,
@@ -91,6 +99,10 @@ impl Workload {
             output_len,
             finish,
             abort_at,
+            adapter: self
+                .adapters
+                .as_mut()
+                .map(|(rng, count)| rng.below(u64::from(*count)) as u32),
         }
     }
 

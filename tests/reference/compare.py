@@ -13,7 +13,8 @@ with ``vllm:`` are compared; everything else (e.g. the pipeline's own
 Fails (exit 1, listing up to 50 differences) unless
   * the HELP and TYPE lines of the vllm: families are the same sets,
   * the sample keys (name + label set; label values compared as exact
-    strings, so le="1.0" != le="1") are the same sets,
+    strings, so le="1.0" != le="1"; a label with an empty value is no
+    label, as in Prometheus) are the same sets,
   * the values are equal as floats (rel. tolerance 1e-9, abs. 1e-12).
 A parse error is a failure too (exit 1); a usage error exits 2.  On success prints "N samples compared, 0 differences".
 """
@@ -130,7 +131,8 @@ def parse(path: str):
             if len(fields) not in (1, 2) or fields[0] == "":
                 raise ParseError(f"{where}: bad value/timestamp part {line[i + 1:]!r}")
             value = parse_value(fields[0], where)
-            key = (name, frozenset(labels.items()))
+            # An empty label value is no label (Prometheus' data model).
+            key = (name, frozenset((k, v) for k, v in labels.items() if v != ""))
             if key in samples:
                 raise ParseError(f"{where}: duplicate sample {fmt_key(key)}")
             samples[key] = value

@@ -14,7 +14,7 @@ scheduler_stats, plus noise the tracker must ignore (outputs/aborts for
 unknown or finished ids, duplicate starts of live ids, reuse of finished ids)
 and requests left in flight at the end.
 
-Engine-level records (issue 14), drawn from a second RNG so the records above
+Engine-level records, drawn from a second RNG so the records above
 are the same as without them: `engine_config` start-ups (random cache_config,
 sometimes max_loras, sometimes a later replacement or a repeat), scheduler_stats
 with random subsets of the optional fields (skipped waiting requests, KV fetch
@@ -54,7 +54,7 @@ MODEL_NAMES = ["llama-3.1-8b", "qwen/Qwen2.5-7B-Instruct", "mistral-7b-v0.3",
 ENGINE_IDS = [0, 2, 10, 1, 3, 7, 11, 4, 5, 6, 8, 9, 12, 13, 14, 15]
 REASONS = ["stop"] * 14 + ["length"] * 2 + ["repetition"] * 2 + ["error", "abort"]
 
-# Engine-level records (issue 14).
+# Engine-level records.
 KV_FETCH_STAGES = ["waiting_to_start", "in_progress", "completed_waiting"]
 EXTERNAL_SOURCES = ["host", "p2p", "disk", "external_unspecified"]
 SLEEP_OPERATIONS = ["sleep", "release_kv_cache_memory", "wake"]
@@ -62,7 +62,7 @@ RL_OPERATIONS = ["init", "start", "start_draft", "update", "finish"]
 OPS_BOUNDS = [0.01, 0.1, 1.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0]
 RESIDENCY_BOUNDS = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0,
                     10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0]
-LORA_NAMES = ["sql-lora", "tweet-summary", "lora_a", "math-lora", "zh-en"]
+LORA_NAMES = ["sql-lora", "tweet-summary", "zh-en"]
 # cache_config keys of vLLM's CacheConfig with plausible values (as str(value)).
 CACHE_CONFIG_POOL = {
     "block_size": ["16", "32", "64"],
@@ -128,7 +128,7 @@ class Engine:
         self.waiting = deque()
         self.preempted = deque()
         self.running = []
-        # Engine-level profile (issue 14), set by Sim.engine_profile.
+        # Engine-level profile, set by Sim.engine_profile.
         self.announce = False         # emits an engine_config at start
         self.config = None            # cache_config dict (None: the key is left out)
         self.max_loras = None
@@ -164,6 +164,11 @@ class Sim:
         if self.engine_records:
             for eng in self.engines:
                 self.engine_profile(eng)
+            # Every optional feature on at least one engine.
+            for attr, value in (("kv_consumer", True), ("external", True), ("mm", True),
+                                ("perf", True), ("spec_k", 3), ("lora", True)):
+                if not any(getattr(e, attr) for e in self.engines):
+                    setattr(self.xrng.choice(self.engines), attr, value)
         self.live = {}                # rid -> Req
         self.finished = deque(maxlen=64)   # recently terminated ids
         self.created = 0
@@ -180,7 +185,7 @@ class Sim:
     def wall(self, t):
         return secs(WALL0 + t)
 
-    # -- engine-level records (issue 14; all randomness from self.xrng) --------
+    # -- engine-level records (all randomness from self.xrng) --------
     def engine_profile(self, eng):
         x = self.xrng
         eng.announce = x.random() < 0.75
@@ -588,7 +593,7 @@ OLD_KINDS = ["bad_json", "missing_field", "unknown_type", "nan_literal",
              "negative_engine", "string_number", "not_object", "infinity",
              "bool_number", "unknown_event", "unknown_reason", "float_uint",
              "missing_nested"]
-# Engine-level records (issue 14) that break one validity rule of the spec.
+# Engine-level records that break one validity rule of the spec.
 ENGINE_KINDS = ["unknown_stage", "skipped_gt_waiting", "four_gaps", "per_pos_mismatch",
                 "sleep_level", "unknown_operation", "negative_duration", "bad_cache_key",
                 "external_hits_gt_queries", "bad_source_key", "mm_hits_gt_queries",
@@ -676,8 +681,11 @@ def malformed_engine_line(kind: str, mrng: random.Random, model: str, eng: int,
             ev["lifetime_seconds"], ev["idle_seconds"] = 12.5, 3.0
             ev["reuse_gaps_seconds"] = [1.0, -0.25]
     elif kind == "bad_perf":
-        s["perf_stats"][mrng.choice(["num_flops_per_gpu", "num_read_bytes_per_gpu"])] = \
-            mrng.choice([-1.0, "1e12", 1e400])
+        key = mrng.choice(["num_flops_per_gpu", "num_read_bytes_per_gpu"])
+        bad = mrng.choice([-1.0, "1e12", "overflow"])
+        s["perf_stats"][key] = 0.0 if bad == "overflow" else bad
+        if bad == "overflow":            # a JSON number beyond f64: not finite
+            return dumps(s).replace(f'"{key}":0.0', f'"{key}":1e400')
     elif kind == "accepted_gt_drafted":
         s["spec_decoding"] = {"num_drafts": 1, "num_draft_tokens": 2, "num_accepted_tokens": 3,
                               "num_accepted_tokens_per_pos": [1, 1, 1]}
@@ -778,7 +786,7 @@ def main(argv=None) -> int:
     ap.add_argument("--malformed", type=int, default=0)
     ap.add_argument("--outputs-target", type=int, default=None)
     ap.add_argument("--no-engine-records", action="store_true",
-                    help="leave out the engine-level records and fields (issue 14)")
+                    help="leave out the engine-tier records and fields")
     args = ap.parse_args(argv)
     if args.models < 1 or args.engines < 1 or args.requests < 0 or args.malformed < 0:
         ap.error("--models/--engines must be >= 1, --requests/--malformed >= 0")

@@ -9,6 +9,14 @@ Prints the final Prometheus text exposition (format 0.0.4) to stdout.  Invalid
 lines are skipped entirely (reported on stderr as ``FILE:LINE: reason``; the
 exit status stays 0 so the output can be piped/captured unconditionally).
 
+The engine tier (engine_config / sleep_state / operation records and
+scheduler_stats' optional engine-level fields) follows the README's format section; its
+resolutions of open points are noted where they are applied (an empty label
+value is an absent label; a later engine_config replaces max_loras; eviction
+events need lifetime_seconds and idle_seconds, spec_decoding's counts default
+to 0 and its per-position list to []; engine-tier histogram series appear on
+their first observation).
+
 Only the Python 3.11 standard library is used.  This file is deliberately
 written without looking at the Rust implementation: it is the oracle the Rust
 replay output is compared against (see compare.py).
@@ -120,7 +128,7 @@ SCHEDULER = [
      "Prefix cache hits, in terms of number of cached tokens."),
 ]
 
-# The engine tier (issue 14 spec), exposition order after the scheduler tier.
+# The engine tier (README, "The JSONL trace format"), exposition order after the scheduler tier.
 RESIDENCY = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20,
              30, 60, 120, 300, 600, 1200, 1800]
 OPS = [0.01, 0.1, 1, 10, 30, 60, 120, 300, 600]
@@ -862,7 +870,7 @@ class Tracker:
         tpot = decode / (st.num_tokens - 1) if st.num_tokens > 1 else 0.0
         m.observe("vllm:request_time_per_output_token_seconds", labels, tpot)
 
-    # -- engine start-up (issue 14) -------------------------------------------
+    # -- engine start-up -------------------------------------------
     def engine_startup(self, labels: tuple) -> None:
         """The first time a label set is seen by a scheduler_stats, engine_config
         or sleep_state record, its engine families come into existence with
