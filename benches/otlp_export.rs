@@ -119,6 +119,7 @@ fn populate(tracker: &mut Tracker) {
             kv_cache_usage: 0.5,
             prefix_cache_queries: 100,
             prefix_cache_hits: 10,
+            ..SchedulerStats::default()
         });
     }
 }

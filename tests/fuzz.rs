@@ -103,6 +103,7 @@ fn random_record(rng: &mut Rng, clock: &mut f64) -> Record {
             kv_cache_usage: rng.below(100) as f64 / 100.0,
             prefix_cache_queries: rng.below(1000),
             prefix_cache_hits: rng.below(100),
+            ..SchedulerStats::default()
         }),
     }
 }

@@ -52,7 +52,11 @@ fn check_invariants(config: &SimConfig, records: &[Record], outcome: &SimOutcome
                         "output on its request's engine"
                     );
                     assert!(!terminated.contains(id), "no output after {id} terminated");
-                    assert_eq!(output.new_token_ids.len(), 1, "one token per step");
+                    let most = 1 + config.num_speculative_tokens as usize;
+                    assert!(
+                        (1..=most).contains(&output.new_token_ids.len()),
+                        "one token per step, plus accepted drafts"
+                    );
                     for event in &output.events {
                         match event.kind {
                             EventType::Preempted => {
@@ -97,6 +101,15 @@ fn check_invariants(config: &SimConfig, records: &[Record], outcome: &SimOutcome
                     "seat limit"
                 );
                 assert!(s.prefix_cache_hits <= s.prefix_cache_queries);
+                assert!(
+                    Record::SchedulerStats(s.clone())
+                        .validate(&Default::default())
+                        .is_ok(),
+                    "valid stats: {s:?}"
+                );
+            }
+            Record::EngineConfig(_) | Record::SleepState(_) | Record::Operation(_) => {
+                assert!(record.validate(&Default::default()).is_ok(), "{record:?}");
             }
         }
     }
@@ -109,14 +122,142 @@ fn check_invariants(config: &SimConfig, records: &[Record], outcome: &SimOutcome
     assert!(preempted.iter().all(|id| terminated.contains(id)));
     assert_eq!(outcome.requests as usize, engine_of.len());
     assert_eq!(outcome.finished + outcome.aborted, outcome.requests);
-    // First come, first served: first admissions follow arrival order per engine.
-    for order in arrival_order.values() {
+    // First come, first served: first admissions follow arrival order per
+    // engine (a KV connector's loads let later requests overtake).
+    let fcfs = config.external_prefix_hit_rate == 0.0;
+    for order in arrival_order.values().filter(|_| fcfs) {
         let admitted: Vec<f64> = order
             .iter()
             .filter_map(|id| first_scheduled.get(id).copied())
             .collect();
         assert!(admitted.windows(2).all(|w| w[0] <= w[1]), "FCFS admission");
     }
+}
+
+/// Every engine-tier feature at once, under pressure: the scheduler
+/// invariants still hold, and each feature's records agree with what the
+/// engine did.
+#[test]
+fn engine_tier_records_agree_with_the_engine() {
+    let config = SimConfig {
+        seed: 3,
+        duration: 40.0,
+        rate: 4.0,
+        engines: 2,
+        models: 3,
+        kv_blocks: 160,
+        kv_cache_metrics_sample: 0.3,
+        external_prefix_hit_rate: 0.5,
+        kv_load_gbps: 0.5,
+        num_speculative_tokens: 3,
+        lora_adapters: true,
+        sleep_when_idle: Some(0.5),
+        weight_update_interval: Some(10.0),
+        ..SimConfig::default()
+    };
+    let (records, outcome) = run(&config);
+    check_invariants(&config, &records, &outcome);
+
+    let mut configs = Vec::new();
+    let (mut accepted, mut drafts, mut evictions, mut deferred_seen) = (0, 0, 0, false);
+    let mut external_hits = 0;
+    let mut sleep_levels: HashMap<u32, Vec<u8>> = HashMap::new();
+    let mut operations = Vec::new();
+    let adapters: Vec<String> = (0..3).map(SimConfig::adapter_name).collect();
+    for record in &records {
+        match record {
+            Record::EngineConfig(c) => configs.push((c.engine, c.max_loras)),
+            Record::SchedulerStats(s) => {
+                let stages = s
+                    .num_kv_fetch_reqs_by_stage
+                    .expect("a KV consumer reports stages");
+                assert_eq!(
+                    stages.in_progress + stages.completed_waiting,
+                    s.num_skipped_waiting_reqs,
+                    "loading and loaded requests are the deferred ones"
+                );
+                deferred_seen |= s.num_skipped_waiting_reqs > 0;
+                external_hits += s.external_prefix_cache_hits;
+                let spec = s
+                    .spec_decoding
+                    .as_ref()
+                    .expect("speculative decoding is on");
+                assert_eq!(spec.num_draft_tokens, 3 * spec.num_drafts);
+                assert!(
+                    spec.num_accepted_tokens_per_pos
+                        .windows(2)
+                        .all(|w| w[0] >= w[1]),
+                    "a position is accepted only after the previous one"
+                );
+                accepted += spec.num_accepted_tokens;
+                drafts += spec.num_drafts;
+                evictions += s.kv_cache_eviction_events.len();
+                let perf = s.perf_stats.expect("MFU estimates every step");
+                assert_eq!(
+                    perf.num_flops_per_gpu > 0.0,
+                    perf.num_read_bytes_per_gpu > 0.0,
+                    "a forward pass reads the weights"
+                );
+                for list in [&s.running_lora_adapters, &s.waiting_lora_adapters] {
+                    let list = list.as_ref().expect("LoRA lists every step");
+                    assert!(list.iter().all(|a| adapters.contains(a)), "{list:?}");
+                    assert!(
+                        list.windows(2).all(|w| w[0] < w[1]),
+                        "each adapter once, in order"
+                    );
+                }
+            }
+            Record::SleepState(s) => sleep_levels.entry(s.engine).or_default().push(s.level),
+            Record::Operation(o) => operations.push(o.operation),
+            _ => {}
+        }
+    }
+    assert_eq!(
+        configs,
+        vec![(0, Some(3)), (1, Some(3))],
+        "one start-up per engine"
+    );
+    assert!(
+        drafts > 0 && accepted > 0 && accepted < 3 * drafts,
+        "{accepted} of {drafts}"
+    );
+    assert!(evictions > 0, "sampled blocks were evicted");
+    assert!(
+        external_hits > 0 && deferred_seen,
+        "the connector loaded KV"
+    );
+    // Sleep and wake alternate, asleep first.
+    for levels in sleep_levels.values() {
+        assert!(!levels.is_empty());
+        for (i, level) in levels.iter().enumerate() {
+            assert_eq!(*level, if i % 2 == 0 { 1 } else { 0 }, "{levels:?}");
+        }
+    }
+    use vllm_otel_metrics::protocol::OperationKind::*;
+    let sleeps = operations.iter().filter(|o| **o == Sleep).count();
+    let wakes = operations.iter().filter(|o| **o == Wake).count();
+    let slept: usize = sleep_levels
+        .values()
+        .map(|l| l.iter().filter(|l| **l > 0).count())
+        .sum();
+    assert_eq!(
+        (
+            sleeps,
+            wakes + sleep_levels.values().filter(|l| l.len() % 2 == 1).count()
+        ),
+        (slept, slept)
+    );
+    let updates: Vec<_> = operations.iter().filter(|o| !o.is_sleep_mode()).collect();
+    assert_eq!(
+        updates,
+        [
+            Init, Start, StartDraft, Update, Finish, Start, StartDraft, Update, Finish, Start,
+            StartDraft, Update, Finish
+        ]
+        .iter()
+        .collect::<Vec<_>>(),
+        "an update every 10 s while requests arrive, the transfer set up once"
+    );
 }
 
 #[test]

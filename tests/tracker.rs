@@ -529,6 +529,7 @@ fn scheduler_stats_set_gauges_and_add_counters() {
             kv_cache_usage: usage,
             prefix_cache_queries: queries,
             prefix_cache_hits: queries / 2,
+            ..SchedulerStats::default()
         });
     }
     let text = bridge.encode(Format::Text);

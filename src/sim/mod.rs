@@ -202,6 +202,10 @@ impl SimConfig {
     /// per step plus the KV of the context read by attention; the KV of
     /// the tokens computed written.
     fn perf_stats(&self, tokens: u32, context_tokens_read: u64) -> PerfStats {
+        if tokens == 0 {
+            // Nothing scheduled (every request waits for its KV): no forward pass.
+            return PerfStats::default();
+        }
         let tp = f64::from(self.tensor_parallel_size.max(1));
         let params = self.model_params_b * 1e9;
         let kv = self.kv_bytes_per_token as f64;
