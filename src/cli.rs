@@ -49,7 +49,7 @@ enum Command {
     /// Replay a JSONL engine trace through the tracker and exporters.
     Replay(ReplayArgs),
     /// Simulate a vLLM-style engine (scheduler, KV cache, workload) feeding the pipeline.
-    Simulate(SimulateArgs),
+    Simulate(Box<SimulateArgs>),
     /// Run the pipeline as a sidecar: engines stream records over gRPC.
     Serve(ServeArgs),
 }
@@ -1130,7 +1130,7 @@ pub fn run(cli: Cli) -> ExitCode {
     init_diagnostics();
     let result = match cli.command {
         Command::Replay(args) => run_replay(args),
-        Command::Simulate(args) => run_simulate(args),
+        Command::Simulate(args) => run_simulate(*args),
         Command::Serve(args) => run_serve(args),
     };
     result.unwrap_or_else(|e| {

@@ -95,7 +95,7 @@ fn random_record(rng: &mut Rng, clock: &mut f64) -> Record {
             request_id: id,
             received_at: 1000.0 + *clock,
         }),
-        _ => Record::SchedulerStats(SchedulerStats {
+        _ => Record::SchedulerStats(Box::new(SchedulerStats {
             model_name: model,
             engine,
             num_running_reqs: rng.below(10),
@@ -104,7 +104,7 @@ fn random_record(rng: &mut Rng, clock: &mut f64) -> Record {
             prefix_cache_queries: rng.below(1000),
             prefix_cache_hits: rng.below(100),
             ..SchedulerStats::default()
-        }),
+        })),
     }
 }
 

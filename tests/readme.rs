@@ -6,7 +6,7 @@ mod common;
 use vllm_otel_metrics::catalog::{self, DEFAULT_MAX_MODEL_LEN};
 
 const BEGIN: &str =
-    "<!-- catalog:begin (generated from src/catalog.rs; tests/readme.rs checks it) -->\n";
+    "<!-- catalog:begin (generated from src/catalog/; tests/readme.rs checks it) -->\n";
 const END: &str = "<!-- catalog:end -->";
 
 fn readme() -> String {

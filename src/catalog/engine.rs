@@ -206,14 +206,17 @@ pub const ESTIMATED_FLOPS_PER_GPU: MetricDef = float_counter(
 pub const ESTIMATED_READ_BYTES_PER_GPU: MetricDef = float_counter(
     "vllm:estimated_read_bytes_per_gpu",
     "vllm.estimated_read_bytes_per_gpu",
-    "By",
+    // Not UCUM "By": Prometheus translators append `_bytes` for it, which
+    // would break vLLM's name.
+    "",
     "Estimated number of bytes read from memory per GPU (for Model Flops Utilization calculations).",
 );
 /// Estimated bytes written per GPU (`perf.py`, `PerfMetricsProm`).
 pub const ESTIMATED_WRITE_BYTES_PER_GPU: MetricDef = float_counter(
     "vllm:estimated_write_bytes_per_gpu",
     "vllm.estimated_write_bytes_per_gpu",
-    "By",
+    // Not "By", as above.
+    "",
     "Estimated number of bytes written to memory per GPU (for Model Flops Utilization calculations).",
 );
 /// Speculative-decoding drafts (`vllm/v1/spec_decode/metrics.py`, `SpecDecodingProm`).
@@ -263,7 +266,8 @@ pub const CACHE_CONFIG_INFO: MetricDef = gauge_with(
 pub const LORA_REQUESTS_INFO: MetricDef = gauge_with(
     "vllm:lora_requests_info",
     "vllm.lora_requests_info",
-    "s",
+    // A Unix time, but not "s": translators would append `_seconds`.
+    "",
     "Running stats on lora requests.",
     LORA_INFO_LABELS,
     ValueType::Float,

@@ -124,7 +124,9 @@ pub fn record_from_proto(record: pb::Record, now: f64) -> Result<Record, String>
             request_id: required_id("abort", a.request_id)?,
             received_at: a.received_at.unwrap_or(now),
         }),
-        R::SchedulerStats(s) => Record::SchedulerStats(scheduler_stats_from_proto(s, now)),
+        R::SchedulerStats(s) => {
+            Record::SchedulerStats(Box::new(scheduler_stats_from_proto(s, now)))
+        }
         R::EngineConfig(c) => Record::EngineConfig(EngineConfig {
             model_name: c.model_name,
             engine: c.engine,

@@ -35,7 +35,7 @@ pub enum Record {
     /// The frontend aborted a request (client went away, cancel).
     Abort(Abort),
     /// Scheduler state after one engine step.
-    SchedulerStats(SchedulerStats),
+    SchedulerStats(Box<SchedulerStats>),
     /// An engine started, with this configuration.
     EngineConfig(EngineConfig),
     /// An engine went to sleep or woke up.

@@ -430,7 +430,14 @@ impl Engine {
             result.tokens += tokens;
             result.context_tokens_read += u64::from(sequence.computed);
             let mut new_tokens = 1;
+            // What this admission prefills: the prompt and what it had generated.
+            let prefill_target = sequence.prefill_target();
             if sequence.decoding() {
+                if sequence.needs_prefill_stats {
+                    // Re-admitted with all but its last token cached: this
+                    // step computes that token, the whole of its prefill.
+                    sequence.prefill_computed += 1;
+                }
                 // A decode step drafts up to `k` tokens and keeps the
                 // accepted prefix of them plus one of its own.
                 if let Some(spec) = spec.as_mut() {
@@ -458,7 +465,7 @@ impl Engine {
             let finished = sequence.generated >= sequence.request.output_len;
             let prefill_stats =
                 std::mem::take(&mut sequence.needs_prefill_stats).then(|| PrefillStats {
-                    num_prompt_tokens: sequence.prefill_target() - 1,
+                    num_prompt_tokens: prefill_target,
                     num_computed_tokens: sequence.prefill_computed,
                     num_cached_tokens: sequence.cached + sequence.external,
                     num_local_cached_tokens: sequence.cached,

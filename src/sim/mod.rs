@@ -672,7 +672,7 @@ pub fn simulate(
                 } else {
                     (None, None)
                 };
-                sink(&Record::SchedulerStats(SchedulerStats {
+                sink(&Record::SchedulerStats(Box::new(SchedulerStats {
                     model_name: config.model_name(e as u32),
                     engine: e as u32,
                     num_running_reqs: engine.running() as u64,
@@ -698,7 +698,7 @@ pub fn simulate(
                     running_lora_adapters: running_adapters,
                     waiting_lora_adapters: waiting_adapters,
                     ..SchedulerStats::default()
-                }));
+                })));
                 fleet.free_at[e] = end;
                 fleet.next_step[e] = engine.has_work().then_some(end.max(fleet.ready_at[e]));
                 if fleet.next_step[e].is_none() {

@@ -1,0 +1,592 @@
+//! vLLM's own published Grafana dashboards, run unchanged against the
+//! simulator.
+//!
+//! `tests/data/vllm-dashboards/queries.tsv` holds every query expression of
+//! the dashboards the vLLM project publishes (see the README there for the
+//! paths and commits). A real Prometheus (Debian's `prometheus`) scrapes two
+//! simulators every second, as two scrape jobs that together exercise
+//! everything the simulator models:
+//!
+//! - `vllm-a`: two engines under a KV cache too small for the load (requests
+//!   wait and are preempted), speculative decoding, a KV connector finding
+//!   part of each prompt in another instance, three LoRA adapters, sampled
+//!   KV-block residency and an RL trainer pushing weights every 6 s;
+//! - `vllm-b`: a light load whose engine sleeps whenever it has been idle for
+//!   a second and wakes for the next request.
+//!
+//! After enough scrapes every query is evaluated through `/api/v1/query`, with
+//! Grafana's variables set as the dashboards' defaults would set them (see
+//! [`substitute`]). A query is out of scope when it reads a KV-connector
+//! (NIXL) or CPU-offload family, which the simulator does not serve; every
+//! other query must return data, except the few in [`EXPECTED_EMPTY`], which
+//! must be empty (so a stale entry fails).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::Guard;
+use serde_json::Value;
+
+const KV_CACHE: &str = "examples/observability/dashboards/grafana/vllm_kv_cache.json";
+const OVERVIEW: &str = "examples/observability/dashboards/grafana/vllm_overview.json";
+const SERVICE_STATUS: &str = "examples/observability/dashboards/grafana/vllm_service_status.json";
+/// The older dashboard, whose `$model_name` is a single-value variable.
+const PROMETHEUS_GRAFANA: &str = "examples/observability/prometheus_grafana/grafana.json";
+
+/// Rows of `queries.tsv`.
+const EXPECTED_ROWS: usize = 277;
+/// At least this many queries are covered (not out of scope).
+const MIN_COVERED: usize = 217;
+
+/// Families of vLLM's KV connectors (NIXL) and CPU KV offloading: out of the
+/// simulator's scope.
+const OUT_OF_SCOPE_PREFIXES: [&str; 3] =
+    ["vllm:nixl_", "vllm:kv_offload_", "vllm:simple_kv_offload_"];
+
+/// Covered queries that cannot return data from what the simulator models:
+/// (source, panel id, refId, why).
+const EXPECTED_EMPTY: [(&str, &str, &str, &str); 5] = [
+    (
+        KV_CACHE,
+        "16",
+        "C",
+        "multi-modal cache hit rate `mm_cache_hits / (mm_cache_queries > 0)`: the simulator serves text only, so there are no multi-modal cache queries",
+    ),
+    (
+        OVERVIEW,
+        "38",
+        "C",
+        "multi-modal cache hit rate `mm_cache_hits / (mm_cache_queries > 0)`: the simulator serves text only, so there are no multi-modal cache queries",
+    ),
+    (
+        OVERVIEW,
+        "18",
+        "G",
+        "error share filters `finished_reason=\"error\"`: no simulated request fails, and a finish reason's series appears when a request first finishes with it",
+    ),
+    (
+        SERVICE_STATUS,
+        "5",
+        "A",
+        "success rate is `1 - (finished_reason=\"error\" rate) / …`: no simulated request fails, so the `error` series does not exist",
+    ),
+    (
+        SERVICE_STATUS,
+        "10",
+        "A",
+        "success rate is `1 - (finished_reason=\"error\" rate) / …`: no simulated request fails, so the `error` series does not exist",
+    ),
+];
+
+/// Simulator A: everything the engine tier models, under load.
+const SIM_A: [&str; 19] = [
+    "--seed",
+    "1",
+    "--engines",
+    "2",
+    "--num-speculative-tokens",
+    "3",
+    "--external-prefix-hit-rate",
+    "0.4",
+    "--lora-adapters",
+    "--models",
+    "3",
+    "--kv-cache-metrics-sample",
+    "0.2",
+    "--weight-update-interval",
+    "6",
+    "--kv-blocks",
+    "256",
+    "--rate",
+    "6",
+];
+
+/// Simulator B: a light load that sleeps between requests and wakes.
+const SIM_B: [&str; 6] = ["--seed", "2", "--rate", "0.5", "--sleep-when-idle", "1"];
+
+/// Series that show every kind of event has happened at least once.
+const READY_WHEN: [&str; 5] = [
+    "vllm:sleep_mode_operation_duration_seconds_count",
+    "vllm:rl_weight_update_operation_duration_seconds_count",
+    "vllm:kv_block_lifetime_seconds_count",
+    "vllm:kv_block_idle_before_evict_seconds_count",
+    "vllm:kv_block_reuse_gap_seconds_count",
+];
+/// Seconds of scraping before the queries run, at the least.
+const MIN_SCRAPED_SECS: u64 = 35;
+/// Seconds a covered query may take to return data (windows fill in).
+const RETRY_SECS: u64 = 15;
+
+/// One row of `queries.tsv`.
+struct Query {
+    source: String,
+    panel_id: String,
+    panel_title: String,
+    ref_id: String,
+    expr: String,
+}
+
+fn queries() -> Vec<Query> {
+    let path = common::repo().join("tests/data/vllm-dashboards/queries.tsv");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some("source\tcommit\tpanel_id\tpanel_title\tref_id\texpr"),
+        "{}: header",
+        path.display()
+    );
+    let data_lines = text.lines().count() - 1;
+    let rows: Vec<Query> = lines
+        .enumerate()
+        .map(|(i, line)| {
+            let fields: Vec<&str> = line.split('\t').collect();
+            assert_eq!(fields.len(), 6, "{}:{}: six fields", path.display(), i + 2);
+            let commit = fields[1];
+            assert!(
+                commit.len() == 40 && commit.bytes().all(|b| b.is_ascii_hexdigit()),
+                "{}:{}: commit {commit:?}",
+                path.display(),
+                i + 2
+            );
+            assert!(
+                fields[5].contains("vllm:"),
+                "{}:{}: not a vLLM query",
+                path.display(),
+                i + 2
+            );
+            Query {
+                source: fields[0].to_owned(),
+                panel_id: fields[2].to_owned(),
+                panel_title: fields[3].to_owned(),
+                ref_id: fields[4].to_owned(),
+                expr: fields[5].to_owned(),
+            }
+        })
+        .collect();
+    assert_eq!(
+        rows.len(),
+        data_lines,
+        "every line of {} is a query",
+        path.display()
+    );
+    rows
+}
+
+fn out_of_scope(expr: &str) -> bool {
+    OUT_OF_SCOPE_PREFIXES
+        .iter()
+        .any(|prefix| expr.contains(prefix))
+}
+
+/// The expression as Grafana sends it to Prometheus with the dashboards'
+/// default variables:
+///
+/// - the multi-value variables with "All" selected (`$job`, `$instance`,
+///   `$model_name`, `$engine`, `$Deployment_id`) become `.*`; they may only
+///   appear in `=~"…"` matchers (asserted);
+/// - `$model_name` of `prometheus_grafana/grafana.json` is a single-value
+///   variable (`label_values(model_name)`, used in `model_name="…"`); its saved
+///   value is not served, so Grafana selects the first value: `first_model`;
+/// - `$__rate_interval` becomes `15s` (fifteen scrapes; as in
+///   `tests/dashboards.rs`);
+/// - `$__range` becomes the time scraped so far, `range_secs`;
+/// - `$ttft_slo` and `$tpot_slo` take `vllm_overview.json`'s saved values,
+///   `1.0` (1 s) and `0.1` (100 ms).
+fn substitute(query: &Query, first_model: &str, range_secs: u64) -> String {
+    let all = ".*".to_owned();
+    let model_name = if query.source == PROMETHEUS_GRAFANA {
+        first_model.to_owned()
+    } else {
+        all.clone()
+    };
+    let value = |name: &str| -> Option<String> {
+        Some(match name {
+            "job" | "instance" | "engine" | "Deployment_id" => all.clone(),
+            "model_name" => model_name.clone(),
+            "__rate_interval" => "15s".to_owned(),
+            "__range" => format!("{range_secs}s"),
+            "ttft_slo" => "1.0".to_owned(),
+            "tpot_slo" => "0.1".to_owned(),
+            _ => return None,
+        })
+    };
+    let expr = &query.expr;
+    let mut out = String::with_capacity(expr.len());
+    let mut rest = expr.as_str();
+    while let Some(dollar) = rest.find('$') {
+        out.push_str(&rest[..dollar]);
+        let after = &rest[dollar + 1..];
+        let len = after
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(after.len());
+        let name = &after[..len];
+        match value(name) {
+            Some(v) => {
+                if v == ".*" {
+                    assert!(
+                        out.ends_with("=~\""),
+                        "{} panel {} {}: `${name}` (All) outside a `=~\"…\"` matcher: {expr}",
+                        query.source,
+                        query.panel_id,
+                        query.ref_id
+                    );
+                }
+                out.push_str(&v);
+            }
+            None => {
+                out.push('$');
+                out.push_str(name);
+            }
+        }
+        rest = &after[len..];
+    }
+    out.push_str(rest);
+    assert!(
+        !out.contains('$'),
+        "{} panel {} {}: a variable is left: {out}",
+        query.source,
+        query.panel_id,
+        query.ref_id
+    );
+    out
+}
+
+/// `GET` over HTTP/1.0 (no chunked encoding): status code and body.
+fn get(port: u16, path: &str) -> Result<(u16, String), String> {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))
+        .map_err(|e| format!("connect to :{port}: {e}"))?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .map_err(|e| e.to_string())?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").map_err(|e| e.to_string())?;
+    let mut response = Vec::new();
+    stream
+        .read_to_end(&mut response)
+        .map_err(|e| format!("read from :{port}: {e}"))?;
+    let response = String::from_utf8_lossy(&response).into_owned();
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("no HTTP response: {response:?}"))?;
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(|| format!("no status in {head:?}"))?;
+    Ok((status, body.to_owned()))
+}
+
+fn url_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            other => format!("%{other:02X}"),
+        })
+        .collect()
+}
+
+/// What Prometheus answered to an instant query.
+enum Answer {
+    /// Status success with data: series (or 1 for a scalar or string).
+    Data(usize),
+    /// Status success with series whose every value is NaN (Grafana shows
+    /// "NaN"; histogram quantiles of windows without observations).
+    NaN(usize),
+    /// Status success, no series.
+    Empty,
+    /// Anything else: the HTTP status, Prometheus' error or the body.
+    Error(String),
+}
+
+fn query(port: u16, promql: &str) -> Answer {
+    let (status, body) = match get(port, &format!("/api/v1/query?query={}", url_encode(promql))) {
+        Ok(answer) => answer,
+        Err(e) => return Answer::Error(e),
+    };
+    let json: Value = match serde_json::from_str(&body) {
+        Ok(json) => json,
+        Err(e) => return Answer::Error(format!("HTTP {status}, not JSON ({e}): {body}")),
+    };
+    if status != 200 || json["status"] != "success" {
+        return Answer::Error(format!(
+            "HTTP {status}, status {}: {} {}",
+            json["status"], json["errorType"], json["error"]
+        ));
+    }
+    let data = &json["data"];
+    match data["resultType"].as_str() {
+        Some("vector") | Some("matrix") => match data["result"].as_array() {
+            Some(result) if result.is_empty() => Answer::Empty,
+            Some(result) => {
+                let nan = |v: &Value| v[1].as_str().is_some_and(|x| x == "NaN");
+                let all_nan = result.iter().all(|series| {
+                    nan(&series["value"])
+                        || series["values"]
+                            .as_array()
+                            .is_some_and(|values| values.iter().all(nan))
+                });
+                if all_nan {
+                    Answer::NaN(result.len())
+                } else {
+                    Answer::Data(result.len())
+                }
+            }
+            None => Answer::Error(format!("no result array: {body}")),
+        },
+        Some("scalar") | Some("string") => Answer::Data(1),
+        _ => Answer::Error(format!("unknown resultType: {body}")),
+    }
+}
+
+fn simulator(dir: &Path, name: &str, args: &[&str], port: u16) -> Guard {
+    let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
+    Guard(
+        Command::new(common::binary())
+            .args([
+                "simulate",
+                "--realtime",
+                "--duration",
+                "600",
+                "--output",
+                "none",
+            ])
+            .args(args)
+            .arg("--metrics-addr")
+            .arg(format!("127.0.0.1:{port}"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("the simulator starts"),
+    )
+}
+
+/// Names of the series of `selector` (for failure reports).
+fn series_names(port: u16, selector: &str) -> Vec<String> {
+    let Ok((_, body)) = get(
+        port,
+        &format!("/api/v1/series?match[]={}", url_encode(selector)),
+    ) else {
+        return Vec::new();
+    };
+    let json: Value = serde_json::from_str(&body).unwrap_or_default();
+    let mut names: Vec<String> = json["data"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|series| series["__name__"].as_str().map(str::to_owned))
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+#[test]
+fn vllm_published_dashboards_work_on_the_simulator() {
+    let prometheus = common::require_tool(
+        "prometheus",
+        "install Debian's `prometheus` package (apt-get install -y prometheus), or run `bash scripts/test.sh`",
+    );
+    let rows = queries();
+    assert_eq!(rows.len(), EXPECTED_ROWS, "rows of queries.tsv");
+    for (source, panel, ref_id, _) in EXPECTED_EMPTY {
+        let row = rows
+            .iter()
+            .find(|q| q.source == source && q.panel_id == panel && q.ref_id == ref_id)
+            .unwrap_or_else(|| panic!("EXPECTED_EMPTY: no query {source} panel {panel} {ref_id}"));
+        assert!(
+            !out_of_scope(&row.expr),
+            "EXPECTED_EMPTY: {source} panel {panel} {ref_id} is out of scope anyway"
+        );
+    }
+
+    let started = Instant::now();
+    let dir = common::tempdir("vllm-dashboards");
+    let port_a = common::free_port();
+    let port_b = common::free_port();
+    let _sim_a = simulator(&dir, "vllm-a", &SIM_A, port_a);
+    let _sim_b = simulator(&dir, "vllm-b", &SIM_B, port_b);
+
+    let port = common::free_port();
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
+             scrape_configs:\n\
+             \x20 - job_name: vllm-a\n    static_configs:\n      - targets: ['127.0.0.1:{port_a}']\n\
+             \x20 - job_name: vllm-b\n    static_configs:\n      - targets: ['127.0.0.1:{port_b}']\n"
+        ),
+    )
+    .unwrap();
+    let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
+    let _prometheus = Guard(
+        Command::new(prometheus)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("prometheus starts"),
+    );
+    common::wait_for(30, "Prometheus to be ready", || {
+        common::http_get(port, "/-/ready")
+    });
+    for job in ["vllm-a", "vllm-b"] {
+        let up = format!("up{{job=\"{job}\"}} == 1");
+        common::wait_for(30, &format!("{job} to be scraped"), || {
+            matches!(query(port, &up), Answer::Data(_)).then_some(())
+        });
+    }
+    let first_scrape = Instant::now();
+
+    // Enough data: every kind of event seen, and windows filled.
+    let mut missing = Vec::new();
+    let ready = common::wait_for_optional(MIN_SCRAPED_SECS + 30, || {
+        missing = READY_WHEN
+            .iter()
+            .filter(|series| !matches!(query(port, series), Answer::Data(_)))
+            .collect();
+        (missing.is_empty() && first_scrape.elapsed() >= Duration::from_secs(MIN_SCRAPED_SECS))
+            .then_some(())
+    });
+    assert!(
+        ready.is_some(),
+        "after {:?} of scraping still no series for {missing:?}; logs in {}",
+        first_scrape.elapsed(),
+        dir.display()
+    );
+    let range_secs = first_scrape.elapsed().as_secs();
+
+    // Grafana's first value of `label_values(model_name)`.
+    let (_, body) = get(port, "/api/v1/label/model_name/values").expect("model_name values");
+    let json: Value = serde_json::from_str(&body).expect("JSON label values");
+    let models: Vec<String> = json["data"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.as_str().map(str::to_owned))
+        .collect();
+    let first_model = models.first().expect("a model_name value").clone();
+
+    // Evaluate every query.
+    let expected_empty = |q: &Query| {
+        EXPECTED_EMPTY
+            .iter()
+            .find(|(source, panel, ref_id, _)| {
+                q.source == *source && q.panel_id == *panel && q.ref_id == *ref_id
+            })
+            .map(|entry| entry.3)
+    };
+    let mut covered = 0;
+    let mut out = 0;
+    let mut with_data = 0;
+    let mut failures = Vec::new();
+    let mut pending = Vec::new();
+    let mut all_nan = Vec::new();
+    for q in &rows {
+        let promql = substitute(q, &first_model, range_secs);
+        if out_of_scope(&q.expr) {
+            out += 1;
+            continue;
+        }
+        covered += 1;
+        match (query(port, &promql), expected_empty(q)) {
+            (Answer::Data(_), None) => with_data += 1,
+            (Answer::NaN(_), None) => {
+                with_data += 1;
+                all_nan.push(format!("{} panel {} {}", q.source, q.panel_id, q.ref_id));
+            }
+            (Answer::Empty, Some(_)) => {}
+            (Answer::Data(n) | Answer::NaN(n), Some(why)) => failures.push(format!(
+                "{} panel {} {:?} {}: in EXPECTED_EMPTY ({why}) but returned {n} series\n  {promql}",
+                q.source, q.panel_id, q.panel_title, q.ref_id
+            )),
+            (Answer::Error(e), _) => failures.push(format!(
+                "{} panel {} {:?} {}: {e}\n  {promql}",
+                q.source, q.panel_id, q.panel_title, q.ref_id
+            )),
+            // Windows may still be filling in: asked again below.
+            (Answer::Empty, None) => pending.push((q, promql)),
+        }
+    }
+    let retried = pending.len();
+    let deadline = Instant::now() + Duration::from_secs(RETRY_SECS);
+    while !pending.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(500));
+        pending.retain(|(_, promql)| {
+            let data = matches!(query(port, promql), Answer::Data(_) | Answer::NaN(_));
+            with_data += usize::from(data);
+            !data
+        });
+    }
+    for (q, promql) in &pending {
+        let names: Vec<String> = q
+            .expr
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+            .filter(|word| word.starts_with("vllm:"))
+            .flat_map(|name| {
+                let family = ["_bucket", "_count", "_sum", "_total"]
+                    .iter()
+                    .find_map(|suffix| name.strip_suffix(suffix))
+                    .unwrap_or(name);
+                series_names(port, &format!("{{__name__=~\"{family}.*\"}}"))
+            })
+            .collect();
+        failures.push(format!(
+            "{} panel {} {:?} {}: empty result after {RETRY_SECS} s more\n  {promql}\n  \
+             series of its families: {names:?}",
+            q.source, q.panel_id, q.panel_title, q.ref_id
+        ));
+    }
+
+    eprintln!(
+        "vLLM dashboards: {} queries, {covered} covered ({with_data} with data, {} expected empty), \
+         {out} out of scope (KV connector / CPU offload); $__range = {range_secs}s, \
+         $model_name (prometheus_grafana) = {first_model:?}; {retried} asked again; \
+         {} only NaN; {} failure(s); {:?} in all",
+        rows.len(),
+        EXPECTED_EMPTY.len(),
+        all_nan.len(),
+        failures.len(),
+        started.elapsed()
+    );
+    for (source, panel, ref_id, why) in EXPECTED_EMPTY {
+        eprintln!("  expected empty: {source} panel {panel} {ref_id}: {why}");
+    }
+    for query in &all_nan {
+        eprintln!("  only NaN (counted as data): {query}");
+    }
+    for failure in &failures {
+        eprintln!("FAILED {failure}");
+    }
+    assert_eq!(covered + out, rows.len(), "every row classified");
+    assert!(
+        covered >= MIN_COVERED,
+        "only {covered} covered queries (at least {MIN_COVERED})"
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {covered} covered vLLM dashboard queries failed (logs and config in {}):\n{}",
+        failures.len(),
+        dir.display(),
+        failures.join("\n")
+    );
+    assert_eq!(
+        with_data + EXPECTED_EMPTY.len(),
+        covered,
+        "covered queries accounted for"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
