@@ -1,5 +1,6 @@
 //! Recording into an existing label set allocates nothing: the hot path of
-//! `RequestMetrics` and `Tracker::observe_batch` is counted, not timed.
+//! `RequestMetrics`, `Tracker::observe_batch` and the engine-level records is
+//! counted, not timed.
 //!
 //! A counting global allocator counts the allocations (and reallocations) of
 //! the current thread while a thread-local flag is set, so tests running in
@@ -12,8 +13,9 @@ use std::cell::Cell;
 use vllm_otel_metrics::export::prometheus::PrometheusBridge;
 use vllm_otel_metrics::instruments::Instruments;
 use vllm_otel_metrics::protocol::{
-    EngineCoreEvent, EngineCoreOutput, EventType, FinishReason, OutputBatch, PrefillStats,
-    RequestStart,
+    EngineConfig, EngineCoreEvent, EngineCoreOutput, EventType, FinishReason, KvCacheEvictionEvent,
+    KvFetchStages, Operation, OperationKind, OutputBatch, PerfStats, PrefillStats, Record,
+    RequestStart, SchedulerStats, SleepState, SpecDecodingStats,
 };
 use vllm_otel_metrics::tracker::{RequestMetrics, RequestParams, Tracker};
 
@@ -287,6 +289,83 @@ fn observing_a_batch_of_live_requests_allocates_nothing_once_warmed() {
         n, 0,
         "a finishing Tracker::observe_batch allocated {n} time(s)"
     );
+}
+
+/// A scheduler snapshot with every engine-level field, of `(MODEL, 0)`.
+fn full_scheduler_stats() -> Record {
+    Record::SchedulerStats(Box::new(SchedulerStats {
+        model_name: MODEL.into(),
+        engine: 0,
+        num_running_reqs: 3,
+        num_waiting_reqs: 5,
+        kv_cache_usage: 0.4,
+        prefix_cache_queries: 1200,
+        prefix_cache_hits: 300,
+        received_at: Some(1_700_000_000.0),
+        num_skipped_waiting_reqs: 2,
+        num_kv_fetch_reqs_by_stage: Some(KvFetchStages {
+            waiting_to_start: 1,
+            in_progress: 1,
+            completed_waiting: 0,
+        }),
+        external_prefix_cache_queries: 800,
+        external_prefix_cache_hits: 200,
+        external_prefix_cache_hits_by_source: None,
+        mm_cache_queries: 4,
+        mm_cache_hits: 1,
+        kv_cache_eviction_events: vec![KvCacheEvictionEvent {
+            lifetime_seconds: 12.5,
+            idle_seconds: 3.0,
+            reuse_gaps_seconds: vec![1.0, 2.5],
+        }],
+        perf_stats: Some(PerfStats {
+            num_flops_per_gpu: 1.2e13,
+            num_read_bytes_per_gpu: 1.6e10,
+            num_write_bytes_per_gpu: 2.0e8,
+        }),
+        spec_decoding: Some(SpecDecodingStats {
+            num_drafts: 3,
+            num_draft_tokens: 9,
+            num_accepted_tokens: 5,
+            num_accepted_tokens_per_pos: vec![3, 2, 0],
+        }),
+        running_lora_adapters: Some(vec!["sql-lora".into()]),
+        waiting_lora_adapters: Some(Vec::new()),
+    }))
+}
+
+/// vLLM's engine-level records of a known engine (same LoRA adapters as
+/// before) go through bound handles: no allocation. A new set of adapters
+/// is a new `lora_requests_info` series, which allocates, as in vLLM.
+#[test]
+fn engine_level_records_of_a_known_engine_allocate_nothing() {
+    let mut tracker = Tracker::new(instruments());
+    let records = [
+        Record::EngineConfig(EngineConfig {
+            model_name: MODEL.into(),
+            engine: 0,
+            cache_config: [("block_size".to_owned(), "16".to_owned())].into(),
+            max_loras: Some(4),
+        }),
+        full_scheduler_stats(),
+        Record::SleepState(SleepState {
+            model_name: MODEL.into(),
+            engine: 0,
+            level: 1,
+        }),
+        Record::Operation(Operation {
+            operation: OperationKind::Wake,
+            duration: 2.5,
+        }),
+    ];
+    for record in &records {
+        assert!(tracker.apply(record).is_empty(), "{record:?}");
+    }
+    for record in &records[1..] {
+        let (n, rejections) = allocations(|| tracker.apply(record));
+        assert!(rejections.is_empty());
+        assert_eq!(n, 0, "applying {record:?} again allocated {n} time(s)");
+    }
 }
 
 #[test]

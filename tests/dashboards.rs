@@ -24,12 +24,11 @@
 
 mod common;
 
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use common::Guard;
+use common::{prometheus, Guard};
 use serde_json::Value;
 
 const ALERTS: [&str; 3] = [
@@ -154,56 +153,13 @@ fn fast_rules(rules: &str) -> String {
     out
 }
 
-/// `GET` over HTTP/1.0 (no chunked encoding): status code and body.
-fn get(port: u16, path: &str) -> Result<(u16, String), String> {
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))
-        .map_err(|e| format!("connect to :{port}: {e}"))?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .map_err(|e| e.to_string())?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").map_err(|e| e.to_string())?;
-    let mut response = Vec::new();
-    stream
-        .read_to_end(&mut response)
-        .map_err(|e| format!("read from :{port}: {e}"))?;
-    let response = String::from_utf8_lossy(&response).into_owned();
-    let (head, body) = response
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| format!("no HTTP response: {response:?}"))?;
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .ok_or_else(|| format!("no status in {head:?}"))?;
-    Ok((status, body.to_owned()))
-}
-
-fn url_encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            other => format!("%{other:02X}"),
-        })
-        .collect()
-}
-
 /// An instant query through `/api/v1/query`: the `result` array, or why not.
 fn query(port: u16, promql: &str) -> Result<Vec<Value>, String> {
-    let (status, body) = get(port, &format!("/api/v1/query?query={}", url_encode(promql)))?;
-    let json: Value = serde_json::from_str(&body)
-        .map_err(|e| format!("HTTP {status}, not JSON ({e}): {body}"))?;
-    if status != 200 || json["status"] != "success" {
-        return Err(format!(
-            "HTTP {status}, status {}: {} {}",
-            json["status"], json["errorType"], json["error"]
-        ));
-    }
-    json["data"]["result"]
+    let data = prometheus::query(port, promql)?;
+    data["result"]
         .as_array()
         .cloned()
-        .ok_or_else(|| format!("no result array: {body}"))
+        .ok_or_else(|| format!("no result array: {data}"))
 }
 
 /// The result of `promql`, polled until it is non-empty (or the deadline).
@@ -233,7 +189,7 @@ fn value_for_job(result: &[Value], job: &str) -> Option<f64> {
 
 /// Alerts as Prometheus lists them: (alertname, job, state).
 fn alerts(port: u16) -> Result<Vec<(String, String, String)>, String> {
-    let (status, body) = get(port, "/api/v1/alerts")?;
+    let (status, body) = prometheus::get(port, "/api/v1/alerts")?;
     let json: Value = serde_json::from_str(&body).map_err(|e| format!("HTTP {status}: {e}"))?;
     let list = json["data"]["alerts"]
         .as_array()
@@ -269,10 +225,6 @@ fn simulator(dir: &Path, name: &str, kv_blocks: &str, port: u16) -> Guard {
 
 #[test]
 fn dashboards_and_rules_work_on_live_prometheus() {
-    let prometheus = common::require_tool(
-        "prometheus",
-        "install Debian's `prometheus` package (apt-get install -y prometheus), or run `bash scripts/test.sh`",
-    );
     let started = Instant::now();
     let dir = common::tempdir("dashboards");
     let rules_text = std::fs::read_to_string(rules_path()).unwrap();
@@ -284,37 +236,11 @@ fn dashboards_and_rules_work_on_live_prometheus() {
     let _starved = simulator(&dir, "starved", "256", starved_port);
     let _ample = simulator(&dir, "ample", "4096", ample_port);
 
-    let port = common::free_port();
-    let config = dir.join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
-             rule_files:\n  - {rules:?}\n\
-             scrape_configs:\n\
-             \x20 - job_name: vllm-starved\n    static_configs:\n      - targets: ['127.0.0.1:{starved_port}']\n\
-             \x20 - job_name: vllm-ample\n    static_configs:\n      - targets: ['127.0.0.1:{ample_port}']\n"
-        ),
-    )
-    .unwrap();
-    let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
-    let _prometheus = Guard(
-        Command::new(prometheus)
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("prometheus starts"),
+    let (_prometheus, port) = prometheus::start(
+        &dir,
+        &[("vllm-starved", starved_port), ("vllm-ample", ample_port)],
+        Some(&rules),
     );
-    common::wait_for(30, "Prometheus to be ready", || {
-        common::http_get(port, "/-/ready")
-    });
     // Both targets scraped, and the rules loaded (a bad rule file would stop
     // Prometheus from starting at all).
     for job in ["vllm-starved", "vllm-ample"] {

@@ -23,12 +23,11 @@
 
 mod common;
 
-use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::Guard;
+use common::{prometheus, Guard};
 use serde_json::Value;
 
 const KV_CACHE: &str = "examples/observability/dashboards/grafana/vllm_kv_cache.json";
@@ -256,41 +255,6 @@ fn substitute(query: &Query, first_model: &str, range_secs: u64) -> String {
     out
 }
 
-/// `GET` over HTTP/1.0 (no chunked encoding): status code and body.
-fn get(port: u16, path: &str) -> Result<(u16, String), String> {
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))
-        .map_err(|e| format!("connect to :{port}: {e}"))?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .map_err(|e| e.to_string())?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").map_err(|e| e.to_string())?;
-    let mut response = Vec::new();
-    stream
-        .read_to_end(&mut response)
-        .map_err(|e| format!("read from :{port}: {e}"))?;
-    let response = String::from_utf8_lossy(&response).into_owned();
-    let (head, body) = response
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| format!("no HTTP response: {response:?}"))?;
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .ok_or_else(|| format!("no status in {head:?}"))?;
-    Ok((status, body.to_owned()))
-}
-
-fn url_encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            other => format!("%{other:02X}"),
-        })
-        .collect()
-}
-
 /// What Prometheus answered to an instant query.
 enum Answer {
     /// Status success with data: series (or 1 for a scalar or string).
@@ -305,21 +269,10 @@ enum Answer {
 }
 
 fn query(port: u16, promql: &str) -> Answer {
-    let (status, body) = match get(port, &format!("/api/v1/query?query={}", url_encode(promql))) {
-        Ok(answer) => answer,
+    let data = match prometheus::query(port, promql) {
+        Ok(data) => data,
         Err(e) => return Answer::Error(e),
     };
-    let json: Value = match serde_json::from_str(&body) {
-        Ok(json) => json,
-        Err(e) => return Answer::Error(format!("HTTP {status}, not JSON ({e}): {body}")),
-    };
-    if status != 200 || json["status"] != "success" {
-        return Answer::Error(format!(
-            "HTTP {status}, status {}: {} {}",
-            json["status"], json["errorType"], json["error"]
-        ));
-    }
-    let data = &json["data"];
     match data["resultType"].as_str() {
         Some("vector") | Some("matrix") => match data["result"].as_array() {
             Some(result) if result.is_empty() => Answer::Empty,
@@ -337,10 +290,10 @@ fn query(port: u16, promql: &str) -> Answer {
                     Answer::Data(result.len())
                 }
             }
-            None => Answer::Error(format!("no result array: {body}")),
+            None => Answer::Error(format!("no result array: {data}")),
         },
         Some("scalar") | Some("string") => Answer::Data(1),
-        _ => Answer::Error(format!("unknown resultType: {body}")),
+        _ => Answer::Error(format!("unknown resultType: {data}")),
     }
 }
 
@@ -369,9 +322,12 @@ fn simulator(dir: &Path, name: &str, args: &[&str], port: u16) -> Guard {
 
 /// Names of the series of `selector` (for failure reports).
 fn series_names(port: u16, selector: &str) -> Vec<String> {
-    let Ok((_, body)) = get(
+    let Ok((_, body)) = prometheus::get(
         port,
-        &format!("/api/v1/series?match[]={}", url_encode(selector)),
+        &format!(
+            "/api/v1/series?match[]={}",
+            prometheus::url_encode(selector)
+        ),
     ) else {
         return Vec::new();
     };
@@ -389,10 +345,6 @@ fn series_names(port: u16, selector: &str) -> Vec<String> {
 
 #[test]
 fn vllm_published_dashboards_work_on_the_simulator() {
-    let prometheus = common::require_tool(
-        "prometheus",
-        "install Debian's `prometheus` package (apt-get install -y prometheus), or run `bash scripts/test.sh`",
-    );
     let rows = queries();
     assert_eq!(rows.len(), EXPECTED_ROWS, "rows of queries.tsv");
     for (source, panel, ref_id, _) in EXPECTED_EMPTY {
@@ -413,36 +365,8 @@ fn vllm_published_dashboards_work_on_the_simulator() {
     let _sim_a = simulator(&dir, "vllm-a", &SIM_A, port_a);
     let _sim_b = simulator(&dir, "vllm-b", &SIM_B, port_b);
 
-    let port = common::free_port();
-    let config = dir.join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
-             scrape_configs:\n\
-             \x20 - job_name: vllm-a\n    static_configs:\n      - targets: ['127.0.0.1:{port_a}']\n\
-             \x20 - job_name: vllm-b\n    static_configs:\n      - targets: ['127.0.0.1:{port_b}']\n"
-        ),
-    )
-    .unwrap();
-    let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
-    let _prometheus = Guard(
-        Command::new(prometheus)
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("prometheus starts"),
-    );
-    common::wait_for(30, "Prometheus to be ready", || {
-        common::http_get(port, "/-/ready")
-    });
+    let (_prometheus, port) =
+        prometheus::start(&dir, &[("vllm-a", port_a), ("vllm-b", port_b)], None);
     for job in ["vllm-a", "vllm-b"] {
         let up = format!("up{{job=\"{job}\"}} == 1");
         common::wait_for(30, &format!("{job} to be scraped"), || {
@@ -470,7 +394,8 @@ fn vllm_published_dashboards_work_on_the_simulator() {
     let range_secs = first_scrape.elapsed().as_secs();
 
     // Grafana's first value of `label_values(model_name)`.
-    let (_, body) = get(port, "/api/v1/label/model_name/values").expect("model_name values");
+    let (_, body) =
+        prometheus::get(port, "/api/v1/label/model_name/values").expect("model_name values");
     let json: Value = serde_json::from_str(&body).expect("JSON label values");
     let models: Vec<String> = json["data"]
         .as_array()

@@ -55,14 +55,14 @@ impl EngineRecords {
                 return None;
             }
             self.tracked += 1;
-        }
-        Some(
             self.engines
                 .entry(model_name.to_owned())
                 .or_default()
-                .entry(engine)
-                .or_default(),
-        )
+                .insert(engine, EngineState::default());
+        }
+        // Looked up again rather than through `entry`, whose owned key would
+        // allocate on every record of a known engine.
+        self.engines.get_mut(model_name)?.get_mut(&engine)
     }
 
     /// One engine step's stats, as `PrometheusStatLogger.record()` applies a

@@ -4,6 +4,7 @@
 pub mod collector;
 pub mod jaeger;
 pub mod pki;
+pub mod prometheus;
 pub mod serve;
 
 use std::collections::BTreeMap;
