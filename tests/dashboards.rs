@@ -240,6 +240,7 @@ fn dashboards_and_rules_work_on_live_prometheus() {
         &dir,
         &[("vllm-starved", starved_port), ("vllm-ample", ample_port)],
         Some(&rules),
+        &[],
     );
     // Both targets scraped, and the rules loaded (a bad rule file would stop
     // Prometheus from starting at all).

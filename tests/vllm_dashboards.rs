@@ -366,7 +366,7 @@ fn vllm_published_dashboards_work_on_the_simulator() {
     let _sim_b = simulator(&dir, "vllm-b", &SIM_B, port_b);
 
     let (_prometheus, port) =
-        prometheus::start(&dir, &[("vllm-a", port_a), ("vllm-b", port_b)], None);
+        prometheus::start(&dir, &[("vllm-a", port_a), ("vllm-b", port_b)], None, &[]);
     for job in ["vllm-a", "vllm-b"] {
         let up = format!("up{{job=\"{job}\"}} == 1");
         common::wait_for(30, &format!("{job} to be scraped"), || {

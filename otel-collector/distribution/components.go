@@ -1,13 +1,17 @@
 package main
 
 import (
+	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/loadbalancingexporter"
 	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/prometheusexporter"
+	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/prometheusremotewriteexporter"
+	"github.com/open-telemetry/opentelemetry-collector-contrib/extension/healthcheckextension"
 	"github.com/open-telemetry/opentelemetry-collector-contrib/processor/deltatocumulativeprocessor"
 	"github.com/open-telemetry/opentelemetry-collector-contrib/processor/transformprocessor"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/exporter"
 	"go.opentelemetry.io/collector/exporter/debugexporter"
 	"go.opentelemetry.io/collector/exporter/otlpexporter"
+	"go.opentelemetry.io/collector/extension"
 	"go.opentelemetry.io/collector/otelcol"
 	"go.opentelemetry.io/collector/processor"
 	"go.opentelemetry.io/collector/processor/batchprocessor"
@@ -25,8 +29,9 @@ const (
 
 // components declares exactly the components of this distribution:
 // receiver otlp; processors memory_limiter, batch, transform,
-// deltatocumulative; exporters prometheus, otlp (traces onwards), debug.
-// No extensions, no connectors.
+// deltatocumulative; exporters prometheus, otlp (traces onwards), debug,
+// loadbalancing (agents to gateways) and prometheusremotewrite (gateways to
+// storage); extension health_check. No connectors.
 func components() (otelcol.Factories, error) {
 	otlp := otlpreceiver.NewFactory()
 	memoryLimiter := memorylimiterprocessor.NewFactory()
@@ -36,6 +41,9 @@ func components() (otelcol.Factories, error) {
 	prometheus := prometheusexporter.NewFactory()
 	debug := debugexporter.NewFactory()
 	otlpExporter := otlpexporter.NewFactory()
+	loadBalancing := loadbalancingexporter.NewFactory()
+	remoteWrite := prometheusremotewriteexporter.NewFactory()
+	healthCheck := healthcheckextension.NewFactory()
 
 	receivers, err := otelcol.MakeFactoryMap[receiver.Factory](otlp)
 	if err != nil {
@@ -45,7 +53,11 @@ func components() (otelcol.Factories, error) {
 	if err != nil {
 		return otelcol.Factories{}, err
 	}
-	exporters, err := otelcol.MakeFactoryMap[exporter.Factory](prometheus, debug, otlpExporter)
+	exporters, err := otelcol.MakeFactoryMap[exporter.Factory](prometheus, debug, otlpExporter, loadBalancing, remoteWrite)
+	if err != nil {
+		return otelcol.Factories{}, err
+	}
+	extensions, err := otelcol.MakeFactoryMap[extension.Factory](healthCheck)
 	if err != nil {
 		return otelcol.Factories{}, err
 	}
@@ -54,6 +66,7 @@ func components() (otelcol.Factories, error) {
 		Receivers:  receivers,
 		Processors: processors,
 		Exporters:  exporters,
+		Extensions: extensions,
 		// The Collector's own logs and metrics (service::telemetry).
 		Telemetry: otelconftelemetry.NewFactory(),
 
@@ -68,9 +81,14 @@ func components() (otelcol.Factories, error) {
 			deltaToCumulative.Type(): contribModules + "processor/deltatocumulativeprocessor" + release,
 		},
 		ExporterModules: map[component.Type]string{
-			prometheus.Type():   contribModules + "exporter/prometheusexporter" + release,
-			debug.Type():        coreModules + "exporter/debugexporter" + release,
-			otlpExporter.Type(): coreModules + "exporter/otlpexporter" + release,
+			prometheus.Type():    contribModules + "exporter/prometheusexporter" + release,
+			debug.Type():         coreModules + "exporter/debugexporter" + release,
+			otlpExporter.Type():  coreModules + "exporter/otlpexporter" + release,
+			loadBalancing.Type(): contribModules + "exporter/loadbalancingexporter" + release,
+			remoteWrite.Type():   contribModules + "exporter/prometheusremotewriteexporter" + release,
+		},
+		ExtensionModules: map[component.Type]string{
+			healthCheck.Type(): contribModules + "extension/healthcheckextension" + release,
 		},
 	}, nil
 }

@@ -11,8 +11,14 @@ use serde_json::Value;
 use super::Guard;
 
 /// Starts Prometheus scraping each `(job, port)` every second, evaluating
-/// `rule_file` (if any) every second; returns it and its port once ready.
-pub fn start(dir: &Path, jobs: &[(&str, u16)], rule_file: Option<&Path>) -> (Guard, u16) {
+/// `rule_file` (if any) every second, with `extra` flags; returns it and its
+/// port once ready.
+pub fn start(
+    dir: &Path,
+    jobs: &[(&str, u16)],
+    rule_file: Option<&Path>,
+    extra: &[&str],
+) -> (Guard, u16) {
     let binary = super::require_tool(
         "prometheus",
         "install Debian's `prometheus` package (apt-get install -y prometheus), or run `bash scripts/test.sh`",
@@ -21,7 +27,9 @@ pub fn start(dir: &Path, jobs: &[(&str, u16)], rule_file: Option<&Path>) -> (Gua
     if let Some(rules) = rule_file {
         config.push_str(&format!("rule_files:\n  - {rules:?}\n"));
     }
-    config.push_str("scrape_configs:\n");
+    if !jobs.is_empty() {
+        config.push_str("scrape_configs:\n");
+    }
     for (job, target) in jobs {
         config.push_str(&format!(
             "  - job_name: {job}\n    static_configs:\n      - targets: ['127.0.0.1:{target}']\n"
@@ -39,6 +47,7 @@ pub fn start(dir: &Path, jobs: &[(&str, u16)], rule_file: Option<&Path>) -> (Gua
                 dir.join("data").display()
             ))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)

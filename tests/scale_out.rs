@@ -1,0 +1,428 @@
+//! The scale-out tier, end to end on loopback, with real parts only:
+//!
+//! three producers → one agent Collector (`otel-collector/agent.yaml`) → two
+//! gateway Collectors (`otel-collector/gateway.yaml`) → Prometheus with
+//! `--web.enable-remote-write-receiver` (the remote-write protocol of Mimir,
+//! Thanos Receive and Cortex).
+//!
+//! Each producer is a `serve` process with its own `service.instance.id`,
+//! pushing OTLP/gRPC every second; `replay --target` streams a different
+//! trace into each. The gateways are the shipped config, each started with
+//! one extra label (`gateway`) on what it writes, so that Prometheus shows
+//! which gateway each series came through.
+//!
+//! 1. The stored `vllm:request_num_preemptions` count and every bucket equal
+//!    the sums of the producers' own `/metrics` exactly; every engine's series
+//!    came through exactly one gateway, and both gateways carried some.
+//! 2. One gateway is stopped; the producers get a second round of traffic.
+//!    The series behind the stopped gateway stay at their old values while the
+//!    rest move on.
+//! 3. The gateway is started again: with cumulative temporality the next
+//!    exports carry the whole totals, and the stored totals are exact again.
+//!
+//! Throughout, Prometheus logs no out-of-order or duplicate sample.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::collector::collector_binary;
+use common::serve::Server;
+use common::{prometheus, Guard};
+use serde_json::Value;
+
+/// One trace per producer.
+const TRACES: [&str; 3] = ["generated-seed11", "generated-seed12", "generated-seed13"];
+const GATEWAYS: [&str; 2] = ["a", "b"];
+/// The producers' OTLP export interval.
+const EXPORT_INTERVAL_MS: u64 = 1000;
+
+/// A gateway Collector on fixed ports (so it can be restarted on them).
+struct Gateway {
+    name: &'static str,
+    grpc: u16,
+    health: u16,
+    telemetry: u16,
+    process: Option<Guard>,
+}
+
+impl Gateway {
+    fn start(&mut self, dir: &Path, remote_write: &str) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join(format!("gateway-{}.log", self.name)))
+            .unwrap();
+        let process = Command::new(collector_binary())
+            .arg("--config")
+            .arg(config("gateway.yaml"))
+            .arg("--config")
+            .arg(format!(
+                "yaml:exporters::prometheus_remote_write::external_labels::gateway: {}",
+                self.name
+            ))
+            .env("GATEWAY_OTLP_GRPC_PORT", self.grpc.to_string())
+            .env("GATEWAY_HEALTH_PORT", self.health.to_string())
+            .env("GATEWAY_TELEMETRY_PORT", self.telemetry.to_string())
+            .env("REMOTE_WRITE_URL", remote_write)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("the gateway starts");
+        self.process = Some(Guard(process));
+        let health = self.health;
+        common::wait_for(30, &format!("gateway {} to be healthy", self.name), || {
+            common::http_get(health, "/")
+        });
+    }
+
+    fn stop(&mut self) {
+        self.process = None;
+    }
+}
+
+fn config(name: &str) -> PathBuf {
+    common::repo().join("otel-collector").join(name)
+}
+
+fn start_agent(dir: &Path, grpc: u16, gateways: &[Gateway]) -> Guard {
+    let log = std::fs::File::create(dir.join("agent.log")).unwrap();
+    let endpoints: Vec<String> = gateways
+        .iter()
+        .map(|g| format!("127.0.0.1:{}", g.grpc))
+        .collect();
+    let health = common::free_port();
+    let agent = Guard(
+        Command::new(collector_binary())
+            .arg("--config")
+            .arg(config("agent.yaml"))
+            .env("AGENT_OTLP_GRPC_PORT", grpc.to_string())
+            .env("AGENT_OTLP_HTTP_PORT", common::free_port().to_string())
+            .env("AGENT_HEALTH_PORT", health.to_string())
+            .env("AGENT_TELEMETRY_PORT", common::free_port().to_string())
+            .env("GATEWAYS", format!("[{}]", endpoints.join(",")))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("the agent starts"),
+    );
+    common::wait_for(30, "the agent to be healthy", || {
+        common::http_get(health, "/")
+    });
+    agent
+}
+
+fn start_producer(index: usize, agent_grpc: u16) -> Server {
+    let endpoint = format!("http://127.0.0.1:{agent_grpc}");
+    let interval = EXPORT_INTERVAL_MS.to_string();
+    Server::start_with(
+        &[
+            "--otlp-endpoint",
+            &endpoint,
+            "--otlp-protocol",
+            "grpc",
+            "--otlp-interval-ms",
+            &interval,
+        ],
+        |command| {
+            command.env(
+                "OTEL_RESOURCE_ATTRIBUTES",
+                format!("service.instance.id=producer-{index}"),
+            );
+        },
+    )
+}
+
+/// Streams `trace` into `producer`; the stream ends once it is applied.
+fn feed(producer: &Server, trace: &str) {
+    let path = common::repo().join(format!("tests/data/{trace}.jsonl"));
+    let output = Command::new(common::binary())
+        .args(["replay", "--target", &producer.target()])
+        .arg(&path)
+        .output()
+        .expect("replay runs");
+    // Exit status 2: the golden traces carry deliberately invalid lines.
+    assert!(
+        matches!(output.status.code(), Some(0 | 2)),
+        "replay --target {} {}: {:?}\n{}",
+        producer.target(),
+        path.display(),
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// `vllm:request_num_preemptions`: total count and count per bucket bound.
+#[derive(Debug, Default, PartialEq)]
+struct Totals {
+    count: f64,
+    buckets: BTreeMap<String, f64>,
+}
+
+/// A bucket bound as one spelling: `1.0` (vLLM's exposition) and `1`
+/// (remote write) are the same bound.
+fn bound(le: &str) -> String {
+    match le {
+        "+Inf" => "+Inf".to_owned(),
+        finite => format!("{}", finite.parse::<f64>().expect("numeric le")),
+    }
+}
+
+fn label<'a>(key: &'a str, name: &str) -> Option<&'a str> {
+    let start = key.find(&format!("{name}=\""))? + name.len() + 2;
+    Some(&key[start..start + key[start..].find('"')?])
+}
+
+/// The producers' own totals, from their `/metrics`; with `only`, of the
+/// engines `(instance, model_name, engine)` it accepts.
+fn own_totals(producers: &[Server], only: impl Fn(&Engine) -> bool) -> Totals {
+    let mut totals = Totals::default();
+    for (index, producer) in producers.iter().enumerate() {
+        for (key, value) in producer.vllm_samples() {
+            let engine = (
+                format!("producer-{index}"),
+                label(&key, "model_name").unwrap_or_default().to_owned(),
+                label(&key, "engine").unwrap_or_default().to_owned(),
+            );
+            if !only(&engine) {
+                continue;
+            }
+            if key.starts_with("vllm:request_num_preemptions_count{") {
+                totals.count += value;
+            } else if key.starts_with("vllm:request_num_preemptions_bucket{") {
+                let le = bound(label(&key, "le").expect("a bucket has le"));
+                *totals.buckets.entry(le).or_default() += value;
+            }
+        }
+    }
+    totals
+}
+
+fn vector(port: u16, promql: &str) -> Vec<Value> {
+    match prometheus::query(port, promql) {
+        Ok(data) => data["result"].as_array().cloned().unwrap_or_default(),
+        Err(e) => panic!("{promql}: {e}"),
+    }
+}
+
+fn value(series: &Value) -> f64 {
+    series["value"][1]
+        .as_str()
+        .and_then(|v| v.parse().ok())
+        .expect("a sample value")
+}
+
+/// The stored totals, through PromQL (`filter` is a label matcher list).
+fn stored_totals(port: u16, filter: &str) -> Totals {
+    let count = vector(
+        port,
+        &format!("sum(vllm:request_num_preemptions_count{{{filter}}})"),
+    )
+    .first()
+    .map(value)
+    .unwrap_or(0.0);
+    let buckets = vector(
+        port,
+        &format!("sum by (le) (vllm:request_num_preemptions_bucket{{{filter}}})"),
+    )
+    .iter()
+    .map(|series| {
+        (
+            bound(series["metric"]["le"].as_str().expect("le")),
+            value(series),
+        )
+    })
+    .collect();
+    Totals { count, buckets }
+}
+
+/// Polls until the stored totals equal `expected`; the time it took.
+fn wait_until_exact(port: u16, filter: &str, expected: &Totals, secs: u64, dir: &Path) -> Duration {
+    let started = Instant::now();
+    let mut last = Totals::default();
+    common::wait_for_optional(secs, || {
+        last = stored_totals(port, filter);
+        (last == *expected).then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "stored totals {{{filter}}} still differ after {secs} s (logs in {}):\nstored   {last:?}\nexpected {expected:?}",
+            dir.display()
+        )
+    });
+    started.elapsed()
+}
+
+/// An engine as Prometheus tells them apart: (instance, model_name, engine).
+type Engine = (String, String, String);
+
+/// The gateway each engine's preemption histogram came through.
+fn gateway_of_engines(port: u16) -> BTreeMap<Engine, String> {
+    vector(
+        port,
+        "count by (instance, model_name, engine, gateway) (vllm:request_num_preemptions_count)",
+    )
+    .iter()
+    .map(|series| {
+        let text = |name: &str| {
+            series["metric"][name]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        };
+        (
+            (text("instance"), text("model_name"), text("engine")),
+            text("gateway"),
+        )
+    })
+    .collect()
+}
+
+/// Gateways that wrote each engine's series, for every engine with more
+/// than one (none expected), and the gateways that wrote anything.
+fn gateways_per_engine(port: u16) -> (Vec<String>, Vec<String>) {
+    let split = vector(
+        port,
+        "count by (instance, model_name, engine) (count by (instance, model_name, engine, gateway) ({__name__=~\"vllm:.+\"})) > 1",
+    )
+    .iter()
+    .map(|series| series["metric"].to_string())
+    .collect();
+    let mut used: Vec<String> = vector(port, "count by (gateway) ({__name__=~\"vllm:.+\"})")
+        .iter()
+        .filter_map(|series| series["metric"]["gateway"].as_str().map(str::to_owned))
+        .collect();
+    used.sort();
+    (split, used)
+}
+
+/// Out-of-order, duplicate or out-of-bounds samples Prometheus refused.
+fn refused_samples(dir: &Path, port: u16) -> Vec<String> {
+    let log = std::fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default();
+    let mut refused: Vec<String> = log
+        .lines()
+        .filter(|line| {
+            let line = line.to_ascii_lowercase();
+            line.contains("out of order")
+                || line.contains("duplicate sample")
+                || line.contains("out of bounds")
+                || line.contains("error appending")
+        })
+        .map(str::to_owned)
+        .collect();
+    let own = common::http_get(port, "/metrics").expect("Prometheus' own metrics");
+    for (key, value) in common::samples(&own) {
+        let counted = key.starts_with("prometheus_tsdb_out_of_order_samples_total")
+            || key.starts_with("prometheus_tsdb_out_of_bound_samples_total");
+        if counted && value != 0.0 {
+            refused.push(format!("{key} {value}"));
+        }
+    }
+    refused
+}
+
+#[test]
+fn agent_and_two_gateways_deliver_exact_totals_through_a_gateway_restart() {
+    let started = Instant::now();
+    let dir = common::tempdir("scale-out");
+    let (_prometheus, prom) =
+        prometheus::start(&dir, &[], None, &["--web.enable-remote-write-receiver"]);
+    let remote_write = format!("http://127.0.0.1:{prom}/api/v1/write");
+    let mut gateways: Vec<Gateway> = GATEWAYS
+        .iter()
+        .map(|name| Gateway {
+            name,
+            grpc: common::free_port(),
+            health: common::free_port(),
+            telemetry: common::free_port(),
+            process: None,
+        })
+        .collect();
+    for gateway in &mut gateways {
+        gateway.start(&dir, &remote_write);
+    }
+    let agent_grpc = common::free_port();
+    let _agent = start_agent(&dir, agent_grpc, &gateways);
+    let producers: Vec<Server> = (0..TRACES.len())
+        .map(|i| start_producer(i, agent_grpc))
+        .collect();
+
+    // 1. Every observation arrives exactly once, each engine through one gateway.
+    for (producer, trace) in producers.iter().zip(TRACES) {
+        feed(producer, trace);
+    }
+    let round_one = own_totals(&producers, |_| true);
+    assert!(round_one.count > 0.0, "the traces terminate requests");
+    let converged = wait_until_exact(prom, "", &round_one, 30, &dir);
+    let (split, used) = gateways_per_engine(prom);
+    assert!(
+        split.is_empty(),
+        "engines whose series came through more than one gateway: {split:?}"
+    );
+    assert_eq!(
+        used, GATEWAYS,
+        "both gateways carry some engines (routing by service.instance.id and engine)"
+    );
+
+    // 2. Gateway b stops; new traffic reaches storage only through a.
+    let behind_b = stored_totals(prom, "gateway=\"b\"");
+    assert!(behind_b.count > 0.0, "gateway b carried observations");
+    gateways[1].stop();
+    let stopped = Instant::now();
+    for (producer, trace) in producers.iter().zip(TRACES) {
+        feed(producer, trace);
+    }
+    let round_two = own_totals(&producers, |_| true);
+    assert!(
+        round_two.count > round_one.count,
+        "round two adds observations"
+    );
+    // Gateway a's share reaches its round-two value: the producers' own
+    // totals of the engines routed through a...
+    let routes = gateway_of_engines(prom);
+    let via_a = own_totals(&producers, |engine| {
+        routes.get(engine).is_some_and(|gateway| gateway == "a")
+    });
+    wait_until_exact(prom, "gateway=\"a\"", &via_a, 30, &dir);
+    // ...while gateway b's share stays where it was: the totals are short.
+    std::thread::sleep(Duration::from_millis(3 * EXPORT_INTERVAL_MS));
+    assert_eq!(stored_totals(prom, "gateway=\"b\""), behind_b);
+    let during_outage = stored_totals(prom, "");
+    assert!(
+        during_outage.count < round_two.count,
+        "while gateway b is down the stored count ({}) is below the producers' ({})",
+        during_outage.count,
+        round_two.count
+    );
+
+    // 3. Gateway b back: the next exports carry the whole cumulative totals.
+    let down_for = stopped.elapsed();
+    gateways[1].start(&dir, &remote_write);
+    let healed = wait_until_exact(prom, "", &round_two, 60, &dir);
+    let (split, used) = gateways_per_engine(prom);
+    assert!(split.is_empty(), "after the restart: {split:?}");
+    assert_eq!(used, GATEWAYS);
+
+    let refused = refused_samples(&dir, prom);
+    assert!(
+        refused.is_empty(),
+        "Prometheus refused samples (logs in {}):\n{}",
+        dir.display(),
+        refused.join("\n")
+    );
+    eprintln!(
+        "scale-out: {} observations in round one, exact after {converged:?}; gateway b \
+         carried {} of them and was down for {down_for:?}; exact again {healed:?} \
+         after its restart ({} in round two); {:?} in all",
+        round_one.count,
+        behind_b.count,
+        round_two.count,
+        started.elapsed()
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
