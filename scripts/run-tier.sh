@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Runs the scale-out tier on this machine, in the foreground, until Ctrl-C:
+#
+#   simulate (the demo engines) --OTLP--> agent (otel-collector/agent.yaml,
+#   :4317) --load-balanced--> gateways a and b (otel-collector/gateway.yaml,
+#   :4327 and :4337) --remote write--> Prometheus (:9090,
+#   --web.enable-remote-write-receiver)
+#
+#   bash scripts/run-tier.sh            # then open http://127.0.0.1:9090 and query
+#                                       # sum by (instance) (vllm:request_num_preemptions_count)
+#   PRODUCERS=0 bash scripts/run-tier.sh  # no simulator: push your own to 127.0.0.1:4317
+#
+# Needs Prometheus (Debian's `prometheus`) and Go (for the Collector). Every
+# port stays on 127.0.0.1; logs and data go to a temporary directory, printed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+producers=${PRODUCERS:-2}
+command -v prometheus >/dev/null || { echo "run-tier: install Prometheus: apt-get install -y prometheus" >&2; exit 1; }
+cargo build --release --quiet
+bash otel-collector/build.sh >/dev/null
+work=$(mktemp -d -t vllm-tier-XXXXXX)
+echo "run-tier: logs and data in $work"
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; echo "run-tier: stopped"' EXIT INT TERM
+
+printf 'global:\n  scrape_interval: 15s\n' >"$work/prometheus.yml"
+prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/data" \
+  --web.listen-address=127.0.0.1:9090 --web.enable-remote-write-receiver >"$work/prometheus.log" 2>&1 &
+pids+=($!)
+
+port=4327; health=13134; telemetry=8890
+for name in a b; do
+  GATEWAY_OTLP_GRPC_PORT=$port GATEWAY_HEALTH_PORT=$health GATEWAY_TELEMETRY_PORT=$telemetry \
+    REMOTE_WRITE_URL=http://127.0.0.1:9090/api/v1/write \
+    otel-collector/bin/otelcol-vllm --config otel-collector/gateway.yaml >"$work/gateway-$name.log" 2>&1 &
+  pids+=($!)
+  port=$((port + 10)); health=$((health + 1)); telemetry=$((telemetry + 1))
+done
+
+GATEWAYS='[127.0.0.1:4327,127.0.0.1:4337]' AGENT_HEALTH_PORT=13133 \
+  otel-collector/bin/otelcol-vllm --config otel-collector/agent.yaml >"$work/agent.log" 2>&1 &
+pids+=($!)
+for port in 13133 13134 13135; do
+  for _ in $(seq 100); do curl -fs "http://127.0.0.1:$port/" >/dev/null 2>&1 && break; sleep 0.2; done
+done
+
+for i in $(seq 1 "$producers"); do
+  OTEL_RESOURCE_ATTRIBUTES="service.instance.id=demo-$i" target/release/vllm-otel-metrics simulate \
+    --realtime --duration 86400 --seed "$i" --engines 2 --kv-blocks 512 --output none --metrics-addr none \
+    --otlp-endpoint http://127.0.0.1:4317 --otlp-protocol grpc --otlp-interval-ms 5000 \
+    >"$work/producer-$i.log" 2>&1 &
+  pids+=($!)
+done
+echo "run-tier: Prometheus http://127.0.0.1:9090, agent OTLP 127.0.0.1:4317 (gRPC) / 4318 (HTTP), $producers simulator(s); Ctrl-C stops"
+wait
