@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates README.md's metric table from src/catalog.rs.
+# Regenerates README.md's metric table from src/catalog/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 table=$(cargo test -q --test readme -- --ignored --nocapture print_catalog_table 2>/dev/null | grep '^|')
