@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, Criterion};
+use criterion::Criterion;
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper::server::conn::http1;
@@ -197,11 +197,8 @@ fn otlp_export(c: &mut Criterion) {
     instruments.shutdown().unwrap();
 }
 
-criterion_group!(benches, otlp_export);
-
 fn main() {
-    benches();
-    criterion::Criterion::default()
-        .configure_from_args()
-        .final_summary();
+    let mut criterion = criterion::Criterion::default().configure_from_args();
+    otlp_export(&mut criterion);
+    criterion.final_summary();
 }

@@ -169,6 +169,7 @@ impl BearerToken {
 
 /// An accepted connection, plain or TLS, holding its slot of the
 /// connection cap until it is dropped.
+#[derive(Debug)]
 pub enum Conn {
     /// Plain TCP.
     Plain(Guarded),
@@ -187,6 +188,7 @@ impl Conn {
 }
 
 /// A TCP stream with idle and write timeouts and a connection slot.
+#[derive(Debug)]
 pub struct Guarded {
     stream: TcpStream,
     _slot: OwnedSemaphorePermit,

@@ -62,7 +62,7 @@ enum CounterSlot {
 }
 
 /// One label set's bound handles of the per-request tier.
-pub struct Handles {
+pub(crate) struct Handles {
     counters: [BoundCounter<u64>; 7],
     /// Bound on first use, as the crate binds them.
     request_success: [OnceLock<BoundCounter<u64>>; 5],
@@ -74,7 +74,7 @@ pub struct Handles {
 impl Handles {
     /// Binds the label set on `meter`'s instruments: the same ones, with
     /// the same attributes, as the crate's instruments on that meter.
-    pub fn bind(meter: &Meter, model_name: &str, engine: u32) -> Self {
+    pub(crate) fn bind(meter: &Meter, model_name: &str, engine: u32) -> Self {
         let labels = vec![
             KeyValue::new(catalog::ENGINE_LABELS[0], model_name.to_owned()),
             KeyValue::new(catalog::ENGINE_LABELS[1], engine.to_string()),
@@ -141,7 +141,7 @@ enum Call {
 }
 
 /// The SDK calls of one request, in order.
-pub struct Script(Vec<Call>);
+pub(crate) struct Script(Vec<Call>);
 
 /// A [`Sink`] that writes the calls down instead of making them.
 struct Recorder {
@@ -244,7 +244,7 @@ impl Sink for Recorder {
 
 impl Script {
     /// The calls of one request with these parameters and outputs.
-    pub fn of(params: RequestParams, steps: &[(f64, f64, EngineCoreOutput)]) -> Script {
+    pub(crate) fn of(params: RequestParams, steps: &[(f64, f64, EngineCoreOutput)]) -> Script {
         let recorder = Recorder {
             calls: RefCell::new(Vec::new()),
             preemption_at: RefCell::new(None),
@@ -259,14 +259,14 @@ impl Script {
     }
 
     /// How many SDK calls one request makes.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.0.len()
     }
 }
 
 /// Replays the script on `handles`: the SDK's cost of one request.
 #[inline(never)]
-pub fn sdk_floor(handles: &Handles, script: &Script) {
+pub(crate) fn sdk_floor(handles: &Handles, script: &Script) {
     for call in &script.0 {
         match *call {
             Call::Add(slot, value) => handles.counters[slot].add(value),
@@ -305,7 +305,7 @@ impl Sink for Nothing {
 }
 
 /// Runs one request through the lifecycle rules, recording nothing.
-pub fn rules_only(params: RequestParams, steps: &[(f64, f64, EngineCoreOutput)]) {
+pub(crate) fn rules_only(params: RequestParams, steps: &[(f64, f64, EngineCoreOutput)]) {
     let mut state = Lifecycle::new(params);
     for (batch_timestamp, received_at, output) in steps {
         if state.observe_output(&Nothing, *batch_timestamp, *received_at, black_box(output)) {

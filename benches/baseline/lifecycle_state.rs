@@ -13,24 +13,24 @@ use vllm_otel_metrics::tracker::RequestParams;
 
 /// The values of every terminal family of one request.
 #[derive(Debug, Clone, Copy)]
-pub struct Terminal {
-    pub reason: FinishReason,
-    pub prompt_tokens: f64,
-    pub generation_tokens: f64,
-    pub max_tokens: Option<f64>,
-    pub n: f64,
-    pub num_preemptions: f64,
-    pub prefill_kv_computed_tokens: f64,
-    pub e2e: f64,
-    pub queue: f64,
-    pub prefill: f64,
-    pub decode: f64,
-    pub inference: f64,
-    pub time_per_output_token: f64,
+pub(crate) struct Terminal {
+    pub(crate) reason: FinishReason,
+    pub(crate) prompt_tokens: f64,
+    pub(crate) generation_tokens: f64,
+    pub(crate) max_tokens: Option<f64>,
+    pub(crate) n: f64,
+    pub(crate) num_preemptions: f64,
+    pub(crate) prefill_kv_computed_tokens: f64,
+    pub(crate) e2e: f64,
+    pub(crate) queue: f64,
+    pub(crate) prefill: f64,
+    pub(crate) decode: f64,
+    pub(crate) inference: f64,
+    pub(crate) time_per_output_token: f64,
 }
 
 /// Where one request's observations go (one implementation per baseline).
-pub trait Sink {
+pub(crate) trait Sink {
     fn generation_tokens(&self, tokens: u64);
     fn preemption(&self);
     fn prompt_tokens(&self, stats: &PrefillStats);
@@ -49,7 +49,7 @@ fn diff_or_zero(end: f64, start: f64) -> f64 {
 
 /// One request's lifecycle state.
 #[derive(Debug, Clone)]
-pub struct Lifecycle {
+pub(crate) struct Lifecycle {
     params: RequestParams,
     is_prefilling: bool,
     queued_ts: f64,
@@ -63,7 +63,7 @@ pub struct Lifecycle {
 }
 
 impl Lifecycle {
-    pub fn new(params: RequestParams) -> Self {
+    pub(crate) fn new(params: RequestParams) -> Self {
         Lifecycle {
             params,
             is_prefilling: true,
@@ -80,7 +80,7 @@ impl Lifecycle {
 
     /// Applies one output; returns whether the request is terminated.
     #[inline]
-    pub fn observe_output<S: Sink>(
+    pub(crate) fn observe_output<S: Sink>(
         &mut self,
         sink: &S,
         batch_timestamp: f64,
@@ -131,7 +131,7 @@ impl Lifecycle {
 
     /// Records every terminal family once.
     #[inline]
-    pub fn finish<S: Sink>(&mut self, sink: &S, received_at: f64, reason: FinishReason) {
+    pub(crate) fn finish<S: Sink>(&mut self, sink: &S, received_at: f64, reason: FinishReason) {
         if self.terminated {
             return;
         }
@@ -164,13 +164,13 @@ impl Lifecycle {
 }
 
 /// One request of a baseline: lifecycle state recording into `sink`.
-pub struct Request<S> {
+pub(crate) struct Request<S> {
     sink: S,
     state: Lifecycle,
 }
 
 impl<S: Sink> Request<S> {
-    pub fn start(sink: S, params: RequestParams) -> Self {
+    pub(crate) fn start(sink: S, params: RequestParams) -> Self {
         Request {
             sink,
             state: Lifecycle::new(params),
@@ -178,7 +178,7 @@ impl<S: Sink> Request<S> {
     }
 
     #[inline]
-    pub fn observe_output(
+    pub(crate) fn observe_output(
         &mut self,
         batch_timestamp: f64,
         received_at: f64,

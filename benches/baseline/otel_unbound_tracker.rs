@@ -19,7 +19,7 @@ use crate::lifecycle_state::{Request, Sink, Terminal};
 
 /// A meter provider with one explicit-bucket View per catalog histogram, a
 /// ManualReader, and one instrument per per-request family.
-pub struct Metrics {
+pub(crate) struct Metrics {
     /// Kept alive with the instruments.
     _provider: SdkMeterProvider,
     num_preemptions: Counter<u64>,
@@ -62,7 +62,7 @@ fn histogram(meter: &Meter, def: &'static MetricDef) -> Histogram<f64> {
 }
 
 impl Metrics {
-    pub fn new(max_model_len: u32) -> Self {
+    pub(crate) fn new(max_model_len: u32) -> Self {
         use catalog::*;
         let provider = SdkMeterProvider::builder()
             .with_reader(ManualReader::builder().build())
@@ -109,14 +109,14 @@ impl Metrics {
 }
 
 /// The attribute slices of one `(model_name, engine)` label set, built once.
-pub struct Attributes {
+pub(crate) struct Attributes {
     engine: [KeyValue; 2],
     sources: [[KeyValue; 3]; 3],
     finished: [[KeyValue; 3]; 5],
 }
 
 impl Attributes {
-    pub fn new(model_name: &str, engine: u32) -> Self {
+    pub(crate) fn new(model_name: &str, engine: u32) -> Self {
         let base = [
             KeyValue::new(catalog::ENGINE_LABELS[0], model_name.to_owned()),
             KeyValue::new(catalog::ENGINE_LABELS[1], engine.to_string()),
@@ -201,7 +201,7 @@ impl Sink for Unbound<'_> {
 }
 
 /// One request recording through unbound instruments.
-pub fn unbound_request<'a>(
+pub(crate) fn unbound_request<'a>(
     metrics: &'a Metrics,
     attributes: &'a Attributes,
     params: RequestParams,

@@ -40,7 +40,7 @@ fn ns_per_op(rounds: usize, ops: usize, mut op: impl FnMut(usize)) -> f64 {
 
 /// `(name, ns per observation)` of every path; `providers` are the
 /// one-reader and two-reader providers of the lifecycle bench.
-pub fn measure(
+pub(crate) fn measure(
     rounds: usize,
     ops: usize,
     providers: [&SdkMeterProvider; 2],

@@ -24,30 +24,30 @@ use crate::lifecycle_state::{Sink, Terminal};
 
 /// Labels `model_name`, `engine`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct EngineLabels {
-    pub model_name: String,
-    pub engine: u32,
+pub(crate) struct EngineLabels {
+    pub(crate) model_name: String,
+    pub(crate) engine: u32,
 }
 
 /// Labels `model_name`, `engine`, `finished_reason`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct FinishedLabels {
-    pub model_name: String,
-    pub engine: u32,
-    pub finished_reason: &'static str,
+pub(crate) struct FinishedLabels {
+    pub(crate) model_name: String,
+    pub(crate) engine: u32,
+    pub(crate) finished_reason: &'static str,
 }
 
 /// Labels `model_name`, `engine`, `source`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct SourceLabels {
-    pub model_name: String,
-    pub engine: u32,
-    pub source: &'static str,
+pub(crate) struct SourceLabels {
+    pub(crate) model_name: String,
+    pub(crate) engine: u32,
+    pub(crate) source: &'static str,
 }
 
 /// Builds a family's histograms with the catalog's boundaries.
 #[derive(Clone, Debug)]
-pub struct Buckets(Vec<f64>);
+pub(crate) struct Buckets(Vec<f64>);
 
 impl MetricConstructor<Histogram> for Buckets {
     fn new_metric(&self) -> Histogram {
@@ -59,8 +59,8 @@ type CounterFamily<L> = Family<L, Counter>;
 type HistogramFamily = Family<EngineLabels, Histogram, Buckets>;
 
 /// The registry and its 22 per-request families.
-pub struct Metrics {
-    pub registry: Registry,
+pub(crate) struct Metrics {
+    pub(crate) registry: Registry,
     num_preemptions: CounterFamily<EngineLabels>,
     prompt_tokens: CounterFamily<EngineLabels>,
     prompt_tokens_by_source: CounterFamily<SourceLabels>,
@@ -102,7 +102,7 @@ fn histogram(registry: &mut Registry, def: &MetricDef, max_model_len: u32) -> Hi
 }
 
 impl Metrics {
-    pub fn new(max_model_len: u32) -> Self {
+    pub(crate) fn new(max_model_len: u32) -> Self {
         use catalog::*;
         let mut r = Registry::default();
         let len = max_model_len;
@@ -142,7 +142,7 @@ impl Metrics {
     }
 
     /// The Prometheus text exposition of everything recorded.
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String cannot fail");
@@ -151,14 +151,14 @@ impl Metrics {
 }
 
 /// The label keys of one `(model_name, engine)` label set, built once.
-pub struct LabelSet {
+pub(crate) struct LabelSet {
     engine: EngineLabels,
     sources: [SourceLabels; 3],
     finished: [FinishedLabels; 5],
 }
 
 impl LabelSet {
-    pub fn new(model_name: &str, engine: u32) -> Self {
+    pub(crate) fn new(model_name: &str, engine: u32) -> Self {
         let model_name = model_name.to_owned();
         LabelSet {
             sources: PROMPT_TOKEN_SOURCES.map(|source| SourceLabels {
@@ -177,7 +177,7 @@ impl LabelSet {
 }
 
 /// The handles of one label set, resolved once.
-pub struct Handles {
+pub(crate) struct Handles {
     request_success_family: Family<FinishedLabels, Counter>,
     finished_labels: [FinishedLabels; 5],
     request_success: [OnceLock<Counter>; 5],
@@ -207,7 +207,7 @@ pub struct Handles {
 }
 
 impl Handles {
-    pub fn resolve(m: &Metrics, labels: &LabelSet) -> Self {
+    pub(crate) fn resolve(m: &Metrics, labels: &LabelSet) -> Self {
         let l = &labels.engine;
         Handles {
             request_success_family: m.request_success.clone(),

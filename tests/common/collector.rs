@@ -8,7 +8,7 @@ use std::process::Command;
 use super::Guard;
 
 /// The Collector binary; fails with how to build it when missing.
-pub fn collector_binary() -> PathBuf {
+pub(crate) fn collector_binary() -> PathBuf {
     let binary = super::repo().join("otel-collector/bin/otelcol-vllm");
     assert!(
         binary.is_file(),
@@ -18,27 +18,27 @@ pub fn collector_binary() -> PathBuf {
 }
 
 /// A Collector running the shipped config on free ports.
-pub struct Collector {
+pub(crate) struct Collector {
     _process: Guard,
-    pub grpc: u16,
-    pub http: u16,
-    pub prometheus: u16,
+    pub(crate) grpc: u16,
+    pub(crate) http: u16,
+    pub(crate) prometheus: u16,
     dir: PathBuf,
 }
 
 impl Collector {
-    pub fn start() -> Collector {
+    pub(crate) fn start() -> Collector {
         let (grpc, http, prometheus) = (super::free_port(), super::free_port(), super::free_port());
         Collector::start_on(grpc, http, prometheus)
     }
 
-    pub fn start_on(grpc: u16, http: u16, prometheus: u16) -> Collector {
+    pub(crate) fn start_on(grpc: u16, http: u16, prometheus: u16) -> Collector {
         Collector::start_with(grpc, http, prometheus, &[], &[])
     }
 
     /// The shipped config, merged with shipped `overlays`
     /// (`otel-collector/<name>`), with extra environment variables.
-    pub fn start_with(
+    pub(crate) fn start_with(
         grpc: u16,
         http: u16,
         prometheus: u16,
@@ -80,7 +80,7 @@ impl Collector {
         collector
     }
 
-    pub fn endpoint(&self, protocol: &str) -> String {
+    pub(crate) fn endpoint(&self, protocol: &str) -> String {
         match protocol {
             "grpc" => format!("http://127.0.0.1:{}", self.grpc),
             _ => format!("http://127.0.0.1:{}", self.http),
@@ -88,16 +88,16 @@ impl Collector {
     }
 
     /// The TLS endpoint of a Collector started with the `tls.yaml` overlay.
-    pub fn tls_endpoint(&self, protocol: &str) -> String {
+    pub(crate) fn tls_endpoint(&self, protocol: &str) -> String {
         self.endpoint(protocol).replacen("http://", "https://", 1)
     }
 
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("collector.log")).unwrap_or_default()
     }
 
     /// The `vllm:` samples of one pushing process (by `instance`), without job/instance.
-    pub fn samples_of(&self, instance: &str) -> BTreeMap<String, f64> {
+    pub(crate) fn samples_of(&self, instance: &str) -> BTreeMap<String, f64> {
         let text = super::http_get(self.prometheus, "/metrics").unwrap_or_default();
         let marker = format!("instance=\"{instance}\"");
         let own: String = text

@@ -7,7 +7,7 @@ use std::process::Command;
 use super::Guard;
 
 /// The Jaeger binary; fails with how to build it when missing.
-pub fn jaeger_binary() -> PathBuf {
+pub(crate) fn jaeger_binary() -> PathBuf {
     let binary = super::repo().join("otel-collector/bin/jaeger");
     assert!(
         binary.is_file(),
@@ -17,17 +17,17 @@ pub fn jaeger_binary() -> PathBuf {
 }
 
 /// A Jaeger running the shipped config.
-pub struct Jaeger {
+pub(crate) struct Jaeger {
     _process: Guard,
     /// OTLP/gRPC port spans go to.
-    pub otlp_grpc: u16,
+    pub(crate) otlp_grpc: u16,
     /// The query API's port.
-    pub query: u16,
+    pub(crate) query: u16,
     dir: PathBuf,
 }
 
 impl Jaeger {
-    pub fn start() -> Jaeger {
+    pub(crate) fn start() -> Jaeger {
         let dir = super::tempdir("jaeger");
         let log = std::fs::File::create(dir.join("jaeger.log")).unwrap();
         let (otlp_grpc, query) = (super::free_port(), super::free_port());
@@ -58,7 +58,7 @@ impl Jaeger {
 
     /// Every span Jaeger holds for `service` (v1 JSON: attributes as
     /// `tags`, events as `logs`); `None` while the query API fails.
-    pub fn spans(&self, service: &str) -> Option<Vec<serde_json::Value>> {
+    pub(crate) fn spans(&self, service: &str) -> Option<Vec<serde_json::Value>> {
         let end = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
@@ -75,7 +75,7 @@ impl Jaeger {
         )
     }
 
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("jaeger.log")).unwrap_or_default()
     }
 }

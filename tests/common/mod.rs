@@ -1,29 +1,29 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
-pub mod collector;
-pub mod jaeger;
-pub mod pki;
-pub mod prometheus;
-pub mod serve;
+pub(crate) mod collector;
+pub(crate) mod jaeger;
+pub(crate) mod pki;
+pub(crate) mod prometheus;
+pub(crate) mod serve;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The built command-line binary.
-pub fn binary() -> PathBuf {
+pub(crate) fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_vllm-otel-metrics"))
 }
 
 /// The repository root.
-pub fn repo() -> PathBuf {
+pub(crate) fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
 /// Samples of a text exposition: `name{labels}` exactly as written → value.
 /// Panics on a line that is neither a comment nor a `key value` sample.
-pub fn samples(exposition: &str) -> BTreeMap<String, f64> {
+pub(crate) fn samples(exposition: &str) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
     for line in exposition.lines() {
         if line.starts_with('#') || line.is_empty() {
@@ -48,7 +48,7 @@ pub fn samples(exposition: &str) -> BTreeMap<String, f64> {
 }
 
 /// Fails with instructions when `tool` is not on the PATH (never skips).
-pub fn require_tool(tool: &str, how_to_get_it: &str) -> PathBuf {
+pub(crate) fn require_tool(tool: &str, how_to_get_it: &str) -> PathBuf {
     let found = std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)
             .map(|dir| dir.join(tool))
@@ -60,7 +60,7 @@ pub fn require_tool(tool: &str, how_to_get_it: &str) -> PathBuf {
 }
 
 /// Python 3 with the `prometheus_client` package (fails with instructions otherwise).
-pub fn python_with_prometheus_client() -> PathBuf {
+pub(crate) fn python_with_prometheus_client() -> PathBuf {
     let python = require_tool(
         "python3",
         "install Python 3 (Debian: apt-get install -y python3)",
@@ -77,7 +77,7 @@ pub fn python_with_prometheus_client() -> PathBuf {
 }
 
 /// Runs the binary with `args`; returns (exit code, stdout, stderr).
-pub fn run(args: &[&str]) -> (i32, String, String) {
+pub(crate) fn run(args: &[&str]) -> (i32, String, String) {
     let output = Command::new(binary())
         .args(args)
         .output()
@@ -90,7 +90,7 @@ pub fn run(args: &[&str]) -> (i32, String, String) {
 }
 
 /// Runs `command` with `input` on its standard input; returns its output.
-pub fn run_with_stdin(command: &mut Command, input: &str) -> std::process::Output {
+pub(crate) fn run_with_stdin(command: &mut Command, input: &str) -> std::process::Output {
     use std::io::Write;
     use std::process::Stdio;
     let mut child = command
@@ -112,7 +112,7 @@ pub fn run_with_stdin(command: &mut Command, input: &str) -> std::process::Outpu
 }
 
 /// `replay FILE --output prometheus --metrics-addr none`.
-pub fn replay(trace: &Path) -> (i32, String, String) {
+pub(crate) fn replay(trace: &Path) -> (i32, String, String) {
     run(&[
         "replay",
         trace.to_str().expect("utf-8 path"),
@@ -124,7 +124,7 @@ pub fn replay(trace: &Path) -> (i32, String, String) {
 }
 
 /// A port that was free a moment ago on 127.0.0.1.
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -132,7 +132,7 @@ pub fn free_port() -> u16 {
 }
 
 /// `GET http://127.0.0.1:{port}{path}`; `None` when nothing answers.
-pub fn http_get(port: u16, path: &str) -> Option<String> {
+pub(crate) fn http_get(port: u16, path: &str) -> Option<String> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
     stream
@@ -173,7 +173,7 @@ fn dechunk(mut body: &str) -> String {
 }
 
 /// Polls `check` every 100 ms until it returns `Some`, or panics after `secs`.
-pub fn wait_for<T>(secs: u64, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+pub(crate) fn wait_for<T>(secs: u64, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
     loop {
         if let Some(value) = check() {
@@ -188,7 +188,7 @@ pub fn wait_for<T>(secs: u64, what: &str, mut check: impl FnMut() -> Option<T>) 
 }
 
 /// A child process killed when dropped.
-pub struct Guard(pub std::process::Child);
+pub(crate) struct Guard(pub std::process::Child);
 
 impl Drop for Guard {
     fn drop(&mut self) {
@@ -198,7 +198,7 @@ impl Drop for Guard {
 }
 
 /// A fresh temporary directory.
-pub fn tempdir(tag: &str) -> PathBuf {
+pub(crate) fn tempdir(tag: &str) -> PathBuf {
     use std::sync::atomic::{AtomicUsize, Ordering};
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     let dir = std::env::temp_dir().join(format!(
@@ -212,7 +212,7 @@ pub fn tempdir(tag: &str) -> PathBuf {
 
 /// A sample with its labels parsed: family-agnostic key for comparing
 /// expositions written by different encoders (label order, `le` spelling).
-pub fn normalized_samples(exposition: &str, drop_labels: &[&str]) -> BTreeMap<String, f64> {
+pub(crate) fn normalized_samples(exposition: &str, drop_labels: &[&str]) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
     for (key, value) in samples(exposition) {
         let (name, labels) = match key.split_once('{') {
@@ -264,7 +264,7 @@ fn split_labels(labels: &str) -> Vec<(String, String)> {
 }
 
 /// Like [`wait_for`], but returns `None` at the deadline (to report details).
-pub fn wait_for_optional<T>(secs: u64, mut check: impl FnMut() -> Option<T>) -> Option<T> {
+pub(crate) fn wait_for_optional<T>(secs: u64, mut check: impl FnMut() -> Option<T>) -> Option<T> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
     loop {
         if let Some(value) = check() {
@@ -278,7 +278,7 @@ pub fn wait_for_optional<T>(secs: u64, mut check: impl FnMut() -> Option<T>) -> 
 }
 
 /// The single value of an instant PromQL query, if it has exactly one.
-pub fn promql(port: u16, query: &str) -> Option<f64> {
+pub(crate) fn promql(port: u16, query: &str) -> Option<f64> {
     let encoded: String = query
         .bytes()
         .map(|b| match b {
@@ -294,7 +294,7 @@ pub fn promql(port: u16, query: &str) -> Option<f64> {
 
 /// A real Prometheus server (Debian package) scraping `target` every second,
 /// keeping the target's own job/instance labels; returns it and its port.
-pub fn start_prometheus(target: u16, dir: &Path) -> (Guard, u16) {
+pub(crate) fn start_prometheus(target: u16, dir: &Path) -> (Guard, u16) {
     let binary = require_tool(
         "prometheus",
         "install Debian's `prometheus` package (apt-get install -y prometheus), or run `bash scripts/test.sh`",

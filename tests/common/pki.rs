@@ -3,15 +3,15 @@
 
 /// PEM files of a test CA, a server certificate for 127.0.0.1/localhost and
 /// a client certificate, all made here.
-pub struct Pki {
-    pub ca: std::path::PathBuf,
-    pub server_cert: std::path::PathBuf,
-    pub server_key: std::path::PathBuf,
-    pub client_cert: std::path::PathBuf,
-    pub client_key: std::path::PathBuf,
+pub(crate) struct Pki {
+    pub(crate) ca: std::path::PathBuf,
+    pub(crate) server_cert: std::path::PathBuf,
+    pub(crate) server_key: std::path::PathBuf,
+    pub(crate) client_cert: std::path::PathBuf,
+    pub(crate) client_key: std::path::PathBuf,
 }
 
-pub fn make_pki() -> Pki {
+pub(crate) fn make_pki() -> Pki {
     use rcgen::{
         BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose,
         IsCa, KeyPair, KeyUsagePurpose,

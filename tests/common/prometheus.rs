@@ -13,7 +13,7 @@ use super::Guard;
 /// Starts Prometheus scraping each `(job, port)` every second, evaluating
 /// `rule_file` (if any) every second, with `extra` flags; returns it and its
 /// port once ready.
-pub fn start(
+pub(crate) fn start(
     dir: &Path,
     jobs: &[(&str, u16)],
     rule_file: Option<&Path>,
@@ -62,7 +62,7 @@ pub fn start(
 
 /// `GET` over HTTP/1.0 (no chunked encoding): status code and body, whatever
 /// the status.
-pub fn get(port: u16, path: &str) -> Result<(u16, String), String> {
+pub(crate) fn get(port: u16, path: &str) -> Result<(u16, String), String> {
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))
         .map_err(|e| format!("connect to :{port}: {e}"))?;
     stream
@@ -86,7 +86,7 @@ pub fn get(port: u16, path: &str) -> Result<(u16, String), String> {
 }
 
 /// Percent-encodes a query parameter.
-pub fn url_encode(text: &str) -> String {
+pub(crate) fn url_encode(text: &str) -> String {
     text.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
@@ -99,7 +99,7 @@ pub fn url_encode(text: &str) -> String {
 
 /// An instant query through `/api/v1/query`: the answer's `data` object, or
 /// the HTTP status and Prometheus' error.
-pub fn query(port: u16, promql: &str) -> Result<Value, String> {
+pub(crate) fn query(port: u16, promql: &str) -> Result<Value, String> {
     let (status, body) = get(port, &format!("/api/v1/query?query={}", url_encode(promql)))?;
     let mut json: Value = serde_json::from_str(&body)
         .map_err(|e| format!("HTTP {status}, not JSON ({e}): {body}"))?;

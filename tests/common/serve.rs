@@ -6,18 +6,18 @@ use std::process::{Command, Stdio};
 use super::Guard;
 
 /// A running `serve` on free ports.
-pub struct Server {
-    pub process: Guard,
-    pub ingest: u16,
-    pub metrics: u16,
+pub(crate) struct Server {
+    pub(crate) process: Guard,
+    pub(crate) ingest: u16,
+    pub(crate) metrics: u16,
 }
 
 impl Server {
-    pub fn start(extra: &[&str]) -> Server {
+    pub(crate) fn start(extra: &[&str]) -> Server {
         Server::start_with(extra, |_| {})
     }
 
-    pub fn start_with(extra: &[&str], configure: impl FnOnce(&mut Command)) -> Server {
+    pub(crate) fn start_with(extra: &[&str], configure: impl FnOnce(&mut Command)) -> Server {
         let (ingest, metrics) = (super::free_port(), super::free_port());
         let mut command = Command::new(super::binary());
         command
@@ -41,22 +41,22 @@ impl Server {
         }
     }
 
-    pub fn target(&self) -> String {
+    pub(crate) fn target(&self) -> String {
         format!("http://127.0.0.1:{}", self.ingest)
     }
 
-    pub fn vllm_samples(&self) -> BTreeMap<String, f64> {
+    pub(crate) fn vllm_samples(&self) -> BTreeMap<String, f64> {
         vllm_samples(&super::http_get(self.metrics, "/metrics").expect("serve answers"))
     }
 
-    pub fn sample(&self, key: &str) -> Option<f64> {
+    pub(crate) fn sample(&self, key: &str) -> Option<f64> {
         super::samples(&super::http_get(self.metrics, "/metrics")?)
             .get(key)
             .copied()
     }
 }
 
-pub fn vllm_samples(exposition: &str) -> BTreeMap<String, f64> {
+pub(crate) fn vllm_samples(exposition: &str) -> BTreeMap<String, f64> {
     super::samples(exposition)
         .into_iter()
         .filter(|(k, _)| k.starts_with("vllm:"))

@@ -39,7 +39,7 @@ fn status_bytes(status: &str, name: &str) -> Option<f64> {
 
 /// The process families, in [`catalog::PROCESS`] order; empty where
 /// `/proc` cannot be read.
-pub fn families() -> Vec<Family> {
+pub(crate) fn families() -> Vec<Family> {
     read().unwrap_or_default()
 }
 
