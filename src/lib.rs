@@ -31,6 +31,7 @@
 
 pub mod catalog;
 pub mod cli;
+pub mod clock;
 pub mod export;
 pub mod ingest;
 pub mod instruments;

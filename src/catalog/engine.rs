@@ -26,7 +26,7 @@ pub const CACHE_HIT_SOURCES: [&str; 5] = ["device", "host", "p2p", "disk", "exte
 /// Labels of `vllm:spec_decode_num_accepted_tokens_per_pos`.
 pub const POSITION_LABELS: &[&str] = &["model_name", "engine", "position"];
 /// Values of its `position` label, one per draft position.
-pub const SPEC_POSITIONS: [&str; crate::protocol::MAX_SPEC_POSITIONS] = [
+pub const SPEC_POSITIONS: [&str; 16] = [
     "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15",
 ];
 /// Labels of `vllm:cache_config_info` besides the configuration's own keys.

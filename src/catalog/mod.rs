@@ -16,8 +16,10 @@
 //! ```
 
 mod engine;
+mod reasons;
 
 pub use engine::*;
+pub use reasons::{EvictReason, RejectReason};
 
 /// How a family aggregates, which decides its instrument and exposition type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,6 +129,9 @@ pub struct MetricDef {
 pub const ENGINE_LABELS: &[&str] = &["model_name", "engine"];
 /// Labels of `vllm:request_success`.
 pub const FINISHED_REASON_LABELS: &[&str] = &["model_name", "engine", "finished_reason"];
+/// Values of its `finished_reason` label (vLLM's `FinishReason`, as
+/// `str(reason)` writes it in `vllm/v1/engine/__init__.py`).
+pub const FINISHED_REASONS: [&str; 5] = ["stop", "length", "abort", "error", "repetition"];
 /// Labels of `vllm:prompt_tokens_by_source`.
 pub const SOURCE_LABELS: &[&str] = &["model_name", "engine", "source"];
 /// Labels of the self-telemetry counters.
@@ -589,7 +594,7 @@ pub fn all() -> impl Iterator<Item = &'static MetricDef> {
 /// or one per value of its further label.
 pub fn series_per_label_set(def: &MetricDef) -> usize {
     match def.vllm_name {
-        name if name == REQUEST_SUCCESS.vllm_name => crate::protocol::FinishReason::ALL.len(),
+        name if name == REQUEST_SUCCESS.vllm_name => FINISHED_REASONS.len(),
         name if name == PROMPT_TOKENS_BY_SOURCE.vllm_name => PROMPT_TOKEN_SOURCES.len(),
         name if name == NUM_REQUESTS_WAITING_BY_REASON.vllm_name => WAITING_REASONS.len(),
         name if name == NUM_REQUESTS_KV_FETCH_BY_STAGE.vllm_name => KV_FETCH_STAGES.len(),
@@ -615,7 +620,7 @@ pub fn markdown_table(max_model_len: u32) -> String {
             .buckets
             .boundaries(max_model_len)
             .iter()
-            .map(|b| crate::export::prometheus::format_float(*b))
+            .map(|b| format!("{b:?}"))
             .collect::<Vec<_>>()
             .join(", ");
         let unit = if def.unit.is_empty() {

@@ -73,7 +73,7 @@ mod request;
 mod views;
 
 use crate::catalog::{self, MetricDef, DEFAULT_MAX_MODEL_LEN};
-use crate::tracker::{EvictReason, RejectReason};
+use crate::catalog::{EvictReason, RejectReason};
 pub(crate) use engine::EngineHandles;
 use engine::EngineInstruments;
 use request::RequestInstruments;

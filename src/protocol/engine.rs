@@ -26,7 +26,7 @@ use super::{bounded, finite, null_as_default, time, InvalidRecord};
 
 /// Most accepted-token positions a speculative-decoding record may carry
 /// (vLLM's `num_speculative_tokens` is a handful in practice).
-pub const MAX_SPEC_POSITIONS: usize = 16;
+pub const MAX_SPEC_POSITIONS: usize = crate::catalog::SPEC_POSITIONS.len();
 /// Most reuse gaps of one evicted block: vLLM keeps a block's last four
 /// accesses (`deque(maxlen=4)`), so three gaps.
 pub const MAX_REUSE_GAPS: usize = 3;

@@ -186,7 +186,7 @@ pub enum FinishReason {
 
 impl FinishReason {
     /// Every reason, in label-value order.
-    pub const ALL: [FinishReason; 5] = [
+    pub const ALL: [FinishReason; crate::catalog::FINISHED_REASONS.len()] = [
         FinishReason::Stop,
         FinishReason::Length,
         FinishReason::Abort,
@@ -194,15 +194,9 @@ impl FinishReason {
         FinishReason::Repetition,
     ];
 
-    /// The label value.
+    /// The label value (the catalog's [`FINISHED_REASONS`](crate::catalog::FINISHED_REASONS)).
     pub fn as_str(self) -> &'static str {
-        match self {
-            FinishReason::Stop => "stop",
-            FinishReason::Length => "length",
-            FinishReason::Abort => "abort",
-            FinishReason::Error => "error",
-            FinishReason::Repetition => "repetition",
-        }
+        crate::catalog::FINISHED_REASONS[self.index()]
     }
 
     /// Position in [`FinishReason::ALL`].

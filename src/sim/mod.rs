@@ -424,7 +424,7 @@ pub fn simulate(
     let mut workload = Workload::new(config);
     let mut outcome = SimOutcome::default();
     let wall_origin = if config.realtime {
-        crate::tracker::unix_now()
+        crate::clock::unix_now()
     } else {
         VIRTUAL_WALL_ORIGIN
     };

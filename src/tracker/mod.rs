@@ -26,9 +26,11 @@
 
 mod engine;
 
+pub use crate::catalog::{EvictReason, RejectReason};
+use crate::clock::unix_now;
+
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::instruments::{Instruments, LabelSet, RequestHandles, RequestHistogram};
 use crate::protocol::{
@@ -68,14 +70,6 @@ fn diff_or_zero(end: f64, start: f64) -> f64 {
     } else {
         0.0
     }
-}
-
-/// The frontend's wall clock, seconds since the Unix epoch.
-pub fn unix_now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
 }
 
 /// Lifecycle state of one request, the fields of vLLM's `RequestMetricsTracker`.
@@ -449,40 +443,6 @@ impl Drop for RequestMetrics {
     }
 }
 
-/// Why an input changed no vLLM metric (label `reason` of the self-telemetry counter).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum RejectReason {
-    /// Not a valid record (bad JSON, missing field, non-finite number, …).
-    InvalidRecord = 0,
-    /// An output or abort for a request that is unknown or already terminated.
-    UnknownRequest = 1,
-    /// A start for a request id that is still live.
-    DuplicateRequest = 2,
-    /// A request start whose `traceparent` is not a W3C trace context (the
-    /// request is tracked; its span starts a new trace).
-    InvalidTraceparent = 3,
-}
-
-impl RejectReason {
-    /// Every reason, in label-value order.
-    pub const ALL: [RejectReason; 4] = [
-        RejectReason::InvalidRecord,
-        RejectReason::UnknownRequest,
-        RejectReason::DuplicateRequest,
-        RejectReason::InvalidTraceparent,
-    ];
-
-    /// The label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RejectReason::InvalidRecord => "invalid_record",
-            RejectReason::UnknownRequest => "unknown_request",
-            RejectReason::DuplicateRequest => "duplicate_request",
-            RejectReason::InvalidTraceparent => "invalid_traceparent",
-        }
-    }
-}
-
 /// An input the tracker counted instead of applying.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rejection {
@@ -577,29 +537,6 @@ struct Live {
     metrics: RequestMetrics,
     start: u64,
     last_seen: f64,
-}
-
-/// Why a live request was terminated by the tracker itself (label `reason`
-/// of the eviction counter).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum EvictReason {
-    /// More requests in flight than allowed: the oldest went.
-    InflightLimit = 0,
-    /// No activity for longer than the time-to-live.
-    Ttl = 1,
-}
-
-impl EvictReason {
-    /// Every reason, in label-value order.
-    pub const ALL: [EvictReason; 2] = [EvictReason::InflightLimit, EvictReason::Ttl];
-
-    /// The label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EvictReason::InflightLimit => "inflight_limit",
-            EvictReason::Ttl => "ttl",
-        }
-    }
 }
 
 impl std::fmt::Debug for Tracker {
