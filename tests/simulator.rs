@@ -9,8 +9,8 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
 use common::Guard;
+use vllm_otel_metrics::cli::summary::MergedHistogram;
 use vllm_otel_metrics::protocol::{EventType, Record};
-use vllm_otel_metrics::sim::report::MergedHistogram;
 use vllm_otel_metrics::sim::{simulate, SimConfig, SimOutcome};
 
 fn run(config: &SimConfig) -> (Vec<Record>, SimOutcome) {

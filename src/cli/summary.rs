@@ -3,9 +3,9 @@
 
 use std::fmt::Write;
 
-use super::{SimConfig, SimOutcome};
 use crate::catalog::{self, MetricDef};
 use crate::export::prometheus::{Family, Value};
+use crate::sim::{SimConfig, SimOutcome};
 
 /// One histogram summed over every label set: cumulative `(le, count)` for the
 /// finite bounds, then the total count and the sum.
@@ -51,7 +51,7 @@ impl MergedHistogram {
     /// in the `+Inf` bucket yields the highest finite bound. NaN when empty.
     ///
     /// ```
-    /// use vllm_otel_metrics::sim::report::MergedHistogram;
+    /// use vllm_otel_metrics::cli::summary::MergedHistogram;
     /// let h = MergedHistogram { buckets: vec![(1.0, 90), (2.0, 99), (5.0, 100)], count: 100, sum: 0.0 };
     /// assert_eq!(h.quantile(0.5), 1.0 * 50.0 / 90.0);
     /// assert_eq!(h.quantile(0.99), 2.0);

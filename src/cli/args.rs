@@ -1,0 +1,269 @@
+//! Arguments the subcommands share: where metrics go (bridge, OTLP,
+//! target), how listeners are bounded and secured, the output format.
+
+use super::*;
+
+/// Where `/metrics` is served, or `none`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct MetricsAddr(pub(super) Option<SocketAddr>);
+
+impl FromStr for MetricsAddr {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.eq_ignore_ascii_case("none") {
+            return Ok(MetricsAddr(None));
+        }
+        s.parse().map(|addr| MetricsAddr(Some(addr))).map_err(|e| {
+            format!("'{s}' is neither `none` nor an address like 127.0.0.1:9464 ({e})")
+        })
+    }
+}
+
+/// Options every subcommand shares.
+#[derive(Debug, Args)]
+pub(super) struct CommonArgs {
+    /// Serve Prometheus `/metrics` here (`none` to disable).
+    #[arg(long, default_value = "127.0.0.1:9464", value_name = "ADDR|none")]
+    pub(super) metrics_addr: MetricsAddr,
+    /// Model context length; bounds the token histograms' buckets.
+    #[arg(long, default_value_t = DEFAULT_MAX_MODEL_LEN, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(super) max_model_len: u32,
+    /// `(model_name, engine)` label sets kept apart; later ones share one
+    /// overflow series per family (`otel_metric_overflow="true"`).
+    #[arg(long, default_value_t = DEFAULT_MAX_LABEL_SETS, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub(super) max_label_sets: usize,
+    /// Longest accepted label value (`model_name`), bytes; a record with a
+    /// longer one is invalid.
+    #[arg(long, default_value_t = InputLimits::DEFAULT_MAX_LABEL_BYTES, value_name = "BYTES", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub(super) max_label_bytes: usize,
+    /// Longest accepted request id, bytes; a record with a longer one is invalid.
+    #[arg(long, default_value_t = InputLimits::DEFAULT_MAX_REQUEST_ID_BYTES, value_name = "BYTES", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub(super) max_request_id_bytes: usize,
+    /// Also expose the OpenTelemetry resource as `target_info`.
+    #[arg(long)]
+    pub(super) target_info: bool,
+    #[command(flatten)]
+    pub(super) listen: ListenArgs,
+    #[command(flatten)]
+    pub(super) otlp: OtlpArgs,
+}
+
+/// Streaming to a remote `serve`.
+#[derive(Debug, Args)]
+pub(super) struct TargetArgs {
+    /// Also stream every record to a remote `serve` (e.g. http://127.0.0.1:50051).
+    #[arg(long, value_name = "URL")]
+    pub(super) target: Option<String>,
+    /// PEM CA that verifies an `https://` target (default: the system's roots).
+    #[arg(long, value_name = "FILE", requires = "target")]
+    pub(super) target_ca: Option<PathBuf>,
+    /// Send `Authorization: Bearer <token>` with the token in this file.
+    #[arg(long, value_name = "FILE", requires = "target")]
+    pub(super) target_token_file: Option<PathBuf>,
+}
+
+impl TargetArgs {
+    pub(super) fn security(&self) -> TargetSecurity {
+        TargetSecurity {
+            ca: self.target_ca.clone(),
+            token_file: self.target_token_file.clone(),
+        }
+    }
+}
+
+/// How the servers (`/metrics`, and ingest for `serve`) listen.
+#[derive(Debug, Args)]
+pub(super) struct ListenArgs {
+    /// Serve TLS with this PEM certificate chain (with --tls-key).
+    #[arg(long, value_name = "FILE")]
+    pub(super) tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE")]
+    pub(super) tls_key: Option<PathBuf>,
+    /// Require client certificates that chain to this PEM CA (mutual TLS).
+    #[arg(long, value_name = "FILE")]
+    pub(super) tls_client_ca: Option<PathBuf>,
+    /// Require `Authorization: Bearer <token>` with the token in this file.
+    #[arg(long, value_name = "FILE")]
+    pub(super) auth_token_file: Option<PathBuf>,
+    /// Most `/metrics` connections open at once.
+    #[arg(long, default_value_t = http::DEFAULT_LIMITS.max_connections, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub(super) metrics_max_connections: usize,
+    /// Close a connection that sends nothing for this long (0 disables).
+    #[arg(long, default_value_t = 60.0, value_name = "SECS")]
+    pub(super) idle_timeout: f64,
+    /// Close a connection that takes no written byte for this long (0 disables).
+    #[arg(long, default_value_t = 30.0, value_name = "SECS")]
+    pub(super) write_timeout: f64,
+}
+
+impl ListenArgs {
+    pub(super) fn limits(&self, max_connections: usize) -> io::Result<ListenerLimits> {
+        let optional =
+            |flag, value| seconds(flag, value).map(|d: Duration| (!d.is_zero()).then_some(d));
+        Ok(ListenerLimits {
+            max_connections,
+            idle_timeout: optional("--idle-timeout", self.idle_timeout)?,
+            write_timeout: optional("--write-timeout", self.write_timeout)?,
+        })
+    }
+
+    /// TLS with `alpn`, and the token, as the flags say.
+    pub(super) fn security(
+        &self,
+        alpn: &[&[u8]],
+    ) -> io::Result<(Option<ServerTls>, Option<BearerToken>)> {
+        let invalid = |e: String| io::Error::new(io::ErrorKind::InvalidInput, e);
+        let files = ServerTlsFiles {
+            cert: self.tls_cert.clone(),
+            key: self.tls_key.clone(),
+            client_ca: self.tls_client_ca.clone(),
+        };
+        let tls = ServerTls::from_files(&files, alpn).map_err(invalid)?;
+        let token = self
+            .auth_token_file
+            .as_deref()
+            .map(BearerToken::from_file)
+            .transpose()
+            .map_err(invalid)?;
+        Ok((tls, token))
+    }
+}
+
+/// OTLP push options; each one given is set on the exporter's builder and
+/// wins over its `OTEL_*` variable (headers excepted: the exporter merges the
+/// header variables over the flags).
+#[derive(Debug, Args)]
+pub(super) struct OtlpArgs {
+    /// Push metrics to this OTLP endpoint (enables OTLP; or set OTEL_EXPORTER_OTLP_ENDPOINT).
+    #[arg(long, value_name = "URL")]
+    pub(super) otlp_endpoint: Option<String>,
+    /// Push each terminated request's `llm_request` span to this OTLP
+    /// endpoint (vLLM's flag; or set OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or
+    /// OTEL_TRACES_EXPORTER=otlp). Off by default.
+    #[arg(long, value_name = "URL")]
+    pub(super) otlp_traces_endpoint: Option<String>,
+    /// OTLP transport (default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf).
+    #[arg(long, value_name = "grpc|http/protobuf")]
+    pub(super) otlp_protocol: Option<Protocol>,
+    /// Export period in milliseconds (default: OTEL_METRIC_EXPORT_INTERVAL, else 60000).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub(super) otlp_interval_ms: Option<u64>,
+    /// Time one export may take, retries included, in milliseconds (default:
+    /// OTEL_EXPORTER_OTLP_TIMEOUT, else 10000).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub(super) otlp_timeout_ms: Option<u64>,
+    /// Extra OTLP request header (repeatable; OTEL_EXPORTER_OTLP_HEADERS adds to them).
+    /// Parsed here, not by the argument parser, so a bad value is never printed.
+    #[arg(long, value_name = "K=V")]
+    pub(super) otlp_header: Vec<String>,
+    /// Aggregation temporality (default: OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE, else cumulative).
+    #[arg(long, value_name = "cumulative|delta|lowmemory", value_parser = otlp::parse_temporality)]
+    pub(super) otlp_temporality: Option<Temporality>,
+    /// Request body compression (default: OTEL_EXPORTER_OTLP_COMPRESSION, else none).
+    #[arg(long, value_name = "gzip|zstd", value_parser = otlp::parse_compression)]
+    pub(super) otlp_compression: Option<Compression>,
+    /// PEM CA certificate that verifies the Collector's TLS certificate
+    /// (default: OTEL_EXPORTER_OTLP_CERTIFICATE, else the system's roots).
+    #[arg(long, value_name = "FILE")]
+    pub(super) otlp_certificate: Option<PathBuf>,
+    /// PEM client certificate for mutual TLS (default: OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE).
+    #[arg(long, value_name = "FILE")]
+    pub(super) otlp_client_certificate: Option<PathBuf>,
+    /// PEM private key of the client certificate (default: OTEL_EXPORTER_OTLP_CLIENT_KEY).
+    #[arg(long, value_name = "FILE")]
+    pub(super) otlp_client_key: Option<PathBuf>,
+    /// Metric names on the OTLP wire: `otel` (vllm.request_num_preemptions) or
+    /// `prometheus` (vLLM's own vllm:request_num_preemptions).
+    #[arg(long, value_enum, default_value = "otel")]
+    pub(super) otlp_names: OtlpNames,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(super) enum OtlpNames {
+    /// OpenTelemetry names (`vllm.…`).
+    Otel,
+    /// vLLM's Prometheus names (`vllm:…`).
+    Prometheus,
+}
+
+/// Parses the `n`th `--otlp-header`; the error shows no part of the value.
+pub(super) fn parse_header(n: usize, s: &str) -> Result<(String, String), String> {
+    let invalid =
+        || format!("--otlp-header #{n}: not one KEY=VALUE header (the value is not shown)");
+    let (key, value) = s.split_once('=').ok_or_else(invalid)?;
+    let key = key.trim();
+    let valid_key = !key.is_empty()
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+    if !valid_key || value.contains(',') || value.chars().any(char::is_control) {
+        return Err(invalid());
+    }
+    Ok((key.to_owned(), value.trim().to_owned()))
+}
+
+impl CommonArgs {
+    pub(super) fn input_limits(&self) -> InputLimits {
+        InputLimits {
+            max_label_bytes: self.max_label_bytes,
+            max_request_id_bytes: self.max_request_id_bytes,
+        }
+    }
+}
+
+impl OtlpArgs {
+    pub(super) fn options(&self) -> io::Result<OtlpOptions> {
+        let headers = self
+            .otlp_header
+            .iter()
+            .enumerate()
+            .map(|(i, h)| parse_header(i + 1, h))
+            .collect::<Result<_, _>>()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        Ok(OtlpOptions {
+            endpoint: self.otlp_endpoint.clone(),
+            traces_endpoint: self.otlp_traces_endpoint.clone(),
+            protocol: self.otlp_protocol,
+            interval: self.otlp_interval_ms.map(Duration::from_millis),
+            timeout: self.otlp_timeout_ms.map(Duration::from_millis),
+            headers,
+            temporality: self.otlp_temporality,
+            compression: self.otlp_compression,
+            tls: TlsFiles {
+                certificate: self.otlp_certificate.clone(),
+                client_certificate: self.otlp_client_certificate.clone(),
+                client_key: self.otlp_client_key.clone(),
+            },
+        })
+    }
+
+    pub(super) fn name_style(&self) -> NameStyle {
+        match self.otlp_names {
+            OtlpNames::Otel => NameStyle::Otel,
+            OtlpNames::Prometheus => NameStyle::Prometheus,
+        }
+    }
+}
+
+/// What to print on stdout at the end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(super) enum Output {
+    /// Prometheus text format 0.0.4.
+    Prometheus,
+    /// OpenMetrics 1.0 text.
+    Openmetrics,
+    /// Nothing.
+    None,
+}
+
+impl Output {
+    pub(super) fn format(self) -> Option<Format> {
+        match self {
+            Output::Prometheus => Some(Format::Text),
+            Output::Openmetrics => Some(Format::OpenMetrics),
+            Output::None => None,
+        }
+    }
+}

@@ -1,0 +1,113 @@
+//! The command line (DESIGN §5): argument definitions and the subcommands' runs.
+
+mod args;
+mod pipeline;
+mod replay;
+mod report;
+mod serve;
+mod simulate;
+pub mod summary;
+
+use args::*;
+use pipeline::*;
+use replay::*;
+use serve::*;
+use simulate::*;
+use summary::SweepRow;
+
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::str::FromStr;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use opentelemetry_otlp::Compression;
+use opentelemetry_sdk::metrics::Temporality;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::catalog::DEFAULT_MAX_MODEL_LEN;
+use crate::export::otlp::tls::TlsFiles;
+use crate::export::otlp::{self, Destination, ExportHealth, OtlpOptions, Protocol, Signal};
+use crate::export::prometheus::{http, Format, PrometheusBridge};
+use crate::ingest::client::{RemoteSink, TargetSecurity};
+use crate::ingest::grpc::{self, IngestLimits, IngestListener, IngestService};
+use crate::ingest::{jsonl, RecordSink};
+use crate::instruments::{Instruments, NameStyle, DEFAULT_MAX_LABEL_SETS};
+use crate::listen::{BearerToken, ListenerLimits, ServerTls, ServerTlsFiles};
+use crate::protocol::{InputLimits, Record};
+use crate::sim::{simulate, Progress, SimConfig};
+use crate::spans::RequestSpans;
+use crate::tracker::{Rejection, Tracker};
+use opentelemetry_sdk::error::OTelSdkError;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+
+/// Exit status when the final OTLP export failed.
+pub const EXIT_EXPORT_FAILED: u8 = 3;
+/// Exit status when input lines were invalid.
+pub const EXIT_INVALID_INPUT: u8 = 2;
+
+/// vLLM's per-request lifecycle metrics on OpenTelemetry, exposed under vLLM's names.
+#[derive(Debug, Parser)]
+#[command(name = "vllm-otel-metrics", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Replay a JSONL engine trace through the tracker and exporters.
+    Replay(ReplayArgs),
+    /// Simulate a vLLM-style engine (scheduler, KV cache, workload) feeding the pipeline.
+    Simulate(Box<SimulateArgs>),
+    /// Run the pipeline as a sidecar: engines stream records over gRPC.
+    Serve(ServeArgs),
+}
+
+/// Sends the library's diagnostics and the OpenTelemetry crates' own to
+/// stderr: warnings and errors, or what `RUST_LOG` asks for. By default the
+/// SDK's and the exporter's per-export failure events are left out: the
+/// tracked exporter reports failures itself, rate-limited, and recovery.
+fn init_diagnostics() {
+    use tracing_subscriber::filter::{filter_fn, EnvFilter, LevelFilter};
+    use tracing_subscriber::prelude::*;
+    let ansi = io::IsTerminal::is_terminal(&io::stderr());
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(io::stderr)
+        .with_ansi(ansi)
+        .without_time()
+        .with_target(false);
+    let registry = tracing_subscriber::registry();
+    let installed = match EnvFilter::try_from_default_env() {
+        Ok(filter) => registry.with(fmt.with_filter(filter)).try_init(),
+        Err(_) => registry
+            .with(
+                fmt.with_filter(LevelFilter::WARN)
+                    .with_filter(filter_fn(|meta| {
+                        let name = meta.name();
+                        name != "PeriodicReader.ExportError" && !name.starts_with("Export.Failed")
+                    })),
+            )
+            .try_init(),
+    };
+    // A host that installed its own subscriber keeps it.
+    let _ = installed;
+}
+
+/// Runs the command line; returns the process exit status.
+pub fn run(cli: Cli) -> ExitCode {
+    init_diagnostics();
+    let result = match cli.command {
+        Command::Replay(args) => run_replay(args),
+        Command::Simulate(args) => run_simulate(*args),
+        Command::Serve(args) => run_serve(args),
+    };
+    result.unwrap_or_else(|e| {
+        report::line(format_args!("error: {e}"));
+        ExitCode::FAILURE
+    })
+}

@@ -1,0 +1,72 @@
+//! `replay`: a JSONL trace through the pipeline.
+
+use super::*;
+
+#[derive(Debug, Args)]
+pub(super) struct ReplayArgs {
+    /// The JSONL trace, or `-` for standard input.
+    #[arg(value_name = "FILE|-")]
+    pub(super) file: String,
+    /// Print the final exposition to stdout in this format.
+    #[arg(long, value_enum, default_value = "none")]
+    pub(super) output: Output,
+    #[command(flatten)]
+    pub(super) target: TargetArgs,
+    /// Longest accepted trace line, bytes; a longer line is invalid.
+    #[arg(long, default_value_t = jsonl::DEFAULT_MAX_LINE_BYTES, value_name = "BYTES", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub(super) max_line_bytes: usize,
+    #[command(flatten)]
+    pub(super) common: CommonArgs,
+}
+
+pub(super) fn open_trace(file: &str) -> io::Result<(Box<dyn BufRead>, String)> {
+    if file == "-" {
+        return Ok((Box::new(io::stdin().lock()), "<stdin>".to_owned()));
+    }
+    let reader = File::open(file)
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot open {file}: {e}")))?;
+    Ok((
+        Box::new(BufReader::with_capacity(1 << 16, reader)),
+        file.to_owned(),
+    ))
+}
+
+pub(super) fn run_replay(args: ReplayArgs) -> io::Result<ExitCode> {
+    let (input, source) = open_trace(&args.file)?;
+    let pipeline = Pipeline::new(
+        &args.common,
+        OnSignal::Exit {
+            print: args.output.format(),
+        },
+        args.output.format().is_some(),
+    )?;
+    let mut tee = Tee::new(&pipeline, &args.target, &args.common)?;
+    // Unlocked: the OTLP and signal threads report on stderr too.
+    let report = jsonl::replay(
+        input,
+        &source,
+        &mut tee,
+        &mut io::stderr(),
+        args.max_line_bytes,
+    )?;
+    let remote_clean = tee.finish_remote()?;
+    let tracker = tee.tracker;
+    if tracker.in_flight() > 0 {
+        report::line(format_args!(
+            "{source}: {} request(s) still in flight at the end of the trace (not recorded)",
+            tracker.in_flight()
+        ));
+    }
+    if let Some(format) = args.output.format() {
+        to_stdout(pipeline.bridge.encode(format).as_bytes())?;
+    }
+    drop(tracker);
+    let exported = pipeline.finish();
+    Ok(if exported.is_err() {
+        ExitCode::from(EXIT_EXPORT_FAILED)
+    } else if report.is_clean() && remote_clean {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_INVALID_INPUT)
+    })
+}

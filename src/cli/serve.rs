@@ -1,0 +1,106 @@
+//! `serve`: the pipeline as a sidecar fed over gRPC.
+
+use super::*;
+
+#[derive(Debug, Args)]
+pub(super) struct ServeArgs {
+    /// Listen for gRPC ingest streams here.
+    #[arg(long, default_value = "127.0.0.1:50051", value_name = "ADDR")]
+    pub(super) ingest_addr: SocketAddr,
+    /// Most requests in flight; beyond it the oldest is terminated as abort.
+    #[arg(long, default_value_t = 1_000_000, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub(super) max_inflight_requests: u64,
+    /// Terminate requests idle this long as abort (0 disables).
+    #[arg(long, default_value_t = 600.0, value_name = "SECS")]
+    pub(super) request_ttl: f64,
+    /// Largest accepted gRPC message, bytes.
+    #[arg(long, default_value_t = IngestLimits::default().max_message_bytes, value_name = "BYTES")]
+    pub(super) max_message_bytes: usize,
+    /// After SIGINT/SIGTERM, wait this long for open streams to end; then
+    /// they are answered with the summary of what they applied.
+    #[arg(long, default_value_t = 10.0, value_name = "SECS")]
+    pub(super) drain_timeout: f64,
+    /// Most ingest connections open at once.
+    #[arg(long, default_value_t = grpc::DEFAULT_LIMITS.max_connections, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub(super) ingest_max_connections: usize,
+    #[command(flatten)]
+    pub(super) common: CommonArgs,
+}
+
+pub(super) fn run_serve(args: ServeArgs) -> io::Result<ExitCode> {
+    let request_ttl = seconds("--request-ttl", args.request_ttl)?;
+    let drain = seconds("--drain-timeout", args.drain_timeout)?;
+    let pipeline = Pipeline::new(&args.common, OnSignal::Command, false)?;
+    let limits = IngestLimits {
+        max_inflight_requests: usize::try_from(args.max_inflight_requests).unwrap_or(usize::MAX),
+        request_ttl: (!request_ttl.is_zero()).then_some(request_ttl),
+        max_message_bytes: args.max_message_bytes,
+    };
+    let tracker = pipeline.tracker(args.common.input_limits());
+    let service = IngestService::new(tracker, limits);
+    let listener = pipeline
+        .runtime
+        .block_on(tokio::net::TcpListener::bind(args.ingest_addr))
+        .map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot listen on {}: {e}", args.ingest_addr),
+            )
+        })?;
+    let (tls, token) = args.common.listen.security(&[b"h2"])?;
+    report::line(format_args!(
+        "accepting gRPC ingest streams on {}{}",
+        listener.local_addr()?,
+        if tls.is_some() { " (TLS)" } else { "" }
+    ));
+    let how = IngestListener {
+        limits: args.common.listen.limits(args.ingest_max_connections)?,
+        tls,
+        token,
+    };
+    let served = pipeline.runtime.block_on(async {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let mut server = tokio::spawn(grpc::serve(listener, service.clone(), how, async {
+            let _ = stopped.await;
+        }));
+        tokio::select! {
+            result = &mut server => return result,
+            name = wait_for_signal() => {
+                report::line(format_args!("received {name}: accepting no new streams, draining open ones (up to {} s)", drain.as_secs_f64()));
+            }
+        }
+        let _ = stop.send(());
+        if let Ok(result) = tokio::time::timeout(drain, &mut server).await {
+            return result;
+        }
+        // Answer the streams still open with what they applied, so that
+        // their clients resume instead of sending it again.
+        report::line(format_args!("drain timeout: ending the streams still open with their summaries"));
+        service.cut_open_streams();
+        match tokio::time::timeout(Duration::from_secs(2), &mut server).await {
+            Ok(result) => result,
+            Err(_) => {
+                server.abort();
+                Ok(Ok(()))
+            }
+        }
+    });
+    match served {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(io::Error::other(format!("the ingest server failed: {e}"))),
+        Err(e) => {
+            return Err(io::Error::other(format!(
+                "the ingest server task failed: {e}"
+            )))
+        }
+    }
+    report::line(format_args!(
+        "{} request(s) in flight at shutdown (not recorded)",
+        service.in_flight()
+    ));
+    drop(service);
+    Ok(match pipeline.finish() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(()) => ExitCode::from(EXIT_EXPORT_FAILED),
+    })
+}

@@ -1,0 +1,170 @@
+//! `simulate`: the engine simulator feeding the pipeline, and `--sweep`.
+
+use super::*;
+
+#[derive(Debug, Args)]
+pub(super) struct SimulateArgs {
+    /// The simulated engines and workload.
+    #[command(flatten)]
+    pub(super) sim: SimConfig,
+    /// Write the run as a JSONL trace (replayable with `replay`).
+    #[arg(long, value_name = "FILE")]
+    pub(super) record: Option<String>,
+    /// Print the final exposition to stdout (the summary then goes to stderr).
+    #[arg(long, value_enum, default_value = "none")]
+    pub(super) output: Output,
+    /// Keep serving /metrics this many seconds after the run (so a scraper
+    /// sees the final state) before exiting.
+    #[arg(long, default_value_t = 0.0, value_name = "SECS")]
+    pub(super) linger: f64,
+    #[command(flatten)]
+    pub(super) target: TargetArgs,
+    /// Capacity what-if: run the same workload at each of these KV-block
+    /// counts and print one table row each (no exporters).
+    #[arg(long, value_name = "A,B,C", value_delimiter = ',')]
+    pub(super) sweep_kv_blocks: Vec<u32>,
+    #[command(flatten)]
+    pub(super) common: CommonArgs,
+}
+
+impl SimulateArgs {
+    pub(super) fn config(&self) -> SimConfig {
+        SimConfig {
+            max_model_len: self.common.max_model_len,
+            ..self.sim.clone()
+        }
+    }
+}
+
+/// Shows simulation progress on stderr when it is a terminal.
+pub(super) fn progress_bar(enabled: bool) -> impl FnMut(Progress) {
+    move |p: Progress| {
+        if enabled {
+            let done = (p.simulated / p.duration).min(1.0);
+            let filled = (done * 30.0) as usize;
+            report::text(format_args!(
+                "\r[{}{}] {:>6.1}/{} s simulated, {} requests, {} preemptions ",
+                "#".repeat(filled),
+                " ".repeat(30 - filled),
+                p.simulated,
+                p.duration,
+                p.requests,
+                p.preemptions
+            ));
+        }
+    }
+}
+
+pub(super) fn run_sweep(args: &SimulateArgs) -> io::Result<ExitCode> {
+    to_stdout(format!("{}\n", SweepRow::header()).as_bytes())?;
+    for &kv_blocks in &args.sweep_kv_blocks {
+        let config = SimConfig {
+            kv_blocks,
+            realtime: false,
+            ..args.config()
+        };
+        config
+            .validate()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let (bridge, reader) = PrometheusBridge::builder().build();
+        let mut tracker = Tracker::new(
+            Instruments::builder()
+                .with_max_model_len(config.max_model_len)
+                .with_reader(reader)
+                .build(),
+        );
+        let outcome = simulate(
+            &config,
+            &mut |record| {
+                tracker.apply(record);
+            },
+            &mut |_| {},
+        );
+        let row = SweepRow::new(kv_blocks, &outcome, &bridge.snapshot()).line();
+        to_stdout(format!("{row}\n").as_bytes())?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A duration flag's value: zero or positive seconds, else a clear error.
+pub(super) fn seconds(flag: &str, value: f64) -> io::Result<Duration> {
+    Duration::try_from_secs_f64(value).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{flag} must be zero or positive seconds, not {value}"),
+        )
+    })
+}
+
+pub(super) fn run_simulate(args: SimulateArgs) -> io::Result<ExitCode> {
+    if !args.sweep_kv_blocks.is_empty() {
+        return run_sweep(&args);
+    }
+    let config = args.config();
+    config
+        .validate()
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let linger = seconds("--linger", args.linger)?;
+    let mut recorder = match &args.record {
+        Some(path) => Some(io::BufWriter::new(File::create(path).map_err(|e| {
+            io::Error::new(e.kind(), format!("cannot create {path}: {e}"))
+        })?)),
+        None => None,
+    };
+    // The summary reads the bridge.
+    let pipeline = Pipeline::new(
+        &args.common,
+        OnSignal::Exit {
+            print: args.output.format(),
+        },
+        true,
+    )?;
+    let mut tee = Tee::new(&pipeline, &args.target, &args.common)?;
+    let mut write_error: Option<io::Error> = None;
+    let started = std::time::Instant::now();
+    let show_progress = io::IsTerminal::is_terminal(&io::stderr());
+    let outcome = simulate(
+        &config,
+        &mut |record: &Record| {
+            tee.apply(record);
+            if let (Some(out), None) = (recorder.as_mut(), write_error.as_ref()) {
+                if let Err(e) = serde_json::to_writer(&mut *out, record)
+                    .map_err(io::Error::from)
+                    .and_then(|()| out.write_all(b"\n"))
+                {
+                    write_error = Some(e);
+                }
+            }
+        },
+        &mut progress_bar(show_progress),
+    );
+    if show_progress {
+        report::end_progress();
+    }
+    let wall = started.elapsed().as_secs_f64();
+    let remote_clean = tee.finish_remote()?;
+    if let Some(mut out) = recorder {
+        if let Some(e) = write_error {
+            return Err(io::Error::new(
+                e.kind(),
+                format!("writing the trace failed: {e}"),
+            ));
+        }
+        out.flush()?;
+    }
+    let summary = summary::summary(&config, &outcome, &pipeline.bridge.snapshot(), wall);
+    match args.output.format() {
+        Some(format) => {
+            report::text(format_args!("{summary}"));
+            to_stdout(pipeline.bridge.encode(format).as_bytes())?;
+        }
+        None => to_stdout(summary.as_bytes())?,
+    }
+    std::thread::sleep(linger);
+    drop(tee);
+    Ok(match pipeline.finish() {
+        Err(()) => ExitCode::from(EXIT_EXPORT_FAILED),
+        Ok(()) if !remote_clean => ExitCode::from(EXIT_INVALID_INPUT),
+        Ok(()) => ExitCode::SUCCESS,
+    })
+}
