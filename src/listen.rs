@@ -46,8 +46,67 @@ pub struct ListenerLimits {
 }
 
 /// A file a flag names, read with the flag in its error.
-fn read_file(path: &Path, flag: &str) -> Result<Vec<u8>, String> {
-    std::fs::read(path).map_err(|e| format!("{flag}: cannot read {}: {e}", path.display()))
+/// Why a listener's TLS or token files cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ListenConfigError {
+    /// A file cannot be read.
+    #[error("{flag}: cannot read {}: {reason}", path.display())]
+    Unreadable {
+        /// The flag that named it.
+        flag: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The operating system's reason.
+        reason: String,
+    },
+    /// A file's contents are not what the flag needs.
+    #[error("{flag}: {}: {reason}", path.display())]
+    Invalid {
+        /// The flag that named it.
+        flag: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A certificate file without any certificate.
+    #[error("--tls-cert: {} holds no certificate", path.display())]
+    NoCertificate {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A token file with nothing in it.
+    #[error("--auth-token-file: {} is empty", path.display())]
+    EmptyToken {
+        /// The file.
+        path: PathBuf,
+    },
+    /// `--tls-cert` without `--tls-key` (or the other way round), or a client
+    /// CA without a server certificate.
+    #[error("--tls-cert and --tls-key go together (and --tls-client-ca needs them)")]
+    Unpaired,
+    /// The certificate and key do not make a TLS configuration.
+    #[error("--tls-cert/--tls-key: {0}")]
+    KeyPair(String),
+    /// The TLS library refused its defaults.
+    #[error("TLS: {0}")]
+    Tls(String),
+}
+
+fn read_file(path: &Path, flag: &'static str) -> Result<Vec<u8>, ListenConfigError> {
+    std::fs::read(path).map_err(|e| ListenConfigError::Unreadable {
+        flag,
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })
+}
+
+fn invalid(flag: &'static str, path: &Path, reason: impl std::fmt::Display) -> ListenConfigError {
+    ListenConfigError::Invalid {
+        flag,
+        path: path.to_owned(),
+        reason: reason.to_string(),
+    }
 }
 
 /// The files of a TLS server.
@@ -68,32 +127,27 @@ pub struct ServerTls(Arc<rustls::ServerConfig>);
 impl ServerTls {
     /// The configuration of `files`, `None` when no certificate is given;
     /// `alpn` lists the application protocols offered (`h2` for gRPC).
-    pub fn from_files(files: &ServerTlsFiles, alpn: &[&[u8]]) -> Result<Option<ServerTls>, String> {
+    pub fn from_files(
+        files: &ServerTlsFiles,
+        alpn: &[&[u8]],
+    ) -> Result<Option<ServerTls>, ListenConfigError> {
         let (cert, key) = match (&files.cert, &files.key) {
             (None, None) if files.client_ca.is_none() => return Ok(None),
             (Some(cert), Some(key)) => (cert, key),
-            _ => {
-                return Err(
-                    "--tls-cert and --tls-key go together (and --tls-client-ca needs them)"
-                        .to_owned(),
-                )
-            }
+            _ => return Err(ListenConfigError::Unpaired),
         };
         let chain = CertificateDer::pem_slice_iter(&read_file(cert, "--tls-cert")?)
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("--tls-cert: {}: {e}", cert.display()))?;
+            .map_err(|e| invalid("--tls-cert", cert, e))?;
         if chain.is_empty() {
-            return Err(format!(
-                "--tls-cert: {} holds no certificate",
-                cert.display()
-            ));
+            return Err(ListenConfigError::NoCertificate { path: cert.clone() });
         }
         let private_key = PrivateKeyDer::from_pem_slice(&read_file(key, "--tls-key")?)
-            .map_err(|e| format!("--tls-key: {}: {e}", key.display()))?;
+            .map_err(|e| invalid("--tls-key", key, e))?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
             .with_safe_default_protocol_versions()
-            .map_err(|e| format!("TLS: {e}"))?;
+            .map_err(|e| ListenConfigError::Tls(e.to_string()))?;
         let builder = match &files.client_ca {
             None => builder.with_no_client_auth(),
             Some(ca) => {
@@ -101,24 +155,23 @@ impl ServerTls {
                 for certificate in
                     CertificateDer::pem_slice_iter(&read_file(ca, "--tls-client-ca")?)
                 {
-                    let certificate = certificate
-                        .map_err(|e| format!("--tls-client-ca: {}: {e}", ca.display()))?;
+                    let certificate = certificate.map_err(|e| invalid("--tls-client-ca", ca, e))?;
                     roots
                         .add(certificate)
-                        .map_err(|e| format!("--tls-client-ca: {}: {e}", ca.display()))?;
+                        .map_err(|e| invalid("--tls-client-ca", ca, e))?;
                 }
                 let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
                     Arc::new(roots),
                     provider,
                 )
                 .build()
-                .map_err(|e| format!("--tls-client-ca: {}: {e}", ca.display()))?;
+                .map_err(|e| invalid("--tls-client-ca", ca, e))?;
                 builder.with_client_cert_verifier(verifier)
             }
         };
         let mut config = builder
             .with_single_cert(chain, private_key)
-            .map_err(|e| format!("--tls-cert/--tls-key: {e}"))?;
+            .map_err(|e| ListenConfigError::KeyPair(e.to_string()))?;
         config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         Ok(Some(ServerTls(Arc::new(config))))
     }
@@ -137,11 +190,13 @@ impl std::fmt::Debug for BearerToken {
 
 impl BearerToken {
     /// The token in `path` (`--auth-token-file`); an empty file is an error.
-    pub fn from_file(path: &Path) -> Result<BearerToken, String> {
+    pub fn from_file(path: &Path) -> Result<BearerToken, ListenConfigError> {
         let bytes = read_file(path, "--auth-token-file")?;
         let token = bytes.trim_ascii();
         if token.is_empty() {
-            return Err(format!("--auth-token-file: {} is empty", path.display()));
+            return Err(ListenConfigError::EmptyToken {
+                path: path.to_owned(),
+            });
         }
         Ok(BearerToken(token.into()))
     }

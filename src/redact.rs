@@ -25,14 +25,28 @@ pub fn userinfo(url: &str) -> (String, bool) {
     }
 }
 
-/// An error for a URL that carries credentials, which are not sent (the
-/// transports authenticate with headers): names the setting, not the secret.
-pub fn refuse_userinfo(setting: &str, url: &str) -> Result<(), String> {
+/// A URL that carries credentials, which are not sent (the transports
+/// authenticate with headers). Names the setting and shows the URL with its
+/// credentials masked, never the secret.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{setting} {shown} carries credentials in the URL, which would not be sent; \
+     put them in a header instead (for OTLP: --otlp-header authorization=…)"
+)]
+pub struct CredentialsInUrl {
+    /// The flag or variable that gave the URL.
+    pub setting: String,
+    /// The URL with its credentials replaced by `***`.
+    pub shown: String,
+}
+
+/// Refuses a URL that carries credentials.
+pub fn refuse_userinfo(setting: &str, url: &str) -> Result<(), CredentialsInUrl> {
     match userinfo(url) {
-        (shown, true) => Err(format!(
-            "{setting} {shown} carries credentials in the URL, which would not be sent; \
-             put them in a header instead (for OTLP: --otlp-header authorization=…)"
-        )),
+        (shown, true) => Err(CredentialsInUrl {
+            setting: setting.to_owned(),
+            shown,
+        }),
         _ => Ok(()),
     }
 }

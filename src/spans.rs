@@ -145,17 +145,24 @@ fn at(seconds: f64) -> SystemTime {
     UNIX_EPOCH + Duration::try_from_secs_f64(seconds).unwrap_or_default()
 }
 
-/// The caller's context from a W3C `traceparent`; `Err` says why it is not one.
-pub(crate) fn parent_context(traceparent: &str) -> Result<Context, String> {
+/// A `traceparent` that is not a W3C trace context (shown shortened).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("'{shown}' is not a W3C trace context")]
+pub struct InvalidTraceparent {
+    /// The value, shortened when long.
+    pub shown: String,
+}
+
+/// The caller's context from a W3C `traceparent`.
+pub(crate) fn parent_context(traceparent: &str) -> Result<Context, InvalidTraceparent> {
     let carrier = HashMap::from([("traceparent".to_owned(), traceparent.to_owned())]);
     let context = TraceContextPropagator::new().extract(&carrier);
     if context.span().span_context().is_valid() {
         Ok(context)
     } else {
-        Err(format!(
-            "'{}' is not a W3C trace context",
-            shown(traceparent)
-        ))
+        Err(InvalidTraceparent {
+            shown: shown(traceparent),
+        })
     }
 }
 
@@ -169,7 +176,7 @@ impl SpanState {
         engine: u32,
         arrival_time: f64,
         traceparent: Option<&str>,
-    ) -> (Box<SpanState>, Option<String>) {
+    ) -> (Box<SpanState>, Option<InvalidTraceparent>) {
         let (parent, invalid) = match traceparent.map(parent_context) {
             Some(Ok(context)) => (context, None),
             Some(Err(why)) => (Context::new(), Some(why)),

@@ -7,16 +7,27 @@ use super::*;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct MetricsAddr(pub(super) Option<SocketAddr>);
 
+/// A `--metrics-addr` that is neither `none` nor a socket address.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("'{value}' is neither `none` nor an address like 127.0.0.1:9464 ({reason})")]
+pub(super) struct InvalidAddr {
+    value: String,
+    reason: String,
+}
+
 impl FromStr for MetricsAddr {
-    type Err = String;
+    type Err = InvalidAddr;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         if s.eq_ignore_ascii_case("none") {
             return Ok(MetricsAddr(None));
         }
-        s.parse().map(|addr| MetricsAddr(Some(addr))).map_err(|e| {
-            format!("'{s}' is neither `none` nor an address like 127.0.0.1:9464 ({e})")
-        })
+        s.parse()
+            .map(|addr| MetricsAddr(Some(addr)))
+            .map_err(|e: std::net::AddrParseError| InvalidAddr {
+                value: s.to_owned(),
+                reason: e.to_string(),
+            })
     }
 }
 
@@ -99,7 +110,7 @@ pub(super) struct ListenArgs {
 }
 
 impl ListenArgs {
-    pub(super) fn limits(&self, max_connections: usize) -> io::Result<ListenerLimits> {
+    pub(super) fn limits(&self, max_connections: usize) -> Result<ListenerLimits, CliError> {
         let optional =
             |flag, value| seconds(flag, value).map(|d: Duration| (!d.is_zero()).then_some(d));
         Ok(ListenerLimits {
@@ -113,20 +124,18 @@ impl ListenArgs {
     pub(super) fn security(
         &self,
         alpn: &[&[u8]],
-    ) -> io::Result<(Option<ServerTls>, Option<BearerToken>)> {
-        let invalid = |e: String| io::Error::new(io::ErrorKind::InvalidInput, e);
+    ) -> Result<(Option<ServerTls>, Option<BearerToken>), CliError> {
         let files = ServerTlsFiles {
             cert: self.tls_cert.clone(),
             key: self.tls_key.clone(),
             client_ca: self.tls_client_ca.clone(),
         };
-        let tls = ServerTls::from_files(&files, alpn).map_err(invalid)?;
+        let tls = ServerTls::from_files(&files, alpn)?;
         let token = self
             .auth_token_file
             .as_deref()
             .map(BearerToken::from_file)
-            .transpose()
-            .map_err(invalid)?;
+            .transpose()?;
         Ok((tls, token))
     }
 }
@@ -189,9 +198,16 @@ pub(super) enum OtlpNames {
 }
 
 /// Parses the `n`th `--otlp-header`; the error shows no part of the value.
-pub(super) fn parse_header(n: usize, s: &str) -> Result<(String, String), String> {
-    let invalid =
-        || format!("--otlp-header #{n}: not one KEY=VALUE header (the value is not shown)");
+/// An `--otlp-header` that is not one `KEY=VALUE` header; names its
+/// position, never its value (which may be a secret).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("--otlp-header #{position}: not one KEY=VALUE header (the value is not shown)")]
+pub(super) struct InvalidHeader {
+    position: usize,
+}
+
+pub(super) fn parse_header(n: usize, s: &str) -> Result<(String, String), InvalidHeader> {
+    let invalid = || InvalidHeader { position: n };
     let (key, value) = s.split_once('=').ok_or_else(invalid)?;
     let key = key.trim();
     let valid_key = !key.is_empty()
@@ -214,7 +230,7 @@ impl CommonArgs {
 }
 
 impl OtlpArgs {
-    pub(super) fn options(&self) -> io::Result<OtlpOptions> {
+    pub(super) fn options(&self) -> Result<OtlpOptions, CliError> {
         let headers = self
             .otlp_header
             .iter()

@@ -1,6 +1,7 @@
 //! The command line (DESIGN §5): argument definitions and the subcommands' runs.
 
 mod args;
+mod error;
 mod pipeline;
 mod replay;
 mod report;
@@ -9,6 +10,8 @@ mod simulate;
 pub mod summary;
 
 use args::*;
+use error::exit_status;
+pub use error::{CliError, FinalExportFailed};
 use pipeline::*;
 use replay::*;
 use serve::*;
@@ -108,6 +111,6 @@ pub fn run(cli: Cli) -> ExitCode {
     };
     result.unwrap_or_else(|e| {
         report::line(format_args!("error: {e}"));
-        ExitCode::FAILURE
+        e.exit_code()
     })
 }

@@ -28,11 +28,11 @@ pub(super) enum OnSignal {
 
 /// Writes to stdout; a reader that went away (`| head`) ends the output
 /// quietly, so the exit status stays the documented one.
-pub(super) fn to_stdout(bytes: &[u8]) -> io::Result<()> {
+pub(super) fn to_stdout(bytes: &[u8]) -> Result<(), CliError> {
     let mut out = io::stdout().lock();
     match out.write_all(bytes).and_then(|()| out.flush()) {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
-        result => result,
+        result => Ok(result?),
     }
 }
 
@@ -55,8 +55,7 @@ impl Pipeline {
         common: &CommonArgs,
         on_signal: OnSignal,
         bridge_read: bool,
-    ) -> io::Result<Pipeline> {
-        let invalid = |e: String| io::Error::new(io::ErrorKind::InvalidInput, e);
+    ) -> Result<Pipeline, CliError> {
         let env = |name: &str| std::env::var(name).ok();
         let options = common.otlp.options()?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -77,7 +76,7 @@ impl Pipeline {
         builder = builder.with_resource(resource.clone());
         let mut report = None;
         if options.enabled(Signal::Metrics, &env) {
-            let push = otlp::build(&options, &env, runtime.handle()).map_err(invalid)?;
+            let push = otlp::build(&options, &env, runtime.handle())?;
             report::line(format_args!(
                 "pushing metrics over OTLP ({}) to {} ({}){}",
                 push.destination.protocol,
@@ -105,8 +104,7 @@ impl Pipeline {
             if let Some(provider) = instruments.meter_provider() {
                 opentelemetry::global::set_meter_provider(provider.clone());
             }
-            let push =
-                otlp::build_traces(&options, &env, runtime.handle(), resource).map_err(invalid)?;
+            let push = otlp::build_traces(&options, &env, runtime.handle(), resource)?;
             report::line(format_args!(
                 "pushing llm_request spans over OTLP ({}) to {} ({})",
                 push.destination.protocol, push.destination, push.destination.source,
@@ -174,6 +172,7 @@ impl Pipeline {
             // Off the runtime's worker: the final export blocks until it is
             // done, and the gRPC transport needs the worker meanwhile.
             let flushed = tokio::task::spawn_blocking(move || flush(&exports)).await;
+            // 128 + the signal's number, as a shell reports it.
             let code = match flushed {
                 Ok(Ok(())) if name == "SIGINT" => 130,
                 Ok(Ok(())) => 143,
@@ -184,7 +183,7 @@ impl Pipeline {
     }
 
     /// Stops the pipeline; `Err` when the final OTLP export failed.
-    pub(super) fn finish(self) -> Result<(), ()> {
+    pub(super) fn finish(self) -> Result<(), FinalExportFailed> {
         let result = flush(&self.exports);
         self.runtime.shutdown_background();
         result
@@ -229,30 +228,27 @@ impl Pipeline {
 pub(super) fn report_final_export(
     result: opentelemetry_sdk::error::OTelSdkResult,
     report: &OtlpReport,
-) -> Result<(), ()> {
-    match (result, report.health.last_error()) {
+) -> Result<(), FinalExportFailed> {
+    let failed = |outcome, reason: String| FinalExportFailed {
+        destination: report.destination.to_string(),
+        outcome,
+        reason,
+    };
+    let outcome = match (result, report.health.last_error()) {
         (Ok(()) | Err(OTelSdkError::AlreadyShutdown), None) => Ok(()),
-        (_, Some(error)) => {
-            report::line(format_args!(
-                "error: final OTLP export to {} failed: {error}",
-                report.destination
-            ));
-            Err(())
-        }
-        (Err(error), None) => {
-            report::line(format_args!(
-                "error: final OTLP export to {} did not complete: {error}",
-                report.destination
-            ));
-            Err(())
-        }
+        (_, Some(error)) => Err(failed("failed", error.to_string())),
+        (Err(error), None) => Err(failed("did not complete", error.to_string())),
+    };
+    if let Err(error) = &outcome {
+        report::line(format_args!("error: {error}"));
     }
+    outcome
 }
 
 /// Shuts the tracer provider down (its last spans go out), then the meter
 /// provider (the OTLP reader exports one last time); `Err` when a final
 /// export failed.
-pub(super) fn flush(exports: &Exports) -> Result<(), ()> {
+pub(super) fn flush(exports: &Exports) -> Result<(), FinalExportFailed> {
     let traces = match &exports.traces {
         Some((provider, report)) => report_final_export(provider.shutdown(), report),
         None => Ok(()),
@@ -277,7 +273,7 @@ impl Tee {
         pipeline: &Pipeline,
         target: &TargetArgs,
         common: &CommonArgs,
-    ) -> io::Result<Tee> {
+    ) -> Result<Tee, CliError> {
         let remote = match &target.target {
             Some(url) => Some(
                 RemoteSink::connect(url, &target.security(), pipeline.runtime.handle())
@@ -294,7 +290,7 @@ impl Tee {
 
     /// Closes the remote stream and reports its summary; `Ok(true)` when the
     /// server rejected nothing.
-    pub(super) fn finish_remote(&mut self) -> io::Result<bool> {
+    pub(super) fn finish_remote(&mut self) -> Result<bool, CliError> {
         let Some(remote) = self.remote.take() else {
             return Ok(true);
         };

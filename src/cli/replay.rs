@@ -19,7 +19,7 @@ pub(super) struct ReplayArgs {
     pub(super) common: CommonArgs,
 }
 
-pub(super) fn open_trace(file: &str) -> io::Result<(Box<dyn BufRead>, String)> {
+pub(super) fn open_trace(file: &str) -> Result<(Box<dyn BufRead>, String), CliError> {
     if file == "-" {
         return Ok((Box::new(io::stdin().lock()), "<stdin>".to_owned()));
     }
@@ -31,7 +31,7 @@ pub(super) fn open_trace(file: &str) -> io::Result<(Box<dyn BufRead>, String)> {
     ))
 }
 
-pub(super) fn run_replay(args: ReplayArgs) -> io::Result<ExitCode> {
+pub(super) fn run_replay(args: ReplayArgs) -> Result<ExitCode, CliError> {
     let (input, source) = open_trace(&args.file)?;
     let pipeline = Pipeline::new(
         &args.common,
@@ -61,12 +61,8 @@ pub(super) fn run_replay(args: ReplayArgs) -> io::Result<ExitCode> {
         to_stdout(pipeline.bridge.encode(format).as_bytes())?;
     }
     drop(tracker);
-    let exported = pipeline.finish();
-    Ok(if exported.is_err() {
-        ExitCode::from(EXIT_EXPORT_FAILED)
-    } else if report.is_clean() && remote_clean {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(EXIT_INVALID_INPUT)
-    })
+    Ok(exit_status(
+        pipeline.finish(),
+        report.is_clean() && remote_clean,
+    ))
 }

@@ -27,7 +27,7 @@ pub(super) struct ServeArgs {
     pub(super) common: CommonArgs,
 }
 
-pub(super) fn run_serve(args: ServeArgs) -> io::Result<ExitCode> {
+pub(super) fn run_serve(args: ServeArgs) -> Result<ExitCode, CliError> {
     let request_ttl = seconds("--request-ttl", args.request_ttl)?;
     let drain = seconds("--drain-timeout", args.drain_timeout)?;
     let pipeline = Pipeline::new(&args.common, OnSignal::Command, false)?;
@@ -87,11 +87,9 @@ pub(super) fn run_serve(args: ServeArgs) -> io::Result<ExitCode> {
     });
     match served {
         Ok(Ok(())) => {}
-        Ok(Err(e)) => return Err(io::Error::other(format!("the ingest server failed: {e}"))),
+        Ok(Err(e)) => return Err(io::Error::other(format!("the ingest server failed: {e}")).into()),
         Err(e) => {
-            return Err(io::Error::other(format!(
-                "the ingest server task failed: {e}"
-            )))
+            return Err(io::Error::other(format!("the ingest server task failed: {e}")).into())
         }
     }
     report::line(format_args!(
@@ -99,8 +97,5 @@ pub(super) fn run_serve(args: ServeArgs) -> io::Result<ExitCode> {
         service.in_flight()
     ));
     drop(service);
-    Ok(match pipeline.finish() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(()) => ExitCode::from(EXIT_EXPORT_FAILED),
-    })
+    Ok(exit_status(pipeline.finish(), true))
 }

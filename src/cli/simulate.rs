@@ -55,7 +55,7 @@ pub(super) fn progress_bar(enabled: bool) -> impl FnMut(Progress) {
     }
 }
 
-pub(super) fn run_sweep(args: &SimulateArgs) -> io::Result<ExitCode> {
+pub(super) fn run_sweep(args: &SimulateArgs) -> Result<ExitCode, CliError> {
     to_stdout(format!("{}\n", SweepRow::header()).as_bytes())?;
     for &kv_blocks in &args.sweep_kv_blocks {
         let config = SimConfig {
@@ -87,16 +87,14 @@ pub(super) fn run_sweep(args: &SimulateArgs) -> io::Result<ExitCode> {
 }
 
 /// A duration flag's value: zero or positive seconds, else a clear error.
-pub(super) fn seconds(flag: &str, value: f64) -> io::Result<Duration> {
-    Duration::try_from_secs_f64(value).map_err(|_| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("{flag} must be zero or positive seconds, not {value}"),
-        )
+pub(super) fn seconds(flag: &'static str, value: f64) -> Result<Duration, CliError> {
+    Duration::try_from_secs_f64(value).map_err(|_| CliError::Usage {
+        flag,
+        reason: format!("must be zero or positive seconds, not {value}"),
     })
 }
 
-pub(super) fn run_simulate(args: SimulateArgs) -> io::Result<ExitCode> {
+pub(super) fn run_simulate(args: SimulateArgs) -> Result<ExitCode, CliError> {
     if !args.sweep_kv_blocks.is_empty() {
         return run_sweep(&args);
     }
@@ -145,10 +143,7 @@ pub(super) fn run_simulate(args: SimulateArgs) -> io::Result<ExitCode> {
     let remote_clean = tee.finish_remote()?;
     if let Some(mut out) = recorder {
         if let Some(e) = write_error {
-            return Err(io::Error::new(
-                e.kind(),
-                format!("writing the trace failed: {e}"),
-            ));
+            return Err(io::Error::new(e.kind(), format!("writing the trace failed: {e}")).into());
         }
         out.flush()?;
     }
@@ -162,9 +157,5 @@ pub(super) fn run_simulate(args: SimulateArgs) -> io::Result<ExitCode> {
     }
     std::thread::sleep(linger);
     drop(tee);
-    Ok(match pipeline.finish() {
-        Err(()) => ExitCode::from(EXIT_EXPORT_FAILED),
-        Ok(()) if !remote_clean => ExitCode::from(EXIT_INVALID_INPUT),
-        Ok(()) => ExitCode::SUCCESS,
-    })
+    Ok(exit_status(pipeline.finish(), remote_clean))
 }

@@ -47,43 +47,109 @@ impl tonic::service::Interceptor for Token {
 
 type Client = pb::ingest_client::IngestClient<InterceptedService<Channel, Token>>;
 
+/// Why streaming to a `serve` process (`--target`) failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TargetError {
+    /// The target URL carries credentials.
+    #[error(transparent)]
+    CredentialsInUrl(#[from] crate::redact::CredentialsInUrl),
+    /// The target is not a usable URL, or its TLS setup failed.
+    #[error("--target {target}: {reason}")]
+    InvalidTarget {
+        /// The target.
+        target: String,
+        /// Why.
+        reason: String,
+    },
+    /// `--target-ca` or `--target-token-file` cannot be read.
+    #[error("{flag}: cannot read {}: {reason}", path.display())]
+    Unreadable {
+        /// The flag.
+        flag: &'static str,
+        /// The file.
+        path: std::path::PathBuf,
+        /// The operating system's reason.
+        reason: String,
+    },
+    /// The token file's contents cannot be a header value (never shown).
+    #[error("--target-token-file: {} is not a valid token", path.display())]
+    InvalidToken {
+        /// The file.
+        path: std::path::PathBuf,
+    },
+    /// No connection.
+    #[error("cannot connect to {target}: {reason}")]
+    Connect {
+        /// The target.
+        target: String,
+        /// Why.
+        reason: String,
+    },
+    /// The server ended the stream with an error status; `applied` is the
+    /// summary it sent of what it had applied, if any.
+    #[error("{target} ended the stream: {code}: {message}{}", applied.as_ref().map(|a| format!(" (before that: {a})")).unwrap_or_default())]
+    Ended {
+        /// The target.
+        target: String,
+        /// The gRPC status code.
+        code: String,
+        /// The status message.
+        message: String,
+        /// What the server had applied before (its summary, described).
+        applied: Option<String>,
+    },
+    /// The stream's task failed.
+    #[error("the stream to {target} failed: {reason}")]
+    Failed {
+        /// The target.
+        target: String,
+        /// Why.
+        reason: String,
+    },
+}
+
 /// Connects to `target` as `security` says.
-async fn connect(target: &str, security: &TargetSecurity) -> Result<Client, String> {
+async fn connect(target: &str, security: &TargetSecurity) -> Result<Client, TargetError> {
     crate::redact::refuse_userinfo("--target", target)?;
+    let invalid = |reason: String| TargetError::InvalidTarget {
+        target: target.to_owned(),
+        reason,
+    };
     let mut endpoint =
-        Endpoint::from_shared(target.to_owned()).map_err(|e| format!("--target {target}: {e}"))?;
+        Endpoint::from_shared(target.to_owned()).map_err(|e| invalid(e.to_string()))?;
     if target.starts_with("https://") || security.ca.is_some() {
         let tls = match &security.ca {
             Some(ca) => {
-                let pem = std::fs::read(ca)
-                    .map_err(|e| format!("--target-ca: cannot read {}: {e}", ca.display()))?;
+                let pem = std::fs::read(ca).map_err(|e| TargetError::Unreadable {
+                    flag: "--target-ca",
+                    path: ca.clone(),
+                    reason: e.to_string(),
+                })?;
                 ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem))
             }
             None => ClientTlsConfig::new().with_native_roots(),
         };
         endpoint = endpoint
             .tls_config(tls)
-            .map_err(|e| format!("--target {target}: TLS: {e}"))?;
+            .map_err(|e| invalid(format!("TLS: {e}")))?;
     }
     let token = match &security.token_file {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("--target-token-file: cannot read {}: {e}", path.display()))?;
-            let value =
-                MetadataValue::try_from(format!("Bearer {}", text.trim())).map_err(|_| {
-                    format!(
-                        "--target-token-file: {} is not a valid token",
-                        path.display()
-                    )
-                })?;
+            let text = std::fs::read_to_string(path).map_err(|e| TargetError::Unreadable {
+                flag: "--target-token-file",
+                path: path.clone(),
+                reason: e.to_string(),
+            })?;
+            let value = MetadataValue::try_from(format!("Bearer {}", text.trim()))
+                .map_err(|_| TargetError::InvalidToken { path: path.clone() })?;
             Some(value)
         }
         None => None,
     };
-    let channel = endpoint
-        .connect()
-        .await
-        .map_err(|e| format!("cannot connect to {target}: {e}"))?;
+    let channel = endpoint.connect().await.map_err(|e| TargetError::Connect {
+        target: target.to_owned(),
+        reason: e.to_string(),
+    })?;
     Ok(pb::ingest_client::IngestClient::with_interceptor(
         channel,
         Token(token),
@@ -109,7 +175,7 @@ impl RemoteSink {
         target: &str,
         security: &TargetSecurity,
         runtime: &Handle,
-    ) -> Result<RemoteSink, String> {
+    ) -> Result<RemoteSink, TargetError> {
         let mut client = runtime
             .block_on(connect(target, security))?
             .max_encoding_message_size(64 << 20);
@@ -142,7 +208,7 @@ impl RemoteSink {
     }
 
     /// Closes the stream and waits for the server's summary.
-    pub fn finish(mut self) -> Result<pb::IngestSummary, String> {
+    pub fn finish(mut self) -> Result<pb::IngestSummary, TargetError> {
         self.sender = None;
         let target = self.target;
         match self.runtime.block_on(self.call) {
@@ -154,15 +220,18 @@ impl RemoteSink {
                     .get_bin(SUMMARY_TRAILER)
                     .and_then(|v| v.to_bytes().ok())
                     .and_then(|bytes| pb::IngestSummary::decode(bytes.as_ref()).ok())
-                    .map(|summary| format!(" (before that: {})", describe(&summary)))
-                    .unwrap_or_default();
-                Err(format!(
-                    "{target} ended the stream: {}: {}{applied}",
-                    status.code(),
-                    status.message()
-                ))
+                    .map(|summary| describe(&summary));
+                Err(TargetError::Ended {
+                    target,
+                    code: status.code().to_string(),
+                    message: status.message().to_owned(),
+                    applied,
+                })
             }
-            Err(e) => Err(format!("the stream to {target} failed: {e}")),
+            Err(e) => Err(TargetError::Failed {
+                target,
+                reason: e.to_string(),
+            }),
         }
     }
 }

@@ -13,25 +13,60 @@ pub mod pb {
     tonic::include_proto!("vllm_otel_metrics.v1");
 }
 
-fn required_id(what: &str, id: String) -> Result<String, String> {
+/// Why a wire record cannot become a [`Record`]: what is missing or
+/// unknown, and the request it belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConversionError {
+    /// No field of the record's oneof is set.
+    #[error("empty record (no field of the oneof set)")]
+    Empty,
+    /// A request, output or abort without its request id.
+    #[error("{0} without a request_id")]
+    MissingRequestId(&'static str),
+    /// An event whose type is unset.
+    #[error("event without a type")]
+    UntypedEvent,
+    /// An event type this version does not know.
+    #[error("unknown event type {0}")]
+    UnknownEventType(i32),
+    /// A finish reason this version does not know.
+    #[error("unknown finish reason {0}")]
+    UnknownFinishReason(i32),
+    /// An operation whose kind is unset.
+    #[error("operation without a kind")]
+    UnkindedOperation,
+    /// An operation kind this version does not know.
+    #[error("unknown operation kind {0}")]
+    UnknownOperationKind(i32),
+    /// A problem in the output of one request.
+    #[error("request {request_id}: {source}")]
+    InRequest {
+        /// The request.
+        request_id: String,
+        /// The problem.
+        source: Box<ConversionError>,
+    },
+}
+
+fn required_id(what: &'static str, id: String) -> Result<String, ConversionError> {
     if id.is_empty() {
-        Err(format!("{what} without a request_id"))
+        Err(ConversionError::MissingRequestId(what))
     } else {
         Ok(id)
     }
 }
 
-fn event_type(value: i32) -> Result<EventType, String> {
+fn event_type(value: i32) -> Result<EventType, ConversionError> {
     match pb::EventType::try_from(value) {
         Ok(pb::EventType::Queued) => Ok(EventType::Queued),
         Ok(pb::EventType::Scheduled) => Ok(EventType::Scheduled),
         Ok(pb::EventType::Preempted) => Ok(EventType::Preempted),
-        Ok(pb::EventType::Unspecified) => Err("event without a type".into()),
-        Err(_) => Err(format!("unknown event type {value}")),
+        Ok(pb::EventType::Unspecified) => Err(ConversionError::UntypedEvent),
+        Err(_) => Err(ConversionError::UnknownEventType(value)),
     }
 }
 
-fn finish_reason(value: i32) -> Result<Option<FinishReason>, String> {
+fn finish_reason(value: i32) -> Result<Option<FinishReason>, ConversionError> {
     Ok(match pb::FinishReason::try_from(value) {
         Ok(pb::FinishReason::Unspecified) => None,
         Ok(pb::FinishReason::Stop) => Some(FinishReason::Stop),
@@ -39,7 +74,7 @@ fn finish_reason(value: i32) -> Result<Option<FinishReason>, String> {
         Ok(pb::FinishReason::Abort) => Some(FinishReason::Abort),
         Ok(pb::FinishReason::Error) => Some(FinishReason::Error),
         Ok(pb::FinishReason::Repetition) => Some(FinishReason::Repetition),
-        Err(_) => return Err(format!("unknown finish reason {value}")),
+        Err(_) => return Err(ConversionError::UnknownFinishReason(value)),
     })
 }
 
@@ -67,8 +102,12 @@ impl From<PrefillStats> for pb::PrefillStats {
     }
 }
 
-fn output_from_proto(o: pb::EngineCoreOutput) -> Result<EngineCoreOutput, String> {
+fn output_from_proto(o: pb::EngineCoreOutput) -> Result<EngineCoreOutput, ConversionError> {
     let request_id = required_id("output", o.request_id)?;
+    let in_request = |e: ConversionError| ConversionError::InRequest {
+        request_id: request_id.clone(),
+        source: Box::new(e),
+    };
     let events = o
         .events
         .into_iter()
@@ -79,10 +118,9 @@ fn output_from_proto(o: pb::EngineCoreOutput) -> Result<EngineCoreOutput, String
                 reason: e.reason,
             })
         })
-        .collect::<Result<Vec<_>, String>>()
-        .map_err(|e| format!("request {request_id}: {e}"))?;
-    let finish_reason =
-        finish_reason(o.finish_reason).map_err(|e| format!("request {request_id}: {e}"))?;
+        .collect::<Result<Vec<_>, ConversionError>>()
+        .map_err(in_request)?;
+    let finish_reason = finish_reason(o.finish_reason).map_err(in_request)?;
     Ok(EngineCoreOutput {
         request_id,
         new_token_ids: o.new_token_ids,
@@ -94,12 +132,9 @@ fn output_from_proto(o: pb::EngineCoreOutput) -> Result<EngineCoreOutput, String
 
 /// Converts a wire record; `now` (the server's wall clock) fills receive
 /// times the sender left out. Every number is then checked like a JSONL line.
-pub fn record_from_proto(record: pb::Record, now: f64) -> Result<Record, String> {
+pub fn record_from_proto(record: pb::Record, now: f64) -> Result<Record, ConversionError> {
     use pb::record::Record as R;
-    let record = match record
-        .record
-        .ok_or("empty record (no field of the oneof set)")?
-    {
+    let record = match record.record.ok_or(ConversionError::Empty)? {
         R::Request(r) => Record::Request(RequestStart {
             request_id: required_id("request", r.request_id)?,
             model_name: r.model_name,
@@ -146,7 +181,7 @@ pub fn record_from_proto(record: pb::Record, now: f64) -> Result<Record, String>
     Ok(record)
 }
 
-fn operation_kind(value: i32) -> Result<OperationKind, String> {
+fn operation_kind(value: i32) -> Result<OperationKind, ConversionError> {
     use pb::OperationKind as P;
     Ok(match P::try_from(value) {
         Ok(P::Sleep) => OperationKind::Sleep,
@@ -157,8 +192,8 @@ fn operation_kind(value: i32) -> Result<OperationKind, String> {
         Ok(P::StartDraft) => OperationKind::StartDraft,
         Ok(P::Update) => OperationKind::Update,
         Ok(P::Finish) => OperationKind::Finish,
-        Ok(P::Unspecified) => return Err("operation without a kind".into()),
-        Err(_) => return Err(format!("unknown operation kind {value}")),
+        Ok(P::Unspecified) => return Err(ConversionError::UnkindedOperation),
+        Err(_) => return Err(ConversionError::UnknownOperationKind(value)),
     })
 }
 
@@ -406,9 +441,10 @@ mod tests {
     #[test]
     fn invalid_wire_records_are_named() {
         let empty = pb::Record { record: None };
-        assert!(record_from_proto(empty, 0.0)
-            .unwrap_err()
-            .contains("empty record"));
+        assert_eq!(
+            record_from_proto(empty, 0.0).unwrap_err(),
+            ConversionError::Empty
+        );
         let bad_event = pb::Record {
             record: Some(pb::record::Record::Outputs(pb::OutputBatch {
                 engine: 0,
@@ -425,10 +461,15 @@ mod tests {
                 }],
             })),
         };
+        let error = record_from_proto(bad_event, 0.0).unwrap_err();
         assert_eq!(
-            record_from_proto(bad_event, 0.0).unwrap_err(),
-            "request r7: unknown event type 9"
+            error,
+            ConversionError::InRequest {
+                request_id: "r7".into(),
+                source: Box::new(ConversionError::UnknownEventType(9)),
+            }
         );
+        assert_eq!(error.to_string(), "request r7: unknown event type 9");
         let nan = pb::Record {
             record: Some(pb::record::Record::Abort(pb::Abort {
                 request_id: "r".into(),

@@ -254,7 +254,7 @@ impl SimConfig {
     }
 
     /// Checks values a run cannot work with.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), SimConfigError> {
         let positive = [
             ("--duration", self.duration),
             ("--rate", self.rate),
@@ -267,7 +267,7 @@ impl SimConfig {
         ];
         for (name, value) in positive {
             if !(value.is_finite() && value > 0.0) {
-                return Err(format!("{name} must be a positive number, not {value}"));
+                return Err(invalid(name, format!("a positive number, not {value}")));
             }
         }
         for (name, value) in [
@@ -278,7 +278,7 @@ impl SimConfig {
             ("--spec-acceptance-rate", self.spec_acceptance_rate),
         ] {
             if !(0.0..=1.0).contains(&value) {
-                return Err(format!("{name} must be between 0 and 1, not {value}"));
+                return Err(invalid(name, format!("between 0 and 1, not {value}")));
             }
         }
         for (name, value) in [
@@ -286,13 +286,11 @@ impl SimConfig {
             ("--step-per-token-us", self.step_per_token_us),
         ] {
             if !(value.is_finite() && value >= 0.0) {
-                return Err(format!("{name} must be zero or positive, not {value}"));
+                return Err(invalid(name, format!("zero or positive, not {value}")));
             }
         }
         if self.step_base_ms == 0.0 && self.step_per_token_us == 0.0 {
-            return Err(
-                "a step must take time: --step-base-ms or --step-per-token-us above 0".into(),
-            );
+            return Err(SimConfigError::StepTakesNoTime);
         }
         let counts = [
             ("--kv-blocks", self.kv_blocks),
@@ -305,38 +303,65 @@ impl SimConfig {
         ];
         for (name, value) in counts {
             if value == 0 {
-                return Err(format!("{name} must be at least 1"));
+                return Err(invalid(name, "at least 1".to_owned()));
             }
         }
         if self.kv_blocks.saturating_mul(self.block_size) < 2 {
-            return Err("the KV cache must hold at least 2 tokens".into());
+            return Err(SimConfigError::KvCacheTooSmall);
         }
         if self.concurrency == Some(0) {
-            return Err("--concurrency must be at least 1".into());
+            return Err(invalid("--concurrency", "at least 1".to_owned()));
         }
         if self.num_speculative_tokens as usize > crate::protocol::MAX_SPEC_POSITIONS {
-            return Err(format!(
-                "--num-speculative-tokens must be at most {}",
-                crate::protocol::MAX_SPEC_POSITIONS
+            return Err(invalid(
+                "--num-speculative-tokens",
+                format!("at most {}", crate::protocol::MAX_SPEC_POSITIONS),
             ));
         }
         if !(1..=2).contains(&self.sleep_level) {
-            return Err("--sleep-level must be 1 or 2".into());
+            return Err(invalid("--sleep-level", "1 or 2".to_owned()));
         }
         for (name, value) in [
             ("--sleep-when-idle", self.sleep_when_idle),
             ("--weight-update-interval", self.weight_update_interval),
         ] {
             if value.is_some_and(|v| !(v.is_finite() && v > 0.0)) {
-                return Err(format!("{name} must be a positive number of seconds"));
+                return Err(invalid(name, "a positive number of seconds".to_owned()));
             }
         }
         if self.kv_bytes_per_token == 0 || self.tensor_parallel_size == 0 {
-            return Err(
-                "--kv-bytes-per-token and --tensor-parallel-size must be at least 1".into(),
-            );
+            return Err(invalid(
+                "--kv-bytes-per-token and --tensor-parallel-size",
+                "at least 1".to_owned(),
+            ));
         }
         Ok(())
+    }
+}
+
+/// Why a simulator configuration cannot run; names the setting (flag).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SimConfigError {
+    /// A setting outside what a run can work with.
+    #[error("{setting} must be {requirement}")]
+    Invalid {
+        /// The flag.
+        setting: &'static str,
+        /// What it must be (and what it was).
+        requirement: String,
+    },
+    /// Both step costs are zero.
+    #[error("a step must take time: --step-base-ms or --step-per-token-us above 0")]
+    StepTakesNoTime,
+    /// Fewer than two tokens of KV cache.
+    #[error("the KV cache must hold at least 2 tokens")]
+    KvCacheTooSmall,
+}
+
+fn invalid(setting: &'static str, requirement: String) -> SimConfigError {
+    SimConfigError::Invalid {
+        setting,
+        requirement,
     }
 }
 

@@ -332,7 +332,7 @@ impl RequestMetrics {
         model_name: &str,
         engine: u32,
         traceparent: Option<&str>,
-    ) -> Option<String> {
+    ) -> Option<crate::spans::InvalidTraceparent> {
         let (state, invalid) = SpanState::start(
             spans,
             request_id,
@@ -682,8 +682,8 @@ impl Tracker {
             ),
             None => traceparent.and_then(|t| crate::spans::parent_context(t).err()),
         };
-        let rejection = invalid_traceparent.map(|detail| Rejection {
-            detail,
+        let rejection = invalid_traceparent.map(|invalid| Rejection {
+            detail: invalid.to_string(),
             ..self.reject(
                 RejectReason::InvalidTraceparent,
                 "request",

@@ -125,17 +125,72 @@ impl Protocol {
     }
 }
 
+/// Why the OTLP settings (flags and `OTEL_EXPORTER_OTLP_*` variables)
+/// cannot be used; the text names the setting and its value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OtlpError {
+    /// Not a transport this crate speaks.
+    #[error("unsupported OTLP protocol '{0}' (expected grpc or http/protobuf)")]
+    UnknownProtocol(String),
+    /// Not a temporality.
+    #[error("unsupported temporality '{0}' (expected cumulative, delta or lowmemory)")]
+    UnknownTemporality(String),
+    /// Not a compression the exporter knows.
+    #[error("{reason} (expected gzip or zstd)")]
+    UnknownCompression {
+        /// The value given.
+        value: String,
+        /// The exporter's reason.
+        reason: String,
+    },
+    /// A variable with a value that is not valid for it.
+    #[error("{name}='{value}': {source}")]
+    InvalidVariable {
+        /// The variable.
+        name: String,
+        /// Its value.
+        value: String,
+        /// What is wrong with it.
+        source: Box<OtlpError>,
+    },
+    /// A header name that is not valid in gRPC metadata.
+    #[error("invalid OTLP header name '{name}': {reason}")]
+    InvalidHeaderName {
+        /// The header.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// A header value that is not valid in gRPC metadata (never shown).
+    #[error("invalid OTLP header value for '{name}'")]
+    InvalidHeaderValue {
+        /// The header.
+        name: String,
+    },
+    /// An endpoint URL with credentials in it.
+    #[error(transparent)]
+    CredentialsInUrl(#[from] crate::redact::CredentialsInUrl),
+    /// The TLS files or client.
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+    /// The exporter refused its configuration.
+    #[error("cannot build the OTLP exporter for {destination}: {reason}")]
+    Build {
+        /// Where it would have sent (transport and endpoint).
+        destination: String,
+        /// The exporter's reason.
+        reason: String,
+    },
+}
+
 impl FromStr for Protocol {
-    type Err = String;
+    type Err = OtlpError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.trim().to_ascii_lowercase().as_str() {
             "grpc" => Ok(Protocol::Grpc),
             "http/protobuf" => Ok(Protocol::HttpProtobuf),
-            _ => Err(format!(
-                "unsupported OTLP protocol '{}' (expected grpc or http/protobuf)",
-                s.trim()
-            )),
+            _ => Err(OtlpError::UnknownProtocol(s.trim().to_owned())),
         }
     }
 }
@@ -151,21 +206,23 @@ impl fmt::Display for Protocol {
 
 /// Parses a temporality as the exporter's variable does: `cumulative`,
 /// `delta` or `lowmemory`, in any case.
-pub fn parse_temporality(s: &str) -> Result<Temporality, String> {
-    s.trim().parse().map_err(|()| {
-        format!(
-            "unsupported temporality '{}' (expected cumulative, delta or lowmemory)",
-            s.trim()
-        )
-    })
+pub fn parse_temporality(s: &str) -> Result<Temporality, OtlpError> {
+    s.trim()
+        .parse()
+        .map_err(|()| OtlpError::UnknownTemporality(s.trim().to_owned()))
 }
 
 /// Parses a compression name as the exporter does (`gzip`, `zstd`).
-pub fn parse_compression(s: &str) -> Result<Compression, String> {
+pub fn parse_compression(s: &str) -> Result<Compression, OtlpError> {
     s.trim()
         .to_ascii_lowercase()
         .parse()
-        .map_err(|e: opentelemetry_otlp::ParseConfigError| format!("{e} (expected gzip or zstd)"))
+        .map_err(
+            |e: opentelemetry_otlp::ParseConfigError| OtlpError::UnknownCompression {
+                value: s.trim().to_owned(),
+                reason: e.to_string(),
+            },
+        )
 }
 
 /// The command line's OTLP settings; `None` (or empty) leaves a setting to
@@ -261,7 +318,7 @@ impl OtlpOptions {
         &self,
         signal: Signal,
         env: &impl Fn(&str) -> Option<String>,
-    ) -> Result<Destination, String> {
+    ) -> Result<Destination, OtlpError> {
         let env = |name: &str| env(name).filter(|v| !v.trim().is_empty());
         let protocol = match self.protocol {
             Some(p) => p,
@@ -270,9 +327,11 @@ impl OtlpOptions {
                 .into_iter()
                 .find_map(|name| env(name).map(|v| (name, v)))
             {
-                Some((name, value)) => value
-                    .parse()
-                    .map_err(|e| format!("{name}='{}': {e}", value.trim()))?,
+                Some((name, value)) => value.parse().map_err(|e| OtlpError::InvalidVariable {
+                    name: name.to_owned(),
+                    value: value.trim().to_owned(),
+                    source: Box::new(e),
+                })?,
                 None => Protocol::HttpProtobuf,
             },
         };
@@ -401,14 +460,17 @@ fn configure_tonic<B: WithExportConfig + WithTonicConfig>(
     options: &OtlpOptions,
     destination: &Destination,
     tls: &tls::TlsSettings,
-) -> Result<B, String> {
+) -> Result<B, OtlpError> {
     let mut metadata = tonic::metadata::MetadataMap::new();
     for (key, value) in &options.headers {
         let key = tonic::metadata::MetadataKey::from_bytes(key.to_ascii_lowercase().as_bytes())
-            .map_err(|e| format!("invalid OTLP header name '{key}': {e}"))?;
-        let value = value
-            .parse()
-            .map_err(|_| format!("invalid OTLP header value for '{key}'"))?;
+            .map_err(|e| OtlpError::InvalidHeaderName {
+                name: key.clone(),
+                reason: e.to_string(),
+            })?;
+        let value = value.parse().map_err(|_| OtlpError::InvalidHeaderValue {
+            name: key.to_string(),
+        })?;
         metadata.insert(key, value);
     }
     let mut builder = builder.with_metadata(metadata);
@@ -422,7 +484,7 @@ fn configure_tonic<B: WithExportConfig + WithTonicConfig>(
         builder = builder.with_compression(compression);
     }
     if tls.applies_to(&destination.endpoint) {
-        builder = builder.with_tls_config(tls.tonic_config()?);
+        builder = builder.with_tls_config(tls.tonic_config());
     }
     Ok(builder)
 }
@@ -434,7 +496,7 @@ fn configure_http<B: WithExportConfig + WithHttpConfig>(
     destination: &Destination,
     tls: &tls::TlsSettings,
     env: &impl Fn(&str) -> Option<String>,
-) -> Result<B, String> {
+) -> Result<B, OtlpError> {
     let mut builder = builder
         .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
         .with_headers(
@@ -483,8 +545,11 @@ macro_rules! build_exporter {
 
 fn build_failed(
     destination: &Destination,
-) -> impl Fn(opentelemetry_otlp::ExporterBuildError) -> String + '_ {
-    move |e| format!("cannot build the OTLP exporter for {destination}: {e}")
+) -> impl Fn(opentelemetry_otlp::ExporterBuildError) -> OtlpError + '_ {
+    move |e| OtlpError::Build {
+        destination: destination.to_string(),
+        reason: e.to_string(),
+    }
 }
 
 /// Builds the metric exporter and its periodic reader from the flags, the
@@ -496,7 +561,7 @@ pub fn build(
     options: &OtlpOptions,
     env: &impl Fn(&str) -> Option<String>,
     runtime: &tokio::runtime::Handle,
-) -> Result<OtlpPush, String> {
+) -> Result<OtlpPush, OtlpError> {
     let destination = options.destination(Signal::Metrics, env)?;
     let tls = tls::TlsSettings::resolve(&options.tls, env)?;
     let builder = MetricExporter::builder();
@@ -576,7 +641,7 @@ pub fn build_traces(
     env: &impl Fn(&str) -> Option<String>,
     runtime: &tokio::runtime::Handle,
     resource: Resource,
-) -> Result<TracesPush, String> {
+) -> Result<TracesPush, OtlpError> {
     let destination = options.destination(Signal::Traces, env)?;
     let tls = tls::TlsSettings::resolve(&options.tls, env)?;
     let builder = SpanExporter::builder();
@@ -758,10 +823,22 @@ mod tests {
 
     #[test]
     fn an_invalid_protocol_variable_is_an_error_that_names_it() {
+        let error = OtlpOptions::default()
+            .destination(
+                Signal::Metrics,
+                &env(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")]),
+            )
+            .unwrap_err();
         assert_eq!(
-            OtlpOptions::default()
-                .destination(Signal::Metrics, &env(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")]))
-                .unwrap_err(),
+            error,
+            OtlpError::InvalidVariable {
+                name: "OTEL_EXPORTER_OTLP_PROTOCOL".into(),
+                value: "http/json".into(),
+                source: Box::new(OtlpError::UnknownProtocol("http/json".into())),
+            }
+        );
+        assert_eq!(
+            error.to_string(),
             "OTEL_EXPORTER_OTLP_PROTOCOL='http/json': unsupported OTLP protocol 'http/json' (expected grpc or http/protobuf)"
         );
     }
@@ -770,10 +847,18 @@ mod tests {
     fn flag_values_parse_as_the_exporter_parses_its_variables() {
         assert_eq!(parse_temporality("LowMemory"), Ok(Temporality::LowMemory));
         assert_eq!(parse_temporality("delta"), Ok(Temporality::Delta));
-        assert!(parse_temporality("sometimes").is_err());
-        assert_eq!(parse_compression("GZIP"), Ok(Compression::Gzip));
         assert_eq!(
-            parse_compression("brotli").unwrap_err(),
+            parse_temporality("sometimes"),
+            Err(OtlpError::UnknownTemporality("sometimes".into()))
+        );
+        assert_eq!(parse_compression("GZIP"), Ok(Compression::Gzip));
+        let error = parse_compression("brotli").unwrap_err();
+        assert!(
+            matches!(&error, OtlpError::UnknownCompression { value, .. } if value == "brotli"),
+            "{error:?}"
+        );
+        assert_eq!(
+            error.to_string(),
             "unsupported compression algorithm 'brotli' (expected gzip or zstd)"
         );
         assert_eq!(

@@ -59,11 +59,55 @@ fn path_from(
     })
 }
 
-fn read_pem(path: &Path, setting: &str) -> Result<Pem, String> {
-    let bytes = std::fs::read(path)
-        .map_err(|e| format!("{setting}: cannot read {}: {e}", path.display()))?;
+/// Why the OTLP client's TLS settings cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TlsError {
+    /// A certificate or key file cannot be read.
+    #[error("{setting}: cannot read {}: {reason}", path.display())]
+    Unreadable {
+        /// The flag or variable that named the file.
+        setting: String,
+        /// The file.
+        path: PathBuf,
+        /// The operating system's reason.
+        reason: String,
+    },
+    /// A file is not PEM.
+    #[error("{setting}: {} is not a PEM file", path.display())]
+    NotPem {
+        /// The flag or variable that named the file.
+        setting: String,
+        /// The file.
+        path: PathBuf,
+    },
+    /// A client certificate without its key, or the other way round.
+    #[error("{setting} needs its pair: a client certificate and a client key go together")]
+    Unpaired {
+        /// The flag or variable given alone.
+        setting: String,
+    },
+    /// The CA certificate is not usable.
+    #[error("the OTLP CA certificate: {0}")]
+    Ca(String),
+    /// The client certificate and key are not usable together.
+    #[error("the OTLP client certificate and key: {0}")]
+    Identity(String),
+    /// The HTTP client cannot be built.
+    #[error("cannot build the OTLP HTTP client: {0}")]
+    HttpClient(String),
+}
+
+fn read_pem(path: &Path, setting: &str) -> Result<Pem, TlsError> {
+    let bytes = std::fs::read(path).map_err(|e| TlsError::Unreadable {
+        setting: setting.to_owned(),
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })?;
     if !bytes.windows(11).any(|w| w == b"-----BEGIN ") {
-        return Err(format!("{setting}: {} is not a PEM file", path.display()));
+        return Err(TlsError::NotPem {
+            setting: setting.to_owned(),
+            path: path.to_owned(),
+        });
     }
     Ok(Pem { bytes })
 }
@@ -79,7 +123,7 @@ impl TlsSettings {
     pub fn resolve(
         files: &TlsFiles,
         env: &impl Fn(&str) -> Option<String>,
-    ) -> Result<TlsSettings, String> {
+    ) -> Result<TlsSettings, TlsError> {
         let ca = path_from(
             &files.certificate,
             "--otlp-certificate",
@@ -116,9 +160,9 @@ impl TlsSettings {
             }
             (None, None) => None,
             (Some((_, setting)), None) | (None, Some((_, setting))) => {
-                return Err(format!(
-                    "{setting} needs its pair: a client certificate and a client key go together"
-                ))
+                return Err(TlsError::Unpaired {
+                    setting: setting.to_owned(),
+                })
             }
         };
         Ok(TlsSettings { ca, identity })
@@ -137,7 +181,7 @@ impl TlsSettings {
 
     /// The tonic TLS configuration: the CA file if given, else the system's
     /// roots; the client identity if given.
-    pub fn tonic_config(&self) -> Result<ClientTlsConfig, String> {
+    pub fn tonic_config(&self) -> ClientTlsConfig {
         let mut config = ClientTlsConfig::new();
         config = match &self.ca {
             Some(ca) => config.ca_certificate(Certificate::from_pem(&ca.bytes)),
@@ -146,7 +190,7 @@ impl TlsSettings {
         if let Some((cert, key)) = &self.identity {
             config = config.identity(Identity::from_pem(&cert.bytes, &key.bytes));
         }
-        Ok(config)
+        config
     }
 
     /// A blocking HTTP client for the exporter, with the CA (trusted alone)
@@ -158,7 +202,7 @@ impl TlsSettings {
         &self,
         timeout: Option<Duration>,
         env: &impl Fn(&str) -> Option<String>,
-    ) -> Result<reqwest::blocking::Client, String> {
+    ) -> Result<reqwest::blocking::Client, TlsError> {
         let timeout = timeout
             .or_else(|| {
                 [
@@ -173,15 +217,15 @@ impl TlsSettings {
         let mut builder = reqwest::blocking::Client::builder().timeout(timeout);
         if let Some(ca) = &self.ca {
             let certificates = reqwest::Certificate::from_pem_bundle(&ca.bytes)
-                .map_err(|e| format!("the OTLP CA certificate: {e}"))?;
+                .map_err(|e| TlsError::Ca(e.to_string()))?;
             builder = builder.tls_certs_only(certificates);
         }
         if let Some((cert, key)) = &self.identity {
             let mut pem = cert.bytes.clone();
             pem.push(b'\n');
             pem.extend_from_slice(&key.bytes);
-            let identity = reqwest::Identity::from_pem(&pem)
-                .map_err(|e| format!("the OTLP client certificate and key: {e}"))?;
+            let identity =
+                reqwest::Identity::from_pem(&pem).map_err(|e| TlsError::Identity(e.to_string()))?;
             builder = builder.identity(identity);
         }
         install_crypto_provider();
@@ -189,7 +233,7 @@ impl TlsSettings {
         // inside another one.
         std::thread::spawn(move || builder.build())
             .join()
-            .map_err(|_| "building the OTLP HTTP client panicked".to_owned())?
-            .map_err(|e| format!("cannot build the OTLP HTTP client: {e}"))
+            .map_err(|_| TlsError::HttpClient("its builder panicked".to_owned()))?
+            .map_err(|e| TlsError::HttpClient(e.to_string()))
     }
 }

@@ -1,0 +1,78 @@
+//! Why a subcommand could not run, and the exit status each reason gives:
+//! the one place the command line maps errors to exit statuses.
+
+use std::io;
+use std::process::ExitCode;
+
+use crate::export::otlp::OtlpError;
+use crate::ingest::client::TargetError;
+use crate::listen::ListenConfigError;
+use crate::sim::SimConfigError;
+
+/// Why a subcommand stopped before its work was done.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The OTLP settings (flags or `OTEL_EXPORTER_OTLP_*` variables).
+    #[error(transparent)]
+    Otlp(#[from] OtlpError),
+    /// A listener's TLS or token files.
+    #[error(transparent)]
+    Listener(#[from] ListenConfigError),
+    /// Streaming to `--target`.
+    #[error(transparent)]
+    Target(#[from] TargetError),
+    /// The simulator's settings.
+    #[error(transparent)]
+    Simulation(#[from] SimConfigError),
+    /// A flag whose value cannot be used.
+    #[error("{flag}: {reason}")]
+    Usage {
+        /// The flag.
+        flag: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// Reading, writing, binding or connecting.
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
+impl CliError {
+    /// The exit status: 1 for every reason a run could not start or go on
+    /// (the README's exit statuses; 2 and 3 are outcomes of a completed
+    /// run, not errors).
+    pub fn exit_code(&self) -> ExitCode {
+        match self {
+            CliError::Otlp(_)
+            | CliError::Listener(_)
+            | CliError::Target(_)
+            | CliError::Simulation(_)
+            | CliError::Usage { .. }
+            | CliError::Io(_) => ExitCode::FAILURE,
+        }
+    }
+}
+
+/// A final export that did not reach its destination: part of what the run
+/// recorded is not there.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("final OTLP export to {destination} {outcome}: {reason}")]
+pub struct FinalExportFailed {
+    /// The transport and endpoint.
+    pub destination: String,
+    /// `failed` (the destination refused or was unreachable) or `did not
+    /// complete` (the SDK could not finish it).
+    pub outcome: &'static str,
+    /// Why.
+    pub reason: String,
+}
+
+/// The exit status of a run that completed: 3 when a final export failed,
+/// else 2 when some input was invalid, else 0.
+pub(super) fn exit_status(exported: Result<(), FinalExportFailed>, input_clean: bool) -> ExitCode {
+    match (exported, input_clean) {
+        (Err(_), _) => ExitCode::from(super::EXIT_EXPORT_FAILED),
+        (Ok(()), false) => ExitCode::from(super::EXIT_INVALID_INPUT),
+        (Ok(()), true) => ExitCode::SUCCESS,
+    }
+}
