@@ -5,8 +5,8 @@
 //! How the golden files' values were derived independently: each
 //! `tests/data/NAME.prom` is compared sample by sample (every `vllm:` sample,
 //! value, label set, HELP text and `le` string) with the exposition of
-//! `tests/reference/reference.py`, a separate Python implementation of DESIGN
-//! §3 written from the spec alone, sharing no code with `src/`
+//! `tests/reference/reference.py`, a separate Python implementation of
+//! docs/SEMANTICS.md §3-§4 written from the document alone, sharing no code with `src/`
 //! (`golden_files_agree_with_the_independent_reference`). The byte-for-byte
 //! golden comparison then pins formatting, ordering and self-telemetry.
 //! `lifecycle.jsonl` is hand-written to hit every rule; the `generated-*`

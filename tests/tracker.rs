@@ -1,4 +1,4 @@
-//! The tracker's rules (DESIGN §3), one test per rule, read back through the
+//! The tracker's rules (docs/SEMANTICS.md §3), one test per rule, read back through the
 //! Prometheus bridge and checked sample by sample.
 
 mod common;

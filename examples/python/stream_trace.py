@@ -88,7 +88,7 @@ def text(obj, key):
 
 
 def to_record(pb, line):
-    """Converts one JSONL object to a Record message (mirrors DESIGN's format)."""
+    """Converts one JSONL object to a Record message (the record format of docs/SEMANTICS.md §5)."""
     obj = json.loads(line, parse_constant=lambda c: (_ for _ in ()).throw(BadLine(f"non-finite number {c}")))
     if not isinstance(obj, dict):
         raise BadLine("not a JSON object")

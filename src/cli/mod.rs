@@ -1,4 +1,5 @@
-//! The command line (DESIGN §5): argument definitions and the subcommands' runs.
+//! The command line (the README's synopses; exit statuses in docs/SEMANTICS.md §7):
+//! argument definitions and the subcommands' runs.
 
 mod args;
 mod error;

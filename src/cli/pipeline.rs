@@ -297,7 +297,10 @@ impl Tee {
         let summary = remote
             .finish()
             .map_err(|e| io::Error::new(io::ErrorKind::BrokenPipe, e))?;
-        report::line(format_args!("remote ingest: {}", grpc::describe(&summary)));
+        report::line(format_args!(
+            "remote ingest: {}",
+            grpc::describe_summary(&summary)
+        ));
         Ok(summary.records_rejected == 0)
     }
 }

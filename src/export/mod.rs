@@ -1,4 +1,4 @@
-//! Sinks that collect the [`Registry`](crate::metrics::Registry): the Prometheus bridge (pull) and OTLP (push).
+//! Sinks that read what the instruments recorded through the SDK: the Prometheus bridge (pull) and OTLP (push).
 
 pub mod otlp;
 pub mod prometheus;

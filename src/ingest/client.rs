@@ -13,7 +13,7 @@ use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
-use super::grpc::{describe, SUMMARY_TRAILER};
+use super::grpc::{describe_summary, SUMMARY_TRAILER};
 use super::proto::{pb, record_to_proto};
 use crate::protocol::Record;
 
@@ -220,7 +220,7 @@ impl RemoteSink {
                     .get_bin(SUMMARY_TRAILER)
                     .and_then(|v| v.to_bytes().ok())
                     .and_then(|bytes| pb::IngestSummary::decode(bytes.as_ref()).ok())
-                    .map(|summary| describe(&summary));
+                    .map(|summary| describe_summary(&summary));
                 Err(TargetError::Ended {
                     target,
                     code: status.code().to_string(),

@@ -207,7 +207,7 @@ impl pb::ingest_server::Ingest for IngestService {
                         format!(
                             "the server is shutting down: the first {} record(s) of this stream were read ({}); resume after them",
                             position,
-                            describe(&summary).lines().next().unwrap_or_default()
+                            describe_summary(&summary).lines().next().unwrap_or_default()
                         ),
                         trailers,
                     ));
@@ -303,7 +303,7 @@ pub async fn serve(
 }
 
 /// One line describing a summary, for people.
-pub fn describe(summary: &pb::IngestSummary) -> String {
+pub fn describe_summary(summary: &pb::IngestSummary) -> String {
     let mut reasons: Vec<_> = summary.rejected_by_reason.iter().collect();
     reasons.sort();
     let reasons: Vec<String> = reasons.iter().map(|(k, v)| format!("{v} {k}")).collect();

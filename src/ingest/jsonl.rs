@@ -1,4 +1,4 @@
-//! JSONL trace replay (DESIGN §4): one [`Record`] per line, streamed.
+//! JSONL trace replay (docs/SEMANTICS.md §5): one [`Record`] per line, streamed.
 //!
 //! Lines are read one at a time into a reused buffer, so memory does not grow
 //! with the trace. A line that is not a valid record is reported as
@@ -52,7 +52,7 @@ impl ReplayReport {
 
 /// Why a line is not a record, without serde's position suffix (the line
 /// number is already given; the column is kept when it helps).
-fn describe(error: &serde_json::Error) -> String {
+fn json_error_reason(error: &serde_json::Error) -> String {
     let text = error.to_string();
     let message = match text.rfind(" at line ") {
         Some(at) => &text[..at],
@@ -151,7 +151,7 @@ pub fn replay<R: BufRead, S: RecordSink + ?Sized, W: Write>(
                     diagnostics,
                     "{source}:{}: {}",
                     report.lines,
-                    describe(&error)
+                    json_error_reason(&error)
                 )?;
                 continue;
             }

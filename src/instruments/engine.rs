@@ -70,7 +70,7 @@ pub(crate) struct EngineInstruments {
     /// In [`OperationKind::ALL`] order, each bound to its family when first
     /// timed (a bound series exists from then on, at zero if need be, and
     /// vLLM has none before an operation).
-    operations: [OnceLock<BoundHistogram<f64>>; 8],
+    operations: [OnceLock<BoundHistogram<f64>>; OperationKind::ALL.len()],
 }
 
 impl EngineInstruments {
@@ -131,11 +131,11 @@ pub(crate) struct EngineHandles {
     pub(crate) prefix_cache_queries: BoundCounter<u64>,
     pub(crate) prefix_cache_hits: BoundCounter<u64>,
     /// In [`catalog::WAITING_REASONS`] order.
-    pub(crate) waiting_by_reason: [BoundGauge<u64>; 2],
+    pub(crate) waiting_by_reason: [BoundGauge<u64>; catalog::WAITING_REASONS.len()],
     /// In [`catalog::SLEEP_STATES`] order.
-    pub(crate) sleep_state: [BoundGauge<u64>; 3],
+    pub(crate) sleep_state: [BoundGauge<u64>; catalog::SLEEP_STATES.len()],
     /// In [`catalog::CACHE_HIT_SOURCES`] order.
-    pub(crate) cached_by_source: [BoundCounter<u64>; 5],
+    pub(crate) cached_by_source: [BoundCounter<u64>; catalog::CACHE_HIT_SOURCES.len()],
     pub(crate) external_prefix_cache_queries: BoundCounter<u64>,
     pub(crate) external_prefix_cache_hits: BoundCounter<u64>,
     pub(crate) mm_cache_queries: BoundCounter<u64>,
@@ -145,7 +145,7 @@ pub(crate) struct EngineHandles {
     pub(crate) estimated_write_bytes: BoundCounter<f64>,
     /// The label set's attributes, for the families bound on first use.
     labels: Vec<KeyValue>,
-    kv_fetch_by_stage: OnceLock<[BoundGauge<u64>; 3]>,
+    kv_fetch_by_stage: OnceLock<[BoundGauge<u64>; catalog::KV_FETCH_STAGES.len()]>,
     block_residency: OnceLock<BlockResidencyHandles>,
     spec_decoding: OnceLock<SpecDecodingHandles>,
 }
@@ -262,7 +262,10 @@ impl EngineHandles {
 
     /// The KV fetch stage gauges, in [`catalog::KV_FETCH_STAGES`] order
     /// (bound on first use: vLLM has them on KV consumers only).
-    pub(crate) fn kv_fetch_by_stage(&self, i: &EngineInstruments) -> &[BoundGauge<u64>; 3] {
+    pub(crate) fn kv_fetch_by_stage(
+        &self,
+        i: &EngineInstruments,
+    ) -> &[BoundGauge<u64>; catalog::KV_FETCH_STAGES.len()] {
         self.kv_fetch_by_stage.get_or_init(|| {
             catalog::KV_FETCH_STAGES.map(|stage| {
                 i.kv_fetch_by_stage.bind(&with_label(

@@ -220,7 +220,7 @@ fn base_labels(label_set: Option<(&str, u32)>) -> Vec<KeyValue> {
 /// The per-request handles of one `(model_name, engine)` label set, resolved
 /// once. A frontend that keeps one per label set, as vLLM's Rust frontend
 /// keeps its `RequestMetricHandles`, starts each request from it
-/// ([`RequestMetrics::start_in`](crate::tracker::RequestMetrics::start_in))
+/// (the tracker's `RequestMetrics::start_in`)
 /// without any lookup. Cloning is cheap.
 ///
 /// ```
@@ -312,9 +312,9 @@ struct Inner {
     request: RequestInstruments,
     engine: EngineInstruments,
     /// In `RejectReason::ALL` order.
-    rejected: [BoundCounter<u64>; 4],
+    rejected: [BoundCounter<u64>; RejectReason::ALL.len()],
     /// In `EvictReason::ALL` order.
-    evicted: [BoundCounter<u64>; 2],
+    evicted: [BoundCounter<u64>; EvictReason::ALL.len()],
     request_handles: HandleCache<RequestHandles>,
     engine_handles: HandleCache<EngineHandles>,
     config: InstrumentsConfig,

@@ -69,7 +69,7 @@ pub(crate) struct RequestInstruments {
     request_success: Counter<u64>,
     iteration_tokens: Histogram<f64>,
     /// In [`RequestHistogram`] order.
-    histograms: [Histogram<f64>; 15],
+    histograms: [Histogram<f64>; REQUEST_HISTOGRAMS.len()],
 }
 
 impl RequestInstruments {
@@ -95,22 +95,22 @@ pub(crate) struct RequestHandles {
     num_preemptions: BoundCounter<u64>,
     prompt_tokens: BoundCounter<u64>,
     /// In [`PROMPT_TOKEN_SOURCES`] order.
-    prompt_tokens_by_source: [BoundCounter<u64>; 3],
+    prompt_tokens_by_source: [BoundCounter<u64>; catalog::PROMPT_TOKEN_SOURCES.len()],
     prompt_tokens_cached: BoundCounter<u64>,
     /// Bound on first use, in `FinishReason::ALL` order: vLLM creates a finish
     /// reason's series when a request first finishes with it, not at request
     /// start.
-    request_success: [OnceLock<BoundCounter<u64>>; 5],
+    request_success: [OnceLock<BoundCounter<u64>>; catalog::FINISHED_REASONS.len()],
     request_success_instrument: Counter<u64>,
     labels: Vec<KeyValue>,
     pub(crate) iteration_tokens: BoundHistogram<f64>,
     /// `rejected_inputs{reason="invalid_record"}`, for outputs
-    /// [`RequestMetrics`](crate::tracker::RequestMetrics) refuses itself.
+    /// the tracker's `RequestMetrics` refuses itself.
     invalid: BoundCounter<u64>,
     pub(crate) time_to_first_token: BoundHistogram<f64>,
     pub(crate) inter_token_latency: BoundHistogram<f64>,
     /// In [`RequestHistogram`] order.
-    histograms: [BoundHistogram<f64>; 15],
+    histograms: [BoundHistogram<f64>; REQUEST_HISTOGRAMS.len()],
 }
 
 impl RequestHandles {

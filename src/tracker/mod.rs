@@ -152,7 +152,7 @@ impl RequestState {
         }
     }
 
-    /// Mirrors vLLM's `RequestMetricsTracker::observe_output` (DESIGN §3
+    /// Mirrors vLLM's `RequestMetricsTracker::observe_output` (docs/SEMANTICS.md §3
     /// steps 1–4): updates the state and records what the output observes,
     /// its counts into `counts`.
     #[inline(always)]

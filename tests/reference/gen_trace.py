@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Seeded random JSONL trace generator (DESIGN.md §4) for the reference tests.
+"""Seeded random JSONL trace generator (docs/SEMANTICS.md §5) for the reference tests.
 
 Usage:
     python3 tests/reference/gen_trace.py --seed N [--requests R] [--models M]
@@ -778,7 +778,7 @@ def malformed_line(mrng: random.Random, sim: Sim | None) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description="seeded JSONL trace generator (DESIGN §4)")
+    ap = argparse.ArgumentParser(description="seeded JSONL trace generator (docs/SEMANTICS.md §5)")
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--requests", type=int, default=200)
     ap.add_argument("--models", type=int, default=2)

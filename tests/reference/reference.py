@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Independent reference implementation of DESIGN.md §3 over the JSONL trace of §4.
+"""Independent reference implementation of docs/SEMANTICS.md §3-§4 over the records of §5.
 
 Usage:
     python3 tests/reference/reference.py TRACE.jsonl [--max-model-len N]
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 # ---------------------------------------------------------------------------
-# Catalog (DESIGN §2).  Order matters: it is the exposition order.
+# Catalog (src/catalog/, the README's metric table).  Order matters: it is the exposition order.
 # ---------------------------------------------------------------------------
 
 PRE = [1, 2, 3, 4, 5, 10, 20]
