@@ -24,8 +24,8 @@ pub enum CliError {
     /// The simulator's settings.
     #[error(transparent)]
     Simulation(#[from] SimConfigError),
-    /// A flag whose value cannot be used.
-    #[error("{flag}: {reason}")]
+    /// A flag whose value cannot be used (`reason` reads on from the flag).
+    #[error("{flag} {reason}")]
     Usage {
         /// The flag.
         flag: &'static str,
