@@ -4,13 +4,15 @@
 //! `vllm:request_num_preemptions` — recorded through OpenTelemetry instruments
 //! and exposed under vLLM's own Prometheus names.
 //!
-//! Data flows one way: a source ([`ingest`]) turns input into [`protocol`]
-//! records; the [`tracker`] applies vLLM's semantics and records into the
+//! Data flows one way, and the modules are its layers: a source
+//! ([`sources`]: the JSONL and gRPC [`ingest`], the simulator) turns input
+//! into [`protocol`] records; the [`tracker`] applies vLLM's semantics and records into the
 //! [`instruments`]: OpenTelemetry API instruments on an `opentelemetry_sdk`
 //! meter provider, whose Views set every histogram's buckets. The SDK's
 //! readers feed the exporters ([`export`]): `opentelemetry-prometheus` under
 //! the Prometheus bridge, `opentelemetry-otlp` for OTLP. The [`catalog`] is
-//! the single table every name, HELP text and bucket list comes from.
+//! the single table every name, HELP text and bucket list comes from, at
+//! the bottom with [`support`]; [`cli`] is the command line on top.
 //!
 //! ```
 //! use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
@@ -29,18 +31,20 @@
 //! assert!(text.contains("vllm:request_num_preemptions_count{model_name=\"m\",engine=\"0\"} 1\n"));
 //! ```
 
+// The layers, in the order data flows through them (see docs/SEMANTICS.md §1).
 pub mod catalog;
 pub mod cli;
-pub mod clock;
 pub mod export;
-pub mod ingest;
 pub mod instruments;
-pub mod listen;
 pub mod protocol;
-pub mod redact;
-pub mod sim;
-pub mod spans;
+pub mod sources;
+pub mod support;
 pub mod tracker;
+
+// The modules' paths as they were before they were grouped into layers.
+pub use instruments::spans;
+pub use sources::{ingest, sim};
+pub use support::{clock, listen, redact};
 
 /// The README's Rust examples, compiled and run as doc tests.
 #[doc = include_str!("../README.md")]

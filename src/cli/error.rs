@@ -5,9 +5,9 @@ use std::io;
 use std::process::ExitCode;
 
 use crate::export::otlp::OtlpError;
-use crate::ingest::client::TargetError;
-use crate::listen::ListenConfigError;
-use crate::sim::SimConfigError;
+use crate::sources::ingest::client::TargetError;
+use crate::sources::sim::SimConfigError;
+use crate::support::listen::ListenConfigError;
 
 /// Why a subcommand stopped before its work was done.
 #[derive(Debug, thiserror::Error)]

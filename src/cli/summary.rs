@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use crate::catalog::{self, MetricDef};
 use crate::export::prometheus::{Family, Value};
-use crate::sim::{SimConfig, SimOutcome};
+use crate::sources::sim::{SimConfig, SimOutcome};
 
 /// One histogram summed over every label set: cumulative `(le, count)` for the
 /// finite bounds, then the total count and the sum.

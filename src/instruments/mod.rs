@@ -70,6 +70,7 @@ use opentelemetry_sdk::Resource;
 
 mod engine;
 mod request;
+pub mod spans;
 mod views;
 
 use crate::catalog::{self, MetricDef, DEFAULT_MAX_MODEL_LEN};

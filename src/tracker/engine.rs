@@ -127,7 +127,9 @@ impl EngineRecords {
             );
         }
         if stats.running_lora_adapters.is_some() || stats.waiting_lora_adapters.is_some() {
-            let at = stats.received_at.unwrap_or_else(crate::clock::unix_now);
+            let at = stats
+                .received_at
+                .unwrap_or_else(crate::support::clock::unix_now);
             self.lora_info(instruments, stats, at);
         }
     }

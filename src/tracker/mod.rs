@@ -27,17 +27,17 @@
 mod engine;
 
 pub use crate::catalog::{EvictReason, RejectReason};
-use crate::clock::unix_now;
+use crate::support::clock::unix_now;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
+use crate::instruments::spans::{RequestSpans, SpanState, SpanValues};
 use crate::instruments::{Instruments, LabelSet, RequestHandles, RequestHistogram};
 use crate::protocol::{
     shown, Abort, EngineCoreEvent, EngineCoreOutput, EventType, FinishReason, InputLimits,
     OutputBatch, Record, RequestStart, SchedulerStats,
 };
-use crate::spans::{RequestSpans, SpanState, SpanValues};
 
 /// The request parameters the terminal histograms report.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -323,7 +323,7 @@ impl RequestMetrics {
     }
 
     /// Also makes the request's `llm_request` span at its end (see
-    /// [`crate::spans`]); `traceparent` is the caller's W3C trace context.
+    /// [`crate::instruments::spans`]); `traceparent` is the caller's W3C trace context.
     /// Returns why `traceparent` was ignored, when it was not one.
     pub fn trace(
         &mut self,
@@ -332,7 +332,7 @@ impl RequestMetrics {
         model_name: &str,
         engine: u32,
         traceparent: Option<&str>,
-    ) -> Option<crate::spans::InvalidTraceparent> {
+    ) -> Option<crate::instruments::spans::InvalidTraceparent> {
         let (state, invalid) = SpanState::start(
             spans,
             request_id,
@@ -680,7 +680,7 @@ impl Tracker {
                 start.engine,
                 traceparent,
             ),
-            None => traceparent.and_then(|t| crate::spans::parent_context(t).err()),
+            None => traceparent.and_then(|t| crate::instruments::spans::parent_context(t).err()),
         };
         let rejection = invalid_traceparent.map(|invalid| Rejection {
             detail: invalid.to_string(),

@@ -169,7 +169,7 @@ pub enum OtlpError {
     },
     /// An endpoint URL with credentials in it.
     #[error(transparent)]
-    CredentialsInUrl(#[from] crate::redact::CredentialsInUrl),
+    CredentialsInUrl(#[from] crate::support::redact::CredentialsInUrl),
     /// The TLS files or client.
     #[error(transparent)]
     Tls(#[from] tls::TlsError),
@@ -346,7 +346,7 @@ impl OtlpOptions {
                 .find_map(|name| env(name).map(|v| (v.trim().to_owned(), name)))
                 .unwrap_or_else(|| (protocol.default_endpoint(signal), "default")),
         };
-        crate::redact::refuse_userinfo(source, &endpoint)?;
+        crate::support::redact::refuse_userinfo(source, &endpoint)?;
         Ok(Destination {
             signal,
             protocol,

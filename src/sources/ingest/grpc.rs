@@ -19,9 +19,9 @@ use tokio::net::TcpListener;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::proto::{pb, record_from_proto};
-use crate::clock::unix_now;
-use crate::listen::{self, BearerToken, ListenerLimits, ServerTls};
 use crate::protocol::Record;
+use crate::support::clock::unix_now;
+use crate::support::listen::{self, BearerToken, ListenerLimits, ServerTls};
 use crate::tracker::{RejectReason, Rejection, Tracker};
 
 /// How many rejection messages a summary carries.

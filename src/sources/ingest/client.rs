@@ -52,7 +52,7 @@ type Client = pb::ingest_client::IngestClient<InterceptedService<Channel, Token>
 pub enum TargetError {
     /// The target URL carries credentials.
     #[error(transparent)]
-    CredentialsInUrl(#[from] crate::redact::CredentialsInUrl),
+    CredentialsInUrl(#[from] crate::support::redact::CredentialsInUrl),
     /// The target is not a usable URL, or its TLS setup failed.
     #[error("--target {target}: {reason}")]
     InvalidTarget {
@@ -110,7 +110,7 @@ pub enum TargetError {
 
 /// Connects to `target` as `security` says.
 async fn connect(target: &str, security: &TargetSecurity) -> Result<Client, TargetError> {
-    crate::redact::refuse_userinfo("--target", target)?;
+    crate::support::redact::refuse_userinfo("--target", target)?;
     let invalid = |reason: String| TargetError::InvalidTarget {
         target: target.to_owned(),
         reason,

@@ -147,7 +147,7 @@ impl<'a> Run<'a> {
             workload,
             outcome: SimOutcome::default(),
             wall_origin: if config.realtime {
-                crate::clock::unix_now()
+                crate::support::clock::unix_now()
             } else {
                 VIRTUAL_WALL_ORIGIN
             },

@@ -399,7 +399,7 @@ pub struct Progress {
 ///
 /// One loop over named steps: the next event in simulated time is an
 /// arrival, an engine step, an idle engine's sleep timer or a weight update
-/// ([`run::Run`] holds the state and does each).
+/// (`run::Run` holds the state and does each).
 pub fn simulate(
     config: &SimConfig,
     sink: &mut dyn FnMut(&Record),

@@ -423,7 +423,7 @@ mod tests {
 
     #[test]
     fn records_round_trip_through_the_wire_types() {
-        let trace = include_str!("../../tests/data/lifecycle.jsonl");
+        let trace = include_str!("../../../tests/data/lifecycle.jsonl");
         let mut converted = 0;
         for line in trace.lines() {
             let Ok(record) = serde_json::from_str::<Record>(line) else {

@@ -3,7 +3,7 @@
 //! lacks, the preemptions.
 //!
 //! [`RequestSpans`] wraps the `opentelemetry_sdk` tracer the spans are made
-//! with. A tracked request keeps a [`SpanState`] (allocated once, at its
+//! with. A tracked request keeps a `SpanState` (allocated once, at its
 //! start, with room for a few preemptions) and at its end the tracker turns
 //! it into one SERVER span, from the very values the metrics recorded:
 //! start at `arrival_time`, end at the terminal receive time, vLLM's

@@ -1,0 +1,11 @@
+//! The sources: where records come from before the tracker sees them.
+//!
+//! - [`ingest`]: a JSONL trace (`replay`) and the gRPC ingest service
+//!   (`serve`), plus the client that streams to it (`--target`);
+//! - [`sim`]: the engine simulator (`simulate`).
+//!
+//! Each turns its input into [`crate::protocol::Record`]s and hands them on;
+//! none of them records a metric itself.
+
+pub mod ingest;
+pub mod sim;
