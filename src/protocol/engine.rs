@@ -312,7 +312,7 @@ impl SchedulerStats {
     /// `external_unspecified` (vLLM's `PrefixCacheStats.record` fallback).
     ///
     /// [`catalog::CACHE_HIT_SOURCES`]: crate::catalog::CACHE_HIT_SOURCES
-    pub fn external_hits_by_source(&self) -> [u64; 4] {
+    pub fn external_hits_by_source(&self) -> [u64; crate::catalog::CACHE_HIT_SOURCES.len() - 1] {
         match self.external_prefix_cache_hits_by_source {
             Some(split) if split.total() == self.external_prefix_cache_hits => [
                 split.host,

@@ -53,6 +53,14 @@ pub enum Signal {
 }
 
 impl Signal {
+    /// `metrics` or `traces`, as a log field.
+    fn name(self) -> &'static str {
+        match self {
+            Signal::Metrics => "metrics",
+            Signal::Traces => "traces",
+        }
+    }
+
     /// The HTTP path the signal is posted to.
     fn path(self) -> &'static str {
         match self {
@@ -387,6 +395,8 @@ impl ExportHealth {
                 let failed = self.failures.swap(0, Ordering::Relaxed);
                 if failed > 0 {
                     tracing::warn!(
+                        signal = destination.signal.name(),
+                        failed,
                         "OTLP export to {destination} recovered after {failed} failed attempt(s)"
                     );
                 }
@@ -404,6 +414,8 @@ impl ExportHealth {
                         Signal::Traces => "the spans of this export are lost",
                     };
                     tracing::warn!(
+                        signal = destination.signal.name(),
+                        failed,
                         "OTLP export to {destination} failed ({failed} in a row): {error}; recording continues, {consequence}"
                     );
                     *logged = Some(Instant::now());
