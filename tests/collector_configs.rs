@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use common::collector::collector_binary;
+use common::jaeger::jaeger_binary;
 
 /// The Collector configs of `otel-collector/`: (file, the config it overlays).
 const COLLECTOR_CONFIGS: [(&str, Option<&str>); 5] = [
@@ -25,15 +26,6 @@ const OTHER_YAML: [&str; 3] = ["prometheus.yml", "rules.yml", "rules_test.yml"];
 
 fn dir() -> PathBuf {
     common::repo().join("otel-collector")
-}
-
-fn jaeger_binary() -> PathBuf {
-    let binary = dir().join("bin/jaeger");
-    assert!(
-        binary.is_file(),
-        "the Jaeger traces backend is required: build it with `bash otel-collector/build-jaeger.sh` (needs Go), or run `bash scripts/test.sh`"
-    );
-    binary
 }
 
 /// `BINARY validate --config …` with an empty environment.

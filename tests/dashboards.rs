@@ -25,7 +25,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Instant;
 
 use common::{prometheus, Guard};
@@ -208,18 +208,14 @@ fn alerts(port: u16) -> Result<Vec<(String, String, String)>, String> {
 }
 
 fn simulator(dir: &Path, name: &str, kv_blocks: &str, port: u16) -> Guard {
-    let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
-    Guard(
+    common::spawn_logged(
         Command::new(common::binary())
             .args(["simulate", "--realtime", "--kv-blocks", kv_blocks])
             .args(WORKLOAD)
             .args(["--output", "none", "--metrics-addr"])
-            .arg(format!("127.0.0.1:{port}"))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("the simulator starts"),
+            .arg(format!("127.0.0.1:{port}")),
+        &dir.join(format!("{name}.log")),
+        "the simulator",
     )
 }
 

@@ -143,7 +143,7 @@ fn collector_shows_the_bridge_samples_over_grpc_and_http_in_both_name_modes() {
 fn two_processes_sum_to_twice_one_in_promql() {
     let collector = Collector::start();
     let dir = common::tempdir("prometheus");
-    let (_prometheus, port) = common::start_prometheus(collector.prometheus, &dir);
+    let (_prometheus, port) = common::prometheus::start_honoring_labels(&dir, collector.prometheus);
     let mut single = BTreeMap::new();
     for instance in ["frontend-a", "frontend-b"] {
         let output = replay_command(&collector.endpoint("grpc"), "grpc", "otel", instance)
@@ -171,7 +171,7 @@ fn two_processes_sum_to_twice_one_in_promql() {
         assert!(expected > 0.0, "{family} has data");
         let query = format!("sum({family})");
         common::wait_for(30, &format!("{query} == {expected}"), || {
-            common::promql(port, &query).filter(|v| (v - expected).abs() < 1e-6)
+            common::prometheus::value(port, &query).filter(|v| (v - expected).abs() < 1e-6)
         });
     }
     // The per-request distribution's first bucket, under vLLM's own `le`
@@ -186,7 +186,7 @@ fn two_processes_sum_to_twice_one_in_promql() {
             .map(|(_, v)| v)
             .sum::<f64>();
     common::wait_for(30, &format!("{query} == {expected}"), || {
-        common::promql(port, query).filter(|v| (v - expected).abs() < 1e-6)
+        common::prometheus::value(port, query).filter(|v| (v - expected).abs() < 1e-6)
     });
 }
 

@@ -26,7 +26,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::collector::collector_binary;
@@ -51,29 +51,22 @@ struct Gateway {
 
 impl Gateway {
     fn start(&mut self, dir: &Path, remote_write: &str) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(dir.join(format!("gateway-{}.log", self.name)))
-            .unwrap();
-        let process = Command::new(collector_binary())
-            .arg("--config")
-            .arg(config("gateway.yaml"))
-            .arg("--config")
-            .arg(format!(
-                "yaml:exporters::prometheus_remote_write::external_labels::gateway: {}",
-                self.name
-            ))
-            .env("GATEWAY_OTLP_GRPC_PORT", self.grpc.to_string())
-            .env("GATEWAY_HEALTH_PORT", self.health.to_string())
-            .env("GATEWAY_TELEMETRY_PORT", self.telemetry.to_string())
-            .env("REMOTE_WRITE_URL", remote_write)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("the gateway starts");
-        self.process = Some(Guard(process));
+        self.process = Some(common::spawn_logged(
+            Command::new(collector_binary())
+                .arg("--config")
+                .arg(config("gateway.yaml"))
+                .arg("--config")
+                .arg(format!(
+                    "yaml:exporters::prometheus_remote_write::external_labels::gateway: {}",
+                    self.name
+                ))
+                .env("GATEWAY_OTLP_GRPC_PORT", self.grpc.to_string())
+                .env("GATEWAY_HEALTH_PORT", self.health.to_string())
+                .env("GATEWAY_TELEMETRY_PORT", self.telemetry.to_string())
+                .env("REMOTE_WRITE_URL", remote_write),
+            &dir.join(format!("gateway-{}.log", self.name)),
+            "the gateway",
+        ));
         let health = self.health;
         common::wait_for(30, &format!("gateway {} to be healthy", self.name), || {
             common::http_get(health, "/")
@@ -90,13 +83,12 @@ fn config(name: &str) -> PathBuf {
 }
 
 fn start_agent(dir: &Path, grpc: u16, gateways: &[Gateway]) -> Guard {
-    let log = std::fs::File::create(dir.join("agent.log")).unwrap();
     let endpoints: Vec<String> = gateways
         .iter()
         .map(|g| format!("127.0.0.1:{}", g.grpc))
         .collect();
     let health = common::free_port();
-    let agent = Guard(
+    let agent = common::spawn_logged(
         Command::new(collector_binary())
             .arg("--config")
             .arg(config("agent.yaml"))
@@ -104,12 +96,9 @@ fn start_agent(dir: &Path, grpc: u16, gateways: &[Gateway]) -> Guard {
             .env("AGENT_OTLP_HTTP_PORT", common::free_port().to_string())
             .env("AGENT_HEALTH_PORT", health.to_string())
             .env("AGENT_TELEMETRY_PORT", common::free_port().to_string())
-            .env("GATEWAYS", format!("[{}]", endpoints.join(",")))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("the agent starts"),
+            .env("GATEWAYS", format!("[{}]", endpoints.join(","))),
+        &dir.join("agent.log"),
+        "the agent",
     );
     common::wait_for(30, "the agent to be healthy", || {
         common::http_get(health, "/")

@@ -458,7 +458,8 @@ fn summary_p99(line: &str) -> Option<String> {
 fn realtime_run_scraped_by_prometheus_matches_the_simulator() {
     let metrics_port = common::free_port();
     let dir = common::tempdir("realtime");
-    let (_prometheus, prometheus_port) = common::start_prometheus(metrics_port, &dir);
+    let (_prometheus, prometheus_port) =
+        common::prometheus::start_honoring_labels(&dir, metrics_port);
 
     let mut sim = Guard(
         Command::new(common::binary())
@@ -503,7 +504,7 @@ fn realtime_run_scraped_by_prometheus_matches_the_simulator() {
     );
     assert_eq!(printed_p99, format!("{:.2}", families.quantile(0.99)));
 
-    let query = |q: &str| common::promql(prometheus_port, q);
+    let query = |q: &str| common::prometheus::value(prometheus_port, q);
     let count = families.count as f64;
     common::wait_for(10, "Prometheus to scrape the final state", || {
         query("sum(vllm:request_num_preemptions_count)").filter(|v| *v == count)

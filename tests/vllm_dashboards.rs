@@ -24,7 +24,7 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{prometheus, Guard};
@@ -298,8 +298,7 @@ fn query(port: u16, promql: &str) -> Answer {
 }
 
 fn simulator(dir: &Path, name: &str, args: &[&str], port: u16) -> Guard {
-    let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
-    Guard(
+    common::spawn_logged(
         Command::new(common::binary())
             .args([
                 "simulate",
@@ -311,12 +310,9 @@ fn simulator(dir: &Path, name: &str, args: &[&str], port: u16) -> Guard {
             ])
             .args(args)
             .arg("--metrics-addr")
-            .arg(format!("127.0.0.1:{port}"))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("the simulator starts"),
+            .arg(format!("127.0.0.1:{port}")),
+        &dir.join(format!("{name}.log")),
+        "the simulator",
     )
 }
 

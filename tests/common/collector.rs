@@ -46,7 +46,6 @@ impl Collector {
         env: &[(&str, &str)],
     ) -> Collector {
         let dir = super::tempdir("collector");
-        let log = std::fs::File::create(dir.join("collector.log")).unwrap();
         // The shipped config as it is; its ports come from these variables.
         let mut command = Command::new(collector_binary());
         command
@@ -57,18 +56,18 @@ impl Collector {
                 .arg("--config")
                 .arg(super::repo().join("otel-collector").join(overlay));
         }
-        let process = command
-            .envs(env.iter().copied())
-            .env("OTELCOL_OTLP_GRPC_PORT", grpc.to_string())
-            .env("OTELCOL_OTLP_HTTP_PORT", http.to_string())
-            .env("OTELCOL_PROMETHEUS_PORT", prometheus.to_string())
-            .env("OTELCOL_TELEMETRY_PORT", super::free_port().to_string())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("the Collector starts");
+        let process = super::spawn_logged(
+            command
+                .envs(env.iter().copied())
+                .env("OTELCOL_OTLP_GRPC_PORT", grpc.to_string())
+                .env("OTELCOL_OTLP_HTTP_PORT", http.to_string())
+                .env("OTELCOL_PROMETHEUS_PORT", prometheus.to_string())
+                .env("OTELCOL_TELEMETRY_PORT", super::free_port().to_string()),
+            &dir.join("collector.log"),
+            "the Collector",
+        );
         let collector = Collector {
-            _process: Guard(process),
+            _process: process,
             grpc,
             http,
             prometheus,

@@ -29,23 +29,22 @@ pub(crate) struct Jaeger {
 impl Jaeger {
     pub(crate) fn start() -> Jaeger {
         let dir = super::tempdir("jaeger");
-        let log = std::fs::File::create(dir.join("jaeger.log")).unwrap();
         let (otlp_grpc, query) = (super::free_port(), super::free_port());
-        let process = Command::new(jaeger_binary())
-            .arg("--config")
-            .arg(super::repo().join("otel-collector/jaeger.yaml"))
-            .env("JAEGER_OTLP_GRPC_PORT", otlp_grpc.to_string())
-            .env("JAEGER_OTLP_HTTP_PORT", super::free_port().to_string())
-            .env("JAEGER_QUERY_HTTP_PORT", query.to_string())
-            .env("JAEGER_QUERY_GRPC_PORT", super::free_port().to_string())
-            .env("JAEGER_HEALTH_PORT", super::free_port().to_string())
-            .env("JAEGER_TELEMETRY_PORT", super::free_port().to_string())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("Jaeger starts");
+        let process = super::spawn_logged(
+            Command::new(jaeger_binary())
+                .arg("--config")
+                .arg(super::repo().join("otel-collector/jaeger.yaml"))
+                .env("JAEGER_OTLP_GRPC_PORT", otlp_grpc.to_string())
+                .env("JAEGER_OTLP_HTTP_PORT", super::free_port().to_string())
+                .env("JAEGER_QUERY_HTTP_PORT", query.to_string())
+                .env("JAEGER_QUERY_GRPC_PORT", super::free_port().to_string())
+                .env("JAEGER_HEALTH_PORT", super::free_port().to_string())
+                .env("JAEGER_TELEMETRY_PORT", super::free_port().to_string()),
+            &dir.join("jaeger.log"),
+            "Jaeger",
+        );
         let jaeger = Jaeger {
-            _process: Guard(process),
+            _process: process,
             otlp_grpc,
             query,
             dir,

@@ -277,50 +277,20 @@ pub(crate) fn wait_for_optional<T>(secs: u64, mut check: impl FnMut() -> Option<
     }
 }
 
-/// The single value of an instant PromQL query, if it has exactly one.
-pub(crate) fn promql(port: u16, query: &str) -> Option<f64> {
-    let encoded: String = query
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' | b'.' | b'-' => (b as char).to_string(),
-            other => format!("%{other:02X}"),
-        })
-        .collect();
-    let body = http_get(port, &format!("/api/v1/query?query={encoded}"))?;
-    let json: serde_json::Value = serde_json::from_str(&body).ok()?;
-    let result = json["data"]["result"].as_array()?;
-    (result.len() == 1).then(|| result[0]["value"][1].as_str()?.parse().ok())?
-}
-
-/// A real Prometheus server (Debian package) scraping `target` every second,
-/// keeping the target's own job/instance labels; returns it and its port.
-pub(crate) fn start_prometheus(target: u16, dir: &Path) -> (Guard, u16) {
-    let binary = require_tool(
-        "prometheus",
-        "install Debian's `prometheus` package (apt-get install -y prometheus), or run `bash scripts/test.sh`",
-    );
-    let port = free_port();
-    let config = dir.join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: target\n    honor_labels: true\n    static_configs:\n      - targets: ['127.0.0.1:{target}']\n"
-        ),
+/// Spawns `command` with stdin closed and stdout and stderr appended to
+/// `log` (a restarted process adds to its log); killed when the guard drops.
+pub(crate) fn spawn_logged(command: &mut Command, log: &Path, what: &str) -> Guard {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+    Guard(
+        command
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{what} does not start: {e}")),
     )
-    .unwrap();
-    let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
-    let process = Command::new(binary)
-        .arg(format!("--config.file={}", config.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.join("data").display()
-        ))
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .expect("prometheus starts");
-    let guard = Guard(process);
-    wait_for(30, "Prometheus to be ready", || http_get(port, "/-/ready"));
-    (guard, port)
 }

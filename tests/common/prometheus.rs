@@ -3,7 +3,7 @@
 
 use std::io::{Read, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -19,6 +19,23 @@ pub(crate) fn start(
     rule_file: Option<&Path>,
     extra: &[&str],
 ) -> (Guard, u16) {
+    launch(dir, jobs, false, rule_file, extra)
+}
+
+/// Starts Prometheus scraping `target` every second as job `target`, keeping
+/// the target's own `job` and `instance` labels (`honor_labels`), as for a
+/// Collector that serves several processes' series.
+pub(crate) fn start_honoring_labels(dir: &Path, target: u16) -> (Guard, u16) {
+    launch(dir, &[("target", target)], true, None, &[])
+}
+
+fn launch(
+    dir: &Path,
+    jobs: &[(&str, u16)],
+    honor_labels: bool,
+    rule_file: Option<&Path>,
+    extra: &[&str],
+) -> (Guard, u16) {
     let binary = super::require_tool(
         "prometheus",
         "install Debian's `prometheus` package (apt-get install -y prometheus), or run `bash scripts/test.sh`",
@@ -31,15 +48,18 @@ pub(crate) fn start(
         config.push_str("scrape_configs:\n");
     }
     for (job, target) in jobs {
+        config.push_str(&format!("  - job_name: {job}\n"));
+        if honor_labels {
+            config.push_str("    honor_labels: true\n");
+        }
         config.push_str(&format!(
-            "  - job_name: {job}\n    static_configs:\n      - targets: ['127.0.0.1:{target}']\n"
+            "    static_configs:\n      - targets: ['127.0.0.1:{target}']\n"
         ));
     }
     let config_path = dir.join("prometheus.yml");
     std::fs::write(&config_path, config).unwrap();
     let port = super::free_port();
-    let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
-    let guard = Guard(
+    let guard = super::spawn_logged(
         Command::new(binary)
             .arg(format!("--config.file={}", config_path.display()))
             .arg(format!(
@@ -47,12 +67,9 @@ pub(crate) fn start(
                 dir.join("data").display()
             ))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("prometheus starts"),
+            .args(extra),
+        &dir.join("prometheus.log"),
+        "prometheus",
     );
     super::wait_for(30, "Prometheus to be ready", || {
         super::http_get(port, "/-/ready")
@@ -110,4 +127,11 @@ pub(crate) fn query(port: u16, promql: &str) -> Result<Value, String> {
         ));
     }
     Ok(json["data"].take())
+}
+
+/// The single value of an instant query, if it has exactly one series.
+pub(crate) fn value(port: u16, promql: &str) -> Option<f64> {
+    let data = query(port, promql).ok()?;
+    let result = data["result"].as_array()?;
+    (result.len() == 1).then(|| result[0]["value"][1].as_str()?.parse().ok())?
 }
