@@ -20,8 +20,12 @@
 //! Run: `cargo bench --bench engine_records`. Without `--bench` (as under
 //! `cargo test --all-targets`) it runs a handful of iterations only.
 
+#[path = "common/timing.rs"]
+mod timing;
+
+use timing::{median, ns_per_call};
+
 use std::hint::black_box;
-use std::time::Instant;
 
 use criterion::Criterion;
 use vllm_otel_metrics::export::prometheus::PrometheusBridge;
@@ -113,19 +117,6 @@ impl Setup {
     }
 }
 
-fn time_ns(records: u32, mut apply: impl FnMut(u32)) -> f64 {
-    let start = Instant::now();
-    for i in 0..records {
-        apply(i);
-    }
-    start.elapsed().as_nanos() as f64 / f64::from(records)
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
 fn main() {
     let bench_mode = std::env::args().any(|arg| arg == "--bench");
     let mut s = Setup::new();
@@ -150,13 +141,13 @@ fn main() {
     let (rounds, records) = if bench_mode { (31, 20_000) } else { (3, 100) };
     let (mut core, mut full, mut changed) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..rounds {
-        core.push(time_ns(records, |_| {
+        core.push(ns_per_call(records, |_| {
             black_box(s.tracker.apply(&s.core));
         }));
-        full.push(time_ns(records, |_| {
+        full.push(ns_per_call(records, |_| {
             black_box(s.tracker.apply(&s.full));
         }));
-        changed.push(time_ns(records, |i| {
+        changed.push(ns_per_call(records, |i| {
             black_box(s.tracker.apply(&s.lora_changing[(i % 2) as usize]));
         }));
     }

@@ -17,6 +17,11 @@
 //! the SDK's collect alone, through a second `ManualReader`).
 //! Run: `cargo bench --bench exposition`.
 
+#[path = "common/timing.rs"]
+mod timing;
+
+use timing::median;
+
 #[path = "baseline/lifecycle_state.rs"]
 mod lifecycle_state;
 #[path = "baseline/prometheus_client_tracker.rs"]
@@ -192,11 +197,6 @@ fn time_us(state: &State, encode: Encoder, calls: u32) -> f64 {
         black_box(encode(state));
     }
     start.elapsed().as_secs_f64() * 1e6 / f64::from(calls)
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
 }
 
 fn main() {

@@ -43,15 +43,18 @@ mod otel_unbound_tracker;
 mod per_observation;
 #[path = "baseline/prometheus_client_tracker.rs"]
 mod prometheus_client_tracker;
+#[path = "common/timing.rs"]
+mod timing;
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::Criterion;
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::trace::SdkTracerProvider;
+use timing::{median, ns_per_call};
 use vllm_otel_metrics::catalog::DEFAULT_MAX_MODEL_LEN;
 use vllm_otel_metrics::export::otlp::{self, OtlpOptions, Protocol};
 use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
@@ -492,16 +495,7 @@ fn check_equivalence(runtime: &tokio::runtime::Runtime) {
 
 /// Nanoseconds per request of `variant` over `requests` requests.
 fn time_ns(setup: &Setup, variant: &Variant, requests: u32) -> f64 {
-    let start = Instant::now();
-    for _ in 0..requests {
-        (variant.run)(setup);
-    }
-    start.elapsed().as_nanos() as f64 / f64::from(requests)
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
+    ns_per_call(requests, |_| (variant.run)(setup))
 }
 
 fn main() {

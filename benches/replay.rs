@@ -9,6 +9,11 @@
 //! `scripts/bench-replay.sh` measures the release binary on a file,
 //! with its peak memory. Run: `cargo bench --bench replay`.
 
+#[path = "common/timing.rs"]
+mod timing;
+
+use timing::median;
+
 use std::hint::black_box;
 use std::io::{self, BufRead};
 use std::time::{Duration, Instant};
@@ -61,11 +66,6 @@ fn decode_only(trace: &[u8]) {
         let line = line.expect("reading from memory cannot fail");
         black_box(serde_json::from_str::<Record>(&line).expect("the trace is valid"));
     }
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
 }
 
 fn main() {
