@@ -32,8 +32,8 @@ pub const SPEC_POSITIONS: [&str; 16] = [
 /// Labels of `vllm:cache_config_info` besides the configuration's own keys.
 pub const CACHE_CONFIG_LABELS: &[&str] = &["engine"];
 /// Labels of `vllm:lora_requests_info`.
-pub const LORA_INFO_LABELS: &[&str] =
-    &["max_lora", "waiting_lora_adapters", "running_lora_adapters"];
+pub const LORA_INFO_LABELS: [&str; 3] =
+    ["max_lora", "waiting_lora_adapters", "running_lora_adapters"];
 /// Labels of the operation timings.
 pub const OPERATION_LABELS: &[&str] = &["operation"];
 
@@ -269,7 +269,7 @@ pub const LORA_REQUESTS_INFO: MetricDef = gauge_with(
     // A Unix time, but not "s": translators would append `_seconds`.
     "",
     "Running stats on lora requests.",
-    LORA_INFO_LABELS,
+    &LORA_INFO_LABELS,
     ValueType::Float,
 );
 /// Sleep-mode operation timings (`vllm/entrypoints/serve/dev/sleep/metrics.py`).

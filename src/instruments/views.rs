@@ -52,7 +52,8 @@ fn stream(def: &'static MetricDef, config: &InstrumentsConfig) -> Option<Stream>
     let mut stream = Stream::builder();
     if def.labels.starts_with(catalog::ENGINE_LABELS) {
         stream = stream.with_cardinality_limit(cardinality_limit(def, config.max_label_sets));
-    } else if def.labels == catalog::CACHE_CONFIG_LABELS || def.labels == catalog::LORA_INFO_LABELS
+    } else if def.labels == catalog::CACHE_CONFIG_LABELS
+        || def.labels == catalog::LORA_INFO_LABELS.as_slice()
     {
         // Label sets of their own (a configuration, a set of adapters):
         // as many as the vLLM families have `(model_name, engine)` sets.

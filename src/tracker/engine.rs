@@ -215,11 +215,7 @@ impl EngineRecords {
 /// The series' labels; `max_lora` only when the engine declared its
 /// `max_loras` (vLLM always knows it; a trace may not say).
 fn lora_attributes(max_loras: &str, running: &[String], waiting: &[String]) -> Vec<KeyValue> {
-    let [max_lora, waiting_label, running_label] = [
-        catalog::LORA_INFO_LABELS[0],
-        catalog::LORA_INFO_LABELS[1],
-        catalog::LORA_INFO_LABELS[2],
-    ];
+    let [max_lora, waiting_label, running_label] = catalog::LORA_INFO_LABELS;
     let mut attributes = Vec::with_capacity(3);
     if !max_loras.is_empty() {
         attributes.push(KeyValue::new(max_lora, max_loras.to_owned()));
