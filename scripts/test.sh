@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The project's whole test suite, runnable on a fresh machine: installs what the
-# tests need (Prometheus/promtool from Debian, Python packages from PyPI, the
-# OpenTelemetry Collector and the Jaeger traces backend built from their Go
-# modules), then
+# tests need (Prometheus/promtool from Debian, Python packages from PyPI, vLLM
+# 0.33.0 with the plugin in a cached virtual environment, the OpenTelemetry
+# Collector and the Jaeger traces backend built from their Go modules), then
 # checks formatting and lints, and runs every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +21,15 @@ if ! python3 -c 'import prometheus_client, grpc, grpc_tools' >/dev/null 2>&1; th
     -r tests/requirements.txt -r examples/python/requirements.txt
 fi
 
+if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+  echo "==> installing python3-venv from Debian's packages"
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+fi
+echo "==> vLLM 0.33.0 and the plugin (scripts/vllm-env.sh)"
+VLLM_OTEL_METRICS_PYTHON=$(bash scripts/vllm-env.sh)
+export VLLM_OTEL_METRICS_PYTHON
+
 echo "==> building the OpenTelemetry Collector (otel-collector/build.sh)"
 bash otel-collector/build.sh
 echo "==> building the Jaeger traces backend (otel-collector/build-jaeger.sh)"
@@ -33,6 +42,10 @@ cargo clippy --all-targets --quiet -- -D warnings
 echo "==> promtool check rules / test rules"
 promtool check rules otel-collector/rules.yml
 promtool test rules otel-collector/rules_test.yml
+echo "==> plugin tests (pytest, in the vLLM environment)"
+"$VLLM_OTEL_METRICS_PYTHON" -m pytest -q -p no:cacheprovider python/tests
+"$VLLM_OTEL_METRICS_PYTHON" -m pytest -q -p no:cacheprovider --doctest-modules \
+  python/src/vllm_otel_metrics/config.py python/src/vllm_otel_metrics/convert.py
 echo "==> cargo test"
 cargo test --all-targets
 cargo test --doc

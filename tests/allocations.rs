@@ -13,9 +13,10 @@ use std::cell::Cell;
 use vllm_otel_metrics::export::prometheus::PrometheusBridge;
 use vllm_otel_metrics::instruments::Instruments;
 use vllm_otel_metrics::protocol::{
-    EngineConfig, EngineCoreEvent, EngineCoreOutput, EventType, FinishReason, KvCacheEvictionEvent,
-    KvFetchStages, Operation, OperationKind, OutputBatch, PerfStats, PrefillStats, Record,
-    RequestStart, SchedulerStats, SleepState, SpecDecodingStats,
+    EngineConfig, EngineCoreEvent, EngineCoreOutput, EventType, FinishReason, FinishedRequest,
+    IterationStats, KvCacheEvictionEvent, KvFetchStages, Operation, OperationKind, OutputBatch,
+    PerfStats, PluginDrops, PrefillStats, PromptTokenStats, Record, RequestStart, SchedulerStats,
+    SleepState, SpecDecodingStats,
 };
 use vllm_otel_metrics::tracker::{RequestMetrics, RequestParams, Tracker};
 
@@ -349,6 +350,7 @@ fn engine_level_records_of_a_known_engine_allocate_nothing() {
             engine: 0,
             cache_config: [("block_size".to_owned(), "16".to_owned())].into(),
             max_loras: Some(4),
+            max_model_len: None,
         }),
         full_scheduler_stats(),
         Record::SleepState(SleepState {
@@ -365,6 +367,54 @@ fn engine_level_records_of_a_known_engine_allocate_nothing() {
         assert!(tracker.apply(record).is_empty(), "{record:?}");
     }
     for record in &records[1..] {
+        let (n, rejections) = allocations(|| tracker.apply(record));
+        assert!(rejections.is_empty());
+        assert_eq!(n, 0, "applying {record:?} again allocated {n} time(s)");
+    }
+}
+
+/// The stat-logger plugin's records of a known label set (after its first
+/// record, which creates its start-up series) go through bound handles too.
+#[test]
+fn plugin_records_of_a_known_label_set_allocate_nothing() {
+    let mut tracker = Tracker::new(instruments());
+    let finished = |reason| FinishedRequest {
+        request_id: "r1".into(),
+        finish_reason: reason,
+        e2e_latency: 1.5,
+        queued_time: 0.1,
+        prefill_time: 0.2,
+        inference_time: 1.3,
+        decode_time: 1.1,
+        mean_time_per_output_token: 0.04,
+        num_prompt_tokens: 116,
+        num_generation_tokens: 30,
+        num_preemptions: 1,
+        num_cached_tokens: 16,
+        max_tokens_param: Some(64),
+    };
+    let step = Record::IterationStats(Box::new(IterationStats {
+        model_name: MODEL.into(),
+        engine: 0,
+        received_at: None,
+        num_generation_tokens: 12,
+        prompt_token_stats: PromptTokenStats {
+            computed: 100,
+            local_cache_hit: 16,
+            external_kv_transfer: 0,
+            cached_tokens: 16,
+            total: 116,
+        },
+        num_preempted_reqs: 1,
+        max_num_generation_tokens_iter: vec![30, 64],
+        n_params_iter: vec![1, 2],
+        time_to_first_tokens_iter: vec![0.25, 0.5],
+        inter_token_latencies_iter: vec![0.02, 0.03, 0.04],
+        finished_requests: vec![finished(FinishReason::Stop), finished(FinishReason::Abort)],
+    }));
+    let drops = Record::PluginDrops(PluginDrops { dropped: 5 });
+    for record in [&step, &drops] {
+        assert!(tracker.apply(record).is_empty(), "{record:?}");
         let (n, rejections) = allocations(|| tracker.apply(record));
         assert!(rejections.is_empty());
         assert_eq!(n, 0, "applying {record:?} again allocated {n} time(s)");

@@ -17,8 +17,9 @@ use vllm_otel_metrics::ingest::jsonl;
 use vllm_otel_metrics::ingest::proto::{pb, record_from_proto, record_to_proto};
 use vllm_otel_metrics::instruments::Instruments;
 use vllm_otel_metrics::protocol::{
-    Abort, EngineCoreEvent, EngineCoreOutput, EventType, FinishReason, OutputBatch, PrefillStats,
-    Record, RequestStart, SchedulerStats,
+    Abort, EngineCoreEvent, EngineCoreOutput, EventType, FinishReason, FinishedRequest,
+    IterationStats, OutputBatch, PluginDrops, PrefillStats, PromptTokenStats, Record, RequestStart,
+    SchedulerStats,
 };
 use vllm_otel_metrics::tracker::{RejectReason, Rejection, Tracker};
 
@@ -50,7 +51,7 @@ fn random_record(rng: &mut Rng, clock: &mut f64) -> Record {
     let id = format!("r{}", rng.below(12));
     let model = rng.pick(&["m0", "m1", "qwen/Qwen2.5-7B"]).to_string();
     let engine = rng.below(3) as u32;
-    match rng.below(10) {
+    match rng.below(12) {
         0..=2 => Record::Request(RequestStart {
             request_id: id,
             model_name: model,
@@ -95,6 +96,50 @@ fn random_record(rng: &mut Rng, clock: &mut f64) -> Record {
             request_id: id,
             received_at: 1000.0 + *clock,
         }),
+        9 => {
+            let (computed, hit, external) = (rng.below(500), rng.below(100), rng.below(20));
+            let seconds = |rng: &mut Rng| rng.below(3000) as f64 / 1000.0;
+            Record::IterationStats(Box::new(IterationStats {
+                model_name: model,
+                engine,
+                received_at: Some(1000.0 + *clock),
+                num_generation_tokens: rng.below(64),
+                prompt_token_stats: PromptTokenStats {
+                    computed,
+                    local_cache_hit: hit,
+                    external_kv_transfer: external,
+                    cached_tokens: hit + external,
+                    total: computed + hit + external,
+                },
+                num_preempted_reqs: rng.below(3),
+                max_num_generation_tokens_iter: (0..rng.below(3))
+                    .map(|_| rng.below(2048))
+                    .collect(),
+                n_params_iter: (0..rng.below(3)).map(|_| 1 + rng.below(4)).collect(),
+                time_to_first_tokens_iter: (0..rng.below(3)).map(|_| seconds(rng)).collect(),
+                inter_token_latencies_iter: (0..rng.below(8)).map(|_| seconds(rng)).collect(),
+                finished_requests: (0..rng.below(3))
+                    .map(|_| FinishedRequest {
+                        request_id: format!("r{}", rng.below(12)),
+                        finish_reason: *rng.pick(&FinishReason::ALL),
+                        e2e_latency: seconds(rng),
+                        queued_time: seconds(rng),
+                        prefill_time: seconds(rng),
+                        inference_time: seconds(rng),
+                        decode_time: seconds(rng),
+                        mean_time_per_output_token: seconds(rng),
+                        num_prompt_tokens: rng.below(4096) as u32,
+                        num_generation_tokens: rng.below(1024) as u32,
+                        num_preemptions: rng.below(3) as u32,
+                        num_cached_tokens: rng.below(4096) as u32,
+                        max_tokens_param: rng.chance(50).then(|| rng.below(1024) as u32),
+                    })
+                    .collect(),
+            }))
+        }
+        10 => Record::PluginDrops(PluginDrops {
+            dropped: rng.below(10),
+        }),
         _ => Record::SchedulerStats(Box::new(SchedulerStats {
             model_name: model,
             engine,
@@ -115,7 +160,11 @@ fn mutate(rng: &mut Rng, line: &str) -> String {
         0 => bytes.truncate(rng.below(bytes.len() as u64) as usize),
         1 => {
             let at = rng.below(bytes.len() as u64) as usize;
-            bytes[at] = rng.below(128) as u8;
+            // Any byte but a line break, which would make two lines of one.
+            bytes[at] = match rng.below(128) as u8 {
+                b'\n' => b'?',
+                byte => byte,
+            };
         }
         2 => return line.replacen("\"engine\":", "\"engine\":-", 1),
         3 => return line.replacen("\"timestamp\":", "\"timestamp\":\"late\",\"x\":", 1),
@@ -267,6 +316,18 @@ fn random_wire_records_and_bytes_never_panic_the_converter_or_tracker() {
                 }
                 if rng.chance(5) {
                     output.finish_reason = 99;
+                }
+            }
+        }
+        if let Some(pb::record::Record::IterationStats(stats)) = &mut wire.record {
+            if rng.chance(10) {
+                stats
+                    .time_to_first_tokens_iter
+                    .push(*rng.pick(&[f64::NAN, -1.0]));
+            }
+            if let Some(finished) = stats.finished_requests.first_mut() {
+                if rng.chance(10) {
+                    finished.finish_reason = *rng.pick(&[0, 99]);
                 }
             }
         }

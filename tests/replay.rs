@@ -11,7 +11,9 @@
 //! golden comparison then pins formatting, ordering and self-telemetry.
 //! `lifecycle.jsonl` is hand-written to hit every rule; the `generated-*`
 //! traces come from `tests/reference/gen_trace.py` (seeds 11 and 12 before
-//! the engine tier existed, 13 with its records).
+//! the engine tier existed, 13 with its records), all from before it stopped
+//! sending `prefill_stats` again on a re-admission after a decode preemption:
+//! they still carry those, which the tracker counts as given.
 
 mod common;
 

@@ -30,6 +30,8 @@ fn check_invariants(config: &SimConfig, records: &[Record], outcome: &SimOutcome
     let mut terminated: HashSet<&str> = HashSet::new();
     let mut preempted: HashSet<&str> = HashSet::new();
     let mut first_scheduled: HashMap<&str, f64> = HashMap::new();
+    let mut prompt_len: HashMap<&str, u32> = HashMap::new();
+    let mut had_output: HashSet<&str> = HashSet::new();
     for record in records {
         match record {
             Record::Request(r) => {
@@ -37,6 +39,7 @@ fn check_invariants(config: &SimConfig, records: &[Record], outcome: &SimOutcome
                     engine_of.insert(&r.request_id, r.engine).is_none(),
                     "request ids are unique"
                 );
+                prompt_len.insert(&r.request_id, r.prompt_len);
                 assert!(r.engine < config.engines);
                 arrival_order
                     .entry(r.engine)
@@ -72,10 +75,24 @@ fn check_invariants(config: &SimConfig, records: &[Record], outcome: &SimOutcome
                             "events precede their output"
                         );
                     }
+                    // As vLLM's engine: prefill stats on a request's first
+                    // output only (of its first admission), never after a
+                    // preemption's re-admission.
+                    let first = had_output.insert(id);
+                    assert_eq!(
+                        output.prefill_stats.is_some(),
+                        first,
+                        "prefill stats on {id}'s first output only"
+                    );
                     if let Some(stats) = output.prefill_stats {
-                        assert!(
-                            stats.num_cached_tokens + stats.num_computed_tokens
-                                >= stats.num_prompt_tokens
+                        assert_eq!(Some(&stats.num_prompt_tokens), prompt_len.get(id));
+                        assert_eq!(
+                            stats.num_cached_tokens + stats.num_computed_tokens,
+                            stats.num_prompt_tokens
+                        );
+                        assert_eq!(
+                            stats.num_local_cached_tokens + stats.num_external_cached_tokens,
+                            stats.num_cached_tokens
                         );
                     }
                     if output.finish_reason.is_some() {
@@ -110,6 +127,9 @@ fn check_invariants(config: &SimConfig, records: &[Record], outcome: &SimOutcome
             }
             Record::EngineConfig(_) | Record::SleepState(_) | Record::Operation(_) => {
                 assert!(record.validate(&Default::default()).is_ok(), "{record:?}");
+            }
+            Record::IterationStats(_) | Record::PluginDrops(_) => {
+                panic!("the simulator is an engine core, not the plugin: {record:?}")
             }
         }
     }

@@ -256,8 +256,8 @@ fn series_exist_from_request_start() {
         .contains("# HELP vllm:request_success_total Count of successfully processed requests.\n"));
     // 16 histograms: ITER 13+3, TOK 5×(17+3), N 5+3, PRE 7+3, TTFT 22+3, ITL 2×(19+3),
     // LAT 5×(21+3) = 323 lines; 5 counters with 3 sources = 7; self-telemetry
-    // 4 rejection and 2 eviction reasons.
-    assert_eq!(s.len(), 323 + 7 + 4 + 2);
+    // 4 rejection and 2 eviction reasons, and the plugin's dropped records.
+    assert_eq!(s.len(), 323 + 7 + 4 + 2 + 1);
 }
 
 /// `scheduled` sets the scheduled time only the first time; a re-admission
@@ -361,8 +361,9 @@ fn tokenless_outputs_record_no_token_timing() {
         ),
         1.0
     );
-    // The token-less finishing output adds nothing to iteration tokens.
-    assert_eq!(hist(&s, "iteration_tokens_total", M0), (71.0, 2.0));
+    // The token-less finishing output adds no tokens, but its batch is not
+    // empty: it observes 0, as vLLM's Rust frontend does.
+    assert_eq!(hist(&s, "iteration_tokens_total", M0), (71.0, 3.0));
 }
 
 /// Prefill stats after a decode-time preemption do not count prompt tokens
@@ -492,7 +493,8 @@ fn abort_record_terminates_at_its_receive_time() {
     assert_eq!(tracker.in_flight(), 0);
 }
 
-/// Iteration tokens: one observation per label set present in the batch.
+/// Iteration tokens: one observation per label set present in the batch,
+/// a sum of 0 included; outputs of unknown requests have no label set.
 #[test]
 fn iteration_tokens_are_summed_per_label_set() {
     let (bridge, mut tracker) = pipeline();
@@ -507,9 +509,19 @@ fn iteration_tokens_are_summed_per_label_set() {
         2.0,
         vec![a, output("b", 3), output("c", 2), output("x", 9)],
     ));
+    // A non-empty batch without tokens observes 0.
     tracker.observe_batch(&batch(0, 2.0, 3.0, vec![output("a", 0)]));
+    // A batch of unknown requests only observes nothing.
+    tracker.observe_batch(&batch(0, 3.0, 4.0, vec![output("x", 2)]));
     let s = exposition(&bridge);
-    assert_eq!(hist(&s, "iteration_tokens_total", M0), (9.0, 1.0));
+    assert_eq!(hist(&s, "iteration_tokens_total", M0), (9.0, 2.0));
+    assert_eq!(
+        value(
+            &s,
+            &format!(r#"vllm:iteration_tokens_total_bucket{{{M0},le="1.0"}}"#)
+        ),
+        1.0
+    );
     assert_eq!(
         hist(&s, "iteration_tokens_total", r#"model_name="m",engine="1""#),
         (2.0, 1.0)

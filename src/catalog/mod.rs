@@ -53,6 +53,19 @@ pub enum ValueType {
     Float,
 }
 
+/// Which token-histogram buckets to build: vLLM's Rust frontend's or its
+/// Python logger's (`--token-buckets`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TokenBuckets {
+    /// The 1-2-5 series up to `max_model_len`, then `max_model_len` itself
+    /// (vLLM's Rust frontend).
+    #[default]
+    Rust,
+    /// The 1-2-5 series up to and including `max_model_len`, nothing
+    /// appended (vLLM's Python `build_1_2_5_buckets(max_model_len)`).
+    Python,
+}
+
 /// Bucket boundaries of a histogram family (upper bounds; `+Inf` is implied).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Buckets {
@@ -61,7 +74,8 @@ pub enum Buckets {
     /// A fixed list.
     Fixed(&'static [f64]),
     /// The 1-2-5 series up to `max_model_len`, then `max_model_len` itself
-    /// (vLLM's `build_1_2_5_buckets` plus the model length).
+    /// (vLLM's `build_1_2_5_buckets` plus the model length); with
+    /// [`TokenBuckets::Python`], without the model length appended.
     Tokens,
 }
 
@@ -74,17 +88,29 @@ impl Buckets {
     /// assert_eq!(Buckets::Tokens.boundaries(50), vec![1.0, 2.0, 5.0, 10.0, 20.0, 50.0]);
     /// ```
     pub fn boundaries(&self, max_model_len: u32) -> Vec<f64> {
+        self.boundaries_with(max_model_len, TokenBuckets::Rust)
+    }
+
+    /// The boundaries for a model whose context is `max_model_len` tokens,
+    /// token buckets built the `style` way.
+    ///
+    /// ```
+    /// use vllm_otel_metrics::catalog::{Buckets, TokenBuckets};
+    /// assert_eq!(Buckets::Tokens.boundaries_with(60, TokenBuckets::Python), vec![1.0, 2.0, 5.0, 10.0, 20.0, 50.0]);
+    /// assert_eq!(Buckets::Tokens.boundaries_with(50, TokenBuckets::Python), vec![1.0, 2.0, 5.0, 10.0, 20.0, 50.0]);
+    /// ```
+    pub fn boundaries_with(&self, max_model_len: u32, style: TokenBuckets) -> Vec<f64> {
         match self {
             Buckets::None => Vec::new(),
             Buckets::Fixed(bounds) => bounds.to_vec(),
-            Buckets::Tokens => token_buckets(max_model_len),
+            Buckets::Tokens => token_buckets(max_model_len, style),
         }
     }
 }
 
-/// The 1-2-5 series up to `max_model_len`, with `max_model_len` appended
-/// unless it is already the last boundary.
-fn token_buckets(max_model_len: u32) -> Vec<f64> {
+/// The 1-2-5 series up to `max_model_len`; with [`TokenBuckets::Rust`],
+/// `max_model_len` appended unless it is already the last boundary.
+fn token_buckets(max_model_len: u32, style: TokenBuckets) -> Vec<f64> {
     let max = u64::from(max_model_len.max(1));
     let mut bounds = Vec::new();
     let mut decade = 1u64;
@@ -98,7 +124,7 @@ fn token_buckets(max_model_len: u32) -> Vec<f64> {
         }
         decade *= 10;
     }
-    if bounds.last() != Some(&(max as f64)) {
+    if style == TokenBuckets::Rust && bounds.last() != Some(&(max as f64)) {
         bounds.push(max as f64);
     }
     bounds
@@ -470,6 +496,16 @@ pub const EVICTED_REQUESTS: MetricDef = counter(
     REASON_LABELS,
 );
 
+/// Records the vLLM stat-logger plugin reported dropping (this crate's own
+/// family, never `vllm:`; no labels).
+pub const PLUGIN_DROPPED_RECORDS: MetricDef = counter(
+    "vllm_otel_metrics_plugin_dropped_records",
+    "vllm_otel_metrics.plugin_dropped_records",
+    "{record}",
+    "Records the vLLM stat-logger plugin dropped because its queue was full or the sidecar unreachable.",
+    &[],
+);
+
 // ---- process (served on /metrics only) ----
 
 const fn process_gauge(
@@ -578,7 +614,8 @@ pub const SCHEDULER: [&MetricDef; 5] = [
 ];
 
 /// This crate's own families.
-pub const SELF_TELEMETRY: [&MetricDef; 2] = [&REJECTED_INPUTS, &EVICTED_REQUESTS];
+pub const SELF_TELEMETRY: [&MetricDef; 3] =
+    [&REJECTED_INPUTS, &EVICTED_REQUESTS, &PLUGIN_DROPPED_RECORDS];
 
 /// Every family, in exposition order: per-request tier, scheduler tier,
 /// engine tier, self-telemetry.
@@ -672,10 +709,30 @@ mod tests {
     }
 
     #[test]
+    fn python_token_buckets_stop_at_max_model_len() {
+        let python = |len| Buckets::Tokens.boundaries_with(len, TokenBuckets::Python);
+        let b = python(DEFAULT_MAX_MODEL_LEN);
+        assert_eq!(b.len(), 16);
+        assert_eq!(&b[..6], &[1.0, 2.0, 5.0, 10.0, 20.0, 50.0]);
+        assert_eq!(&b[13..], &[20000.0, 50000.0, 100000.0]);
+        assert_eq!(python(1), vec![1.0]);
+        assert_eq!(python(3), vec![1.0, 2.0]);
+        assert_eq!(python(100), vec![1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0]);
+        assert_eq!(
+            python(4096),
+            vec![1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0]
+        );
+        assert_eq!(
+            Buckets::Fixed(N_BUCKETS).boundaries_with(3, TokenBuckets::Python),
+            N_BUCKETS.to_vec()
+        );
+    }
+
+    #[test]
     fn names_are_unique() {
         let mut names: Vec<_> = all().map(|d| d.vllm_name).collect();
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), 51);
+        assert_eq!(names.len(), 52);
     }
 }

@@ -40,6 +40,12 @@ pub(super) struct CommonArgs {
     /// Model context length; bounds the token histograms' buckets.
     #[arg(long, default_value_t = DEFAULT_MAX_MODEL_LEN, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub(super) max_model_len: u32,
+    /// How the token histograms' buckets end: `rust` (vLLM's Rust frontend:
+    /// the 1-2-5 series up to --max-model-len, then --max-model-len) or
+    /// `python` (vLLM's Python logger: the 1-2-5 series up to
+    /// --max-model-len, nothing appended).
+    #[arg(long, value_enum, default_value = "rust")]
+    pub(super) token_buckets: TokenBucketsArg,
     /// `(model_name, engine)` label sets kept apart; later ones share one
     /// overflow series per family (`otel_metric_overflow="true"`).
     #[arg(long, default_value_t = DEFAULT_MAX_LABEL_SETS, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
@@ -187,6 +193,24 @@ pub(super) struct OtlpArgs {
     /// `prometheus` (vLLM's own vllm:request_num_preemptions).
     #[arg(long, value_enum, default_value = "otel")]
     pub(super) otlp_names: OtlpNames,
+}
+
+/// The values of `--token-buckets`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(super) enum TokenBucketsArg {
+    /// vLLM's Rust frontend: `max_model_len` appended to the 1-2-5 series.
+    Rust,
+    /// vLLM's Python logger: `build_1_2_5_buckets(max_model_len)`.
+    Python,
+}
+
+impl From<TokenBucketsArg> for TokenBuckets {
+    fn from(arg: TokenBucketsArg) -> Self {
+        match arg {
+            TokenBucketsArg::Rust => TokenBuckets::Rust,
+            TokenBucketsArg::Python => TokenBuckets::Python,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -33,7 +33,7 @@ use opentelemetry_sdk::metrics::Temporality;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::catalog::DEFAULT_MAX_MODEL_LEN;
+use crate::catalog::{TokenBuckets, DEFAULT_MAX_MODEL_LEN};
 use crate::export::otlp::tls::TlsFiles;
 use crate::export::otlp::{self, Destination, ExportHealth, OtlpOptions, Protocol, Signal};
 use crate::export::prometheus::{http, Format, PrometheusBridge};

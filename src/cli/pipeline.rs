@@ -67,6 +67,7 @@ impl Pipeline {
             .build();
         let mut builder = Instruments::builder()
             .with_max_model_len(common.max_model_len)
+            .with_token_buckets(common.token_buckets.into())
             .with_max_label_sets(common.max_label_sets)
             .with_name_style(common.otlp.name_style());
         if bridge_read || common.metrics_addr.0.is_some() {

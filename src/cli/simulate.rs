@@ -70,6 +70,7 @@ pub(super) fn run_sweep(args: &SimulateArgs) -> Result<ExitCode, CliError> {
         let mut tracker = Tracker::new(
             Instruments::builder()
                 .with_max_model_len(config.max_model_len)
+                .with_token_buckets(args.common.token_buckets.into())
                 .with_reader(reader)
                 .build(),
         );

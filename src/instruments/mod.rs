@@ -73,7 +73,7 @@ mod request;
 pub mod spans;
 mod views;
 
-use crate::catalog::{self, MetricDef, DEFAULT_MAX_MODEL_LEN};
+use crate::catalog::{self, MetricDef, TokenBuckets, DEFAULT_MAX_MODEL_LEN};
 use crate::catalog::{EvictReason, RejectReason};
 pub(crate) use engine::EngineHandles;
 use engine::EngineInstruments;
@@ -114,6 +114,9 @@ pub struct InstrumentsConfig {
     pub max_label_sets: usize,
     /// Names on the wire.
     pub name_style: NameStyle,
+    /// How the token histograms' buckets end: with `max_model_len`
+    /// appended (vLLM's Rust frontend) or not (its Python logger).
+    pub token_buckets: TokenBuckets,
 }
 
 impl Default for InstrumentsConfig {
@@ -122,6 +125,7 @@ impl Default for InstrumentsConfig {
             max_model_len: DEFAULT_MAX_MODEL_LEN,
             max_label_sets: DEFAULT_MAX_LABEL_SETS,
             name_style: NameStyle::Otel,
+            token_buckets: TokenBuckets::Rust,
         }
     }
 }
@@ -137,6 +141,13 @@ impl InstrumentsBuilder {
     /// The model context length that bounds the token histograms' buckets.
     pub fn with_max_model_len(mut self, max_model_len: u32) -> Self {
         self.config.max_model_len = max_model_len;
+        self
+    }
+
+    /// How the token histograms' buckets are built (`--token-buckets`):
+    /// vLLM's Rust frontend's, the default, or its Python logger's.
+    pub fn with_token_buckets(mut self, token_buckets: TokenBuckets) -> Self {
+        self.config.token_buckets = token_buckets;
         self
     }
 
@@ -316,6 +327,8 @@ struct Inner {
     rejected: [BoundCounter<u64>; RejectReason::ALL.len()],
     /// In `EvictReason::ALL` order.
     evicted: [BoundCounter<u64>; EvictReason::ALL.len()],
+    /// Records the stat-logger plugin dropped.
+    plugin_dropped: BoundCounter<u64>,
     request_handles: HandleCache<RequestHandles>,
     engine_handles: HandleCache<EngineHandles>,
     config: InstrumentsConfig,
@@ -360,6 +373,10 @@ impl Instruments {
         let reason = |value: &'static str| [KeyValue::new(catalog::REASON_LABELS[0], value)];
         let rejected = u64_counter(meter, &catalog::REJECTED_INPUTS);
         let evicted = u64_counter(meter, &catalog::EVICTED_REQUESTS);
+        let plugin_dropped = u64_counter(meter, &catalog::PLUGIN_DROPPED_RECORDS).bind(&[]);
+        // A series without attributes exists only once measured: at 0 from
+        // start-up, like the other self-telemetry series.
+        plugin_dropped.add(0);
         Instruments {
             inner: Arc::new(Inner {
                 provider,
@@ -367,6 +384,7 @@ impl Instruments {
                 engine: EngineInstruments::new(meter),
                 rejected: RejectReason::ALL.map(|r| rejected.bind(&reason(r.as_str()))),
                 evicted: EvictReason::ALL.map(|r| evicted.bind(&reason(r.as_str()))),
+                plugin_dropped,
                 request_handles: HandleCache::new(config.max_label_sets),
                 engine_handles: HandleCache::new(config.max_label_sets),
                 config,
@@ -429,6 +447,11 @@ impl Instruments {
     /// Counts one request the tracker terminated itself.
     pub(crate) fn count_evicted(&self, reason: EvictReason) {
         self.inner.evicted[reason as usize].add(1);
+    }
+
+    /// Counts records the vLLM stat-logger plugin reported dropping.
+    pub(crate) fn count_plugin_dropped(&self, dropped: u64) {
+        self.inner.plugin_dropped.add(dropped);
     }
 
     /// Exports everything recorded so far through every push reader of the

@@ -4,11 +4,12 @@
 //! A request's engine output records up to four of its label set's series
 //! (generation tokens, preemptions, time to first token or inter-token
 //! latency, and on the first token the prompt-token counters), and its end
-//! fifteen histograms and `request_success`. Every one of them goes through a
-//! handle bound once per label set, so recording looks up no attributes and
-//! allocates nothing.
+//! fifteen histograms and `request_success`. The vLLM stat-logger plugin's
+//! `iteration_stats` records feed the same series. Every one of them goes
+//! through a handle bound once per label set, so recording looks up no
+//! attributes and allocates nothing.
 
-use std::sync::OnceLock;
+use std::sync::{Once, OnceLock};
 
 use opentelemetry::metrics::{BoundCounter, BoundHistogram, Counter, Histogram, Meter};
 use opentelemetry::KeyValue;
@@ -102,6 +103,9 @@ pub(crate) struct RequestHandles {
     /// start.
     request_success: [OnceLock<BoundCounter<u64>>; catalog::FINISHED_REASONS.len()],
     request_success_instrument: Counter<u64>,
+    /// Run on the label set's first `iteration_stats` record: the series
+    /// vLLM's Python logger creates at start-up.
+    python_start_up: Once,
     labels: Vec<KeyValue>,
     pub(crate) iteration_tokens: BoundHistogram<f64>,
     /// `rejected_inputs{reason="invalid_record"}`, for outputs
@@ -134,6 +138,7 @@ impl RequestHandles {
             prompt_tokens_cached: i.prompt_tokens_cached.bind(&labels),
             request_success: Default::default(),
             request_success_instrument: i.request_success.clone(),
+            python_start_up: Once::new(),
             iteration_tokens: i.iteration_tokens.bind(&labels),
             invalid,
             time_to_first_token: i.histograms[RequestHistogram::TimeToFirstToken as usize]
@@ -164,17 +169,62 @@ impl RequestHandles {
     /// Adds the first token's prefill stats to the prompt-token counters.
     #[inline]
     pub(crate) fn record_prompt_tokens(&self, stats: &PrefillStats) {
-        self.prompt_tokens.add(u64::from(stats.num_prompt_tokens));
-        let by_source = [
-            stats.num_computed_tokens,
-            stats.num_local_cached_tokens,
-            stats.num_external_cached_tokens,
-        ];
+        self.add_prompt_tokens(
+            u64::from(stats.num_prompt_tokens),
+            [
+                stats.num_computed_tokens,
+                stats.num_local_cached_tokens,
+                stats.num_external_cached_tokens,
+            ]
+            .map(u64::from),
+            u64::from(stats.num_cached_tokens),
+        );
+    }
+
+    /// Adds to the prompt-token counters: `total`, the tokens by source (in
+    /// [`PROMPT_TOKEN_SOURCES`] order) and the cached ones.
+    #[inline]
+    pub(crate) fn add_prompt_tokens(
+        &self,
+        total: u64,
+        by_source: [u64; PROMPT_TOKEN_SOURCES.len()],
+        cached: u64,
+    ) {
+        self.prompt_tokens.add(total);
         for (handle, tokens) in self.prompt_tokens_by_source.iter().zip(by_source) {
-            handle.add(u64::from(tokens));
+            handle.add(tokens);
         }
-        self.prompt_tokens_cached
-            .add(u64::from(stats.num_cached_tokens));
+        self.prompt_tokens_cached.add(cached);
+    }
+
+    /// The `request_success` series of `reason`, bound on first use.
+    fn request_success(&self, reason: FinishReason) -> &BoundCounter<u64> {
+        self.request_success[reason.index()].get_or_init(|| {
+            self.request_success_instrument.bind(&with_label(
+                &self.labels,
+                catalog::FINISHED_REASON_LABELS[2],
+                reason.as_str(),
+            ))
+        })
+    }
+
+    /// The first time it is called for the label set, creates the series
+    /// vLLM's Python logger creates for an engine at start-up and the
+    /// label set does not have yet: `request_success` of every finish
+    /// reason, at 0. (Every other series of the label set, histograms
+    /// included, exists from its binding on.)
+    pub(crate) fn python_start_up(&self) {
+        self.python_start_up.call_once(|| {
+            for reason in FinishReason::ALL {
+                self.request_success(reason).add(0);
+            }
+        });
+    }
+
+    /// One observation of a per-request histogram.
+    #[inline]
+    pub(crate) fn observe(&self, histogram: RequestHistogram, value: f64) {
+        self.histograms[histogram as usize].record(value);
     }
 
     /// Records a request's end: `request_success` of `reason` and one
@@ -185,17 +235,9 @@ impl RequestHandles {
         reason: FinishReason,
         observations: impl IntoIterator<Item = (RequestHistogram, f64)>,
     ) {
-        self.request_success[reason.index()]
-            .get_or_init(|| {
-                self.request_success_instrument.bind(&with_label(
-                    &self.labels,
-                    catalog::FINISHED_REASON_LABELS[2],
-                    reason.as_str(),
-                ))
-            })
-            .add(1);
+        self.request_success(reason).add(1);
         for (histogram, value) in observations {
-            self.histograms[histogram as usize].record(value);
+            self.observe(histogram, value);
         }
     }
 }

@@ -12,6 +12,12 @@
 //! `vllm.request.finished_reason`, `vllm.engine`, and one `preempted` event
 //! per preemption. An abort is not an error: the status stays unset.
 //!
+//! A request the vLLM stat-logger plugin reports finished (in an
+//! `iteration_stats` record) becomes the same span, made at once from its
+//! `FinishedRequestStats`: it starts `e2e_latency` before the record's
+//! receive time, starts a new trace, and has only the attributes those
+//! values give (no `n`, no time to first token, no preempted events).
+//!
 //! ```
 //! use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
 //! use vllm_otel_metrics::instruments::Instruments;
@@ -108,19 +114,21 @@ impl RequestSpans {
 }
 
 /// What a request's span reports, computed by the tracker from the state
-/// its metrics come from.
+/// its metrics come from. An attribute whose value is `None` is left out.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SpanValues {
     pub(crate) reason: FinishReason,
+    /// Frontend wall clock of the start (the arrival), seconds.
+    pub(crate) start_time: f64,
     pub(crate) end_time: f64,
     pub(crate) prompt_tokens: u32,
     pub(crate) completion_tokens: u64,
     pub(crate) cached_tokens: u32,
     pub(crate) max_tokens: Option<u32>,
-    pub(crate) n: u32,
+    pub(crate) n: Option<u32>,
     pub(crate) num_preemptions: u64,
     pub(crate) queue: f64,
-    pub(crate) time_to_first_token: f64,
+    pub(crate) time_to_first_token: Option<f64>,
     pub(crate) e2e: f64,
     pub(crate) prefill: f64,
     pub(crate) decode: f64,
@@ -135,7 +143,6 @@ pub(crate) struct SpanState {
     request_id: String,
     model_name: String,
     engine: u32,
-    arrival_time: f64,
     /// Wall-clock times of the preemptions so far.
     preemptions: Vec<f64>,
 }
@@ -174,7 +181,6 @@ impl SpanState {
         request_id: &str,
         model_name: &str,
         engine: u32,
-        arrival_time: f64,
         traceparent: Option<&str>,
     ) -> (Box<SpanState>, Option<InvalidTraceparent>) {
         let (parent, invalid) = match traceparent.map(parent_context) {
@@ -188,7 +194,6 @@ impl SpanState {
             request_id: request_id.to_owned(),
             model_name: model_name.to_owned(),
             engine,
-            arrival_time,
             preemptions: Vec::with_capacity(PREEMPTIONS_INLINE),
         });
         (state, invalid)
@@ -202,43 +207,79 @@ impl SpanState {
 
     /// Ends the request: makes, fills and ends its span.
     pub(crate) fn end(self, v: &SpanValues) {
-        let mut attributes = vec![
-            KeyValue::new(keys::REQUEST_ID, self.request_id),
-            KeyValue::new(keys::RESPONSE_MODEL, self.model_name),
-            KeyValue::new(keys::REQUEST_N, i64::from(v.n)),
-            KeyValue::new(keys::USAGE_PROMPT_TOKENS, i64::from(v.prompt_tokens)),
-            KeyValue::new(
+        self.spans.emit(
+            &self.parent,
+            Some(self.request_id),
+            self.model_name,
+            self.engine,
+            &self.preemptions,
+            v,
+        );
+    }
+}
+
+impl RequestSpans {
+    /// Makes one ended `llm_request` span under `parent` (an empty context:
+    /// a new trace) from a terminated request's values, with one
+    /// `preempted` event per wall-clock time in `preemptions`.
+    pub(crate) fn emit(
+        &self,
+        parent: &Context,
+        request_id: Option<String>,
+        model_name: String,
+        engine: u32,
+        preemptions: &[f64],
+        v: &SpanValues,
+    ) {
+        let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let attributes = [
+            request_id.map(|id| KeyValue::new(keys::REQUEST_ID, id)),
+            Some(KeyValue::new(keys::RESPONSE_MODEL, model_name)),
+            v.n.map(|n| KeyValue::new(keys::REQUEST_N, i64::from(n))),
+            Some(KeyValue::new(
+                keys::USAGE_PROMPT_TOKENS,
+                i64::from(v.prompt_tokens),
+            )),
+            Some(KeyValue::new(
                 keys::USAGE_COMPLETION_TOKENS,
-                i64::try_from(v.completion_tokens).unwrap_or(i64::MAX),
-            ),
-            KeyValue::new(keys::USAGE_CACHED_TOKENS, i64::from(v.cached_tokens)),
-            KeyValue::new(keys::LATENCY_TIME_IN_QUEUE, v.queue),
-            KeyValue::new(keys::LATENCY_TIME_TO_FIRST_TOKEN, v.time_to_first_token),
-            KeyValue::new(keys::LATENCY_E2E, v.e2e),
-            KeyValue::new(keys::LATENCY_TIME_IN_MODEL_PREFILL, v.prefill),
-            KeyValue::new(keys::LATENCY_TIME_IN_MODEL_DECODE, v.decode),
-            KeyValue::new(keys::LATENCY_TIME_IN_MODEL_INFERENCE, v.inference),
-            KeyValue::new(
+                count(v.completion_tokens),
+            )),
+            Some(KeyValue::new(
+                keys::USAGE_CACHED_TOKENS,
+                i64::from(v.cached_tokens),
+            )),
+            Some(KeyValue::new(keys::LATENCY_TIME_IN_QUEUE, v.queue)),
+            v.time_to_first_token
+                .map(|ttft| KeyValue::new(keys::LATENCY_TIME_TO_FIRST_TOKEN, ttft)),
+            Some(KeyValue::new(keys::LATENCY_E2E, v.e2e)),
+            Some(KeyValue::new(
+                keys::LATENCY_TIME_IN_MODEL_PREFILL,
+                v.prefill,
+            )),
+            Some(KeyValue::new(keys::LATENCY_TIME_IN_MODEL_DECODE, v.decode)),
+            Some(KeyValue::new(
+                keys::LATENCY_TIME_IN_MODEL_INFERENCE,
+                v.inference,
+            )),
+            Some(KeyValue::new(
                 keys::NUM_PREEMPTIONS,
-                i64::try_from(v.num_preemptions).unwrap_or(i64::MAX),
-            ),
-            KeyValue::new(keys::FINISHED_REASON, v.reason.as_str()),
-            KeyValue::new(keys::ENGINE, i64::from(self.engine)),
+                count(v.num_preemptions),
+            )),
+            Some(KeyValue::new(keys::FINISHED_REASON, v.reason.as_str())),
+            Some(KeyValue::new(keys::ENGINE, i64::from(engine))),
+            v.max_tokens
+                .map(|m| KeyValue::new(keys::REQUEST_MAX_TOKENS, i64::from(m))),
         ];
-        if let Some(max_tokens) = v.max_tokens {
-            attributes.push(KeyValue::new(
-                keys::REQUEST_MAX_TOKENS,
-                i64::from(max_tokens),
-            ));
-        }
-        let tracer = &self.spans.tracer;
+        let mut present = Vec::with_capacity(attributes.len());
+        present.extend(attributes.into_iter().flatten());
+        let tracer = &self.tracer;
         let mut span = tracer
             .span_builder(SPAN_NAME)
             .with_kind(SpanKind::Server)
-            .with_start_time(at(self.arrival_time))
-            .with_attributes(attributes)
-            .start_with_context(tracer, &self.parent);
-        for (i, wall_time) in self.preemptions.iter().enumerate() {
+            .with_start_time(at(v.start_time))
+            .with_attributes(present)
+            .start_with_context(tracer, parent);
+        for (i, wall_time) in preemptions.iter().enumerate() {
             span.add_event_with_timestamp(
                 PREEMPTED_EVENT,
                 at(*wall_time),

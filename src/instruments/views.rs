@@ -4,8 +4,10 @@
 //! the catalog's explicit bucket boundaries (`record_min_max: false`, as
 //! vLLM's histograms have no min or max), every vLLM family a cardinality
 //! limit sized for [`InstrumentsConfig::max_label_sets`] label sets, and with
-//! [`NameStyle::Prometheus`] the stream takes vLLM's own name. A host program
-//! that brings its own `SdkMeterProvider` registers [`views`] on its builder.
+//! [`NameStyle::Prometheus`] the stream takes vLLM's own name. The token
+//! histograms' buckets end as [`InstrumentsConfig::token_buckets`] says. A
+//! host program that brings its own `SdkMeterProvider` registers [`views`]
+//! on its builder.
 
 use opentelemetry_sdk::metrics::{Aggregation, Instrument, Stream};
 
@@ -61,7 +63,9 @@ fn stream(def: &'static MetricDef, config: &InstrumentsConfig) -> Option<Stream>
     }
     if def.kind == Kind::Histogram {
         stream = stream.with_aggregation(Aggregation::ExplicitBucketHistogram {
-            boundaries: def.buckets.boundaries(config.max_model_len),
+            boundaries: def
+                .buckets
+                .boundaries_with(config.max_model_len, config.token_buckets),
             record_min_max: false,
         });
     }

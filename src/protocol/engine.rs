@@ -212,6 +212,11 @@ pub struct EngineConfig {
     /// `--max-loras`, when LoRA is enabled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_loras: Option<u32>,
+    /// The engine's `max_model_len`, when the sender knows it. Only
+    /// compared with the sidecar's `--max-model-len` (which builds the token
+    /// buckets): a difference is warned about once per engine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_model_len: Option<u32>,
 }
 
 /// An engine went to sleep or woke up (`/sleep?level=N`, `/wake_up`).
@@ -394,7 +399,12 @@ impl SchedulerStats {
     }
 }
 
-fn at_most(what: &str, value: u64, bound_name: &str, bound: u64) -> Result<(), InvalidRecord> {
+pub(super) fn at_most(
+    what: &str,
+    value: u64,
+    bound_name: &str,
+    bound: u64,
+) -> Result<(), InvalidRecord> {
     if value <= bound {
         Ok(())
     } else {

@@ -2,8 +2,10 @@
 //!
 //! They mirror vLLM's engine-core outputs (`EngineCoreOutput`, `EngineCoreEvent`,
 //! `PrefillStats`, finish reasons) plus the frontend-side request start, abort
-//! and the scheduler's per-step stats. Their serde form is the JSONL trace
-//! format (one [`Record`] per line, tagged by `"type"`).
+//! and the scheduler's per-step stats, and the records of vLLM's stat-logger
+//! plugin (the Python frontend's `IterationStats`, the plugin's drops). Their
+//! serde form is the JSONL trace format (one [`Record`] per line, tagged by
+//! `"type"`).
 //!
 //! ```
 //! use vllm_otel_metrics::protocol::{Record, FinishReason};
@@ -17,6 +19,11 @@
 use serde::{Deserialize, Serialize};
 
 mod engine;
+mod plugin;
+
+pub use plugin::{
+    FinishedRequest, IterationStats, PluginDrops, PromptTokenStats, MAX_ITERATION_ENTRIES,
+};
 
 pub use engine::{
     EngineConfig, ExternalHitsBySource, KvCacheEvictionEvent, KvFetchStages, Operation,
@@ -42,6 +49,11 @@ pub enum Record {
     SleepState(SleepState),
     /// The API server completed a sleep-mode or weight-update operation.
     Operation(Operation),
+    /// One engine step as vLLM's Python frontend saw it, from the vLLM
+    /// stat-logger plugin (applied with the Python logger's rules).
+    IterationStats(Box<IterationStats>),
+    /// The vLLM stat-logger plugin dropped records.
+    PluginDrops(PluginDrops),
 }
 
 /// A request as the frontend registers it.
@@ -114,7 +126,8 @@ pub struct EngineCoreOutput {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub events: Vec<EngineCoreEvent>,
-    /// Present on the first output after each (re)scheduling.
+    /// Present on the request's first output (vLLM's engine sends it once,
+    /// not again after a preemption's re-admission).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefill_stats: Option<PrefillStats>,
     /// Present when the request finished in this step.
@@ -147,7 +160,8 @@ pub enum EventType {
     Preempted,
 }
 
-/// Prompt accounting of a (re)scheduled request (vLLM's `PrefillStats`).
+/// Prompt accounting of a request's first scheduling (vLLM's `PrefillStats`);
+/// vLLM's engine sends it with the request's first output only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct PrefillStats {
@@ -300,8 +314,9 @@ fn finite(what: &str, value: f64) -> Result<(), InvalidRecord> {
 impl Record {
     /// Checks what the wire format cannot: every time is a finite,
     /// non-negative number, the KV-cache usage a fraction between 0 and 1,
-    /// counts that are parts of others are not larger than them, and label
-    /// values and request ids within `limits`.
+    /// counts that are parts of others are not larger than them (or add up
+    /// to them), lists within their bounds, and label values and request ids
+    /// within `limits`.
     ///
     /// ```
     /// use vllm_otel_metrics::protocol::{Abort, InputLimits, Record};
@@ -347,6 +362,8 @@ impl Record {
             Record::EngineConfig(c) => c.validate(limits.max_label_bytes),
             Record::SleepState(s) => s.validate(limits.max_label_bytes),
             Record::Operation(o) => o.validate(),
+            Record::IterationStats(s) => s.validate(limits),
+            Record::PluginDrops(_) => Ok(()),
         }
     }
 }

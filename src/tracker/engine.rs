@@ -25,6 +25,8 @@ struct EngineState {
     /// `max_lora` of its `vllm:lora_requests_info` series (empty when not declared).
     max_loras: String,
     lora: Option<LoraSeries>,
+    /// Whether a `max_model_len` other than the sidecar's was warned about.
+    warned_max_model_len: bool,
 }
 
 /// The `vllm:lora_requests_info` series of the adapters in use, bound while
@@ -166,9 +168,25 @@ impl EngineRecords {
 
     /// An engine's start-up, as `log_engine_initialized()` logs its
     /// `CacheConfig`; a new configuration for the same engine sets the
-    /// previous series to 0.
+    /// previous series to 0. A `max_model_len` other than the one the token
+    /// buckets were built for is warned about, once per engine.
     pub(super) fn engine_config(&mut self, instruments: &Instruments, config: &EngineConfig) {
         instruments.engine_handles(&config.model_name, config.engine);
+        let limit = instruments.config().max_label_sets;
+        let ours = instruments.max_model_len();
+        if let Some(theirs) = config.max_model_len.filter(|len| *len != ours) {
+            // Beyond the tracked engines, every such record warns.
+            let first = self
+                .state(&config.model_name, config.engine, limit)
+                .is_none_or(|state| !std::mem::replace(&mut state.warned_max_model_len, true));
+            if first {
+                tracing::warn!(
+                    "engine {} of model '{}' has max_model_len {theirs}, but the token histograms' buckets are built for --max-model-len {ours}; start the sidecar with --max-model-len {theirs} for vLLM's buckets",
+                    config.engine,
+                    crate::protocol::shown(&config.model_name),
+                );
+            }
+        }
         let mut attributes = vec![KeyValue::new(
             catalog::CACHE_CONFIG_LABELS[0],
             config.engine.to_string(),
@@ -180,7 +198,6 @@ impl EngineRecords {
                 .map(|(key, value)| KeyValue::new(key.clone(), value.clone())),
         );
         let gauge = &instruments.engine().cache_config_info;
-        let limit = instruments.config().max_label_sets;
         if let Some(state) = self.state(&config.model_name, config.engine, limit) {
             if let Some(previous) = state.cache_config.take() {
                 if previous != attributes {

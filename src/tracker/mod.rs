@@ -5,7 +5,9 @@
 //! engine-core outputs, then finish or abort it; dropped without either, it
 //! records `abort`. [`Tracker`] keeps the requests of a whole input stream keyed
 //! by request id, records the per-batch iteration tokens and the scheduler
-//! tier, and turns input that does not fit into counted [`Rejection`]s.
+//! tier, applies the vLLM stat-logger plugin's records with the Python
+//! logger's rules, and turns input that does not fit into counted
+//! [`Rejection`]s.
 //!
 //! ```
 //! use vllm_otel_metrics::instruments::Instruments;
@@ -25,6 +27,7 @@
 //! ```
 
 mod engine;
+mod plugin;
 
 pub use crate::catalog::{EvictReason, RejectReason};
 use crate::support::clock::unix_now;
@@ -231,15 +234,16 @@ impl RequestState {
         let tokens = self.num_generation_tokens as f64;
         let values = SpanValues {
             reason,
+            start_time: p.arrival_time,
             end_time: received_at,
             prompt_tokens: p.prompt_len,
             completion_tokens: self.num_generation_tokens,
             cached_tokens: self.latest_num_cached_tokens,
             max_tokens: p.max_tokens,
-            n: p.n,
+            n: Some(p.n),
             num_preemptions: self.num_preemptions,
             queue: diff_or_zero(self.scheduled_ts, self.queued_ts),
-            time_to_first_token: self.time_to_first_token,
+            time_to_first_token: Some(self.time_to_first_token),
             // An explicit end before the arrival (a caller's clock skew)
             // must not record a negative latency.
             e2e: (received_at - p.arrival_time).max(0.0),
@@ -333,14 +337,7 @@ impl RequestMetrics {
         engine: u32,
         traceparent: Option<&str>,
     ) -> Option<crate::instruments::spans::InvalidTraceparent> {
-        let (state, invalid) = SpanState::start(
-            spans,
-            request_id,
-            model_name,
-            engine,
-            self.state.params.arrival_time,
-            traceparent,
-        );
+        let (state, invalid) = SpanState::start(spans, request_id, model_name, engine, traceparent);
         self.span = Some(state);
         invalid
     }
@@ -421,7 +418,9 @@ impl RequestMetrics {
         self.state.num_preemptions
     }
 
-    /// Tokens of this request counted towards a batch's iteration tokens.
+    /// Tokens of this output counted towards a batch's iteration tokens: its
+    /// new tokens plus, when present, `prefill_stats.num_computed_tokens`
+    /// (vLLM's engine sends prefill stats once, on a request's first output).
     fn iteration_tokens(output: &EngineCoreOutput) -> u64 {
         output.new_token_ids.len() as u64
             + output
@@ -612,6 +611,8 @@ impl Tracker {
                 Record::EngineConfig(_) => ("engine_config", ""),
                 Record::SleepState(_) => ("sleep_state", ""),
                 Record::Operation(_) => ("operation", ""),
+                Record::IterationStats(_) => ("iteration_stats", ""),
+                Record::PluginDrops(_) => ("plugin_drops", ""),
             };
             return vec![self.invalid(kind, id, error.0)];
         }
@@ -636,6 +637,14 @@ impl Tracker {
             }
             Record::Operation(operation) => {
                 self.engines.operation(&self.instruments, operation);
+                Vec::new()
+            }
+            Record::IterationStats(stats) => {
+                plugin::iteration_stats(&self.instruments, self.spans.as_ref(), stats);
+                Vec::new()
+            }
+            Record::PluginDrops(drops) => {
+                self.instruments.count_plugin_dropped(drops.dropped);
                 Vec::new()
             }
         }
@@ -711,8 +720,11 @@ impl Tracker {
     }
 
     /// Applies one engine step: every output of a live request, terminal
-    /// recording for finishing ones, and the batch's iteration tokens per
-    /// label set. Outputs of unknown requests are rejected one by one.
+    /// recording for finishing ones, and the batch's iteration tokens, observed
+    /// once per label set with at least one applied output, zero included
+    /// (docs/SEMANTICS.md §3, "Per batch"). Outputs of unknown requests are
+    /// rejected one by one and have no label set: a batch of only those
+    /// observes nothing.
     pub fn observe_batch(&mut self, batch: &OutputBatch) -> Vec<Rejection> {
         let mut rejections = Vec::new();
         self.batch_counts.clear();
@@ -765,12 +777,12 @@ impl Tracker {
             counts
                 .handles
                 .record_counts(counts.new_tokens, counts.preemptions);
-            if counts.iteration_tokens > 0 {
-                counts
-                    .handles
-                    .iteration_tokens
-                    .record(counts.iteration_tokens as f64);
-            }
+            // Once per label set with an applied output, zero included, as
+            // vLLM's Rust frontend observes every non-empty batch.
+            counts
+                .handles
+                .iteration_tokens
+                .record(counts.iteration_tokens as f64);
         }
         rejections
     }

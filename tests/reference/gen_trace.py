@@ -8,7 +8,9 @@ Usage:
 Simulates a few engines stepping in monotonic time and writes a valid trace to
 stdout: request starts, outputs batches (queued/scheduled events on the first
 output, chunked prefill outputs without tokens, preemptions during prefill and
-during decode with re-scheduling and fresh prefill_stats, prefix-cache hits,
+during decode with re-scheduling (prefill_stats only on a request's first
+output with a token, as vLLM's engine sends them; a re-admission's
+prefix-cache lookup shows in scheduler_stats alone), prefix-cache hits,
 speculative multi-token outputs, all finish reasons), explicit aborts,
 scheduler_stats, plus noise the tracker must ignore (outputs/aborts for
 unknown or finished ids, duplicate starts of live ids, reuse of finished ids)
@@ -475,8 +477,10 @@ class Sim:
                 r = rng.random()
                 k = 0 if r < 0.04 else (1 if r < 0.9 else rng.randint(2, 4))
                 if req.resume_stats:
+                    # The re-admission looks its tokens up in the prefix cache
+                    # (scheduler_stats) but sends no prefill_stats: vLLM's
+                    # engine sends them once per request, with the first output.
                     stats, cached = self.prefill_stats(req)
-                    out["prefill_stats"] = stats
                     queries += stats["num_prompt_tokens"]; hits += cached
                     req.resume_stats = False
                     k = max(k, 1)

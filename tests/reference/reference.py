@@ -821,7 +821,9 @@ class Tracker:
     # -- one outputs batch ----------------------------------------------------
     def apply_batch(self, rec: OutputsRec) -> None:
         # Per batch: iteration tokens grouped by the requests' label set,
-        # over outputs of requests known (live) at the moment they are applied.
+        # over outputs of requests known (live) at the moment they are applied;
+        # observed once per label set with such an output, a sum of 0 included
+        # (vLLM's Rust frontend observes every non-empty batch).
         iteration: dict[tuple, int] = {}
         for out in rec.outputs:
             st = self.live.get(out.request_id)
@@ -832,8 +834,7 @@ class Tracker:
             iteration[st.labels] = iteration.get(st.labels, 0) + out.num_new_tokens + computed
             self.apply_output(st, out, rec.timestamp, rec.received_at)
         for labels, total in iteration.items():
-            if total > 0:
-                self.m.observe("vllm:iteration_tokens_total", labels, total)
+            self.m.observe("vllm:iteration_tokens_total", labels, total)
 
     # -- explicit abort -------------------------------------------------------
     def abort(self, rec: AbortRec) -> None:

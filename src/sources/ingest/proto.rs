@@ -2,9 +2,10 @@
 //! and their conversions to and from [`Record`].
 
 use crate::protocol::{
-    Abort, EngineConfig, EngineCoreEvent, EngineCoreOutput, EventType, ExternalHitsBySource,
-    FinishReason, KvCacheEvictionEvent, KvFetchStages, Operation, OperationKind, OutputBatch,
-    PerfStats, PrefillStats, Record, RequestStart, SchedulerStats, SleepState, SpecDecodingStats,
+    shown, Abort, EngineConfig, EngineCoreEvent, EngineCoreOutput, EventType, ExternalHitsBySource,
+    FinishReason, FinishedRequest, IterationStats, KvCacheEvictionEvent, KvFetchStages, Operation,
+    OperationKind, OutputBatch, PerfStats, PluginDrops, PrefillStats, PromptTokenStats, Record,
+    RequestStart, SchedulerStats, SleepState, SpecDecodingStats,
 };
 
 /// Generated message, enum, client and server types.
@@ -42,6 +43,19 @@ pub enum ConversionError {
     #[error("request {request_id}: {source}")]
     InRequest {
         /// The request.
+        request_id: String,
+        /// The problem.
+        source: Box<ConversionError>,
+    },
+    /// A finished request of an `iteration_stats` record without a finish reason.
+    #[error("no finish reason (FINISH_REASON_UNSPECIFIED)")]
+    MissingFinishReason,
+    /// A problem in one finished request of an `iteration_stats` record.
+    #[error("finished_requests[{index}] (request '{request_id}'): {source}")]
+    InFinishedRequest {
+        /// Its position in `finished_requests`.
+        index: usize,
+        /// Its id (shortened when long).
         request_id: String,
         /// The problem.
         source: Box<ConversionError>,
@@ -167,6 +181,7 @@ pub fn record_from_proto(record: pb::Record, now: f64) -> Result<Record, Convers
             engine: c.engine,
             cache_config: c.cache_config.into_iter().collect(),
             max_loras: c.max_loras,
+            max_model_len: c.max_model_len,
         }),
         R::SleepState(s) => Record::SleepState(SleepState {
             model_name: s.model_name,
@@ -177,8 +192,104 @@ pub fn record_from_proto(record: pb::Record, now: f64) -> Result<Record, Convers
             operation: operation_kind(o.operation)?,
             duration: o.duration,
         }),
+        R::IterationStats(s) => Record::IterationStats(Box::new(iteration_stats_from_proto(s)?)),
+        R::PluginDrops(d) => Record::PluginDrops(PluginDrops { dropped: d.dropped }),
     };
     Ok(record)
+}
+
+fn iteration_stats_from_proto(s: pb::IterationStats) -> Result<IterationStats, ConversionError> {
+    let prompt = s.prompt_token_stats.unwrap_or_default();
+    let finished_requests = s
+        .finished_requests
+        .into_iter()
+        .enumerate()
+        .map(|(index, r)| {
+            let finish_reason = finish_reason(r.finish_reason)
+                .and_then(|reason| reason.ok_or(ConversionError::MissingFinishReason))
+                .map_err(|source| ConversionError::InFinishedRequest {
+                    index,
+                    request_id: shown(&r.request_id),
+                    source: Box::new(source),
+                })?;
+            Ok(FinishedRequest {
+                request_id: r.request_id,
+                finish_reason,
+                e2e_latency: r.e2e_latency,
+                queued_time: r.queued_time,
+                prefill_time: r.prefill_time,
+                inference_time: r.inference_time,
+                decode_time: r.decode_time,
+                mean_time_per_output_token: r.mean_time_per_output_token,
+                num_prompt_tokens: r.num_prompt_tokens,
+                num_generation_tokens: r.num_generation_tokens,
+                num_preemptions: r.num_preemptions,
+                num_cached_tokens: r.num_cached_tokens,
+                max_tokens_param: r.max_tokens_param,
+            })
+        })
+        .collect::<Result<_, ConversionError>>()?;
+    Ok(IterationStats {
+        model_name: s.model_name,
+        engine: s.engine,
+        // Left absent: the tracker takes the clock when it applies the record.
+        received_at: s.received_at,
+        num_generation_tokens: s.num_generation_tokens,
+        prompt_token_stats: PromptTokenStats {
+            computed: prompt.computed,
+            local_cache_hit: prompt.local_cache_hit,
+            external_kv_transfer: prompt.external_kv_transfer,
+            cached_tokens: prompt.cached_tokens,
+            total: prompt.total,
+        },
+        num_preempted_reqs: s.num_preempted_reqs,
+        max_num_generation_tokens_iter: s.max_num_generation_tokens_iter,
+        n_params_iter: s.n_params_iter,
+        time_to_first_tokens_iter: s.time_to_first_tokens_iter,
+        inter_token_latencies_iter: s.inter_token_latencies_iter,
+        finished_requests,
+    })
+}
+
+fn iteration_stats_to_proto(s: &IterationStats) -> pb::IterationStats {
+    let p = &s.prompt_token_stats;
+    pb::IterationStats {
+        model_name: s.model_name.clone(),
+        engine: s.engine,
+        received_at: s.received_at,
+        num_generation_tokens: s.num_generation_tokens,
+        prompt_token_stats: Some(pb::PromptTokenStats {
+            computed: p.computed,
+            local_cache_hit: p.local_cache_hit,
+            external_kv_transfer: p.external_kv_transfer,
+            cached_tokens: p.cached_tokens,
+            total: p.total,
+        }),
+        num_preempted_reqs: s.num_preempted_reqs,
+        max_num_generation_tokens_iter: s.max_num_generation_tokens_iter.clone(),
+        n_params_iter: s.n_params_iter.clone(),
+        time_to_first_tokens_iter: s.time_to_first_tokens_iter.clone(),
+        inter_token_latencies_iter: s.inter_token_latencies_iter.clone(),
+        finished_requests: s
+            .finished_requests
+            .iter()
+            .map(|r| pb::FinishedRequest {
+                request_id: r.request_id.clone(),
+                finish_reason: proto_finish_reason(Some(r.finish_reason)) as i32,
+                e2e_latency: r.e2e_latency,
+                queued_time: r.queued_time,
+                prefill_time: r.prefill_time,
+                inference_time: r.inference_time,
+                decode_time: r.decode_time,
+                mean_time_per_output_token: r.mean_time_per_output_token,
+                num_prompt_tokens: r.num_prompt_tokens,
+                num_generation_tokens: r.num_generation_tokens,
+                num_preemptions: r.num_preemptions,
+                num_cached_tokens: r.num_cached_tokens,
+                max_tokens_param: r.max_tokens_param,
+            })
+            .collect(),
+    }
 }
 
 fn operation_kind(value: i32) -> Result<OperationKind, ConversionError> {
@@ -401,6 +512,7 @@ pub fn record_to_proto(record: &Record) -> pb::Record {
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
             max_loras: c.max_loras,
+            max_model_len: c.max_model_len,
         }),
         Record::SleepState(s) => R::SleepState(pb::SleepState {
             model_name: s.model_name.clone(),
@@ -411,6 +523,8 @@ pub fn record_to_proto(record: &Record) -> pb::Record {
             operation: proto_operation_kind(o.operation) as i32,
             duration: o.duration,
         }),
+        Record::IterationStats(s) => R::IterationStats(iteration_stats_to_proto(s)),
+        Record::PluginDrops(d) => R::PluginDrops(pb::PluginDrops { dropped: d.dropped }),
     };
     pb::Record {
         record: Some(inner),
@@ -436,6 +550,65 @@ mod tests {
             converted += 1;
         }
         assert!(converted > 20);
+    }
+
+    #[test]
+    fn plugin_records_round_trip_through_the_wire_types() {
+        let lines = [
+            r#"{"type":"iteration_stats","model_name":"m","engine":2,"received_at":1700000000.5,"num_generation_tokens":12,"prompt_token_stats":{"computed":100,"local_cache_hit":16,"external_kv_transfer":0,"cached_tokens":16,"total":116},"num_preempted_reqs":1,"max_num_generation_tokens_iter":[30],"n_params_iter":[1],"time_to_first_tokens_iter":[0.25],"inter_token_latencies_iter":[0.02,0.03],"finished_requests":[{"request_id":"r1","finish_reason":"stop","e2e_latency":1.5,"queued_time":0.1,"prefill_time":0.2,"inference_time":1.3,"decode_time":1.1,"mean_time_per_output_token":0.04,"num_prompt_tokens":116,"num_generation_tokens":30,"num_preemptions":1,"num_cached_tokens":16,"max_tokens_param":64},{"finish_reason":"abort"}]}"#,
+            r#"{"type":"iteration_stats","model_name":"m","engine":0}"#,
+            r#"{"type":"plugin_drops","dropped":5}"#,
+            r#"{"type":"engine_config","model_name":"m","engine":0,"max_model_len":4096}"#,
+        ];
+        for line in lines {
+            let record: Record = serde_json::from_str(line).unwrap();
+            assert_eq!(
+                record_from_proto(record_to_proto(&record), 0.0),
+                Ok(record.clone()),
+                "{line}"
+            );
+            let json = serde_json::to_string(&record).unwrap();
+            assert_eq!(
+                serde_json::from_str::<Record>(&json).unwrap(),
+                record,
+                "{json}"
+            );
+        }
+        let unfinished = pb::Record {
+            record: Some(pb::record::Record::IterationStats(pb::IterationStats {
+                model_name: "m".into(),
+                finished_requests: vec![
+                    pb::FinishedRequest {
+                        request_id: "r0".into(),
+                        finish_reason: pb::FinishReason::Stop as i32,
+                        ..Default::default()
+                    },
+                    pb::FinishedRequest {
+                        request_id: "r1".into(),
+                        ..Default::default()
+                    },
+                ],
+                ..Default::default()
+            })),
+        };
+        let error = record_from_proto(unfinished, 0.0).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "finished_requests[1] (request 'r1'): no finish reason (FINISH_REASON_UNSPECIFIED)"
+        );
+        let unknown = pb::Record {
+            record: Some(pb::record::Record::IterationStats(pb::IterationStats {
+                finished_requests: vec![pb::FinishedRequest {
+                    finish_reason: 42,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            })),
+        };
+        assert_eq!(
+            record_from_proto(unknown, 0.0).unwrap_err().to_string(),
+            "finished_requests[0] (request ''): unknown finish reason 42"
+        );
     }
 
     #[test]

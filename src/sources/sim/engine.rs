@@ -52,11 +52,11 @@ pub(crate) struct Sequence {
     computed: u32,
     generated: u32,
     blocks: u32,
-    /// Of this admission: prefix-cache hits and tokens computed in prefill.
-    cached: u32,
-    prefill_computed: u32,
-    /// The first output after each (re)admission carries prefill stats.
-    needs_prefill_stats: bool,
+    /// The prompt accounting of the first admission, until the first output
+    /// takes it. As in vLLM's scheduler, it is set only when the request is
+    /// scheduled before any preemption and sent with the request's first
+    /// output (`take_prefill_stats()`), never again after a re-admission.
+    prefill_stats: Option<PrefillStats>,
     events: Vec<EngineCoreEvent>,
     pub(crate) preemptions: u32,
 }
@@ -71,9 +71,7 @@ impl Sequence {
             computed: 0,
             generated: 0,
             blocks: 0,
-            cached: 0,
-            prefill_computed: 0,
-            needs_prefill_stats: false,
+            prefill_stats: None,
             events: vec![EngineCoreEvent {
                 kind: EventType::Queued,
                 timestamp: queued_at,
@@ -405,9 +403,15 @@ impl Engine {
                 self.allocate(sequence.key, needed, now);
                 sequence.blocks += needed;
                 sequence.computed = ready;
-                sequence.cached = cached;
-                sequence.prefill_computed = 0;
-                sequence.needs_prefill_stats = true;
+                if sequence.preemptions == 0 {
+                    sequence.prefill_stats = Some(PrefillStats {
+                        num_prompt_tokens: prompt,
+                        num_computed_tokens: prompt - ready,
+                        num_cached_tokens: ready,
+                        num_local_cached_tokens: cached,
+                        num_external_cached_tokens: sequence.external,
+                    });
+                }
                 sequence.events.push(EngineCoreEvent {
                     kind: EventType::Scheduled,
                     timestamp: now,
@@ -430,14 +434,7 @@ impl Engine {
             result.tokens += tokens;
             result.context_tokens_read += u64::from(sequence.computed);
             let mut new_tokens = 1;
-            // What this admission prefills: the prompt and what it had generated.
-            let prefill_target = sequence.prefill_target();
             if sequence.decoding() {
-                if sequence.needs_prefill_stats {
-                    // Re-admitted with all but its last token cached: this
-                    // step computes that token, the whole of its prefill.
-                    sequence.prefill_computed += 1;
-                }
                 // A decode step drafts up to `k` tokens and keeps the
                 // accepted prefix of them plus one of its own.
                 if let Some(spec) = spec.as_mut() {
@@ -456,21 +453,14 @@ impl Engine {
                 sequence.computed += new_tokens;
             } else {
                 sequence.computed += tokens;
-                sequence.prefill_computed += tokens;
                 if sequence.in_prefill() {
                     continue; // more chunks to go: no token yet
                 }
             }
             sequence.generated += new_tokens;
             let finished = sequence.generated >= sequence.request.output_len;
-            let prefill_stats =
-                std::mem::take(&mut sequence.needs_prefill_stats).then(|| PrefillStats {
-                    num_prompt_tokens: prefill_target,
-                    num_computed_tokens: sequence.prefill_computed,
-                    num_cached_tokens: sequence.cached + sequence.external,
-                    num_local_cached_tokens: sequence.cached,
-                    num_external_cached_tokens: sequence.external,
-                });
+            // Only the request's first output carries prefill stats.
+            let prefill_stats = sequence.prefill_stats.take();
             result.outputs.push(EngineCoreOutput {
                 request_id: sequence.request.id.clone(),
                 new_token_ids: (0..new_tokens).map(|_| token()).collect(),

@@ -182,6 +182,7 @@ impl<'a> Run<'a> {
                 engine: e as u32,
                 cache_config: config.cache_config(),
                 max_loras: config.lora_adapters.then_some(config.models.max(1)),
+                max_model_len: None,
             }));
         }
     }

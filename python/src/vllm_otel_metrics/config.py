@@ -1,0 +1,130 @@
+"""The plugin's settings, read from the environment.
+
+vLLM hands a stat-logger plugin nothing but its own configuration, so the
+plugin is configured with environment variables:
+
+- ``VLLM_OTEL_METRICS_TARGET``: the sidecar's ingest address, ``http://`` or
+  ``https://`` (default ``http://127.0.0.1:50051``);
+- ``VLLM_OTEL_METRICS_TOKEN_FILE``: a file holding the bearer token that
+  ``serve --auth-token-file`` expects;
+- ``VLLM_OTEL_METRICS_CA_FILE``: a PEM file of the CA that signed an
+  ``https://`` target's certificate (default: the system's roots);
+- ``VLLM_OTEL_METRICS_QUEUE``: the most records waiting to be sent (default
+  4096); beyond it records are dropped and counted.
+"""
+
+import dataclasses
+import os
+import urllib.parse
+
+DEFAULT_TARGET = "http://127.0.0.1:50051"
+DEFAULT_QUEUE = 4096
+#: The largest queue bound accepted: a record holds one engine step's stats.
+MAX_QUEUE = 1_000_000
+#: The largest token file read (a bearer token is a few dozen bytes).
+MAX_TOKEN_BYTES = 4096
+
+
+class ConfigError(ValueError):
+    """A setting that cannot be used; the message names the variable."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Where and how to stream."""
+
+    #: ``host:port`` for grpc.
+    address: str
+    #: Whether to use TLS (an ``https://`` target).
+    tls: bool
+    #: The CA certificates (PEM) for TLS, or None for the system's roots.
+    root_certificates: bytes | None
+    #: The bearer token, or None. Never logged.
+    token: str | None
+    #: The queue bound.
+    queue: int
+
+    def __repr__(self) -> str:
+        # The token stays out of every log line and traceback.
+        token = "***" if self.token else None
+        return (
+            f"Settings(address={self.address!r}, tls={self.tls}, "
+            f"ca={'set' if self.root_certificates else None}, token={token}, queue={self.queue})"
+        )
+
+
+def _read(variable: str, path: str, limit: int | None = None) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit + 1 if limit else -1)
+    except OSError as e:
+        raise ConfigError(f"{variable}={path}: cannot read it ({e.strerror})") from None
+    if limit and len(data) > limit:
+        raise ConfigError(f"{variable}={path}: more than {limit} bytes")
+    return data
+
+
+def from_env(env=None) -> Settings:
+    """Reads the settings; raises :class:`ConfigError` naming the bad variable.
+
+    >>> from_env({}).address
+    '127.0.0.1:50051'
+    >>> from_env({"VLLM_OTEL_METRICS_QUEUE": "many"})
+    Traceback (most recent call last):
+    ...
+    vllm_otel_metrics.config.ConfigError: VLLM_OTEL_METRICS_QUEUE='many' is not a whole number from 1 to 1000000
+    """
+    env = os.environ if env is None else env
+    target = env.get("VLLM_OTEL_METRICS_TARGET", "") or DEFAULT_TARGET
+    parsed = urllib.parse.urlsplit(target)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname or parsed.path not in ("", "/"):
+        raise ConfigError(
+            f"VLLM_OTEL_METRICS_TARGET={target!r} is not http://HOST:PORT or https://HOST:PORT"
+        )
+    if parsed.username or parsed.password:
+        raise ConfigError(
+            "VLLM_OTEL_METRICS_TARGET carries credentials: put the token in "
+            "VLLM_OTEL_METRICS_TOKEN_FILE instead"
+        )
+    try:
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    except ValueError:
+        raise ConfigError(f"VLLM_OTEL_METRICS_TARGET={target!r} has an invalid port") from None
+    host = parsed.hostname
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+    raw_queue = env.get("VLLM_OTEL_METRICS_QUEUE", "") or str(DEFAULT_QUEUE)
+    try:
+        queue = int(raw_queue)
+    except ValueError:
+        queue = 0
+    if not 1 <= queue <= MAX_QUEUE:
+        raise ConfigError(
+            f"VLLM_OTEL_METRICS_QUEUE={raw_queue!r} is not a whole number from 1 to {MAX_QUEUE}"
+        )
+
+    token = None
+    token_file = env.get("VLLM_OTEL_METRICS_TOKEN_FILE", "")
+    if token_file:
+        token = _read("VLLM_OTEL_METRICS_TOKEN_FILE", token_file, MAX_TOKEN_BYTES).decode(
+            "utf-8", "replace"
+        ).strip()
+        if not token:
+            raise ConfigError(f"VLLM_OTEL_METRICS_TOKEN_FILE={token_file}: the file is empty")
+
+    root_certificates = None
+    ca_file = env.get("VLLM_OTEL_METRICS_CA_FILE", "")
+    if ca_file:
+        if parsed.scheme != "https":
+            raise ConfigError(
+                "VLLM_OTEL_METRICS_CA_FILE is set but VLLM_OTEL_METRICS_TARGET is not https://"
+            )
+        root_certificates = _read("VLLM_OTEL_METRICS_CA_FILE", ca_file)
+
+    return Settings(
+        address=address,
+        tls=parsed.scheme == "https",
+        root_certificates=root_certificates,
+        token=token,
+        queue=queue,
+    )

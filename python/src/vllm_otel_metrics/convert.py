@@ -1,0 +1,289 @@
+"""vLLM's stats objects to the sidecar's records (the JSONL form of each).
+
+Mirrors what vLLM 0.33's ``PrometheusStatLogger.record()``
+(``vllm/v1/metrics/loggers.py``) reads from ``SchedulerStats``,
+``IterationStats`` and ``MultiModalCacheStats`` (``vllm/v1/metrics/stats.py``),
+what ``log_engine_initialized()`` reads from the cache configuration, and what
+``record_sleep_state()`` is told. This module does not import vLLM: it reads
+attributes by name, and every field vLLM added after 0.30 is optional
+(``getattr`` with vLLM's own default), because vLLM does not promise these
+classes are stable.
+
+Each function returns one record as a dict whose keys are the JSONL keys
+(``docs/SEMANTICS.md`` and the README's trace format), so the same dict can be
+written as a JSONL line or turned into a protobuf message
+(:func:`vllm_otel_metrics.stream.to_message`).
+"""
+
+import math
+
+#: vLLM's ``FinishReason`` (an ``IntEnum``) by value, as label values.
+FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
+
+#: vLLM's ``KV_FETCH_STAGES``.
+KV_FETCH_STAGES = ("waiting_to_start", "in_progress", "completed_waiting")
+
+#: vLLM's ``CacheHitSource`` values other than ``device`` (the local prefix
+#: cache, which the scheduler record carries as ``prefix_cache_hits``).
+EXTERNAL_HIT_SOURCES = ("host", "p2p", "disk", "external_unspecified")
+
+
+def finish_reason(reason) -> str:
+    """The label value of a vLLM ``FinishReason`` (enum, int or string).
+
+    >>> finish_reason(1), finish_reason("STOP")
+    ('length', 'stop')
+    """
+    if isinstance(reason, str):
+        return reason.lower()
+    value = int(reason)
+    if 0 <= value < len(FINISH_REASONS):
+        return FINISH_REASONS[value]
+    # Unknown to this plugin: the sidecar rejects it, named, and counts it.
+    return f"unknown({value})"
+
+
+def _seconds(value) -> float:
+    return float(value)
+
+
+def finished_request(req) -> dict:
+    """One ``FinishedRequestStats``."""
+    max_tokens = getattr(req, "max_tokens_param", None)
+    record = {
+        "request_id": str(getattr(req, "request_id", None) or ""),
+        "finish_reason": finish_reason(req.finish_reason),
+        "e2e_latency": _seconds(req.e2e_latency),
+        "queued_time": _seconds(req.queued_time),
+        "prefill_time": _seconds(req.prefill_time),
+        "inference_time": _seconds(req.inference_time),
+        "decode_time": _seconds(req.decode_time),
+        "mean_time_per_output_token": _seconds(req.mean_time_per_output_token),
+        "num_prompt_tokens": int(req.num_prompt_tokens),
+        "num_generation_tokens": int(req.num_generation_tokens),
+        "num_preemptions": int(getattr(req, "num_preemptions", 0)),
+        "num_cached_tokens": max(int(getattr(req, "num_cached_tokens", 0)), 0),
+    }
+    if max_tokens is not None:
+        record["max_tokens_param"] = int(max_tokens)
+    return record
+
+
+def iteration_record(stats, model_name: str, engine: int) -> dict:
+    """One ``IterationStats``: the per-step lists as they are, the prompt
+    token breakdown and the finished requests with their values.
+
+    ``received_at`` is the step's ``iteration_timestamp``, the wall-clock time
+    vLLM's own latencies were taken against.
+    """
+    prompt = stats.prompt_token_stats
+    return {
+        "type": "iteration_stats",
+        "model_name": model_name,
+        "engine": engine,
+        "received_at": float(stats.iteration_timestamp),
+        "num_generation_tokens": int(stats.num_generation_tokens),
+        "prompt_token_stats": {
+            "computed": int(prompt.computed),
+            "local_cache_hit": int(getattr(prompt, "local_cache_hit", 0)),
+            "external_kv_transfer": int(getattr(prompt, "external_kv_transfer", 0)),
+            "cached_tokens": int(getattr(prompt, "cached_tokens", 0)),
+            "total": int(prompt.total),
+        },
+        "num_preempted_reqs": int(getattr(stats, "num_preempted_reqs", 0)),
+        "max_num_generation_tokens_iter": [
+            int(n) for n in getattr(stats, "max_num_generation_tokens_iter", ())
+        ],
+        "n_params_iter": [int(n) for n in getattr(stats, "n_params_iter", ())],
+        "time_to_first_tokens_iter": [
+            float(t) for t in getattr(stats, "time_to_first_tokens_iter", ())
+        ],
+        "inter_token_latencies_iter": [
+            float(t) for t in getattr(stats, "inter_token_latencies_iter", ())
+        ],
+        "finished_requests": [finished_request(r) for r in stats.finished_requests],
+    }
+
+
+def _dict_or_empty(value) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def scheduler_record(
+    stats,
+    mm_cache_stats,
+    model_name: str,
+    engine: int,
+    received_at: float,
+    lora_enabled: bool,
+) -> dict:
+    """One ``SchedulerStats`` (plus the step's ``MultiModalCacheStats``).
+
+    vLLM 0.33 counts deferred requests apart from ``num_waiting_reqs``; the
+    record's ``num_waiting_reqs`` includes them (the sum vLLM sets
+    ``vllm:num_requests_waiting`` to) and ``num_skipped_waiting_reqs`` says how
+    many of them are deferred.
+    """
+    skipped = int(getattr(stats, "num_skipped_waiting_reqs", 0))
+    prefix = stats.prefix_cache_stats
+    record = {
+        "type": "scheduler_stats",
+        "model_name": model_name,
+        "engine": engine,
+        "received_at": float(received_at),
+        "num_running_reqs": int(stats.num_running_reqs),
+        "num_waiting_reqs": int(stats.num_waiting_reqs) + skipped,
+        "num_skipped_waiting_reqs": skipped,
+        "kv_cache_usage": float(stats.kv_cache_usage),
+        "prefix_cache_queries": int(prefix.queries),
+        "prefix_cache_hits": int(prefix.hits),
+    }
+    stages = _dict_or_empty(getattr(stats, "num_kv_fetch_reqs_by_stage", None))
+    if stages:
+        record["num_kv_fetch_reqs_by_stage"] = {
+            stage: int(stages.get(stage, 0)) for stage in KV_FETCH_STAGES
+        }
+    connector = getattr(stats, "connector_prefix_cache_stats", None)
+    if connector is not None:
+        record["external_prefix_cache_queries"] = int(connector.queries)
+        record["external_prefix_cache_hits"] = int(connector.hits)
+        by_source = _dict_or_empty(getattr(connector, "hits_by_source", None))
+        if by_source:
+            split = dict.fromkeys(EXTERNAL_HIT_SOURCES, 0)
+            for source, tokens in by_source.items():
+                name = getattr(source, "value", source)
+                if name in split:
+                    split[name] += int(tokens)
+                else:
+                    split["external_unspecified"] += int(tokens)
+            record["external_prefix_cache_hits_by_source"] = split
+    if mm_cache_stats is not None:
+        record["mm_cache_queries"] = int(mm_cache_stats.queries)
+        record["mm_cache_hits"] = int(mm_cache_stats.hits)
+    evictions = getattr(stats, "kv_cache_eviction_events", None) or ()
+    if evictions:
+        record["kv_cache_eviction_events"] = [
+            {
+                "lifetime_seconds": float(e.lifetime_seconds),
+                "idle_seconds": float(e.idle_seconds),
+                "reuse_gaps_seconds": [float(g) for g in e.reuse_gaps_seconds],
+            }
+            for e in evictions
+        ]
+    perf = getattr(stats, "perf_stats", None)
+    if perf is not None:
+        record["perf_stats"] = {
+            "num_flops_per_gpu": float(perf.num_flops_per_gpu),
+            "num_read_bytes_per_gpu": float(perf.num_read_bytes_per_gpu),
+            "num_write_bytes_per_gpu": float(perf.num_write_bytes_per_gpu),
+        }
+    spec = getattr(stats, "spec_decoding_stats", None)
+    if spec is not None:
+        record["spec_decoding"] = {
+            "num_drafts": int(spec.num_drafts),
+            "num_draft_tokens": int(spec.num_draft_tokens),
+            "num_accepted_tokens": int(spec.num_accepted_tokens),
+            "num_accepted_tokens_per_pos": [int(n) for n in spec.num_accepted_tokens_per_pos],
+        }
+    if lora_enabled:
+        record["running_lora_adapters"] = list(
+            _dict_or_empty(getattr(stats, "running_lora_adapters", None))
+        )
+        record["waiting_lora_adapters"] = list(
+            _dict_or_empty(getattr(stats, "waiting_lora_adapters", None))
+        )
+    return record
+
+
+def engine_config_record(cache_config, model_name: str, engine: int, max_loras, max_model_len) -> dict:
+    """``CacheConfig.metrics_info()`` (every value as ``str()``), as vLLM
+    labels ``vllm:cache_config_info``, plus ``--max-loras`` and the model's
+    context length (which the sidecar's token buckets must match)."""
+    info = cache_config.metrics_info() if hasattr(cache_config, "metrics_info") else {}
+    record = {
+        "type": "engine_config",
+        "model_name": model_name,
+        "engine": engine,
+        "cache_config": {str(k): str(v) for k, v in info.items() if k != "engine"},
+    }
+    if max_loras is not None:
+        record["max_loras"] = int(max_loras)
+    if max_model_len is not None:
+        record["max_model_len"] = int(max_model_len)
+    return record
+
+
+def sleep_record(model_name: str, engine: int, sleep: int, level: int) -> dict:
+    """``record_sleep_state(sleep, level)``: vLLM passes ``(1, level)`` when an
+    engine goes to sleep and ``(0, 0)`` when it wakes up."""
+    return {
+        "type": "sleep_state",
+        "model_name": model_name,
+        "engine": engine,
+        "level": int(level) if sleep == 1 else 0,
+    }
+
+
+def finite(record: dict) -> bool:
+    """Whether every number in the record is finite (the sidecar rejects the
+    rest; checked before sending so the log can name the field)."""
+    stack = [record]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                return False
+        elif isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return True
+
+
+
+class _CacheCounts:
+    """Multi-modal cache queries and hits carried to the next scheduler record."""
+
+    __slots__ = ("queries", "hits")
+
+    def __init__(self, queries=0, hits=0):
+        self.queries = queries
+        self.hits = hits
+
+
+class StepConverter:
+    """The records of each ``record(scheduler_stats, iteration_stats,
+    mm_cache_stats, engine_idx)`` call, in the order vLLM's logger applies
+    them: scheduler state first, then the iteration.
+
+    The multi-modal cache counts travel in the scheduler record. vLLM can hand
+    them over in a step without scheduler stats; they are then carried to the
+    engine's next scheduler record, so none is lost (the counters' totals are
+    vLLM's, one step later).
+    """
+
+    def __init__(self, model_name: str, lora_enabled: bool):
+        self.model_name = model_name
+        self.lora_enabled = lora_enabled
+        self._pending_mm: dict[int, _CacheCounts] = {}
+
+    def records(self, scheduler_stats, iteration_stats, mm_cache_stats, engine: int, now: float) -> list:
+        out = []
+        if mm_cache_stats is not None and scheduler_stats is None:
+            pending = self._pending_mm.setdefault(engine, _CacheCounts())
+            pending.queries += int(mm_cache_stats.queries)
+            pending.hits += int(mm_cache_stats.hits)
+        if scheduler_stats is not None:
+            pending = self._pending_mm.pop(engine, None)
+            if pending is not None:
+                queries = pending.queries + (int(mm_cache_stats.queries) if mm_cache_stats else 0)
+                hits = pending.hits + (int(mm_cache_stats.hits) if mm_cache_stats else 0)
+                mm_cache_stats = _CacheCounts(queries, hits)
+            out.append(
+                scheduler_record(
+                    scheduler_stats, mm_cache_stats, self.model_name, engine, now, self.lora_enabled
+                )
+            )
+        if iteration_stats is not None:
+            out.append(iteration_record(iteration_stats, self.model_name, engine))
+        return out

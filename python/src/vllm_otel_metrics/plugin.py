@@ -1,0 +1,103 @@
+"""The vLLM stat-logger plugin: the only module that imports vLLM.
+
+vLLM's ``load_stat_logger_plugin_factories()`` finds
+:class:`OtelMetricsStatLogger` through the ``vllm.stat_logger_plugins`` entry
+point and ``StatLoggerManager`` builds it once for all data-parallel engines
+(it is an ``AggregateStatLoggerBase``). vLLM keeps collecting stats whenever a
+plugin is present, even with ``--disable-log-stats``.
+
+It stands in for vLLM's own ``PrometheusStatLogger`` on the way out of the
+process: labels are vLLM's (``model_name`` = the served model name, ``engine``
+= the engine index) and the sidecar applies each record with the Python
+logger's rules (``docs/SEMANTICS.md``, plugin path).
+"""
+
+import logging
+import time
+
+from vllm.v1.metrics.loggers import AggregateStatLoggerBase
+
+from . import config, convert
+from .stream import Streamer
+
+log = logging.getLogger("vllm_otel_metrics")
+
+
+def _served_model_name(vllm_config) -> str:
+    name = vllm_config.model_config.served_model_name
+    # vLLM labels with the first name when several are served.
+    if isinstance(name, (list, tuple)):
+        name = name[0] if name else ""
+    return str(name)
+
+
+class OtelMetricsStatLogger(AggregateStatLoggerBase):
+    """Streams every engine's stats to ``vllm-otel-metrics serve``.
+
+    ``record()`` enqueues the stats objects as they are (vLLM builds fresh
+    ones every step and does not touch them after ``record()``); a
+    background thread converts and sends them. A wrong setting is logged once
+    at start-up and the plugin does nothing; vLLM keeps serving.
+    """
+
+    def __init__(self, vllm_config, engine_indexes=None):
+        self.vllm_config = vllm_config
+        self.engine_indexes = list(engine_indexes) if engine_indexes else [0]
+        self.model_name = _served_model_name(vllm_config)
+        lora_config = getattr(vllm_config, "lora_config", None)
+        self.max_loras = getattr(lora_config, "max_loras", None) if lora_config else None
+        self.steps = convert.StepConverter(self.model_name, lora_config is not None)
+        try:
+            settings = config.from_env()
+        except config.ConfigError as e:
+            log.error("vllm-otel-metrics: %s; the plugin is off, vLLM goes on", e)
+            self.streamer = None
+            return
+        self.streamer = Streamer(settings, self._to_records).start()
+        log.info(
+            "vllm-otel-metrics: streaming %s (engines %s) to %s",
+            self.model_name,
+            self.engine_indexes,
+            settings.address,
+        )
+
+    def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx=0):
+        """Once per engine step: enqueue, never block."""
+        if self.streamer is not None:
+            self.streamer.submit(
+                ("step", engine_idx, scheduler_stats, iteration_stats, mm_cache_stats, time.time())
+            )
+
+    def record_sleep_state(self, sleep: int = 0, level: int = 0):
+        if self.streamer is not None:
+            self.streamer.submit(("sleep", sleep, level))
+
+    def log_engine_initialized(self):
+        if self.streamer is not None:
+            self.streamer.submit(("engine_initialized",))
+
+    def log(self):
+        """vLLM's periodic log call: nothing to print; the sidecar exports."""
+
+    def _to_records(self, item) -> list:
+        """Runs on the streaming thread."""
+        kind = item[0]
+        if kind == "step":
+            _, engine, scheduler_stats, iteration_stats, mm_cache_stats, now = item
+            return self.steps.records(scheduler_stats, iteration_stats, mm_cache_stats, engine, now)
+        if kind == "sleep":
+            return [
+                convert.sleep_record(self.model_name, engine, item[1], item[2])
+                for engine in self.engine_indexes
+            ]
+        max_model_len = getattr(self.vllm_config.model_config, "max_model_len", None)
+        return [
+            convert.engine_config_record(
+                self.vllm_config.cache_config,
+                self.model_name,
+                engine,
+                self.max_loras,
+                max_model_len,
+            )
+            for engine in self.engine_indexes
+        ]

@@ -1,0 +1,257 @@
+"""The background half of the plugin: a bounded queue and one thread that
+streams its records to ``vllm-otel-metrics serve`` over gRPC.
+
+vLLM calls ``record()`` on its event loop once per engine step, so the only
+work done there is :meth:`Streamer.submit`: a length check and a
+``deque.append`` (atomic under the GIL; no lock, no allocation beyond the
+item). Everything else happens on the thread:
+
+- it converts queued items to records (:mod:`.convert`) and protobuf
+  messages, and sends them on one long-lived client-streaming call, so the
+  sidecar applies each record as it arrives — within the 50 ms poll of an
+  idle queue;
+- when the sidecar is down, slow or refusing, the queue fills and
+  :meth:`Streamer.submit` drops and counts; the thread reconnects with
+  exponential back-off (0.1 s to 5 s) and, on each new stream and whenever
+  the count changed, sends the drops not yet reported as a ``plugin_drops``
+  record, which the sidecar adds to
+  ``vllm_otel_metrics_plugin_dropped_records_total``;
+- records already handed to a stream that then breaks may be lost: gRPC
+  acknowledges a client stream only at its end. The loss is bounded by what
+  one stream had in flight and is logged with the stream's status.
+"""
+
+import collections
+import logging
+import threading
+import time
+
+import grpc
+
+from . import convert
+
+log = logging.getLogger("vllm_otel_metrics")
+
+#: How often an idle stream looks at the queue, seconds.
+POLL_SECONDS = 0.05
+#: Reconnection back-off, seconds.
+BACKOFF_MIN, BACKOFF_MAX = 0.1, 5.0
+#: How long to wait for a connection before backing off, seconds.
+CONNECT_TIMEOUT = 2.0
+#: Largest message the client sends (the sidecar's default limit is 16 MiB).
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
+
+def _messages():
+    # Generated from proto/ when the package is built.
+    from .v1 import ingest_pb2, ingest_pb2_grpc
+
+    return ingest_pb2, ingest_pb2_grpc
+
+
+def to_message(record: dict, pb):
+    """One record (a dict in JSONL form) as an ingest ``Record`` message."""
+    kind = record["type"]
+    fields = {k: v for k, v in record.items() if k != "type"}
+    if kind == "iteration_stats":
+        fields["finished_requests"] = [
+            dict(r, finish_reason=_finish_reason(r["finish_reason"], pb))
+            for r in fields.get("finished_requests", ())
+        ]
+        return pb.Record(iteration_stats=pb.IterationStats(**fields))
+    if kind == "scheduler_stats":
+        for key in ("running_lora_adapters", "waiting_lora_adapters"):
+            if key in fields:
+                fields[key] = pb.AdapterList(names=fields[key])
+        return pb.Record(scheduler_stats=pb.SchedulerStats(**fields))
+    if kind == "engine_config":
+        return pb.Record(engine_config=pb.EngineConfig(**fields))
+    if kind == "sleep_state":
+        return pb.Record(sleep_state=pb.SleepState(**fields))
+    if kind == "plugin_drops":
+        return pb.Record(plugin_drops=pb.PluginDrops(**fields))
+    raise ValueError(f"unknown record type {kind!r}")
+
+
+def _finish_reason(reason: str, pb) -> int:
+    try:
+        return pb.FinishReason.Value(f"FINISH_REASON_{reason.upper()}")
+    except ValueError:
+        # UNSPECIFIED: the sidecar rejects the record, names it and counts it.
+        return pb.FINISH_REASON_UNSPECIFIED
+
+
+class Streamer:
+    """A bounded queue of items and the thread that streams them.
+
+    ``to_records(item)`` turns one queued item into records (dicts in JSONL
+    form); it runs on the thread, never in :meth:`submit`.
+    """
+
+    def __init__(self, settings, to_records):
+        self.settings = settings
+        self._to_records = to_records
+        self._queue = collections.deque()
+        self._bound = settings.queue
+        #: Items refused because the queue was full (only submit() writes it).
+        self.dropped = 0
+        #: Records the thread could not send: not convertible, or a number
+        #: that is not finite (only the thread writes it).
+        self.unsendable = 0
+        self._dropped_reported = 0
+        #: Records handed to a stream (for tests and the benchmark).
+        self.sent = 0
+        self._stop = threading.Event()
+        self._connected = False
+        self._thread = threading.Thread(
+            target=self._run, name="vllm-otel-metrics-stream", daemon=True
+        )
+
+    def start(self) -> "Streamer":
+        self._thread.start()
+        return self
+
+    def submit(self, item) -> None:
+        """Enqueues one item, or drops and counts it when the queue is full.
+        Never blocks."""
+        if len(self._queue) >= self._bound:
+            self.dropped += 1
+        else:
+            self._queue.append(item)
+
+    @property
+    def pending(self) -> int:
+        """Items waiting to be sent."""
+        return len(self._queue)
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Sends what is queued (waiting at most ``timeout`` seconds), then
+        ends the stream and the thread."""
+        deadline = time.monotonic() + timeout
+        while self._queue and time.monotonic() < deadline:
+            time.sleep(POLL_SECONDS / 5)
+        self._stop.set()
+        self._thread.join(max(deadline - time.monotonic(), 0.1))
+
+    # The thread.
+
+    def _channel(self):
+        options = [
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.keepalive_time_ms", 20_000),
+            ("grpc.keepalive_timeout_ms", 10_000),
+            ("grpc.keepalive_permit_without_calls", 1),
+        ]
+        s = self.settings
+        if s.tls:
+            credentials = grpc.ssl_channel_credentials(root_certificates=s.root_certificates)
+            return grpc.secure_channel(s.address, credentials, options=options)
+        return grpc.insecure_channel(s.address, options=options)
+
+    def _run(self) -> None:
+        pb, services = _messages()
+        metadata = (("authorization", f"Bearer {self.settings.token}"),) if self.settings.token else ()
+        backoff = BACKOFF_MIN
+        failures = 0
+        while not self._stop.is_set():
+            channel = self._channel()
+            try:
+                grpc.channel_ready_future(channel).result(timeout=CONNECT_TIMEOUT)
+            except grpc.FutureTimeoutError:
+                channel.close()
+                failures += 1
+                if failures == 1 or failures % 60 == 0:
+                    log.warning(
+                        "vllm-otel-metrics: sidecar at %s unreachable (%d attempts); "
+                        "records are queued, then dropped and counted",
+                        self.settings.address,
+                        failures,
+                    )
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, BACKOFF_MAX)
+                continue
+            if failures:
+                log.warning(
+                    "vllm-otel-metrics: streaming to %s again after %d failed attempts",
+                    self.settings.address,
+                    failures,
+                )
+            failures = 0
+            backoff = BACKOFF_MIN
+            stub = services.IngestStub(channel)
+            done = threading.Event()
+            self._connected = True
+            try:
+                call = stub.Stream.future(self._requests(pb, done), metadata=metadata)
+                call.add_done_callback(lambda _f: done.set())
+                summary = call.result()
+                if summary.records_rejected:
+                    log.warning(
+                        "vllm-otel-metrics: the sidecar rejected %d records: %s",
+                        summary.records_rejected,
+                        "; ".join(summary.first_rejections),
+                    )
+            except grpc.RpcError as e:
+                code = e.code() if hasattr(e, "code") else None
+                log.warning(
+                    "vllm-otel-metrics: stream to %s ended (%s: %s); reconnecting",
+                    self.settings.address,
+                    getattr(code, "name", code),
+                    e.details() if hasattr(e, "details") else e,
+                )
+                if code == grpc.StatusCode.UNAUTHENTICATED:
+                    backoff = BACKOFF_MAX
+            finally:
+                self._connected = False
+                done.set()
+                channel.close()
+            self._stop.wait(backoff)
+
+    def _drops_record(self, pb):
+        dropped = self.dropped + self.unsendable
+        if dropped == self._dropped_reported:
+            return None
+        delta = dropped - self._dropped_reported
+        self._dropped_reported = dropped
+        return pb.Record(plugin_drops=pb.PluginDrops(dropped=delta))
+
+    def _requests(self, pb, done: threading.Event):
+        """The request iterator of one stream (gRPC consumes it on a thread
+        of its own); it ends when the call does or on close()."""
+        queue = self._queue
+        last_drops_check = 0.0
+        while not done.is_set():
+            now = time.monotonic()
+            if now - last_drops_check >= 1.0:
+                last_drops_check = now
+                drops = self._drops_record(pb)
+                if drops is not None:
+                    yield drops
+            try:
+                item = queue.popleft()
+            except IndexError:
+                if self._stop.is_set():
+                    return
+                done.wait(POLL_SECONDS)
+                continue
+            try:
+                records = self._to_records(item)
+                messages = []
+                for record in records:
+                    if convert.finite(record):
+                        messages.append(to_message(record, pb))
+                    else:
+                        self.unsendable += 1
+                        log.warning(
+                            "vllm-otel-metrics: a %s record of engine %s has a number that "
+                            "is not finite; dropped and counted",
+                            record.get("type"),
+                            record.get("engine"),
+                        )
+            except Exception:  # noqa: BLE001 — a bad item must not end the stream
+                log.exception("vllm-otel-metrics: cannot convert one stats record; dropped")
+                self.unsendable += 1
+                continue
+            for message in messages:
+                self.sent += 1
+                yield message

@@ -1,0 +1,150 @@
+"""The conversion from vLLM's stats objects to records, without vLLM
+(stand-in objects with vLLM 0.33's attribute names) and with vLLM's own
+classes."""
+
+import enum
+import types
+
+import pytest
+
+from vllm_otel_metrics import convert
+
+NS = types.SimpleNamespace
+
+
+class FinishReason(enum.IntEnum):
+    STOP = 0
+    LENGTH = 1
+    ABORT = 2
+    ERROR = 3
+    REPETITION = 4
+
+
+def finished(**overrides):
+    values = dict(
+        finish_reason=FinishReason.LENGTH, request_id="r1", e2e_latency=1.5, num_prompt_tokens=10,
+        num_preemptions=2, num_generation_tokens=4, max_tokens_param=4, queued_time=0.1,
+        prefill_time=0.2, inference_time=1.3, decode_time=1.1, mean_time_per_output_token=0.25,
+        is_corrupted=False, num_cached_tokens=6,
+    )
+    values.update(overrides)
+    return NS(**values)
+
+
+def iteration(**overrides):
+    values = dict(
+        iteration_timestamp=1700000000.5, num_generation_tokens=3,
+        prompt_token_stats=NS(computed=4, local_cache_hit=6, external_kv_transfer=0, cached_tokens=6, total=10),
+        num_preempted_reqs=1, finished_requests=[finished()], max_num_generation_tokens_iter=[4],
+        n_params_iter=[1], time_to_first_tokens_iter=[0.3], inter_token_latencies_iter=[0.02, 0.03],
+    )
+    values.update(overrides)
+    return NS(**values)
+
+
+def test_iteration_record_carries_every_list_and_finished_request():
+    assert convert.iteration_record(iteration(), "m", 1) == {
+        "type": "iteration_stats", "model_name": "m", "engine": 1, "received_at": 1700000000.5,
+        "num_generation_tokens": 3,
+        "prompt_token_stats": {"computed": 4, "local_cache_hit": 6, "external_kv_transfer": 0,
+                               "cached_tokens": 6, "total": 10},
+        "num_preempted_reqs": 1, "max_num_generation_tokens_iter": [4], "n_params_iter": [1],
+        "time_to_first_tokens_iter": [0.3], "inter_token_latencies_iter": [0.02, 0.03],
+        "finished_requests": [{
+            "request_id": "r1", "finish_reason": "length", "e2e_latency": 1.5, "queued_time": 0.1,
+            "prefill_time": 0.2, "inference_time": 1.3, "decode_time": 1.1,
+            "mean_time_per_output_token": 0.25, "num_prompt_tokens": 10, "num_generation_tokens": 4,
+            "num_preemptions": 2, "num_cached_tokens": 6, "max_tokens_param": 4,
+        }],
+    }
+
+
+def test_missing_optional_fields_take_vllm_defaults():
+    old = NS(iteration_timestamp=1.0, num_generation_tokens=0, prompt_token_stats=NS(computed=0, total=0),
+             finished_requests=[finished(max_tokens_param=None, request_id=None)])
+    del old.finished_requests[0].num_preemptions
+    record = convert.iteration_record(old, "m", 0)
+    assert record["num_preempted_reqs"] == 0 and record["n_params_iter"] == []
+    assert record["prompt_token_stats"]["cached_tokens"] == 0
+    request = record["finished_requests"][0]
+    assert "max_tokens_param" not in request and request["num_preemptions"] == 0
+    assert request["request_id"] == ""
+
+
+@pytest.mark.parametrize("reason,label", [(FinishReason.STOP, "stop"), (4, "repetition"),
+                                          ("ABORT", "abort"), (9, "unknown(9)")])
+def test_finish_reasons(reason, label):
+    assert convert.finish_reason(reason) == label
+
+
+def scheduler(**overrides):
+    values = dict(
+        num_running_reqs=3, num_waiting_reqs=4, num_skipped_waiting_reqs=2, kv_cache_usage=0.5,
+        prefix_cache_stats=NS(queries=100, hits=40), num_kv_fetch_reqs_by_stage={},
+        connector_prefix_cache_stats=None, kv_cache_eviction_events=[], spec_decoding_stats=None,
+        perf_stats=None, running_lora_adapters={}, waiting_lora_adapters={},
+    )
+    values.update(overrides)
+    return NS(**values)
+
+
+def test_waiting_includes_deferred_as_vllm_sets_its_gauge():
+    record = convert.scheduler_record(scheduler(), None, "m", 0, 5.0, lora_enabled=False)
+    assert record == {
+        "type": "scheduler_stats", "model_name": "m", "engine": 0, "received_at": 5.0,
+        "num_running_reqs": 3, "num_waiting_reqs": 6, "num_skipped_waiting_reqs": 2,
+        "kv_cache_usage": 0.5, "prefix_cache_queries": 100, "prefix_cache_hits": 40,
+    }
+
+
+def test_optional_scheduler_parts():
+    class Source(enum.Enum):  # vLLM's CacheHitSource is a str enum
+        HOST = "host"
+
+    source = Source.HOST
+    stats = scheduler(
+        num_kv_fetch_reqs_by_stage={"in_progress": 2},
+        connector_prefix_cache_stats=NS(queries=50, hits=20, hits_by_source={source: 15, "disk": 5}),
+        kv_cache_eviction_events=[NS(lifetime_seconds=3.0, idle_seconds=1.0, reuse_gaps_seconds=(0.5,))],
+        spec_decoding_stats=NS(num_drafts=2, num_draft_tokens=6, num_accepted_tokens=3,
+                               num_accepted_tokens_per_pos=[2, 1, 0]),
+        perf_stats=NS(num_flops_per_gpu=10, num_read_bytes_per_gpu=20, num_write_bytes_per_gpu=30),
+        running_lora_adapters={"a": 1}, waiting_lora_adapters={},
+    )
+    record = convert.scheduler_record(stats, NS(queries=7, hits=3), "m", 0, 5.0, lora_enabled=True)
+    assert record["num_kv_fetch_reqs_by_stage"] == {"waiting_to_start": 0, "in_progress": 2, "completed_waiting": 0}
+    assert record["external_prefix_cache_hits_by_source"] == {"host": 15, "p2p": 0, "disk": 5,
+                                                              "external_unspecified": 0}
+    assert (record["mm_cache_queries"], record["mm_cache_hits"]) == (7, 3)
+    assert record["kv_cache_eviction_events"] == [{"lifetime_seconds": 3.0, "idle_seconds": 1.0,
+                                                   "reuse_gaps_seconds": [0.5]}]
+    assert record["spec_decoding"]["num_accepted_tokens_per_pos"] == [2, 1, 0]
+    assert record["perf_stats"] == {"num_flops_per_gpu": 10.0, "num_read_bytes_per_gpu": 20.0,
+                                    "num_write_bytes_per_gpu": 30.0}
+    assert (record["running_lora_adapters"], record["waiting_lora_adapters"]) == (["a"], [])
+
+
+def test_multimodal_counts_without_scheduler_stats_wait_for_the_next_scheduler_record():
+    steps = convert.StepConverter("m", lora_enabled=False)
+    assert steps.records(None, None, NS(queries=5, hits=1), 0, 1.0) == []
+    assert [r["type"] for r in steps.records(None, iteration(), None, 0, 1.0)] == ["iteration_stats"]
+    (record,) = steps.records(scheduler(), None, NS(queries=2, hits=2), 0, 2.0)
+    assert (record["mm_cache_queries"], record["mm_cache_hits"]) == (7, 3)
+    (record,) = steps.records(scheduler(), None, None, 0, 3.0)
+    assert "mm_cache_queries" not in record
+
+
+def test_sleep_and_engine_config():
+    assert convert.sleep_record("m", 2, 1, 2)["level"] == 2
+    assert convert.sleep_record("m", 2, 0, 0)["level"] == 0
+    cache = NS(metrics_info=lambda: {"block_size": "16", "engine": "x"})
+    assert convert.engine_config_record(cache, "m", 1, None, 4096) == {
+        "type": "engine_config", "model_name": "m", "engine": 1,
+        "cache_config": {"block_size": "16"}, "max_model_len": 4096,
+    }
+
+
+def test_finite():
+    assert convert.finite(convert.iteration_record(iteration(), "m", 0))
+    bad = convert.iteration_record(iteration(time_to_first_tokens_iter=[float("nan")]), "m", 0)
+    assert not convert.finite(bad)

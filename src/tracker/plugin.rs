@@ -1,0 +1,119 @@
+//! Applies the vLLM stat-logger plugin's `iteration_stats` records with the
+//! rules of vLLM's Python `PrometheusStatLogger.record()` (docs/SEMANTICS.md
+//! "Plugin path"), not the engine-core rules the rest of the tracker follows.
+//!
+//! The Python logger sees an engine step already summed up: its token
+//! counts, its per-request lists, and the requests that finished with their
+//! durations computed. So there is no per-request state here: each record is
+//! recorded through its label set's bound handles as it comes, and each
+//! finished request becomes one `llm_request` span at once.
+
+use opentelemetry::Context;
+
+use crate::instruments::spans::{RequestSpans, SpanValues};
+use crate::instruments::{Instruments, RequestHandles, RequestHistogram};
+use crate::protocol::{FinishedRequest, IterationStats};
+use crate::support::clock::unix_now;
+
+/// One step's stats, as `PrometheusStatLogger.record()` applies an
+/// `IterationStats` (already validated: see `Record::validate`).
+pub(super) fn iteration_stats(
+    instruments: &Instruments,
+    spans: Option<&RequestSpans>,
+    stats: &IterationStats,
+) {
+    use RequestHistogram::*;
+    let label_set = instruments.label_set(&stats.model_name, stats.engine);
+    let h = &*label_set.handles;
+    h.python_start_up();
+    h.record_counts(stats.num_generation_tokens, stats.num_preempted_reqs);
+    let p = &stats.prompt_token_stats;
+    h.add_prompt_tokens(
+        p.total,
+        [p.computed, p.local_cache_hit, p.external_kv_transfer],
+        p.cached_tokens,
+    );
+    // Once per step, zero included, as the Python logger observes it.
+    h.iteration_tokens
+        .record(p.computed.saturating_add(stats.num_generation_tokens) as f64);
+    for tokens in &stats.max_num_generation_tokens_iter {
+        h.observe(MaxNumGenerationTokens, *tokens as f64);
+    }
+    for n in &stats.n_params_iter {
+        h.observe(ParamsN, *n as f64);
+    }
+    for ttft in &stats.time_to_first_tokens_iter {
+        h.time_to_first_token.record(*ttft);
+    }
+    for itl in &stats.inter_token_latencies_iter {
+        h.inter_token_latency.record(*itl);
+    }
+    if stats.finished_requests.is_empty() {
+        return;
+    }
+    let received_at = stats.received_at.unwrap_or_else(unix_now);
+    for request in &stats.finished_requests {
+        finished(h, request);
+        if let Some(spans) = spans {
+            span(spans, stats, received_at, request);
+        }
+    }
+}
+
+/// A finished request's terminal families (`record()`'s loop over
+/// `finished_requests`).
+fn finished(h: &RequestHandles, r: &FinishedRequest) {
+    use RequestHistogram::*;
+    let observations = [
+        (E2eRequestLatency, r.e2e_latency),
+        (QueueTime, r.queued_time),
+        (PrefillTime, r.prefill_time),
+        (InferenceTime, r.inference_time),
+        (DecodeTime, r.decode_time),
+        (NumPreemptions, f64::from(r.num_preemptions)),
+        (
+            PrefillKvComputedTokens,
+            f64::from(r.num_prompt_tokens.saturating_sub(r.num_cached_tokens)),
+        ),
+        (PromptTokens, f64::from(r.num_prompt_tokens)),
+        (GenerationTokens, f64::from(r.num_generation_tokens)),
+        (TimePerOutputToken, r.mean_time_per_output_token),
+    ];
+    // Python: `if finished_request.max_tokens_param:` (neither None nor 0).
+    let max_tokens = r
+        .max_tokens_param
+        .filter(|m| *m > 0)
+        .map(|m| (ParamsMaxTokens, f64::from(m)));
+    h.record_terminal(r.finish_reason, observations.into_iter().chain(max_tokens));
+}
+
+/// A finished request's `llm_request` span: from `received_at − e2e_latency`
+/// to `received_at`, in a new trace, with the attributes its values give.
+fn span(spans: &RequestSpans, stats: &IterationStats, received_at: f64, r: &FinishedRequest) {
+    let values = SpanValues {
+        reason: r.finish_reason,
+        start_time: received_at - r.e2e_latency,
+        end_time: received_at,
+        prompt_tokens: r.num_prompt_tokens,
+        completion_tokens: u64::from(r.num_generation_tokens),
+        cached_tokens: r.num_cached_tokens,
+        max_tokens: r.max_tokens_param,
+        n: None,
+        num_preemptions: u64::from(r.num_preemptions),
+        queue: r.queued_time,
+        time_to_first_token: None,
+        e2e: r.e2e_latency,
+        prefill: r.prefill_time,
+        decode: r.decode_time,
+        inference: r.inference_time,
+    };
+    let request_id = (!r.request_id.is_empty()).then(|| r.request_id.clone());
+    spans.emit(
+        &Context::new(),
+        request_id,
+        stats.model_name.clone(),
+        stats.engine,
+        &[],
+        &values,
+    );
+}

@@ -1,0 +1,123 @@
+"""vLLM's own metrics code as the oracle for the plugin path.
+
+Hands each step's stats objects, built by vLLM's own classes from a JSONL
+trace (:mod:`vllm_steps`), both to vLLM's ``PrometheusStatLogger`` and to the
+plugin (found through vLLM's ``load_stat_logger_plugin_factories()``), which
+streams them to a running ``vllm-otel-metrics serve``. Then it compares every
+``vllm:`` sample of both expositions.
+
+    python oracle.py TRACE.jsonl --model NAME --max-model-len N \
+        --target http://127.0.0.1:PORT --metrics-url http://127.0.0.1:PORT/metrics \
+        --report OUT.json
+
+The report (JSON) lists the families both sides have, the samples that
+differ, and the families only one side has. Exit status 0 unless the run
+itself failed; the caller judges the report.
+"""
+
+import argparse
+import json
+import os
+import sys
+import urllib.request
+
+from prometheus_client import REGISTRY, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+from vllm.v1.metrics.loggers import PrometheusStatLogger, load_stat_logger_plugin_factories
+
+import vllm_steps
+
+def samples(text, model):
+    """``{(name, labels): value}`` of every ``vllm:`` sample of the model
+    (``_created`` samples are prometheus_client's own, not vLLM's metrics)."""
+    out = {}
+    families = {}
+    for family in text_string_to_metric_families(text):
+        if not family.name.startswith("vllm:"):
+            continue
+        for s in family.samples:
+            if s.name.endswith("_created"):
+                continue
+            if s.labels.get("model_name", model) != model:
+                continue
+            key = (s.name, tuple(sorted(s.labels.items())))
+            out[key] = s.value
+            families.setdefault(family.name, set()).add(key)
+    return out, families
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("trace")
+    p.add_argument("--model", required=True)
+    p.add_argument("--max-model-len", type=int, required=True)
+    p.add_argument("--target", required=True)
+    p.add_argument("--metrics-url", required=True)
+    p.add_argument("--report", required=True)
+    args = p.parse_args()
+    os.environ["VLLM_OTEL_METRICS_TARGET"] = args.target
+    # The trace is fed far faster than an engine steps: room for all of it.
+    os.environ["VLLM_OTEL_METRICS_QUEUE"] = "1000000"
+
+    factories = load_stat_logger_plugin_factories()
+    names = [f"{f.__module__}.{f.__qualname__}" for f in factories]
+    ours = [f for f in factories if f.__module__ == "vllm_otel_metrics.plugin"]
+    if len(ours) != 1:
+        sys.exit(f"vLLM's loader found {names}, not the vllm_otel_metrics plugin once")
+
+    # The model's engines: those its requests and scheduler stats name.
+    engines = sorted(
+        {
+            r["engine"]
+            for r in vllm_steps.records(args.trace, args.model)
+            if r["type"] in ("request", "scheduler_stats")
+        }
+    )
+    config = vllm_steps.vllm_config(args.model, args.max_model_len)
+    vllm_logger = PrometheusStatLogger(config, engines)
+    plugin = ours[0](config, engines)
+    loggers = [vllm_logger, plugin]
+    for logger in loggers:
+        logger.log_engine_initialized()
+    counts = {}
+    for scheduler_stats, iteration_stats, mm_cache_stats, engine in vllm_steps.steps(
+        args.trace, args.model, counts
+    ):
+        for logger in loggers:
+            logger.record(scheduler_stats, iteration_stats, mm_cache_stats, engine)
+    for logger in loggers:
+        logger.record_sleep_state(1, 1)
+        logger.record_sleep_state(0, 0)
+
+    plugin.streamer.close(timeout=120)
+    vllm_text = generate_latest(REGISTRY).decode()
+    ours_text = urllib.request.urlopen(args.metrics_url, timeout=10).read().decode()
+    theirs, theirs_families = samples(vllm_text, args.model)
+    mine, mine_families = samples(ours_text, args.model)
+    shared = sorted(set(theirs_families) & set(mine_families))
+    differing = []
+    for family in shared:
+        for key in sorted(theirs_families[family] | mine_families[family]):
+            a, b = theirs.get(key), mine.get(key)
+            if a != b:
+                differing.append({"sample": key[0], "labels": dict(key[1]), "vllm": a, "ours": b})
+    report = {
+        "trace": args.trace,
+        "model": args.model,
+        "plugin_factories": names,
+        "steps": counts["steps"],
+        "finished_requests": counts["finished"],
+        "plugin_sent": plugin.streamer.sent,
+        "plugin_dropped": plugin.streamer.dropped + plugin.streamer.unsendable,
+        "shared_families": shared,
+        "shared_samples": sum(len(theirs_families[f]) for f in shared),
+        "differing_samples": differing,
+        "only_vllm": sorted(set(theirs_families) - set(mine_families)),
+        "only_ours": sorted(set(mine_families) - set(theirs_families)),
+    }
+    with open(args.report, "w") as f:
+        json.dump(report, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

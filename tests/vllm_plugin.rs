@@ -1,0 +1,280 @@
+//! The vLLM stat-logger plugin (`python/`) against vLLM 0.33.0's own code.
+//!
+//! The Python environment comes from `scripts/vllm-env.sh` (the test command
+//! runs it first and passes its python in `VLLM_OTEL_METRICS_PYTHON`; without
+//! it this test runs the script itself, which needs PyPI).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use common::serve::Server;
+use serde_json::Value;
+
+/// The python of the environment with vLLM and the plugin installed.
+fn vllm_python() -> &'static Path {
+    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
+    PYTHON.get_or_init(|| {
+        if let Some(python) = std::env::var_os("VLLM_OTEL_METRICS_PYTHON") {
+            let python = PathBuf::from(python);
+            assert!(
+                python.is_file(),
+                "VLLM_OTEL_METRICS_PYTHON={} does not exist: run `bash scripts/vllm-env.sh`",
+                python.display()
+            );
+            return python;
+        }
+        let output = Command::new("bash")
+            .arg(common::repo().join("scripts/vllm-env.sh"))
+            .output()
+            .expect("bash runs");
+        assert!(
+            output.status.success(),
+            "scripts/vllm-env.sh failed (it installs vLLM 0.33.0 from PyPI):\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        PathBuf::from(String::from_utf8(output.stdout).expect("utf-8").trim())
+    })
+}
+
+/// Runs one of `tests/vllm/*.py` in the vLLM environment; returns its JSON report.
+fn run_script(script: &str, args: &[&str], dir: &Path) -> Value {
+    let report = dir.join(format!("{script}.json"));
+    let output = Command::new(vllm_python())
+        .arg(common::repo().join("tests/vllm").join(script))
+        .args(args)
+        .arg("--report")
+        .arg(&report)
+        .env("PYTHONPATH", common::repo().join("tests/vllm"))
+        .output()
+        .expect("python runs");
+    assert!(
+        output.status.success(),
+        "{script} failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(&std::fs::read_to_string(&report).expect("report written"))
+        .expect("report is JSON")
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("vllm-plugin-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+fn strings(value: &Value) -> Vec<String> {
+    value
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|v| v.as_str().expect("a string").to_owned())
+        .collect()
+}
+
+/// The families only vLLM's logger has, each for a reason docs/SEMANTICS.md gives.
+const ONLY_VLLM: &[&str] = &[
+    // Frontend admission control is not an engine stat; the plugin never sees it.
+    "vllm:admission_rejections",
+];
+/// The families only the sidecar has: made from records vLLM's logger never
+/// gets in these runs (none: the plugin feeds what vLLM's logger reads).
+const ONLY_OURS: &[&str] = &[];
+
+const MAX_MODEL_LEN: &str = "4096";
+
+/// vLLM's `PrometheusStatLogger` and the plugin, fed the same vLLM stats
+/// objects, give the same value for every sample of every shared family.
+#[test]
+fn vllm_logger_and_plugin_agree_on_every_sample() {
+    let dir = temp_dir("oracle");
+    let simulated = dir.join("simulated.jsonl");
+    let (code, _, stderr) = common::run(&[
+        "simulate",
+        "--seed",
+        "7",
+        "--models",
+        "1",
+        "--engines",
+        "2",
+        "--duration",
+        "60",
+        "--rate",
+        "6",
+        "--kv-blocks",
+        "500",
+        "--abort-rate",
+        "0.05",
+        "--max-model-len",
+        MAX_MODEL_LEN,
+        "--metrics-addr",
+        "none",
+        "--record",
+        simulated.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let data = common::repo().join("tests/data");
+    let cases = [
+        (simulated.clone(), "sim-model-0"),
+        (data.join("generated-seed11.jsonl"), "llama-3.1-8b"),
+        (
+            data.join("generated-seed11.jsonl"),
+            "qwen/Qwen2.5-7B-Instruct",
+        ),
+        (data.join("generated-seed12.jsonl"), "llama-3.1-8b"),
+        (data.join("generated-seed13.jsonl"), "llama-3.1-8b"),
+    ];
+    let mut summary = Vec::new();
+    for (trace, model) in cases {
+        let server = Server::start(&[
+            "--token-buckets",
+            "python",
+            "--max-model-len",
+            MAX_MODEL_LEN,
+        ]);
+        let name = trace.file_name().unwrap().to_string_lossy().into_owned();
+        let report = run_script(
+            "oracle.py",
+            &[
+                trace.to_str().unwrap(),
+                "--model",
+                model,
+                "--max-model-len",
+                MAX_MODEL_LEN,
+                "--target",
+                &server.target(),
+                "--metrics-url",
+                &format!("http://127.0.0.1:{}/metrics", server.metrics),
+            ],
+            &dir,
+        );
+        let differing = report["differing_samples"].as_array().expect("a list");
+        assert!(
+            differing.is_empty(),
+            "{name} ({model}): {} samples differ, first ones:\n{}",
+            differing.len(),
+            serde_json::to_string_pretty(&differing[..differing.len().min(20)]).unwrap()
+        );
+        assert_eq!(strings(&report["only_vllm"]), ONLY_VLLM, "{name} ({model})");
+        assert_eq!(strings(&report["only_ours"]), ONLY_OURS, "{name} ({model})");
+        assert_eq!(report["plugin_dropped"], 0, "{name} ({model})");
+        let finished = report["finished_requests"].as_u64().unwrap();
+        assert!(finished > 0, "{name} ({model}): no request finished");
+        assert!(
+            strings(&report["plugin_factories"])
+                .contains(&"vllm_otel_metrics.plugin.OtelMetricsStatLogger".to_owned()),
+            "vLLM's loader did not find the plugin: {}",
+            report["plugin_factories"]
+        );
+        summary.push(format!(
+            "{name} ({model}): {} steps, {finished} finished requests, {} shared families, {} samples, 0 differ",
+            report["steps"],
+            report["shared_families"].as_array().unwrap().len(),
+            report["shared_samples"],
+        ));
+    }
+    eprintln!("{}", summary.join("\n"));
+}
+
+/// `record()` never waits for the sidecar: killed, it drops and counts;
+/// restarted, the stream resumes and the drop count reaches `/metrics`.
+#[test]
+fn plugin_outlives_a_sidecar_restart() {
+    let dir = temp_dir("restart");
+    let log = dir.join("serve.log");
+    let report = run_script(
+        "restart.py",
+        &[
+            common::binary().to_str().unwrap(),
+            "--queue",
+            "50",
+            "--log",
+            log.to_str().unwrap(),
+        ],
+        &dir,
+    );
+    eprintln!("{}", serde_json::to_string_pretty(&report).unwrap());
+    // Idle after a burst: the last record still arrives (the thread polls
+    // every 50 ms; 2 s leaves room for a loaded machine).
+    assert!(report["idle_arrival_seconds"].as_f64().unwrap() < 2.0);
+    // Blocking would mean waiting for a connection (2 s) or a full queue
+    // (forever); a call that never waits stays far below 50 ms.
+    assert!(report["down_record_max_seconds"].as_f64().unwrap() < 0.05);
+    // 300 records while down, 50 fit in the queue: the rest are dropped,
+    // bar the few the broken stream took before its failure was seen.
+    let dropped = report["dropped_while_down"].as_u64().unwrap();
+    assert!((240..=250).contains(&dropped), "dropped {dropped}");
+    assert_eq!(report["queued_while_down"], 50);
+    assert_eq!(
+        report["sidecar_dropped"].as_f64(),
+        report["dropped_total"].as_f64()
+    );
+    // After the restart: the 50 queued and the 100 new records arrive.
+    assert_eq!(report["sidecar_generated_after_restart"], 150.0);
+}
+
+/// `pip install ./python` in a fresh virtual environment gives the plugin
+/// (its gRPC code generated from proto/, its entry point registered) and
+/// the sidecar binary on the environment's PATH.
+#[test]
+fn pip_install_in_a_fresh_environment() {
+    let python3 = common::require_tool(
+        "python3",
+        "install Python 3 (Debian: apt-get install -y python3 python3-venv)",
+    );
+    let dir = temp_dir("pip");
+    let venv = dir.join("venv");
+    let status = Command::new(&python3)
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .status()
+        .expect("python3 runs");
+    assert!(
+        status.success(),
+        "python3 -m venv failed (Debian: apt-get install -y python3-venv)"
+    );
+    let output = Command::new(venv.join("bin/python"))
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--disable-pip-version-check",
+            "--quiet",
+        ])
+        .arg(common::repo().join("python"))
+        // Its own target directory: this test runs while cargo may hold the
+        // tests' one, and a release build must not wait for it.
+        .env("CARGO_TARGET_DIR", common::repo().join("target/wheel"))
+        .output()
+        .expect("pip runs");
+    assert!(
+        output.status.success(),
+        "pip install ./python failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let sidecar = Command::new(venv.join("bin/vllm-otel-metrics"))
+        .arg("--version")
+        .output()
+        .expect("the installed sidecar runs");
+    assert_eq!(
+        String::from_utf8_lossy(&sidecar.stdout).trim(),
+        format!("vllm-otel-metrics {}", env!("CARGO_PKG_VERSION"))
+    );
+    let probe = Command::new(venv.join("bin/python"))
+        .args([
+            "-c",
+            "import importlib.metadata as m, vllm_otel_metrics.v1.ingest_pb2 as pb, vllm_otel_metrics.convert;\
+             print(sorted(e.value for e in m.entry_points(group='vllm.stat_logger_plugins')));\
+             print(pb.Record.DESCRIPTOR.oneofs_by_name['record'].fields[-1].name)",
+        ])
+        .output()
+        .expect("python runs");
+    assert_eq!(
+        String::from_utf8_lossy(&probe.stdout),
+        "['vllm_otel_metrics.plugin:OtelMetricsStatLogger']\nplugin_drops\n",
+        "{}",
+        String::from_utf8_lossy(&probe.stderr)
+    );
+}
