@@ -677,3 +677,32 @@ fn a_different_max_model_len_is_warned_about_once_per_engine() {
     std::fs::remove_dir_all(dir).ok();
     std::fs::remove_dir_all(dir_without).ok();
 }
+
+/// Values vLLM's logger would observe as they are (a negative duration, a
+/// time far in the future) are recorded, and their spans never panic.
+#[test]
+fn extreme_values_are_recorded_and_spans_do_not_panic() {
+    use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+    use std::time::UNIX_EPOCH;
+    use vllm_otel_metrics::instruments::Instruments;
+    use vllm_otel_metrics::protocol::Record;
+    use vllm_otel_metrics::spans::RequestSpans;
+    use vllm_otel_metrics::tracker::Tracker;
+
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    let mut tracker =
+        Tracker::new(Instruments::builder().build()).with_spans(RequestSpans::new(&provider));
+    let line = r#"{"type":"iteration_stats","model_name":"m","engine":0,"received_at":1e19,"inter_token_latencies_iter":[-0.5],"finished_requests":[{"request_id":"r","finish_reason":"stop","e2e_latency":-1e300,"queued_time":-2.0}]}"#;
+    let record: Record = serde_json::from_str(line).unwrap();
+    assert_eq!(tracker.apply(&record), Vec::new());
+    let spans = exporter.get_finished_spans().unwrap();
+    assert_eq!(spans.len(), 1);
+    // Neither end can be represented: both are the epoch.
+    assert_eq!(
+        (spans[0].start_time, spans[0].end_time),
+        (UNIX_EPOCH, UNIX_EPOCH)
+    );
+}

@@ -147,9 +147,13 @@ pub(crate) struct SpanState {
     preemptions: Vec<f64>,
 }
 
-/// Seconds since the Unix epoch as a time (never before the epoch).
+/// Seconds since the Unix epoch as a time (never before the epoch; a time
+/// the platform cannot represent is the epoch, never a panic).
 fn at(seconds: f64) -> SystemTime {
-    UNIX_EPOCH + Duration::try_from_secs_f64(seconds).unwrap_or_default()
+    Duration::try_from_secs_f64(seconds)
+        .ok()
+        .and_then(|since| UNIX_EPOCH.checked_add(since))
+        .unwrap_or(UNIX_EPOCH)
 }
 
 /// A `traceparent` that is not a W3C trace context (shown shortened).

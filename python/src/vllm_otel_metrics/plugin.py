@@ -12,6 +12,7 @@ process: labels are vLLM's (``model_name`` = the served model name, ``engine``
 logger's rules (``docs/SEMANTICS.md``, plugin path).
 """
 
+import atexit
 import logging
 import time
 
@@ -54,6 +55,8 @@ class OtelMetricsStatLogger(AggregateStatLoggerBase):
             self.streamer = None
             return
         self.streamer = Streamer(settings, self._to_records).start()
+        # At exit, what is queued gets up to 2 s to reach the sidecar.
+        atexit.register(self.streamer.close)
         log.info(
             "vllm-otel-metrics: streaming %s (engines %s) to %s",
             self.model_name,
