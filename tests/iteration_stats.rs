@@ -535,14 +535,13 @@ fn the_first_record_of_a_label_set_creates_its_series() {
 /// Each finished request becomes one `llm_request` span: from
 /// `received_at − e2e_latency` to `received_at`, in a new trace, with the
 /// attributes its values give, and no events.
-#[test]
-fn each_finished_request_becomes_one_span() {
-    use opentelemetry::trace::{SpanId, SpanKind, Status};
-    use opentelemetry::KeyValue;
+/// A tracker whose spans go to an in-memory exporter.
+fn traced_tracker() -> (
+    opentelemetry_sdk::trace::InMemorySpanExporter,
+    vllm_otel_metrics::tracker::Tracker,
+) {
     use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
-    use std::time::{Duration, UNIX_EPOCH};
     use vllm_otel_metrics::instruments::Instruments;
-    use vllm_otel_metrics::protocol::Record;
     use vllm_otel_metrics::spans::RequestSpans;
     use vllm_otel_metrics::tracker::Tracker;
 
@@ -550,8 +549,19 @@ fn each_finished_request_becomes_one_span() {
     let provider = SdkTracerProvider::builder()
         .with_simple_exporter(exporter.clone())
         .build();
-    let mut tracker =
+    let tracker =
         Tracker::new(Instruments::builder().build()).with_spans(RequestSpans::new(&provider));
+    (exporter, tracker)
+}
+
+#[test]
+fn each_finished_request_becomes_one_span() {
+    use opentelemetry::trace::{SpanId, SpanKind, Status};
+    use opentelemetry::KeyValue;
+    use std::time::{Duration, UNIX_EPOCH};
+    use vllm_otel_metrics::protocol::Record;
+
+    let (exporter, mut tracker) = traced_tracker();
     for line in TRACE.lines() {
         let record: Record = serde_json::from_str(line).unwrap();
         assert_eq!(tracker.apply(&record), Vec::new());
@@ -682,19 +692,10 @@ fn a_different_max_model_len_is_warned_about_once_per_engine() {
 /// time far in the future) are recorded, and their spans never panic.
 #[test]
 fn extreme_values_are_recorded_and_spans_do_not_panic() {
-    use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
     use std::time::UNIX_EPOCH;
-    use vllm_otel_metrics::instruments::Instruments;
     use vllm_otel_metrics::protocol::Record;
-    use vllm_otel_metrics::spans::RequestSpans;
-    use vllm_otel_metrics::tracker::Tracker;
 
-    let exporter = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder()
-        .with_simple_exporter(exporter.clone())
-        .build();
-    let mut tracker =
-        Tracker::new(Instruments::builder().build()).with_spans(RequestSpans::new(&provider));
+    let (exporter, mut tracker) = traced_tracker();
     let line = r#"{"type":"iteration_stats","model_name":"m","engine":0,"received_at":1e19,"inter_token_latencies_iter":[-0.5],"finished_requests":[{"request_id":"r","finish_reason":"stop","e2e_latency":-1e300,"queued_time":-2.0}]}"#;
     let record: Record = serde_json::from_str(line).unwrap();
     assert_eq!(tracker.apply(&record), Vec::new());

@@ -67,16 +67,7 @@ fn tag<'a>(span: &'a Value, key: &str) -> Option<&'a Value> {
 #[test]
 fn one_span_per_terminated_request_reaches_jaeger_with_its_preemptions() {
     let jaeger = Jaeger::start();
-    let collector = Collector::start_with(
-        common::free_port(),
-        common::free_port(),
-        common::free_port(),
-        &[],
-        &[(
-            "TRACES_ENDPOINT",
-            &format!("127.0.0.1:{}", jaeger.otlp_grpc),
-        )],
-    );
+    let collector = Collector::start_tracing_to(&jaeger);
     let dir = common::tempdir("traces");
     let trace = dir.join("traced.jsonl");
     std::fs::write(&trace, traced_trace()).unwrap();

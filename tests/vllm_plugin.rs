@@ -6,6 +6,7 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -59,6 +60,26 @@ fn run_script(script: &str, args: &[&str], dir: &Path) -> Value {
         .expect("report is JSON")
 }
 
+/// `tests/vllm/oracle.py` on `trace`'s records of `model`, the plugin
+/// streaming to `server`.
+fn run_oracle(server: &Server, trace: &Path, model: &str, dir: &Path) -> Value {
+    run_script(
+        "oracle.py",
+        &[
+            trace.to_str().expect("utf-8 path"),
+            "--model",
+            model,
+            "--max-model-len",
+            MAX_MODEL_LEN,
+            "--target",
+            &server.target(),
+            "--metrics-url",
+            &format!("http://127.0.0.1:{}/metrics", server.metrics),
+        ],
+        dir,
+    )
+}
+
 fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("vllm-plugin-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
@@ -85,11 +106,9 @@ const ONLY_OURS: &[&str] = &[];
 
 const MAX_MODEL_LEN: &str = "4096";
 
-/// vLLM's `PrometheusStatLogger` and the plugin, fed the same vLLM stats
-/// objects, give the same value for every sample of every shared family.
-#[test]
-fn vllm_logger_and_plugin_agree_on_every_sample() {
-    let dir = temp_dir("oracle");
+/// A simulated trace with preemptions and client aborts: one model
+/// (`sim-model-0`), two engines.
+fn simulated_trace(dir: &Path) -> PathBuf {
     let simulated = dir.join("simulated.jsonl");
     let (code, _, stderr) = common::run(&[
         "simulate",
@@ -115,9 +134,18 @@ fn vllm_logger_and_plugin_agree_on_every_sample() {
         simulated.to_str().expect("utf-8"),
     ]);
     assert_eq!(code, 0, "{stderr}");
+    simulated
+}
+
+/// vLLM's `PrometheusStatLogger` and the plugin, fed the same vLLM stats
+/// objects, give the same value for every sample of every shared family.
+#[test]
+fn vllm_logger_and_plugin_agree_on_every_sample() {
+    let dir = temp_dir("oracle");
+    let simulated = simulated_trace(&dir);
     let data = common::repo().join("tests/data");
     let cases = [
-        (simulated.clone(), "sim-model-0"),
+        (simulated, "sim-model-0"),
         (data.join("generated-seed11.jsonl"), "llama-3.1-8b"),
         (
             data.join("generated-seed11.jsonl"),
@@ -135,21 +163,7 @@ fn vllm_logger_and_plugin_agree_on_every_sample() {
             MAX_MODEL_LEN,
         ]);
         let name = trace.file_name().unwrap().to_string_lossy().into_owned();
-        let report = run_script(
-            "oracle.py",
-            &[
-                trace.to_str().unwrap(),
-                "--model",
-                model,
-                "--max-model-len",
-                MAX_MODEL_LEN,
-                "--target",
-                &server.target(),
-                "--metrics-url",
-                &format!("http://127.0.0.1:{}/metrics", server.metrics),
-            ],
-            &dir,
-        );
+        let report = run_oracle(&server, &trace, model, &dir);
         let differing = report["differing_samples"].as_array().expect("a list");
         assert!(
             differing.is_empty(),
@@ -281,5 +295,121 @@ fn pip_install_in_a_fresh_environment() {
         "['vllm_otel_metrics.plugin:OtelMetricsStatLogger']\nplugin_drops\n",
         "{}",
         String::from_utf8_lossy(&probe.stderr)
+    );
+}
+
+/// What a vLLM user then sees: the sidecar fed by the plugin pushes every
+/// sample it serves to a real Collector, and one `llm_request` span per
+/// finished request, with its preemption count, reaches Jaeger.
+#[test]
+fn plugin_fed_sidecar_reaches_the_collector_and_jaeger() {
+    use common::collector::Collector;
+    use common::jaeger::Jaeger;
+
+    let dir = temp_dir("e2e");
+    let trace = simulated_trace(&dir);
+    let jaeger = Jaeger::start();
+    let collector = Collector::start_tracing_to(&jaeger);
+    let instance = format!("plugin-{}", std::process::id());
+    let service = format!("vllm-plugin-{}", std::process::id());
+    let endpoint = collector.endpoint("grpc");
+    let server = Server::start_with(
+        &[
+            "--token-buckets",
+            "python",
+            "--max-model-len",
+            MAX_MODEL_LEN,
+            "--otlp-endpoint",
+            &endpoint,
+            "--otlp-traces-endpoint",
+            &endpoint,
+            "--otlp-protocol",
+            "grpc",
+            "--otlp-names",
+            "prometheus",
+            "--otlp-interval-ms",
+            "500",
+        ],
+        |command| {
+            command
+                .env("OTEL_SERVICE_NAME", &service)
+                .env(
+                    "OTEL_RESOURCE_ATTRIBUTES",
+                    format!("service.instance.id={instance}"),
+                )
+                .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+                .env_remove("OTEL_TRACES_SAMPLER");
+        },
+    );
+    let report = run_oracle(&server, &trace, "sim-model-0", &dir);
+    assert_eq!(report["differing_samples"].as_array().unwrap().len(), 0);
+    let finished = report["finished_requests"].as_u64().unwrap() as usize;
+
+    // The Collector shows exactly the sidecar's vllm: samples.
+    let exposition = common::http_get(server.metrics, "/metrics").unwrap();
+    let served = common::normalized_samples(
+        &exposition
+            .lines()
+            .filter(|l| l.starts_with("vllm:"))
+            .map(|l| format!("{l}\n"))
+            .collect::<String>(),
+        &[],
+    );
+    assert!(served.len() > 500, "{} samples", served.len());
+    let mut pushed = BTreeMap::new();
+    let arrived = common::wait_for_optional(20, || {
+        pushed = collector.samples_of(&instance);
+        (pushed == served).then_some(())
+    });
+    assert!(
+        arrived.is_some(),
+        "the Collector shows {} samples, the sidecar {}; first differences: {:?}\ncollector log:\n{}",
+        pushed.len(),
+        served.len(),
+        served
+            .iter()
+            .filter(|(k, v)| pushed.get(*k) != Some(v))
+            .take(5)
+            .collect::<Vec<_>>(),
+        collector.log()
+    );
+
+    // One span per finished request, carrying the histogram's preemptions.
+    let mut spans = Vec::new();
+    let all = common::wait_for_optional(30, || {
+        spans = jaeger.spans(&service)?;
+        (spans.len() >= finished).then_some(())
+    });
+    assert!(
+        all.is_some(),
+        "{} spans for {finished} finished requests\n{}",
+        spans.len(),
+        jaeger.log()
+    );
+    assert_eq!(spans.len(), finished);
+    let preemptions: u64 = spans
+        .iter()
+        .map(|span| {
+            assert_eq!(span["operationName"], "llm_request");
+            span["tags"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|t| t["key"] == "vllm.request.num_preemptions")
+                .and_then(|t| t["value"].as_u64())
+                .expect("vllm.request.num_preemptions on every span")
+        })
+        .sum();
+    let histogram_sum: f64 = served
+        .iter()
+        .filter(|(k, _)| k.starts_with("vllm:request_num_preemptions_sum"))
+        .map(|(_, v)| v)
+        .sum();
+    assert!(preemptions > 0, "the trace preempts");
+    assert_eq!(preemptions as f64, histogram_sum);
+    eprintln!(
+        "{} samples at the Collector, {} spans in Jaeger carrying {preemptions} preemptions",
+        pushed.len(),
+        spans.len()
     );
 }

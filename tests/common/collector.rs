@@ -36,6 +36,20 @@ impl Collector {
         Collector::start_with(grpc, http, prometheus, &[], &[])
     }
 
+    /// The shipped config on free ports, its traces pipeline sending to `jaeger`.
+    pub(crate) fn start_tracing_to(jaeger: &super::jaeger::Jaeger) -> Collector {
+        Collector::start_with(
+            super::free_port(),
+            super::free_port(),
+            super::free_port(),
+            &[],
+            &[(
+                "TRACES_ENDPOINT",
+                &format!("127.0.0.1:{}", jaeger.otlp_grpc),
+            )],
+        )
+    }
+
     /// The shipped config, merged with shipped `overlays`
     /// (`otel-collector/<name>`), with extra environment variables.
     pub(crate) fn start_with(
