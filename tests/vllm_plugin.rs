@@ -14,6 +14,16 @@ use std::sync::OnceLock;
 use common::serve::Server;
 use serde_json::Value;
 
+/// The tests of this file run one at a time: each starts processes of its
+/// own, and a release build or a trace replay beside the restart test would
+/// only blur what it measures.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// The python of the environment with vLLM and the plugin installed.
 fn vllm_python() -> &'static Path {
     static PYTHON: OnceLock<PathBuf> = OnceLock::new();
@@ -141,6 +151,7 @@ fn simulated_trace(dir: &Path) -> PathBuf {
 /// objects, give the same value for every sample of every shared family.
 #[test]
 fn vllm_logger_and_plugin_agree_on_every_sample() {
+    let _serial = serial();
     let dir = temp_dir("oracle");
     let simulated = simulated_trace(&dir);
     let data = common::repo().join("tests/data");
@@ -196,6 +207,7 @@ fn vllm_logger_and_plugin_agree_on_every_sample() {
 /// restarted, the stream resumes and the drop count reaches `/metrics`.
 #[test]
 fn plugin_outlives_a_sidecar_restart() {
+    let _serial = serial();
     let dir = temp_dir("restart");
     let log = dir.join("serve.log");
     let report = run_script(
@@ -214,8 +226,9 @@ fn plugin_outlives_a_sidecar_restart() {
     // every 50 ms; 2 s leaves room for a loaded machine).
     assert!(report["idle_arrival_seconds"].as_f64().unwrap() < 2.0);
     // Blocking would mean waiting for a connection (2 s) or a full queue
-    // (forever); a call that never waits stays far below 50 ms.
-    assert!(report["down_record_max_seconds"].as_f64().unwrap() < 0.05);
+    // (forever); a call that never waits stays far below that even on a
+    // loaded machine (its median is under a microsecond).
+    assert!(report["down_record_max_seconds"].as_f64().unwrap() < 0.5);
     // 300 records while down, 50 fit in the queue: the rest are dropped,
     // bar the few the broken stream took before its failure was seen.
     let dropped = report["dropped_while_down"].as_u64().unwrap();
@@ -239,6 +252,7 @@ fn plugin_outlives_a_sidecar_restart() {
 /// the sidecar binary on the environment's PATH.
 #[test]
 fn pip_install_in_a_fresh_environment() {
+    let _serial = serial();
     let python3 = common::require_tool(
         "python3",
         "install Python 3 (Debian: apt-get install -y python3 python3-venv)",
@@ -303,6 +317,7 @@ fn pip_install_in_a_fresh_environment() {
 /// finished request, with its preemption count, reaches Jaeger.
 #[test]
 fn plugin_fed_sidecar_reaches_the_collector_and_jaeger() {
+    let _serial = serial();
     use common::collector::Collector;
     use common::jaeger::Jaeger;
 
