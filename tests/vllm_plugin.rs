@@ -362,11 +362,14 @@ fn plugin_fed_sidecar_reaches_the_collector_and_jaeger() {
 
     // The Collector shows exactly the sidecar's vllm: samples.
     let exposition = common::http_get(server.metrics, "/metrics").unwrap();
+    // The Collector's Prometheus exporter prefixes a label name that starts
+    // with one `_` with `key` (vLLM's cache configuration has
+    // `_block_size_resolved`); the sidecar's /metrics keeps vLLM's name.
     let served = common::normalized_samples(
         &exposition
             .lines()
             .filter(|l| l.starts_with("vllm:"))
-            .map(|l| format!("{l}\n"))
+            .map(|l| format!("{}\n", l.replace("{_", "{key_").replace(",_", ",key_")))
             .collect::<String>(),
         &[],
     );
