@@ -8,7 +8,7 @@ ns per ``record()`` call (median over rounds) and the ratio to vLLM's logger
 (range over rounds), plus what the background thread spends converting and
 encoding one call's stats (the work the plugin moves off vLLM's event loop).
 
-    python benches/plugin_record.py BINARY [--rounds 7]
+    python benches/python/plugin_record.py BINARY [--rounds 7]
 
 with the python of ``scripts/vllm-env.sh`` (it has vLLM and the plugin).
 """
@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "vllm"))
 
 import vllm_steps  # noqa: E402
