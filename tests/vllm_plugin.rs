@@ -52,6 +52,11 @@ fn vllm_python() -> &'static Path {
 
 /// Runs one of `tests/vllm/*.py` in the vLLM environment; returns its JSON report.
 fn run_script(script: &str, args: &[&str], dir: &Path) -> Value {
+    run_script_with_env(script, args, dir, &[])
+}
+
+/// [`run_script`] with extra environment variables.
+fn run_script_with_env(script: &str, args: &[&str], dir: &Path, env: &[(&str, &str)]) -> Value {
     let report = dir.join(format!("{script}.json"));
     let output = Command::new(vllm_python())
         .arg(common::repo().join("tests/vllm").join(script))
@@ -59,6 +64,7 @@ fn run_script(script: &str, args: &[&str], dir: &Path) -> Value {
         .arg("--report")
         .arg(&report)
         .env("PYTHONPATH", common::repo().join("tests/vllm"))
+        .envs(env.iter().copied())
         .output()
         .expect("python runs");
     assert!(
@@ -429,5 +435,97 @@ fn plugin_fed_sidecar_reaches_the_collector_and_jaeger() {
         "{} samples at the Collector, {} spans in Jaeger carrying {preemptions} preemptions",
         pushed.len(),
         spans.len()
+    );
+}
+
+/// With `serve --tls-cert … --auth-token-file …`, the plugin's https target,
+/// CA file and token file get its records through; a wrong token gets
+/// nothing through and is named in the log, which never shows a token.
+#[test]
+fn plugin_streams_over_tls_with_a_token() {
+    let _serial = serial();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let pki = common::pki::make_pki();
+    let dir = temp_dir("tls");
+    let (token, wrong) = (dir.join("token"), dir.join("wrong"));
+    std::fs::write(&token, "plugin-s3cret\n").unwrap();
+    std::fs::write(&wrong, "not-the-token\n").unwrap();
+    let (ingest, metrics) = (common::free_port(), common::free_port());
+    let path = |p: &Path| p.to_str().expect("utf-8 path").to_owned();
+    let _server = common::Guard(
+        Command::new(common::binary())
+            .args(["serve", "--ingest-addr", &format!("127.0.0.1:{ingest}")])
+            .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
+            .args(["--tls-cert", &path(&pki.server_cert)])
+            .args(["--tls-key", &path(&pki.server_key)])
+            .args([
+                "--auth-token-file",
+                &path(&token),
+                "--token-buckets",
+                "python",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("serve starts"),
+    );
+    let ca = reqwest::Certificate::from_pem(&std::fs::read(&pki.ca).unwrap()).unwrap();
+    let client = reqwest::blocking::Client::builder()
+        .tls_certs_only([ca])
+        .timeout(std::time::Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let url = format!("https://127.0.0.1:{metrics}/metrics");
+    let generated = || -> Option<f64> {
+        let text = client
+            .get(&url)
+            .bearer_auth("plugin-s3cret")
+            .send()
+            .ok()?
+            .text()
+            .ok()?;
+        common::samples(&text)
+            .get(r#"vllm:generation_tokens_total{model_name="m",engine="0"}"#)
+            .copied()
+    };
+    common::wait_for(20, "serve's TLS /metrics", || client.get(&url).send().ok());
+    let target = format!("https://localhost:{ingest}");
+    let env = |token_file: &Path| {
+        [
+            ("VLLM_OTEL_METRICS_TARGET", target.clone()),
+            ("VLLM_OTEL_METRICS_CA_FILE", path(&pki.ca)),
+            ("VLLM_OTEL_METRICS_TOKEN_FILE", path(token_file)),
+        ]
+    };
+    let run = |token_file: &Path, steps: &str| {
+        let env = env(token_file);
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        run_script_with_env(
+            "secure.py",
+            &["--steps", steps, "--seconds", "3"],
+            &dir,
+            &env,
+        )
+    };
+
+    let report = run(&token, "10");
+    assert_eq!(
+        (&report["pending"], &report["dropped"]),
+        (&Value::from(0), &Value::from(0)),
+        "{report}"
+    );
+    assert_eq!(generated(), Some(10.0));
+
+    let report = run(&wrong, "5");
+    assert_eq!(
+        generated(),
+        Some(10.0),
+        "nothing got through with a wrong token"
+    );
+    let log = strings(&report["log"]).join("\n");
+    assert!(log.contains("UNAUTHENTICATED"), "{log}");
+    assert!(
+        !log.contains("not-the-token") && !log.contains("plugin-s3cret"),
+        "{log}"
     );
 }
