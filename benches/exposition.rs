@@ -139,7 +139,8 @@ fn populate(label_sets: u32) -> State {
         .with_reader(reader)
         .with_reader(sdk.clone())
         .build();
-    let baseline = prometheus_client_tracker::Metrics::new(DEFAULT_MAX_MODEL_LEN);
+    let baseline: prometheus_client_tracker::Metrics =
+        prometheus_client_tracker::Metrics::new(DEFAULT_MAX_MODEL_LEN);
     let params = RequestParams {
         arrival_time: 100.0,
         prompt_len: 512,

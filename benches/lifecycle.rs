@@ -12,7 +12,9 @@
 //!   crate, `Family` handles resolved once per label set (vLLM's Rust
 //!   frontend's library; `baseline/prometheus_client_tracker.rs`);
 //!
-//! plus references: `otel_sdk_two_readers` and `sdk_floor_two_readers`
+//! plus references: `vllm_rust_atomic` (the `prometheus_client` tracker
+//! with vLLM's Rust frontend's lock-free histogram instead of the crate's,
+//! `baseline/atomic_histogram.rs`: the anchor), `otel_sdk_two_readers` and `sdk_floor_two_readers`
 //! (an OTLP `PeriodicReader` besides the bridge's, as with
 //! `--otlp-endpoint`: every measurement is aggregated once per reader),
 //! `otel_unbound` (the SDK recorded with attributes on every call,
@@ -33,6 +35,8 @@
 //! Run: `cargo bench --bench lifecycle`. Without `--bench` (as under
 //! `cargo test --all-targets`) it runs a handful of iterations only.
 
+#[path = "baseline/atomic_histogram.rs"]
+mod atomic_histogram;
 #[path = "baseline/floor.rs"]
 mod floor;
 #[path = "baseline/lifecycle_state.rs"]
@@ -242,6 +246,7 @@ struct Setup {
     sdk_two_readers: Sdk,
     traced: Traced,
     pc_handles: prometheus_client_tracker::Handles,
+    atomic_handles: prometheus_client_tracker::Handles<atomic_histogram::AtomicHistogram>,
     unbound: otel_unbound_tracker::Metrics,
     unbound_attributes: otel_unbound_tracker::Attributes,
     /// Runs nothing; kept alive for the OTLP reader's sake.
@@ -255,7 +260,10 @@ impl Setup {
             .enable_all()
             .build()
             .unwrap();
-        let pc = prometheus_client_tracker::Metrics::new(DEFAULT_MAX_MODEL_LEN);
+        let pc: prometheus_client_tracker::Metrics =
+            prometheus_client_tracker::Metrics::new(DEFAULT_MAX_MODEL_LEN);
+        let atomic = prometheus_client_tracker::Metrics::new(DEFAULT_MAX_MODEL_LEN);
+        let labels = prometheus_client_tracker::LabelSet::new(MODEL, ENGINE);
         let canonical = canonical();
         let setup = Setup {
             script: floor::Script::of(canonical.params, &canonical.steps),
@@ -263,10 +271,8 @@ impl Setup {
             sdk: Sdk::new(false, &runtime),
             sdk_two_readers: Sdk::new(true, &runtime),
             traced: Traced::new(),
-            pc_handles: prometheus_client_tracker::Handles::resolve(
-                &pc,
-                &prometheus_client_tracker::LabelSet::new(MODEL, ENGINE),
-            ),
+            pc_handles: prometheus_client_tracker::Handles::resolve(&pc, &labels),
+            atomic_handles: prometheus_client_tracker::Handles::resolve(&atomic, &labels),
             unbound: otel_unbound_tracker::Metrics::new(DEFAULT_MAX_MODEL_LEN),
             unbound_attributes: otel_unbound_tracker::Attributes::new(MODEL, ENGINE),
             _runtime: runtime,
@@ -337,6 +343,11 @@ fn prometheus_client(s: &Setup) {
     baseline_request(request, &s.canonical);
 }
 
+fn vllm_rust_atomic(s: &Setup) {
+    let request = lifecycle_state::Request::start(&s.atomic_handles, s.canonical.params);
+    baseline_request(request, &s.canonical);
+}
+
 fn otel_unbound(s: &Setup) {
     let request = otel_unbound_tracker::unbound_request(
         &s.unbound,
@@ -372,7 +383,11 @@ const VARIANTS: [Variant; 3] = [
 ];
 
 /// Reference points, timed alongside but not part of the summary line.
-const REFERENCES: [Variant; 6] = [
+const REFERENCES: [Variant; 7] = [
+    Variant {
+        name: "vllm_rust_atomic",
+        run: vllm_rust_atomic,
+    },
     Variant {
         name: "otel_sdk_two_readers",
         run: otel_sdk_two_readers,
@@ -438,17 +453,22 @@ fn check_equivalence(runtime: &tokio::runtime::Runtime) {
     let crate_side = Sdk::new(false, runtime);
     let floor_side = Sdk::new(false, runtime);
     let script = floor::Script::of(c.params, &c.steps);
-    let pc = prometheus_client_tracker::Metrics::new(DEFAULT_MAX_MODEL_LEN);
-    let handles = prometheus_client_tracker::Handles::resolve(
-        &pc,
-        &prometheus_client_tracker::LabelSet::new(MODEL, ENGINE),
+    let pc: prometheus_client_tracker::Metrics =
+        prometheus_client_tracker::Metrics::new(DEFAULT_MAX_MODEL_LEN);
+    let atomic = prometheus_client_tracker::Metrics::<atomic_histogram::AtomicHistogram>::new(
+        DEFAULT_MAX_MODEL_LEN,
     );
+    let labels = prometheus_client_tracker::LabelSet::new(MODEL, ENGINE);
+    let handles = prometheus_client_tracker::Handles::resolve(&pc, &labels);
+    let atomic_handles = prometheus_client_tracker::Handles::resolve(&atomic, &labels);
     for _ in 0..3 {
         let mut a = RequestMetrics::start_in(&crate_side.label_set, c.params);
         let mut b = lifecycle_state::Request::start(&handles, c.params);
+        let mut d = lifecycle_state::Request::start(&atomic_handles, c.params);
         for (ts, received_at, output) in &c.steps {
             a.observe_output(*ts, *received_at, output);
             b.observe_output(*ts, *received_at, output);
+            d.observe_output(*ts, *received_at, output);
         }
         assert!(a.is_terminated());
         floor::sdk_floor(&floor_side.floor, &script);
@@ -458,6 +478,11 @@ fn check_equivalence(runtime: &tokio::runtime::Runtime) {
         ours_text,
         floor_side.bridge.encode(Format::Text),
         "the floor's SDK calls differ from the crate's"
+    );
+    assert_eq!(
+        atomic.encode(),
+        pc.encode(),
+        "the atomic histogram records what prometheus-client's does"
     );
     let ours = totals(&ours_text);
     let baseline = totals(&pc.encode());
@@ -566,13 +591,19 @@ fn main() {
     println!("per-observation: {per_observation} ns/op");
     println!(
         "references: otel_sdk_two_readers={:.1} sdk_floor_two_readers={:.1} otel_unbound={:.1} rules_only={:.1} otel_sdk_traced={:.1} otel_sdk_traced_1pct={:.1} ns/request sdk_calls={}",
-        medians[3],
         medians[4],
         medians[5],
         medians[6],
         medians[7],
         medians[8],
+        medians[9],
         setup.script.len()
+    );
+    println!(
+        "anchor: vllm_rust_atomic={:.1} prometheus_client={:.1} ns/request otel_sdk/vllm_rust_atomic={:.2}",
+        medians[3],
+        medians[2],
+        medians[0] / medians[3]
     );
     println!(
         "lifecycle: otel_sdk={:.1} sdk_floor={:.1} prometheus_client={:.1} ns/request overhead={:.2} ratio={:.2}",

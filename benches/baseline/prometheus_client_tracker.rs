@@ -12,10 +12,11 @@
 
 use std::sync::OnceLock;
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::{Family, MetricConstructor};
 use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::TypedMetric;
 use prometheus_client::registry::Registry;
 use vllm_otel_metrics::catalog::{self, MetricDef, PROMPT_TOKEN_SOURCES};
 use vllm_otel_metrics::protocol::{FinishReason, PrefillStats};
@@ -45,21 +46,43 @@ pub(crate) struct SourceLabels {
     pub(crate) source: &'static str,
 }
 
+/// A histogram the tracker records into: `prometheus-client`'s own (the
+/// default) or vLLM's lock-free one (`baseline/atomic_histogram.rs`).
+pub(crate) trait TrackerHistogram:
+    EncodeMetric + TypedMetric + Clone + std::fmt::Debug + Send + Sync + 'static
+{
+    /// An empty histogram with these upper bounds.
+    fn with_bounds(bounds: &[f64]) -> Self;
+    /// Records one value.
+    fn observe(&self, value: f64);
+}
+
+impl TrackerHistogram for Histogram {
+    fn with_bounds(bounds: &[f64]) -> Self {
+        Histogram::new(bounds.iter().copied())
+    }
+
+    #[inline]
+    fn observe(&self, value: f64) {
+        Histogram::observe(self, value);
+    }
+}
+
 /// Builds a family's histograms with the catalog's boundaries.
 #[derive(Clone, Debug)]
 pub(crate) struct Buckets(Vec<f64>);
 
-impl MetricConstructor<Histogram> for Buckets {
-    fn new_metric(&self) -> Histogram {
-        Histogram::new(self.0.iter().copied())
+impl<H: TrackerHistogram> MetricConstructor<H> for Buckets {
+    fn new_metric(&self) -> H {
+        H::with_bounds(&self.0)
     }
 }
 
 type CounterFamily<L> = Family<L, Counter>;
-type HistogramFamily = Family<EngineLabels, Histogram, Buckets>;
+type HistogramFamily<H> = Family<EngineLabels, H, Buckets>;
 
 /// The registry and its 22 per-request families.
-pub(crate) struct Metrics {
+pub(crate) struct Metrics<H: TrackerHistogram = Histogram> {
     pub(crate) registry: Registry,
     num_preemptions: CounterFamily<EngineLabels>,
     prompt_tokens: CounterFamily<EngineLabels>,
@@ -67,22 +90,22 @@ pub(crate) struct Metrics {
     prompt_tokens_cached: CounterFamily<EngineLabels>,
     generation_tokens: CounterFamily<EngineLabels>,
     request_success: CounterFamily<FinishedLabels>,
-    iteration_tokens: HistogramFamily,
-    request_prompt_tokens: HistogramFamily,
-    request_generation_tokens: HistogramFamily,
-    request_max_num_generation_tokens: HistogramFamily,
-    request_params_max_tokens: HistogramFamily,
-    request_params_n: HistogramFamily,
-    request_num_preemptions: HistogramFamily,
-    request_prefill_kv_computed_tokens: HistogramFamily,
-    time_to_first_token: HistogramFamily,
-    inter_token_latency: HistogramFamily,
-    e2e_request_latency: HistogramFamily,
-    request_queue_time: HistogramFamily,
-    request_prefill_time: HistogramFamily,
-    request_decode_time: HistogramFamily,
-    request_inference_time: HistogramFamily,
-    request_time_per_output_token: HistogramFamily,
+    iteration_tokens: HistogramFamily<H>,
+    request_prompt_tokens: HistogramFamily<H>,
+    request_generation_tokens: HistogramFamily<H>,
+    request_max_num_generation_tokens: HistogramFamily<H>,
+    request_params_max_tokens: HistogramFamily<H>,
+    request_params_n: HistogramFamily<H>,
+    request_num_preemptions: HistogramFamily<H>,
+    request_prefill_kv_computed_tokens: HistogramFamily<H>,
+    time_to_first_token: HistogramFamily<H>,
+    inter_token_latency: HistogramFamily<H>,
+    e2e_request_latency: HistogramFamily<H>,
+    request_queue_time: HistogramFamily<H>,
+    request_prefill_time: HistogramFamily<H>,
+    request_decode_time: HistogramFamily<H>,
+    request_inference_time: HistogramFamily<H>,
+    request_time_per_output_token: HistogramFamily<H>,
 }
 
 fn counter<L>(registry: &mut Registry, def: &MetricDef) -> CounterFamily<L>
@@ -94,14 +117,18 @@ where
     family
 }
 
-fn histogram(registry: &mut Registry, def: &MetricDef, max_model_len: u32) -> HistogramFamily {
+fn histogram<H: TrackerHistogram>(
+    registry: &mut Registry,
+    def: &MetricDef,
+    max_model_len: u32,
+) -> HistogramFamily<H> {
     let family =
-        HistogramFamily::new_with_constructor(Buckets(def.buckets.boundaries(max_model_len)));
+        HistogramFamily::<H>::new_with_constructor(Buckets(def.buckets.boundaries(max_model_len)));
     registry.register(def.vllm_name, def.help, family.clone());
     family
 }
 
-impl Metrics {
+impl<H: TrackerHistogram> Metrics<H> {
     pub(crate) fn new(max_model_len: u32) -> Self {
         use catalog::*;
         let mut r = Registry::default();
@@ -177,7 +204,7 @@ impl LabelSet {
 }
 
 /// The handles of one label set, resolved once.
-pub(crate) struct Handles {
+pub(crate) struct Handles<H: TrackerHistogram = Histogram> {
     request_success_family: Family<FinishedLabels, Counter>,
     finished_labels: [FinishedLabels; 5],
     request_success: [OnceLock<Counter>; 5],
@@ -188,26 +215,26 @@ pub(crate) struct Handles {
     generation_tokens: Counter,
     // Resolved like every other handle even though only the per-batch
     // iteration path records it.
-    _iteration_tokens: Histogram,
-    request_prompt_tokens: Histogram,
-    request_generation_tokens: Histogram,
-    request_max_num_generation_tokens: Histogram,
-    request_params_max_tokens: Histogram,
-    request_params_n: Histogram,
-    request_num_preemptions: Histogram,
-    request_prefill_kv_computed_tokens: Histogram,
-    time_to_first_token: Histogram,
-    inter_token_latency: Histogram,
-    e2e_request_latency: Histogram,
-    request_queue_time: Histogram,
-    request_prefill_time: Histogram,
-    request_decode_time: Histogram,
-    request_inference_time: Histogram,
-    request_time_per_output_token: Histogram,
+    _iteration_tokens: H,
+    request_prompt_tokens: H,
+    request_generation_tokens: H,
+    request_max_num_generation_tokens: H,
+    request_params_max_tokens: H,
+    request_params_n: H,
+    request_num_preemptions: H,
+    request_prefill_kv_computed_tokens: H,
+    time_to_first_token: H,
+    inter_token_latency: H,
+    e2e_request_latency: H,
+    request_queue_time: H,
+    request_prefill_time: H,
+    request_decode_time: H,
+    request_inference_time: H,
+    request_time_per_output_token: H,
 }
 
-impl Handles {
-    pub(crate) fn resolve(m: &Metrics, labels: &LabelSet) -> Self {
+impl<H: TrackerHistogram> Handles<H> {
+    pub(crate) fn resolve(m: &Metrics<H>, labels: &LabelSet) -> Self {
         let l = &labels.engine;
         Handles {
             request_success_family: m.request_success.clone(),
@@ -249,7 +276,7 @@ impl Handles {
     }
 }
 
-impl Sink for &Handles {
+impl<H: TrackerHistogram> Sink for &Handles<H> {
     #[inline]
     fn generation_tokens(&self, tokens: u64) {
         self.generation_tokens.inc_by(tokens);
