@@ -1,6 +1,7 @@
 //! Anchor: a lock-free histogram as vLLM's Rust frontend describes its own
 //! (`rust/src/metrics/src/histogram.rs`): one atomic counter per bucket and
-//! an atomic sum, because `prometheus-client`'s histogram "takes an exclusive
+//! an atomic sum (two atomic operations per observation; the count is the
+//! buckets' total when encoded), because `prometheus-client`'s histogram "takes an exclusive
 //! lock for every observation". Written here from that description; it plugs
 //! into `prometheus-client` families, so the `vllm_rust_atomic` variant is
 //! the `prometheus_client` tracker with only the histogram changed.
@@ -24,7 +25,6 @@ struct Inner {
     /// One counter per bound, plus `+Inf` (as `f64::MAX`, as `prometheus-client`
     /// encodes it): observations in that bucket alone.
     buckets: Vec<AtomicU64>,
-    count: AtomicU64,
     /// The sum's `f64` bits, updated by compare-and-swap.
     sum_bits: AtomicU64,
 }
@@ -34,7 +34,6 @@ impl TrackerHistogram for AtomicHistogram {
         AtomicHistogram(Arc::new(Inner {
             bounds: bounds.to_vec(),
             buckets: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
-            count: AtomicU64::new(0),
             sum_bits: AtomicU64::new(0f64.to_bits()),
         }))
     }
@@ -44,7 +43,6 @@ impl TrackerHistogram for AtomicHistogram {
         let inner = &*self.0;
         let bucket = inner.bounds.partition_point(|bound| *bound < value);
         inner.buckets[bucket].fetch_add(1, Ordering::Relaxed);
-        inner.count.fetch_add(1, Ordering::Relaxed);
         let mut current = inner.sum_bits.load(Ordering::Relaxed);
         loop {
             let next = (f64::from_bits(current) + value).to_bits();
@@ -76,7 +74,8 @@ impl EncodeMetric for AtomicHistogram {
             .zip(inner.buckets.iter().map(|b| b.load(Ordering::Relaxed)))
             .collect();
         let sum = f64::from_bits(inner.sum_bits.load(Ordering::Relaxed));
-        let count = inner.count.load(Ordering::Relaxed);
+        // The count is the buckets' total: no third atomic per observation.
+        let count = buckets.iter().map(|(_, n)| n).sum();
         encoder.encode_histogram::<NoLabelSet>(sum, count, &buckets, None)
     }
 
