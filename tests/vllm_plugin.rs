@@ -96,12 +96,6 @@ fn run_oracle(server: &Server, trace: &Path, model: &str, dir: &Path) -> Value {
     )
 }
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("vllm-plugin-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
-}
-
 fn strings(value: &Value) -> Vec<String> {
     value
         .as_array()
@@ -158,7 +152,7 @@ fn simulated_trace(dir: &Path) -> PathBuf {
 #[test]
 fn vllm_logger_and_plugin_agree_on_every_sample() {
     let _serial = serial();
-    let dir = temp_dir("oracle");
+    let dir = common::tempdir("vllm-plugin-oracle");
     let simulated = simulated_trace(&dir);
     let data = common::repo().join("tests/data");
     let cases = [
@@ -214,7 +208,7 @@ fn vllm_logger_and_plugin_agree_on_every_sample() {
 #[test]
 fn plugin_outlives_a_sidecar_restart() {
     let _serial = serial();
-    let dir = temp_dir("restart");
+    let dir = common::tempdir("vllm-plugin-restart");
     let log = dir.join("serve.log");
     let report = run_script(
         "restart.py",
@@ -263,7 +257,7 @@ fn pip_install_in_a_fresh_environment() {
         "python3",
         "install Python 3 (Debian: apt-get install -y python3 python3-venv)",
     );
-    let dir = temp_dir("pip");
+    let dir = common::tempdir("vllm-plugin-pip");
     let venv = dir.join("venv");
     let status = Command::new(&python3)
         .args(["-m", "venv"])
@@ -327,7 +321,7 @@ fn plugin_fed_sidecar_reaches_the_collector_and_jaeger() {
     use common::collector::Collector;
     use common::jaeger::Jaeger;
 
-    let dir = temp_dir("e2e");
+    let dir = common::tempdir("vllm-plugin-e2e");
     let trace = simulated_trace(&dir);
     let jaeger = Jaeger::start();
     let collector = Collector::start_tracing_to(&jaeger);
@@ -446,7 +440,7 @@ fn plugin_streams_over_tls_with_a_token() {
     let _serial = serial();
     let _ = rustls::crypto::ring::default_provider().install_default();
     let pki = common::pki::make_pki();
-    let dir = temp_dir("tls");
+    let dir = common::tempdir("vllm-plugin-tls");
     let (token, wrong) = (dir.join("token"), dir.join("wrong"));
     std::fs::write(&token, "plugin-s3cret\n").unwrap();
     std::fs::write(&wrong, "not-the-token\n").unwrap();

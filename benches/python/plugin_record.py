@@ -73,7 +73,7 @@ def main():
         (plugin_class,) = [f for f in load_stat_logger_plugin_factories()
                            if f.__module__ == "vllm_otel_metrics.plugin"]
         plugin = plugin_class(config, [0, 1])
-        while not plugin.streamer._connected:
+        while not plugin.streamer.connected:
             time.sleep(0.05)
         # One round unreported: prometheus_client and the stream warm up.
         for logger in (vllm_logger, plugin):

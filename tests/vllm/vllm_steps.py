@@ -124,7 +124,6 @@ def scheduler_stats(r) -> tuple:
 def records(path, model):
     """The trace's valid records of one model, in order (lines that are not
     JSON objects are skipped: the sidecar's replay rejects them too)."""
-    requests_of_model = set()
     with open(path, encoding="utf-8-sig") as f:
         for line in f:
             try:
@@ -137,12 +136,9 @@ def records(path, model):
             if not isinstance(engine, int) or isinstance(engine, bool) or engine < 0:
                 continue  # invalid (the golden traces have some); the sidecar rejects it too
             kind = r.get("type")
-            if kind == "request" and r.get("model_name") == model:
-                requests_of_model.add(r.get("request_id"))
-                yield r
-            elif kind in ("outputs", "abort"):
-                yield r
-            elif kind == "scheduler_stats" and r.get("model_name") == model:
+            if kind in ("outputs", "abort") or (
+                kind in ("request", "scheduler_stats") and r.get("model_name") == model
+            ):
                 yield r
 
 

@@ -225,8 +225,9 @@ def sleep_record(model_name: str, engine: int, sleep: int, level: int) -> dict:
 
 
 def finite(record: dict) -> bool:
-    """Whether every number in the record is finite (the sidecar rejects the
-    rest; checked before sending so the log can name the field)."""
+    """Whether every number in the record is finite. The sidecar would reject
+    the rest; checked before sending so that the loss is logged in vLLM's
+    process and counted among the plugin's drops."""
     stack = [record]
     while stack:
         value = stack.pop()

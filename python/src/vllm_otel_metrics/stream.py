@@ -101,8 +101,9 @@ class Streamer:
         self._dropped_reported = 0
         #: Records handed to a stream (for tests and the benchmark).
         self.sent = 0
+        #: Whether a stream to the sidecar is open (for tests and the benchmark).
+        self.connected = False
         self._stop = threading.Event()
-        self._connected = False
         self._thread = threading.Thread(
             target=self._run, name="vllm-otel-metrics-stream", daemon=True
         )
@@ -180,7 +181,7 @@ class Streamer:
             backoff = BACKOFF_MIN
             stub = services.IngestStub(channel)
             done = threading.Event()
-            self._connected = True
+            self.connected = True
             try:
                 call = stub.Stream.future(self._requests(pb, done), metadata=metadata)
                 call.add_done_callback(lambda _f: done.set())
@@ -202,7 +203,7 @@ class Streamer:
                 if code == grpc.StatusCode.UNAUTHENTICATED:
                     backoff = BACKOFF_MAX
             finally:
-                self._connected = False
+                self.connected = False
                 done.set()
                 channel.close()
             self._stop.wait(backoff)
