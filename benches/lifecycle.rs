@@ -14,9 +14,11 @@
 //!
 //! plus references: `vllm_rust_atomic` (the `prometheus_client` tracker
 //! with vLLM's Rust frontend's lock-free histogram instead of the crate's,
-//! `baseline/atomic_histogram.rs`: the anchor), `otel_sdk_two_readers` and `sdk_floor_two_readers`
-//! (an OTLP `PeriodicReader` besides the bridge's, as with
-//! `--otlp-endpoint`: every measurement is aggregated once per reader),
+//! `baseline/atomic_histogram.rs`: the anchor), `both_sinks` (the shipped
+//! request with the bridge and OTLP on, reading one aggregation as the CLI
+//! registers them), `otel_sdk_two_readers` and `sdk_floor_two_readers`
+//! (an OTLP `PeriodicReader` besides the bridge's, each aggregating on its
+//! own, as a delta OTLP push still does),
 //! `otel_unbound` (the SDK recorded with attributes on every call,
 //! `baseline/otel_unbound_tracker.rs`) and `rules_only` (the lifecycle rules
 //! recording nothing), `otel_sdk_traced` and `otel_sdk_traced_1pct` (the
@@ -27,7 +29,9 @@
 //! Every label set exists before anything is measured. After criterion's
 //! report the bench times the variants itself, interleaved in 51 rounds
 //! (`otel_sdk` and `sdk_floor` back to back in A-B-B-A order in every
-//! round), and prints, last:
+//! round), and prints, next to last,
+//! `sinks: one_reader=… both_sinks=… ns/request ratio=…` (both_sinks ÷
+//! otel_sdk), and last:
 //! `lifecycle: otel_sdk=… sdk_floor=… prometheus_client=… ns/request overhead=… ratio=…`
 //! (overhead = otel_sdk / sdk_floor, ratio = otel_sdk / prometheus_client,
 //! medians of the rounds).
@@ -62,6 +66,7 @@ use timing::{median, ns_per_call};
 use vllm_otel_metrics::catalog::DEFAULT_MAX_MODEL_LEN;
 use vllm_otel_metrics::export::otlp::{self, OtlpOptions, Protocol};
 use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
+use vllm_otel_metrics::export::shared::SharedAggregation;
 use vllm_otel_metrics::instruments::{views, Instruments, InstrumentsConfig, LabelSet, SCOPE_NAME};
 use vllm_otel_metrics::protocol::{
     EngineCoreEvent, EngineCoreOutput, EventType, FinishReason, PrefillStats,
@@ -146,10 +151,22 @@ fn canonical() -> Canonical {
     }
 }
 
+/// Which readers a provider has.
+#[derive(Clone, Copy, PartialEq)]
+enum Readers {
+    /// The bridge's alone (`replay` and `serve` without OTLP).
+    Bridge,
+    /// The bridge's and an OTLP `PeriodicReader`, each aggregating on its
+    /// own (what a delta OTLP push still costs).
+    BridgeAndOtlpApart,
+    /// The bridge and OTLP reading one aggregation, as the CLI registers
+    /// them with cumulative OTLP (`SharedAggregation`).
+    BothSinks,
+}
+
 /// One SDK pipeline as the CLI builds it: the catalog's Views, the
-/// bridge's reader (and an OTLP reader with `two_readers`), the crate's
-/// instruments on its meter, one label set bound for `RequestMetrics` and
-/// the same label set bound for the floor.
+/// [`Readers`], the crate's instruments on its meter, one label set bound
+/// for `RequestMetrics` and the same label set bound for the floor.
 struct Sdk {
     provider: SdkMeterProvider,
     bridge: PrometheusBridge,
@@ -160,13 +177,13 @@ struct Sdk {
 }
 
 impl Sdk {
-    fn new(two_readers: bool, runtime: &tokio::runtime::Runtime) -> Sdk {
+    fn new(readers: Readers, runtime: &tokio::runtime::Runtime) -> Sdk {
         let config = InstrumentsConfig::default();
         let (bridge, reader) = PrometheusBridge::builder().build();
-        let mut builder = SdkMeterProvider::builder()
-            .with_reader(reader)
-            .with_view(views(config));
-        if two_readers {
+        let mut builder = SdkMeterProvider::builder().with_view(views(config));
+        if readers == Readers::Bridge {
+            builder = builder.with_reader(reader);
+        } else {
             // The exporter the CLI builds; its hour-long period means it
             // never exports while the bench runs.
             let push = otlp::build(
@@ -180,7 +197,13 @@ impl Sdk {
                 runtime.handle(),
             )
             .expect("an OTLP exporter");
-            builder = builder.with_reader(push.reader);
+            builder = match readers {
+                Readers::BothSinks => builder.with_reader(
+                    SharedAggregation::try_new(push.reader, reader)
+                        .expect("cumulative OTLP and the bridge share"),
+                ),
+                _ => builder.with_reader(reader).with_reader(push.reader),
+            };
         }
         let provider = builder.build();
         let meter = provider.meter(SCOPE_NAME);
@@ -244,6 +267,7 @@ struct Setup {
     script: floor::Script,
     sdk: Sdk,
     sdk_two_readers: Sdk,
+    sdk_both_sinks: Sdk,
     traced: Traced,
     pc_handles: prometheus_client_tracker::Handles,
     atomic_handles: prometheus_client_tracker::Handles<atomic_histogram::AtomicHistogram>,
@@ -268,8 +292,9 @@ impl Setup {
         let setup = Setup {
             script: floor::Script::of(canonical.params, &canonical.steps),
             canonical,
-            sdk: Sdk::new(false, &runtime),
-            sdk_two_readers: Sdk::new(true, &runtime),
+            sdk: Sdk::new(Readers::Bridge, &runtime),
+            sdk_two_readers: Sdk::new(Readers::BridgeAndOtlpApart, &runtime),
+            sdk_both_sinks: Sdk::new(Readers::BothSinks, &runtime),
             traced: Traced::new(),
             pc_handles: prometheus_client_tracker::Handles::resolve(&pc, &labels),
             atomic_handles: prometheus_client_tracker::Handles::resolve(&atomic, &labels),
@@ -317,6 +342,10 @@ fn otel_sdk_traced_1pct(s: &Setup) {
 
 fn otel_sdk_two_readers(s: &Setup) {
     shipped_request(&s.sdk_two_readers.label_set, &s.canonical);
+}
+
+fn both_sinks(s: &Setup) {
+    shipped_request(&s.sdk_both_sinks.label_set, &s.canonical);
 }
 
 fn sdk_floor(s: &Setup) {
@@ -383,10 +412,14 @@ const VARIANTS: [Variant; 3] = [
 ];
 
 /// Reference points, timed alongside but not part of the summary line.
-const REFERENCES: [Variant; 7] = [
+const REFERENCES: [Variant; 8] = [
     Variant {
         name: "vllm_rust_atomic",
         run: vllm_rust_atomic,
+    },
+    Variant {
+        name: "both_sinks",
+        run: both_sinks,
     },
     Variant {
         name: "otel_sdk_two_readers",
@@ -450,8 +483,8 @@ fn normalized(key: &str) -> String {
 /// what the crate records (same series, same totals).
 fn check_equivalence(runtime: &tokio::runtime::Runtime) {
     let c = canonical();
-    let crate_side = Sdk::new(false, runtime);
-    let floor_side = Sdk::new(false, runtime);
+    let crate_side = Sdk::new(Readers::Bridge, runtime);
+    let floor_side = Sdk::new(Readers::Bridge, runtime);
     let script = floor::Script::of(c.params, &c.steps);
     let pc: prometheus_client_tracker::Metrics =
         prometheus_client_tracker::Metrics::new(DEFAULT_MAX_MODEL_LEN);
@@ -584,6 +617,10 @@ fn main() {
         }
     }
     let medians: Vec<f64> = samples.iter_mut().map(|s| median(s)).collect();
+    let m = |name: &str| {
+        let index = all.iter().position(|v| v.name == name);
+        medians[index.unwrap_or_else(|| panic!("no variant named {name}"))]
+    };
     let (rounds, ops) = if bench_mode { (11, 200_000) } else { (3, 100) };
     let per_observation = per_observation::measure(
         rounds,
@@ -597,26 +634,32 @@ fn main() {
     println!("per-observation: {per_observation} ns/op");
     println!(
         "references: otel_sdk_two_readers={:.1} sdk_floor_two_readers={:.1} otel_unbound={:.1} rules_only={:.1} otel_sdk_traced={:.1} otel_sdk_traced_1pct={:.1} ns/request sdk_calls={}",
-        medians[4],
-        medians[5],
-        medians[6],
-        medians[7],
-        medians[8],
-        medians[9],
+        m("otel_sdk_two_readers"),
+        m("sdk_floor_two_readers"),
+        m("otel_unbound"),
+        m("rules_only"),
+        m("otel_sdk_traced"),
+        m("otel_sdk_traced_1pct"),
         setup.script.len()
     );
     println!(
         "anchor: vllm_rust_atomic={:.1} prometheus_client={:.1} ns/request otel_sdk/vllm_rust_atomic={:.2}",
-        medians[3],
-        medians[2],
-        medians[0] / medians[3]
+        m("vllm_rust_atomic"),
+        m("prometheus_client"),
+        m("otel_sdk") / m("vllm_rust_atomic")
+    );
+    println!(
+        "sinks: one_reader={:.1} both_sinks={:.1} ns/request ratio={:.2}",
+        m("otel_sdk"),
+        m("both_sinks"),
+        m("both_sinks") / m("otel_sdk")
     );
     println!(
         "lifecycle: otel_sdk={:.1} sdk_floor={:.1} prometheus_client={:.1} ns/request overhead={:.2} ratio={:.2}",
-        medians[0],
-        medians[1],
-        medians[2],
-        medians[0] / medians[1],
-        medians[0] / medians[2]
+        m("otel_sdk"),
+        m("sdk_floor"),
+        m("prometheus_client"),
+        m("otel_sdk") / m("sdk_floor"),
+        m("otel_sdk") / m("prometheus_client")
     );
 }

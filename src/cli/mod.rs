@@ -37,6 +37,7 @@ use crate::catalog::{TokenBuckets, DEFAULT_MAX_MODEL_LEN};
 use crate::export::otlp::tls::TlsFiles;
 use crate::export::otlp::{self, Destination, ExportHealth, OtlpOptions, Protocol, Signal};
 use crate::export::prometheus::{http, Format, PrometheusBridge};
+use crate::export::shared::SharedAggregation;
 use crate::instruments::spans::RequestSpans;
 use crate::instruments::{Instruments, NameStyle, DEFAULT_MAX_LABEL_SETS};
 use crate::protocol::{InputLimits, Record};

@@ -70,9 +70,8 @@ impl Pipeline {
             .with_token_buckets(common.token_buckets.into())
             .with_max_label_sets(common.max_label_sets)
             .with_name_style(common.otlp.name_style());
-        if bridge_read || common.metrics_addr.0.is_some() {
-            builder = builder.with_reader(bridge_reader);
-        }
+        let mut bridge_reader =
+            (bridge_read || common.metrics_addr.0.is_some()).then_some(bridge_reader);
         let resource = otlp::resource();
         builder = builder.with_resource(resource.clone());
         let mut report = None;
@@ -88,11 +87,26 @@ impl Pipeline {
                     .map(|i| format!(" every {} ms", i.as_millis()))
                     .unwrap_or_default()
             ));
-            builder = builder.with_reader(push.reader);
+            // Cumulative push and the bridge read one aggregation; a delta
+            // push needs one of its own (the SDK resets it at every export).
+            builder = match bridge_reader.take() {
+                Some(bridge_reader) => {
+                    match SharedAggregation::try_new(push.reader, bridge_reader) {
+                        Ok(shared) => builder.with_reader(shared),
+                        Err((push_reader, bridge_reader)) => {
+                            builder.with_reader(bridge_reader).with_reader(push_reader)
+                        }
+                    }
+                }
+                None => builder.with_reader(push.reader),
+            };
             report = Some(OtlpReport {
                 destination: push.destination,
                 health: push.health,
             });
+        }
+        if let Some(bridge_reader) = bridge_reader {
+            builder = builder.with_reader(bridge_reader);
         }
         let instruments = builder.build();
         let mut traces = None;

@@ -2,3 +2,4 @@
 
 pub mod otlp;
 pub mod prometheus;
+pub mod shared;
