@@ -14,7 +14,9 @@
 //! (ratios against `prometheus_client`, medians of interleaved rounds;
 //! `gather_us` is the SDK collect and `opentelemetry-prometheus`'s
 //! families alone, `gather_share` its part of a text scrape, `sdk_collect_us`
-//! the SDK's collect alone, through a second `ManualReader`).
+//! the SDK's collect alone, through a second `ManualReader`), and last, for
+//! the largest size, `scrape: label_sets=1000 ours=… prometheus_client=… ms ratio=…`
+//! (the text scrape against `prometheus-client`'s).
 //! Run: `cargo bench --bench exposition`.
 
 #[path = "common/timing.rs"]
@@ -202,6 +204,18 @@ fn time_us(state: &State, encode: Encoder, calls: u32) -> f64 {
 
 fn main() {
     let bench_mode = std::env::args().any(|a| a == "--bench");
+    // `EXPOSITION_PROFILE=<encoder>`: five scrapes of that encoder at 1,000
+    // label sets and nothing else, for a profiler (`valgrind
+    // --tool=callgrind` counts instructions, whatever else the machine does).
+    if let Ok(name) = std::env::var("EXPOSITION_PROFILE") {
+        let (_, encode) = ENCODERS
+            .iter()
+            .find(|(n, _)| *n == name)
+            .unwrap_or_else(|| panic!("EXPOSITION_PROFILE: no encoder named {name}"));
+        let state = populate(SIZES[SIZES.len() - 1]);
+        time_us(&state, *encode, 5);
+        return;
+    }
     let states: Vec<(u32, State)> = SIZES.iter().map(|&n| (n, populate(n))).collect();
     let mut criterion = Criterion::default().configure_from_args();
     for (label_sets, state) in &states {
@@ -220,6 +234,7 @@ fn main() {
     criterion.final_summary();
 
     let rounds = if bench_mode { 11 } else { 1 };
+    let mut scrape = None;
     for (label_sets, state) in &states {
         let calls = if bench_mode {
             (2_000 / label_sets).max(3)
@@ -241,6 +256,15 @@ fn main() {
             text / baseline,
             openmetrics / baseline,
             gather / text
+        );
+        scrape = Some((label_sets, text, baseline));
+    }
+    if let Some((label_sets, ours, baseline)) = scrape {
+        println!(
+            "scrape: label_sets={label_sets} ours={:.1} prometheus_client={:.1} ms ratio={:.2}",
+            ours / 1e3,
+            baseline / 1e3,
+            ours / baseline
         );
     }
 }

@@ -63,30 +63,47 @@ impl Format {
 /// assert_eq!(format_float(f64::INFINITY), "+Inf");
 /// ```
 pub fn format_float(value: f64) -> String {
+    let mut out = String::new();
+    push_float(&mut out, value);
+    out
+}
+
+/// Appends `value` as [`format_float`] writes it, without an allocation.
+fn push_float(out: &mut String, value: f64) {
     if value.is_nan() {
-        "NaN".to_owned()
+        out.push_str("NaN");
     } else if value == f64::INFINITY {
-        "+Inf".to_owned()
+        out.push_str("+Inf");
     } else if value == f64::NEG_INFINITY {
-        "-Inf".to_owned()
+        out.push_str("-Inf");
     } else {
-        dtoa::Buffer::new().format(value).to_owned()
+        out.push_str(dtoa::Buffer::new().format(value));
     }
 }
 
-fn format_value(value: f64, value_type: ValueType) -> String {
+fn push_count(out: &mut String, count: u64) {
+    out.push_str(itoa::Buffer::new().format(count));
+}
+
+/// Appends a sample value: integer-valued families without a decimal point.
+fn push_value(out: &mut String, value: f64, value_type: ValueType) {
     // Snapshot values are floats; counts below 2^53 are exact in them.
     if value_type == ValueType::Integer
         && value.fract() == 0.0
         && value.abs() < 9.007_199_254_740_992e15
     {
-        format!("{}", value as i64)
+        out.push_str(itoa::Buffer::new().format(value as i64));
     } else {
-        format_float(value)
+        push_float(out, value);
     }
 }
 
-fn escape_label_value(value: &str, out: &mut String) {
+/// Appends a label value with the exposition's escapes (`\\`, `\"`, `\n`).
+fn push_label_value(out: &mut String, value: &str) {
+    if !value.bytes().any(|b| matches!(b, b'\\' | b'"' | b'\n')) {
+        out.push_str(value);
+        return;
+    }
     for c in value.chars() {
         match c {
             '\\' => out.push_str("\\\\"),
@@ -94,6 +111,29 @@ fn escape_label_value(value: &str, out: &mut String) {
             '\n' => out.push_str("\\n"),
             c => out.push(c),
         }
+    }
+}
+
+/// A series' label pairs as the exposition writes them between the braces
+/// (`model_name="m",engine="0"`), rendered once for all of its lines.
+#[derive(Debug, Default)]
+pub(super) struct LabelBlock(String);
+
+impl LabelBlock {
+    /// Starts the block of the next series.
+    pub(super) fn clear(&mut self) {
+        self.0.clear();
+    }
+
+    /// Appends one pair.
+    pub(super) fn push(&mut self, name: &str, value: &str) {
+        if !self.0.is_empty() {
+            self.0.push(',');
+        }
+        self.0.push_str(name);
+        self.0.push_str("=\"");
+        push_label_value(&mut self.0, value);
+        self.0.push('"');
     }
 }
 
@@ -110,81 +150,148 @@ fn escape_help(help: &str, format: Format) -> String {
     out
 }
 
-fn write_labels(out: &mut String, labels: &[(String, String)], le: Option<&str>) {
-    if labels.is_empty() && le.is_none() {
-        return;
-    }
-    out.push('{');
-    let extra = le.map(|le| ("le", le));
-    for (i, (name, value)) in labels
-        .iter()
-        .map(|(n, v)| (n.as_str(), v.as_str()))
-        .chain(extra)
-        .enumerate()
-    {
-        if i > 0 {
-            out.push(',');
-        }
-        out.push_str(name);
-        out.push_str("=\"");
-        escape_label_value(value, out);
-        out.push('"');
-    }
-    out.push('}');
+/// Writes a family's `# HELP` and `# TYPE` lines.
+pub(super) fn write_header(out: &mut String, name: &str, help: &str, kind: Kind, format: Format) {
+    // Text 0.0.4 names a counter's metadata by its sample name; OpenMetrics by its family.
+    let total = if format == Format::Text && kind == Kind::Counter {
+        "_total"
+    } else {
+        ""
+    };
+    let _ = writeln!(out, "# HELP {name}{total} {}", escape_help(help, format));
+    let _ = writeln!(out, "# TYPE {name}{total} {}", kind.prometheus_type());
 }
 
-fn write_sample(
-    out: &mut String,
-    name: &str,
-    suffix: &str,
-    labels: &[(String, String)],
-    le: Option<&str>,
-    value: &str,
-) {
+/// Starts a sample line: `name` `suffix` `{labels` (the brace left open
+/// for an `le`), or `name` `suffix` alone.
+fn start_sample(out: &mut String, name: &str, suffix: &str, labels: &LabelBlock, le: Option<&str>) {
     out.push_str(name);
     out.push_str(suffix);
-    write_labels(out, labels, le);
+    match (labels.0.is_empty(), le) {
+        (true, None) => {}
+        (true, Some(le)) => {
+            out.push_str("{le=\"");
+            out.push_str(le);
+            out.push_str("\"}");
+        }
+        (false, None) => {
+            out.push('{');
+            out.push_str(&labels.0);
+            out.push('}');
+        }
+        (false, Some(le)) => {
+            out.push('{');
+            out.push_str(&labels.0);
+            out.push_str(",le=\"");
+            out.push_str(le);
+            out.push_str("\"}");
+        }
+    }
     out.push(' ');
-    out.push_str(value);
+}
+
+/// Writes a counter's or gauge's sample.
+pub(super) fn write_scalar(
+    out: &mut String,
+    name: &str,
+    kind: Kind,
+    labels: &LabelBlock,
+    value: f64,
+    value_type: ValueType,
+) {
+    let suffix = if kind == Kind::Counter { "_total" } else { "" };
+    start_sample(out, name, suffix, labels, None);
+    push_value(out, value, value_type);
     out.push('\n');
+}
+
+/// Writes a histogram's samples: a bucket line per finite bound (`les`, in
+/// order, with `cumulative` counts), `+Inf`, `_sum` and `_count`.
+pub(super) fn write_histogram(
+    out: &mut String,
+    name: &str,
+    labels: &LabelBlock,
+    les: &[String],
+    cumulative: impl Iterator<Item = u64>,
+    sum: f64,
+    count: u64,
+) {
+    for (le, cumulative) in les.iter().zip(cumulative) {
+        start_sample(out, name, "_bucket", labels, Some(le));
+        push_count(out, cumulative);
+        out.push('\n');
+    }
+    start_sample(out, name, "_bucket", labels, Some("+Inf"));
+    push_count(out, count);
+    out.push('\n');
+    start_sample(out, name, "_sum", labels, None);
+    push_float(out, sum);
+    out.push('\n');
+    start_sample(out, name, "_count", labels, None);
+    push_count(out, count);
+    out.push('\n');
+}
+
+/// Ends the exposition (`# EOF` in OpenMetrics).
+pub(super) fn write_end(out: &mut String, format: Format) {
+    if format == Format::OpenMetrics {
+        out.push_str("# EOF\n");
+    }
 }
 
 /// The `le` strings of a histogram family's bounds, formatted once for all
 /// its series (every series of a family has the same bounds).
-#[derive(Default)]
-struct LeCache {
+#[derive(Debug, Default)]
+pub(super) struct LeCache {
     bounds: Vec<f64>,
     les: Vec<String>,
 }
 
 impl LeCache {
-    fn les(&mut self, buckets: &[(f64, u64)]) -> &[String] {
-        let same = self.bounds.len() == buckets.len()
-            && self.bounds.iter().zip(buckets).all(|(a, (b, _))| a == b);
+    /// The `le` strings of `bounds`, formatted again only when they differ
+    /// from the previous series'.
+    pub(super) fn les(&mut self, bounds: impl ExactSizeIterator<Item = f64> + Clone) -> &[String] {
+        let same = self.bounds.len() == bounds.len()
+            && self.bounds.iter().zip(bounds.clone()).all(|(a, b)| *a == b);
         if !same {
-            self.bounds = buckets.iter().map(|(upper, _)| *upper).collect();
+            self.bounds.clear();
+            self.bounds.extend(bounds);
             self.les = self.bounds.iter().map(|b| format_float(*b)).collect();
         }
         &self.les
     }
 }
 
-fn write_series(out: &mut String, family: &Family, series: &Series, les: &mut LeCache) {
-    let name = family.name.as_ref();
+/// Writes one family of the data model.
+pub(super) fn write_family(out: &mut String, family: &Family, format: Format) {
+    write_header(out, &family.name, &family.help, family.kind, format);
+    let mut les = LeCache::default();
+    let mut labels = LabelBlock::default();
+    for series in &family.series {
+        write_series(out, family, series, &mut labels, &mut les);
+    }
+}
+
+fn write_series(
+    out: &mut String,
+    family: &Family,
+    series: &Series,
+    labels: &mut LabelBlock,
+    les: &mut LeCache,
+) {
+    labels.clear();
+    for (name, value) in &series.labels {
+        labels.push(name, value);
+    }
     match &series.value {
         Value::Scalar(v) => {
-            let suffix = if family.kind == Kind::Counter {
-                "_total"
-            } else {
-                ""
-            };
-            write_sample(
+            write_scalar(
                 out,
-                name,
-                suffix,
-                &series.labels,
-                None,
-                &format_value(*v, family.value_type),
+                &family.name,
+                family.kind,
+                labels,
+                *v,
+                family.value_type,
             );
         }
         Value::Histogram {
@@ -192,32 +299,15 @@ fn write_series(out: &mut String, family: &Family, series: &Series, les: &mut Le
             sum,
             count,
         } => {
-            for ((_, cumulative), le) in buckets.iter().zip(les.les(buckets)) {
-                write_sample(
-                    out,
-                    name,
-                    "_bucket",
-                    &series.labels,
-                    Some(le),
-                    &cumulative.to_string(),
-                );
-            }
-            write_sample(
+            let les = les.les(buckets.iter().map(|(upper, _)| *upper));
+            write_histogram(
                 out,
-                name,
-                "_bucket",
-                &series.labels,
-                Some("+Inf"),
-                &count.to_string(),
-            );
-            write_sample(out, name, "_sum", &series.labels, None, &format_float(*sum));
-            write_sample(
-                out,
-                name,
-                "_count",
-                &series.labels,
-                None,
-                &count.to_string(),
+                &family.name,
+                labels,
+                les,
+                buckets.iter().map(|(_, cumulative)| *cumulative),
+                *sum,
+                *count,
             );
         }
     }
@@ -248,24 +338,8 @@ fn write_series(out: &mut String, family: &Family, series: &Series, les: &mut Le
 pub fn encode(families: &[Family], format: Format) -> String {
     let mut out = String::new();
     for family in families {
-        // Text 0.0.4 names a counter's metadata by its sample name; OpenMetrics by its family.
-        let meta_name = match (format, family.kind) {
-            (Format::Text, Kind::Counter) => format!("{}_total", family.name),
-            _ => family.name.to_string(),
-        };
-        let _ = writeln!(
-            out,
-            "# HELP {meta_name} {}",
-            escape_help(&family.help, format)
-        );
-        let _ = writeln!(out, "# TYPE {meta_name} {}", family.kind.prometheus_type());
-        let mut les = LeCache::default();
-        for series in &family.series {
-            write_series(&mut out, family, series, &mut les);
-        }
+        write_family(&mut out, family, format);
     }
-    if format == Format::OpenMetrics {
-        out.push_str("# EOF\n");
-    }
+    write_end(&mut out, format);
     out
 }

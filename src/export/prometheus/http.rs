@@ -95,11 +95,12 @@ impl Shared {
         let bridge = self.bridge.clone();
         let process_metrics = self.config.process_metrics;
         let body = tokio::task::spawn_blocking(move || {
-            let mut families = bridge.snapshot();
-            if process_metrics {
-                families.extend(process::families());
-            }
-            Bytes::from(super::encode(&families, format))
+            let process = if process_metrics {
+                process::families()
+            } else {
+                Vec::new()
+            };
+            Bytes::from(bridge.encode_with(format, &process))
         })
         .await
         .unwrap_or_default();

@@ -24,19 +24,23 @@
 
 mod encode;
 pub mod http;
+mod layout;
 mod process;
 mod snapshot;
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use opentelemetry_prometheus::PrometheusExporter;
-use prometheus::proto::{MetricFamily, MetricType};
+use prometheus::proto::{LabelPair, Metric, MetricFamily, MetricType};
 
 use crate::catalog::{self, Kind, MetricDef, ValueType};
 use crate::instruments::OVERFLOW_ATTRIBUTE;
 pub use encode::{encode, format_float, Format};
+use encode::{LabelBlock, LeCache};
+use layout::Layout;
 pub use snapshot::{Family, Series, Value};
 
 /// Configures a [`PrometheusBridge`].
@@ -82,6 +86,8 @@ impl PrometheusBridgeBuilder {
             PrometheusBridge {
                 registry,
                 by_gathered_name: Arc::new(by_gathered_name),
+                overflow_label: Arc::from(metric_name(OVERFLOW_ATTRIBUTE)),
+                last_len: Arc::new(AtomicUsize::new(0)),
             },
             exporter,
         )
@@ -102,11 +108,6 @@ fn metric_name(name: &str) -> String {
         .collect()
 }
 
-/// The overflow attribute as the exporter writes it as a label name.
-fn overflow_label() -> String {
-    metric_name(OVERFLOW_ATTRIBUTE)
-}
-
 /// Reads the SDK state through `opentelemetry-prometheus` and renders it with
 /// vLLM's names. Cloning shares the same registry.
 #[derive(Clone)]
@@ -114,6 +115,11 @@ pub struct PrometheusBridge {
     registry: prometheus::Registry,
     /// Catalog position of each family, by its gathered name.
     by_gathered_name: Arc<HashMap<String, usize>>,
+    /// The overflow attribute as the exporter writes it as a label name.
+    overflow_label: Arc<str>,
+    /// The length of the latest exposition: the next one's buffer is
+    /// reserved whole, not grown as it is written.
+    last_len: Arc<AtomicUsize>,
 }
 
 impl std::fmt::Debug for PrometheusBridge {
@@ -132,28 +138,8 @@ fn catalog_family(def: &'static MetricDef) -> Family {
     }
 }
 
-/// The series' labels: the overflow label first (it stands for `model_name`
-/// and `engine`), then the catalog's labels in catalog order, then any
-/// others by name.
-fn ordered_labels(metric: &prometheus::proto::Metric, order: &[&str]) -> Vec<(String, String)> {
-    let overflow = overflow_label();
-    let mut labels: Vec<(String, String)> = metric
-        .get_label()
-        .iter()
-        .map(|l| (l.name().to_owned(), l.value().to_owned()))
-        .collect();
-    labels.sort_by_cached_key(|(name, _)| {
-        let rank = if *name == overflow {
-            0
-        } else {
-            1 + order.iter().position(|o| o == name).unwrap_or(order.len())
-        };
-        (rank, name.clone())
-    });
-    labels
-}
-
-fn series_value(family: &MetricFamily, metric: &prometheus::proto::Metric) -> Value {
+/// The value of a gathered series, as the data model holds it.
+fn series_value(family: &MetricFamily, metric: &Metric) -> Value {
     match family.get_field_type() {
         MetricType::COUNTER => Value::Scalar(metric.get_counter().get_value()),
         MetricType::HISTOGRAM => {
@@ -172,7 +158,8 @@ fn series_value(family: &MetricFamily, metric: &prometheus::proto::Metric) -> Va
     }
 }
 
-/// A gathered family from outside the catalog (`target_info`, or a host's own).
+/// A gathered family from outside the catalog (`target_info`, or a host's
+/// own), without its series.
 fn other_family(gathered: &MetricFamily) -> Family {
     let kind = match gathered.get_field_type() {
         MetricType::COUNTER => Kind::Counter,
@@ -193,40 +180,88 @@ fn other_family(gathered: &MetricFamily) -> Family {
     }
 }
 
+/// What one scrape gathered, in exposition order: every catalog family
+/// (gathered or not), then the gathered families outside the catalog.
+struct Gathered {
+    families: Vec<MetricFamily>,
+    /// Per catalog family, in catalog order: its gathered family, if any.
+    by_catalog: Vec<Option<usize>>,
+    /// The gathered families outside the catalog, in gathered order.
+    others: Vec<usize>,
+}
+
+/// One family of the exposition: its metadata and, when it was gathered,
+/// the layout of its series.
+struct Laid<'g> {
+    meta: Family,
+    layout: Option<Layout<'g>>,
+}
+
+impl Gathered {
+    fn families<'g>(&'g self, overflow_label: &'g str) -> impl Iterator<Item = Laid<'g>> + 'g {
+        let defs = catalog::all();
+        let catalog = defs.zip(&self.by_catalog).map(move |(def, gathered)| Laid {
+            meta: catalog_family(def),
+            layout: gathered.map(|i| Layout::new(&self.families[i], overflow_label, def.labels)),
+        });
+        let others = self.others.iter().map(move |&i| {
+            let family = &self.families[i];
+            Laid {
+                meta: other_family(family),
+                layout: Some(Layout::new(family, overflow_label, &[])),
+            }
+        });
+        catalog.chain(others)
+    }
+}
+
 impl PrometheusBridge {
     /// A builder with the defaults (no `target_info`).
     pub fn builder() -> PrometheusBridgeBuilder {
         PrometheusBridgeBuilder::default()
     }
 
+    /// Gathers the registry (the SDK's collect and `opentelemetry-prometheus`'s
+    /// families) and places each family in the exposition.
+    fn gather(&self) -> Gathered {
+        let families = self.registry.gather();
+        let mut by_catalog = vec![None; catalog::all().count()];
+        let mut others = Vec::new();
+        for (i, gathered) in families.iter().enumerate() {
+            match self.by_gathered_name.get(gathered.name()) {
+                Some(&index) => by_catalog[index] = Some(i),
+                None => others.push(i),
+            }
+        }
+        Gathered {
+            families,
+            by_catalog,
+            others,
+        }
+    }
+
     /// Collects the current state: every catalog family in catalog order
     /// (with or without series), then any family from outside the catalog
     /// (`target_info` when enabled).
     pub fn snapshot(&self) -> Vec<Family> {
-        let defs: Vec<&'static MetricDef> = catalog::all().collect();
-        let mut families: Vec<Family> = defs.iter().map(|def| catalog_family(def)).collect();
-        let mut others: Vec<Family> = Vec::new();
-        for gathered in self.registry.gather() {
-            let index = self.by_gathered_name.get(gathered.name()).copied();
-            let (family, order) = match index {
-                Some(index) => (&mut families[index], defs[index].labels),
-                None => {
-                    others.push(other_family(&gathered));
-                    (others.last_mut().expect("just pushed"), &[][..])
+        let gathered = self.gather();
+        gathered
+            .families(&self.overflow_label)
+            .map(|Laid { mut meta, layout }| {
+                if let Some(layout) = layout {
+                    meta.series = layout
+                        .series()
+                        .map(|(metric, labels)| Series {
+                            labels: labels
+                                .map(|l| (l.name().to_owned(), l.value().to_owned()))
+                                .collect(),
+                            value: series_value(layout.family(), metric),
+                        })
+                        .collect();
                 }
-            };
-            for metric in gathered.get_metric() {
-                family.series.push(Series {
-                    labels: ordered_labels(metric, order),
-                    value: series_value(&gathered, metric),
-                });
-            }
-        }
-        families.append(&mut others);
-        for family in &mut families {
-            snapshot::sort_series(&mut family.series);
-        }
-        families
+                meta
+            })
+            .collect()
     }
 
     /// The `prometheus::Registry` the bridge's reader collects into. A host
@@ -237,7 +272,84 @@ impl PrometheusBridge {
 
     /// The current exposition in `format`.
     pub fn encode(&self, format: Format) -> String {
-        encode(&self.snapshot(), format)
+        self.encode_with(format, &[])
+    }
+
+    /// The current exposition in `format`, with `extra` families (a host's,
+    /// or the process families) after the bridge's.
+    ///
+    /// The bridge's series are written straight from the gathered families
+    /// into one buffer, reserved at the previous exposition's length: each
+    /// series' labels are rendered once for all of its lines, a histogram
+    /// family's `le` strings once for all of its series.
+    pub fn encode_with(&self, format: Format, extra: &[Family]) -> String {
+        let gathered = self.gather();
+        let last_len = self.last_len.load(Ordering::Relaxed);
+        let mut out = String::with_capacity(last_len + last_len / 16);
+        let mut labels = LabelBlock::default();
+        let mut les = LeCache::default();
+        for Laid { meta, layout } in gathered.families(&self.overflow_label) {
+            encode::write_header(&mut out, &meta.name, &meta.help, meta.kind, format);
+            if let Some(layout) = layout {
+                write_gathered(&mut out, &meta, &layout, &mut labels, &mut les);
+            }
+        }
+        for family in extra {
+            encode::write_family(&mut out, family, format);
+        }
+        encode::write_end(&mut out, format);
+        self.last_len.store(out.len(), Ordering::Relaxed);
+        out
+    }
+}
+
+/// Writes a gathered family's series under `meta`'s name.
+fn write_gathered(
+    out: &mut String,
+    meta: &Family,
+    layout: &Layout<'_>,
+    labels: &mut LabelBlock,
+    les: &mut LeCache,
+) {
+    let field_type = layout.family().get_field_type();
+    for (metric, pairs) in layout.series() {
+        labels.clear();
+        for pair in pairs {
+            let pair: &LabelPair = pair;
+            labels.push(pair.name(), pair.value());
+        }
+        match field_type {
+            MetricType::HISTOGRAM => {
+                let h = metric.get_histogram();
+                let buckets = h.get_bucket();
+                let les = les.les(buckets.iter().map(|b| b.upper_bound()));
+                encode::write_histogram(
+                    out,
+                    &meta.name,
+                    labels,
+                    les,
+                    buckets.iter().map(|b| b.cumulative_count()),
+                    h.get_sample_sum(),
+                    h.get_sample_count(),
+                );
+            }
+            MetricType::COUNTER => encode::write_scalar(
+                out,
+                &meta.name,
+                meta.kind,
+                labels,
+                metric.get_counter().get_value(),
+                meta.value_type,
+            ),
+            _ => encode::write_scalar(
+                out,
+                &meta.name,
+                meta.kind,
+                labels,
+                metric.get_gauge().get_value(),
+                meta.value_type,
+            ),
+        }
     }
 }
 
@@ -270,6 +382,36 @@ mod tests {
             " Target metadata\n# TYPE target_info gauge\ntarget_info{service_instance_id=\"i-1\",service_name=\"svc\"} 1.0\n",
         );
         assert_eq!(catalog_part, without.encode(Format::Text));
+    }
+
+    /// The scrape writes the gathered series directly; the data model's
+    /// encoder writes the snapshot. Both must give the same text, for every
+    /// kind of family, the overflow series, `target_info`, escapes and
+    /// engines past 9 included.
+    #[test]
+    fn the_direct_scrape_writes_what_the_snapshot_encodes() {
+        use crate::tracker::{RequestMetrics, RequestParams};
+        let (bridge, reader) = PrometheusBridge::builder().with_target_info(true).build();
+        let instruments = Instruments::builder()
+            .with_max_label_sets(3)
+            .with_reader(reader)
+            .build();
+        let params = RequestParams {
+            arrival_time: 100.0,
+            prompt_len: 16,
+            max_tokens: Some(8),
+            n: 1,
+        };
+        for (model, engine) in [("m\"1\\\n", 10), ("m", 9), ("m", 0), ("z", 2), ("a", 1)] {
+            let mut request = RequestMetrics::start(&instruments, model, engine, params);
+            request.finish(101.25, crate::protocol::FinishReason::Stop);
+        }
+        for format in [Format::Text, Format::OpenMetrics] {
+            let direct = bridge.encode(format);
+            assert!(direct.contains("otel_metric_overflow=\"true\""), "{direct}");
+            assert!(direct.contains("model_name=\"m\\\"1\\\\\\n\""), "{direct}");
+            assert_eq!(direct, encode(&bridge.snapshot(), format));
+        }
     }
 
     #[test]

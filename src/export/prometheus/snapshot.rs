@@ -3,7 +3,6 @@
 //! The data model the encoders write; it knows nothing of wire formats.
 
 use std::borrow::Cow;
-use std::cmp::Ordering;
 
 use crate::catalog::{Kind, ValueType};
 
@@ -45,24 +44,4 @@ pub enum Value {
         /// Number of observations.
         count: u64,
     },
-}
-
-/// Orders label values numerically where both are integers (`engine="10"` after `"9"`).
-fn compare_label_values(a: &str, b: &str) -> Ordering {
-    match (a.parse::<u64>(), b.parse::<u64>()) {
-        (Ok(x), Ok(y)) => x.cmp(&y),
-        _ => a.cmp(b),
-    }
-}
-
-/// Sorts series by their label values, in label order.
-pub(crate) fn sort_series(series: &mut [Series]) {
-    series.sort_by(|a, b| {
-        a.labels
-            .iter()
-            .zip(&b.labels)
-            .map(|((_, x), (_, y))| compare_label_values(x, y))
-            .find(|o| o.is_ne())
-            .unwrap_or_else(|| a.labels.len().cmp(&b.labels.len()))
-    });
 }

@@ -1,0 +1,207 @@
+//! Where the gathered series go in the exposition: each family's series in
+//! exposition order, each series' labels in exposition order.
+//!
+//! `opentelemetry-prometheus` writes a series' labels sorted by name and the
+//! registry sorts a family's series by those label values as strings; vLLM
+//! writes its labels in declaration order (`model_name`, `engine`, …) and
+//! its series by their values in that order, engine numbers as numbers
+//! (`engine="10"` after `"9"`). A [`Layout`] holds that order as indices
+//! into the gathered family, so the series are read in place: one layout
+//! per family, no allocation per series. The snapshot and the direct
+//! encoder both read the series through it.
+
+use std::cmp::Ordering;
+
+use prometheus::proto::{LabelPair, Metric, MetricFamily};
+
+/// Orders label values numerically where both are integers (`engine="10"` after `"9"`).
+pub(super) fn compare_label_values(a: &str, b: &str) -> Ordering {
+    let digits = |s: &str| !s.is_empty() && s.len() <= 19 && s.bytes().all(|c| c.is_ascii_digit());
+    if digits(a) && digits(b) {
+        // Below 10^19 both fit a u64.
+        let value = |s: &str| s.bytes().fold(0u64, |n, c| n * 10 + u64::from(c - b'0'));
+        value(a).cmp(&value(b))
+    } else {
+        a.cmp(b)
+    }
+}
+
+/// One gathered family's series and labels in exposition order.
+#[derive(Debug)]
+pub(super) struct Layout<'g> {
+    family: &'g MetricFamily,
+    /// Per series in exposition order: its index in the family and where its
+    /// label order starts in `label_order`.
+    series: Vec<(u32, u32)>,
+    /// Every series' label indices in exposition order, one run per series
+    /// (as long as the series' label list).
+    label_order: Vec<u8>,
+}
+
+impl<'g> Layout<'g> {
+    /// Lays `family` out with its labels in exposition order: `first` (the
+    /// overflow label) before all, then `order` (the catalog's), then any
+    /// other by name.
+    pub(super) fn new(family: &'g MetricFamily, first: &str, order: &[&str]) -> Layout<'g> {
+        let metrics = family.get_metric();
+        let mut label_order = Vec::with_capacity(metrics.len() * order.len().max(1));
+        let mut series = Vec::with_capacity(metrics.len());
+        // The previous series' label names and their order: most series of
+        // a family share them, so the order is computed once per change.
+        let mut previous: Option<(&[LabelPair], u32)> = None;
+        for (index, metric) in metrics.iter().enumerate() {
+            let labels = metric.get_label();
+            let start = label_order.len() as u32;
+            match previous {
+                Some((names, at)) if same_names(names, labels) => {
+                    let at = at as usize;
+                    label_order.extend_from_within(at..at + labels.len());
+                }
+                _ => {
+                    push_label_order(&mut label_order, labels, first, order);
+                    previous = Some((labels, start));
+                }
+            }
+            series.push((index as u32, start));
+        }
+        let mut layout = Layout {
+            family,
+            series,
+            label_order,
+        };
+        layout.sort();
+        layout
+    }
+
+    /// The gathered family.
+    pub(super) fn family(&self) -> &'g MetricFamily {
+        self.family
+    }
+
+    /// The series in exposition order, with their labels in exposition order.
+    pub(super) fn series(
+        &self,
+    ) -> impl Iterator<Item = (&'g Metric, impl Iterator<Item = &'g LabelPair> + '_)> + '_ {
+        let metrics = self.family.get_metric();
+        self.series.iter().map(move |&(index, start)| {
+            let metric = &metrics[index as usize];
+            (metric, self.labels_of(metric, start))
+        })
+    }
+
+    fn labels_of(
+        &self,
+        metric: &'g Metric,
+        start: u32,
+    ) -> impl Iterator<Item = &'g LabelPair> + '_ {
+        let labels = metric.get_label();
+        let start = start as usize;
+        self.label_order[start..start + labels.len()]
+            .iter()
+            .map(move |&i| &labels[usize::from(i)])
+    }
+
+    /// Sorts the series by their label values in exposition order, then by
+    /// their number of labels.
+    fn sort(&mut self) {
+        let metrics = self.family.get_metric();
+        let mut series = std::mem::take(&mut self.series);
+        series.sort_by(|&(a, a_start), &(b, b_start)| {
+            let (a, b) = (&metrics[a as usize], &metrics[b as usize]);
+            self.labels_of(a, a_start)
+                .zip(self.labels_of(b, b_start))
+                .map(|(x, y)| compare_label_values(x.value(), y.value()))
+                .find(|o| o.is_ne())
+                .unwrap_or_else(|| a.get_label().len().cmp(&b.get_label().len()))
+        });
+        self.series = series;
+    }
+}
+
+fn same_names(a: &[LabelPair], b: &[LabelPair]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.name() == y.name())
+}
+
+/// Appends the exposition order of `labels`: by rank, then by name.
+fn push_label_order(out: &mut Vec<u8>, labels: &[LabelPair], first: &str, order: &[&str]) {
+    let rank = |label: &LabelPair| {
+        let name = label.name();
+        if name == first {
+            0
+        } else {
+            1 + order.iter().position(|o| *o == name).unwrap_or(order.len())
+        }
+    };
+    let start = out.len();
+    // A label list longer than u8 indices reach is cut there; no family
+    // of the catalog comes near (its widest has 16 labels).
+    out.extend((0..labels.len().min(usize::from(u8::MAX) + 1)).map(|i| i as u8));
+    out[start..].sort_by(|&a, &b| {
+        let (a, b) = (&labels[usize::from(a)], &labels[usize::from(b)]);
+        rank(a).cmp(&rank(b)).then_with(|| a.name().cmp(b.name()))
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn metric(labels: &[(&str, &str)]) -> Metric {
+        let mut metric = Metric::default();
+        metric.set_label(
+            labels
+                .iter()
+                .map(|(name, value)| {
+                    let mut pair = LabelPair::default();
+                    pair.set_name((*name).to_owned());
+                    pair.set_value((*value).to_owned());
+                    pair
+                })
+                .collect(),
+        );
+        metric
+    }
+
+    #[test]
+    fn series_follow_the_catalog_label_order_and_engines_sort_as_numbers() {
+        let mut family = MetricFamily::default();
+        family.set_metric(vec![
+            metric(&[("engine", "10"), ("model_name", "a")]),
+            metric(&[("engine", "9"), ("model_name", "a")]),
+            metric(&[("engine", "0"), ("model_name", "b")]),
+            metric(&[("otel_metric_overflow", "true")]),
+            metric(&[("engine", "1"), ("extra", "x"), ("model_name", "a")]),
+        ]);
+        let layout = Layout::new(&family, "otel_metric_overflow", &["model_name", "engine"]);
+        let rendered: Vec<String> = layout
+            .series()
+            .map(|(_, labels)| {
+                labels
+                    .map(|l| format!("{}={}", l.name(), l.value()))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .collect();
+        assert_eq!(
+            rendered,
+            [
+                "model_name=a,engine=1,extra=x",
+                "model_name=a,engine=9",
+                "model_name=a,engine=10",
+                "model_name=b,engine=0",
+                "otel_metric_overflow=true",
+            ]
+        );
+    }
+
+    #[test]
+    fn label_values_compare_as_numbers_only_when_both_are() {
+        assert_eq!(compare_label_values("9", "10"), Ordering::Less);
+        assert_eq!(compare_label_values("b", "10"), Ordering::Greater);
+        assert_eq!(compare_label_values("", "0"), Ordering::Less);
+        assert_eq!(
+            compare_label_values("18446744073709551615", "9"),
+            Ordering::Less
+        );
+    }
+}
