@@ -29,7 +29,8 @@
 //! Every label set exists before anything is measured. After criterion's
 //! report the bench times the variants itself, interleaved in 51 rounds
 //! (`otel_sdk` and `sdk_floor` back to back in A-B-B-A order in every
-//! round), and prints, next to last,
+//! round, then `otel_sdk` and `both_sinks` the same way), and prints, next
+//! to last,
 //! `sinks: one_reader=… both_sinks=… ns/request ratio=…` (both_sinks ÷
 //! otel_sdk), and last:
 //! `lifecycle: otel_sdk=… sdk_floor=… prometheus_client=… ns/request overhead=… ratio=…`
@@ -596,31 +597,43 @@ fn main() {
 
     // Our own timing, in rounds. Each round times the two variants of the
     // overhead back to back in A-B-B-A order, so that both see the same
-    // machine state and a drift within the round cancels out; then every
-    // other variant, in an order rotating per round.
+    // machine state and a drift within the round cancels out, then the two
+    // of the sinks line the same way; then every other variant, in an order
+    // rotating per round.
     let (rounds, per_round) = if bench_mode { (51, 2000) } else { (3, 4) };
     let all: Vec<&Variant> = VARIANTS.iter().chain(&REFERENCES).collect();
+    let position = |name: &str| {
+        let index = all.iter().position(|v| v.name == name);
+        index.unwrap_or_else(|| panic!("no variant named {name}"))
+    };
     for variant in &all {
         time_ns(&setup, variant, per_round / 4 + 1);
     }
-    let mut samples = vec![Vec::with_capacity(rounds); all.len()];
-    for round in 0..rounds {
+    let paired = |a: usize, b: usize| {
         let half = per_round / 2;
-        let [a, b] = [0, 1].map(|i| time_ns(&setup, all[i], half));
-        let [b2, a2] = [1, 0].map(|i| time_ns(&setup, all[i], half));
-        samples[0].push((a + a2) / 2.0);
-        samples[1].push((b + b2) / 2.0);
-        let others = all.len() - 2;
-        for k in 0..others {
-            let index = 2 + (round + k) % others;
+        let [a1, b1] = [a, b].map(|i| time_ns(&setup, all[i], half));
+        let [b2, a2] = [b, a].map(|i| time_ns(&setup, all[i], half));
+        ((a1 + a2) / 2.0, (b1 + b2) / 2.0)
+    };
+    let (otel_sdk, sdk_floor, both_sinks) = (0, 1, position("both_sinks"));
+    let mut samples = vec![Vec::with_capacity(rounds); all.len()];
+    let mut one_reader = Vec::with_capacity(rounds);
+    for round in 0..rounds {
+        let (a, b) = paired(otel_sdk, sdk_floor);
+        samples[otel_sdk].push(a);
+        samples[sdk_floor].push(b);
+        let (a, b) = paired(otel_sdk, both_sinks);
+        one_reader.push(a);
+        samples[both_sinks].push(b);
+        let others: Vec<usize> = (2..all.len()).filter(|&i| i != both_sinks).collect();
+        for k in 0..others.len() {
+            let index = others[(round + k) % others.len()];
             samples[index].push(time_ns(&setup, all[index], per_round));
         }
     }
     let medians: Vec<f64> = samples.iter_mut().map(|s| median(s)).collect();
-    let m = |name: &str| {
-        let index = all.iter().position(|v| v.name == name);
-        medians[index.unwrap_or_else(|| panic!("no variant named {name}"))]
-    };
+    let one_reader = median(&mut one_reader);
+    let m = |name: &str| medians[position(name)];
     let (rounds, ops) = if bench_mode { (11, 200_000) } else { (3, 100) };
     let per_observation = per_observation::measure(
         rounds,
@@ -650,9 +663,9 @@ fn main() {
     );
     println!(
         "sinks: one_reader={:.1} both_sinks={:.1} ns/request ratio={:.2}",
-        m("otel_sdk"),
+        one_reader,
         m("both_sinks"),
-        m("both_sinks") / m("otel_sdk")
+        m("both_sinks") / one_reader
     );
     println!(
         "lifecycle: otel_sdk={:.1} sdk_floor={:.1} prometheus_client={:.1} ns/request overhead={:.2} ratio={:.2}",
