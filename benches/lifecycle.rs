@@ -44,6 +44,8 @@
 mod atomic_histogram;
 #[path = "baseline/floor.rs"]
 mod floor;
+#[path = "common/idle_otlp.rs"]
+mod idle_otlp;
 #[path = "baseline/lifecycle_state.rs"]
 mod lifecycle_state;
 #[path = "baseline/otel_unbound_tracker.rs"]
@@ -65,7 +67,6 @@ use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use timing::{median, ns_per_call};
 use vllm_otel_metrics::catalog::DEFAULT_MAX_MODEL_LEN;
-use vllm_otel_metrics::export::otlp::{self, OtlpOptions, Protocol};
 use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
 use vllm_otel_metrics::export::shared::SharedAggregation;
 use vllm_otel_metrics::instruments::{views, Instruments, InstrumentsConfig, LabelSet, SCOPE_NAME};
@@ -185,19 +186,7 @@ impl Sdk {
         if readers == Readers::Bridge {
             builder = builder.with_reader(reader);
         } else {
-            // The exporter the CLI builds; its hour-long period means it
-            // never exports while the bench runs.
-            let push = otlp::build(
-                &OtlpOptions {
-                    endpoint: Some("http://127.0.0.1:9".into()),
-                    protocol: Some(Protocol::HttpProtobuf),
-                    interval: Some(Duration::from_secs(3600)),
-                    ..OtlpOptions::default()
-                },
-                &|_| None,
-                runtime.handle(),
-            )
-            .expect("an OTLP exporter");
+            let push = idle_otlp::idle_push(runtime);
             builder = match readers {
                 Readers::BothSinks => builder.with_reader(
                     SharedAggregation::try_new(push.reader, reader)

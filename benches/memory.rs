@@ -16,10 +16,11 @@
 //!
 //! Run: `cargo bench --bench memory` (Linux: it reads `/proc`).
 
-use std::process::Command;
-use std::time::Duration;
+#[path = "common/idle_otlp.rs"]
+mod idle_otlp;
 
-use vllm_otel_metrics::export::otlp::{self, OtlpOptions, Protocol};
+use std::process::Command;
+
 use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
 use vllm_otel_metrics::export::shared::SharedAggregation;
 use vllm_otel_metrics::instruments::Instruments;
@@ -52,19 +53,7 @@ fn run_case(sinks: &str, label_sets: u32) {
     let builder = if sinks == "bridge" {
         builder.with_reader(bridge_reader)
     } else {
-        // The exporter the CLI builds; its hour-long period means it never
-        // exports while the case runs.
-        let push = otlp::build(
-            &OtlpOptions {
-                endpoint: Some("http://127.0.0.1:9".into()),
-                protocol: Some(Protocol::HttpProtobuf),
-                interval: Some(Duration::from_secs(3600)),
-                ..OtlpOptions::default()
-            },
-            &|_| None,
-            runtime.handle(),
-        )
-        .expect("an OTLP exporter");
+        let push = idle_otlp::idle_push(&runtime);
         match sinks {
             "both_sinks" => builder.with_reader(
                 SharedAggregation::try_new(push.reader, bridge_reader)
