@@ -98,11 +98,6 @@ impl SharedAggregation {
     }
 }
 
-/// Keeps the first error: the primary's, when both fail.
-fn both(first: OTelSdkResult, second: OTelSdkResult) -> OTelSdkResult {
-    first.and(second)
-}
-
 impl MetricReader for SharedAggregation {
     fn register_pipeline(&self, pipeline: Weak<Pipeline>) {
         self.primary.register_pipeline(Weak::clone(&pipeline));
@@ -113,21 +108,16 @@ impl MetricReader for SharedAggregation {
         self.primary.collect(rm)
     }
 
+    // Both readers are flushed and shut down; the outcome is the primary's
+    // error when both fail.
     fn force_flush(&self) -> OTelSdkResult {
-        both(self.primary.force_flush(), self.secondary.force_flush())
+        let primary = self.primary.force_flush();
+        primary.and(self.secondary.force_flush())
     }
 
     fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
-        both(
-            self.primary.shutdown_with_timeout(timeout),
-            self.secondary.shutdown_with_timeout(timeout),
-        )
-    }
-
-    fn shutdown(&self) -> OTelSdkResult {
-        // Each reader's own default (the periodic reader's final export
-        // has its own bound), not one imposed here.
-        both(self.primary.shutdown(), self.secondary.shutdown())
+        let primary = self.primary.shutdown_with_timeout(timeout);
+        primary.and(self.secondary.shutdown_with_timeout(timeout))
     }
 
     fn temporality(&self, kind: InstrumentKind) -> Temporality {

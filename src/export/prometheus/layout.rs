@@ -35,7 +35,7 @@ pub(super) struct Layout<'g> {
     series: Vec<(u32, u32)>,
     /// Every series' label indices in exposition order, one run per series
     /// (as long as the series' label list).
-    label_order: Vec<u8>,
+    label_order: Vec<u32>,
 }
 
 impl<'g> Layout<'g> {
@@ -98,7 +98,7 @@ impl<'g> Layout<'g> {
         let start = start as usize;
         self.label_order[start..start + labels.len()]
             .iter()
-            .map(move |&i| &labels[usize::from(i)])
+            .map(move |&i| &labels[i as usize])
     }
 
     /// Sorts the series by their label values in exposition order, then by
@@ -123,7 +123,7 @@ fn same_names(a: &[LabelPair], b: &[LabelPair]) -> bool {
 }
 
 /// Appends the exposition order of `labels`: by rank, then by name.
-fn push_label_order(out: &mut Vec<u8>, labels: &[LabelPair], first: &str, order: &[&str]) {
+fn push_label_order(out: &mut Vec<u32>, labels: &[LabelPair], first: &str, order: &[&str]) {
     let rank = |label: &LabelPair| {
         let name = label.name();
         if name == first {
@@ -133,11 +133,9 @@ fn push_label_order(out: &mut Vec<u8>, labels: &[LabelPair], first: &str, order:
         }
     };
     let start = out.len();
-    // A label list longer than u8 indices reach is cut there; no family
-    // of the catalog comes near (its widest has 16 labels).
-    out.extend((0..labels.len().min(usize::from(u8::MAX) + 1)).map(|i| i as u8));
+    out.extend(0..labels.len() as u32);
     out[start..].sort_by(|&a, &b| {
-        let (a, b) = (&labels[usize::from(a)], &labels[usize::from(b)]);
+        let (a, b) = (&labels[a as usize], &labels[b as usize]);
         rank(a).cmp(&rank(b)).then_with(|| a.name().cmp(b.name()))
     });
 }
@@ -192,6 +190,34 @@ mod tests {
                 "otel_metric_overflow=true",
             ]
         );
+    }
+
+    /// A host's collector on the bridge's registry may write any number of
+    /// labels: each series keeps all of its own, in order.
+    #[test]
+    fn series_with_hundreds_of_labels_keep_every_label() {
+        let names: Vec<String> = (0..300).map(|i| format!("l{i:03}")).collect();
+        let pairs = |value: &'static str| -> Vec<(&str, &str)> {
+            names.iter().map(|n| (n.as_str(), value)).collect()
+        };
+        let mut family = MetricFamily::default();
+        family.set_metric(vec![metric(&pairs("b")), metric(&pairs("a"))]);
+        let layout = Layout::new(&family, "otel_metric_overflow", &[]);
+        let series: Vec<Vec<(String, String)>> = layout
+            .series()
+            .map(|(_, labels)| {
+                labels
+                    .map(|l| (l.name().to_owned(), l.value().to_owned()))
+                    .collect()
+            })
+            .collect();
+        let expected = |value: &str| -> Vec<(String, String)> {
+            names
+                .iter()
+                .map(|n| (n.clone(), value.to_owned()))
+                .collect()
+        };
+        assert_eq!(series, [expected("a"), expected("b")]);
     }
 
     #[test]

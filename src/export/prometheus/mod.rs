@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use opentelemetry_prometheus::PrometheusExporter;
-use prometheus::proto::{LabelPair, Metric, MetricFamily, MetricType};
+use prometheus::proto::{Metric, MetricFamily, MetricType};
 
 use crate::catalog::{self, Kind, MetricDef, ValueType};
 use crate::instruments::OVERFLOW_ATTRIBUTE;
@@ -315,41 +315,29 @@ fn write_gathered(
     for (metric, pairs) in layout.series() {
         labels.clear();
         for pair in pairs {
-            let pair: &LabelPair = pair;
             labels.push(pair.name(), pair.value());
         }
-        match field_type {
-            MetricType::HISTOGRAM => {
-                let h = metric.get_histogram();
-                let buckets = h.get_bucket();
-                let les = les.les(buckets.iter().map(|b| b.upper_bound()));
-                encode::write_histogram(
-                    out,
-                    &meta.name,
-                    labels,
-                    les,
-                    buckets.iter().map(|b| b.cumulative_count()),
-                    h.get_sample_sum(),
-                    h.get_sample_count(),
-                );
-            }
-            MetricType::COUNTER => encode::write_scalar(
+        if field_type == MetricType::HISTOGRAM {
+            let h = metric.get_histogram();
+            let buckets = h.get_bucket();
+            let les = les.les(buckets.iter().map(|b| b.upper_bound()));
+            encode::write_histogram(
                 out,
                 &meta.name,
-                meta.kind,
                 labels,
-                metric.get_counter().get_value(),
-                meta.value_type,
-            ),
-            _ => encode::write_scalar(
-                out,
-                &meta.name,
-                meta.kind,
-                labels,
-                metric.get_gauge().get_value(),
-                meta.value_type,
-            ),
+                les,
+                buckets.iter().map(|b| b.cumulative_count()),
+                h.get_sample_sum(),
+                h.get_sample_count(),
+            );
+            continue;
         }
+        let scalar = if field_type == MetricType::COUNTER {
+            metric.get_counter().get_value()
+        } else {
+            metric.get_gauge().get_value()
+        };
+        encode::write_scalar(out, &meta.name, meta.kind, labels, scalar, meta.value_type);
     }
 }
 
