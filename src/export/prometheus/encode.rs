@@ -162,30 +162,23 @@ pub(super) fn write_header(out: &mut String, name: &str, help: &str, kind: Kind,
     let _ = writeln!(out, "# TYPE {name}{total} {}", kind.prometheus_type());
 }
 
-/// Starts a sample line: `name` `suffix` `{labels` (the brace left open
-/// for an `le`), or `name` `suffix` alone.
+/// Starts a sample line: `name` and `suffix`, the labels and `le` (when
+/// either is there) in braces, and the space before the value.
 fn start_sample(out: &mut String, name: &str, suffix: &str, labels: &LabelBlock, le: Option<&str>) {
     out.push_str(name);
     out.push_str(suffix);
-    match (labels.0.is_empty(), le) {
-        (true, None) => {}
-        (true, Some(le)) => {
-            out.push_str("{le=\"");
+    if !labels.0.is_empty() || le.is_some() {
+        out.push('{');
+        out.push_str(&labels.0);
+        if let Some(le) = le {
+            if !labels.0.is_empty() {
+                out.push(',');
+            }
+            out.push_str("le=\"");
             out.push_str(le);
-            out.push_str("\"}");
+            out.push('"');
         }
-        (false, None) => {
-            out.push('{');
-            out.push_str(&labels.0);
-            out.push('}');
-        }
-        (false, Some(le)) => {
-            out.push('{');
-            out.push_str(&labels.0);
-            out.push_str(",le=\"");
-            out.push_str(le);
-            out.push_str("\"}");
-        }
+        out.push('}');
     }
     out.push(' ');
 }
