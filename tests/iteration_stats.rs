@@ -352,12 +352,12 @@ fn invalid_plugin_records_are_located_and_change_nothing() {
     let file = trace.to_str().unwrap();
     let expected_stderr = [
         "2: invalid JSON: number out of range (column 119)",
-        "3: invalid record: missing field `finish_reason`",
+        "3: invalid record: missing field `finish_reason` (column 120)",
         "4: invalid iteration_stats record: received_at is negative (-1)",
         "5: invalid iteration_stats record: model_name is 300 bytes, more than the limit of 256 ('mmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmm… (300 bytes)')",
         "6: invalid iteration_stats record: n_params_iter has 65537 entries, more than 65536 (MAX_ITERATION_ENTRIES)",
-        "7: invalid record: invalid type: string \"slow\", expected f64",
-        "8: invalid record: invalid value: integer `-1`, expected u64",
+        "7: invalid record: invalid type: string \"slow\", expected f64 (column 199)",
+        "8: invalid record: invalid value: integer `-1`, expected u64 (column 35)",
     ]
     .iter()
     .map(|line| format!("{file}:{line}\n"))

@@ -32,7 +32,12 @@ pub use engine::{
 };
 
 /// One input record: a line of a JSONL trace, or one message of the ingest stream.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// Deserializing reads the record in one pass when `"type"` is its first key
+/// (as every writer of this format puts it, and as serializing does); an
+/// object with the tag elsewhere is buffered first, as serde's internally
+/// tagged enums always do.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Record {
     /// A request arrived at the frontend.
@@ -55,6 +60,8 @@ pub enum Record {
     /// The vLLM stat-logger plugin dropped records.
     PluginDrops(PluginDrops),
 }
+
+mod tag;
 
 /// A request as the frontend registers it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -305,7 +305,11 @@ mod tests {
             r#"{"type":"iteration_stats","model_name":"m","engine":0,"finished_requests":[{"request_id":"r"}]}"#,
         )
         .unwrap_err();
-        assert_eq!(error.to_string(), "missing field `finish_reason`");
+        // Located: the record streams into its variant, nothing is buffered.
+        assert_eq!(
+            error.to_string(),
+            "missing field `finish_reason` at line 1 column 93"
+        );
     }
 
     #[test]
