@@ -39,6 +39,7 @@ fn workload(tag: &str, steps: usize) -> Vec<pb::Record> {
                 max_tokens: Some(128),
                 n: 1,
                 traceparent: None,
+                operation_name: None,
             })));
             live.push((id, 0));
         }
@@ -261,6 +262,7 @@ fn main() {
                 max_tokens: Some(128),
                 n: 1,
                 traceparent: None,
+                operation_name: None,
             })));
         }
         records.push(record_to_proto(&Record::Outputs(OutputBatch {

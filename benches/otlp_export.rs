@@ -73,6 +73,7 @@ fn populate(tracker: &mut Tracker) {
                 max_tokens: Some(128),
                 n: 1,
                 traceparent: None,
+                operation_name: None,
             })
             .unwrap();
         let event = |kind, timestamp| EngineCoreEvent {

@@ -266,6 +266,7 @@ fn observing_a_batch_of_live_requests_allocates_nothing_once_warmed() {
                 max_tokens: Some(16),
                 n: 1,
                 traceparent: None,
+                operation_name: None,
             })
             .unwrap();
     }

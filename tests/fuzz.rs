@@ -61,6 +61,7 @@ fn random_record(rng: &mut Rng, clock: &mut f64) -> Record {
             max_tokens: rng.chance(50).then(|| rng.below(1024) as u32),
             n: 1 + rng.below(3) as u32,
             traceparent: None,
+            operation_name: None,
         }),
         3..=7 => Record::Outputs(OutputBatch {
             engine,

@@ -440,6 +440,7 @@ fn a_stream_cut_at_the_drain_deadline_gets_its_summary() {
             max_tokens: None,
             n: 1,
             traceparent: None,
+            operation_name: None,
         });
         runtime
             .block_on(sender.send(record_to_proto(&start)))

@@ -77,6 +77,7 @@ fn endpoint_negotiates_formats_and_both_parse_to_the_same_samples() {
             max_tokens: Some(4),
             n: 1,
             traceparent: None,
+            operation_name: None,
         })
         .unwrap();
     tracker

@@ -39,6 +39,7 @@ fn start(
         max_tokens,
         n: 1,
         traceparent: None,
+        operation_name: None,
     }
 }
 

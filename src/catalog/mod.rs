@@ -17,6 +17,7 @@
 
 mod engine;
 mod reasons;
+pub mod semconv;
 
 pub use engine::*;
 pub use reasons::{EvictReason, RejectReason};
@@ -158,6 +159,11 @@ pub const FINISHED_REASON_LABELS: &[&str] = &["model_name", "engine", "finished_
 /// Values of its `finished_reason` label (vLLM's `FinishReason`, as
 /// `str(reason)` writes it in `vllm/v1/engine/__init__.py`).
 pub const FINISHED_REASONS: [&str; 5] = ["stop", "length", "abort", "error", "repetition"];
+/// Labels of `vllm:num_preemptions_by_reason`.
+pub const PREEMPTION_REASON_LABELS: &[&str] = &["model_name", "engine", "reason"];
+/// Values of its `reason` label (vLLM PR #58037), in the order of
+/// [`PreemptionReason::ALL`](crate::protocol::PreemptionReason::ALL).
+pub const PREEMPTION_REASONS: [&str; 3] = ["kv_full", "priority", "prefix_cache_reset"];
 /// Labels of `vllm:prompt_tokens_by_source`.
 pub const SOURCE_LABELS: &[&str] = &["model_name", "engine", "source"];
 /// Labels of the self-telemetry counters.
@@ -261,6 +267,15 @@ pub const NUM_PREEMPTIONS: MetricDef = counter(
     "{preemption}",
     "Cumulative number of preemption events.",
     ENGINE_LABELS,
+);
+/// Preemption events by reason (vLLM PR #58037); the reasons sum to
+/// `vllm:num_preemptions`.
+pub const NUM_PREEMPTIONS_BY_REASON: MetricDef = counter(
+    "vllm:num_preemptions_by_reason",
+    "vllm.num_preemptions_by_reason",
+    "{preemption}",
+    "Cumulative number of preemption events, by reason.",
+    PREEMPTION_REASON_LABELS,
 );
 /// Prompt tokens, cache hits included.
 pub const PROMPT_TOKENS: MetricDef = counter(
@@ -579,8 +594,9 @@ pub const PROCESS: [&MetricDef; 6] = [
 ];
 
 /// The per-request tier, in exposition order.
-pub const PER_REQUEST: [&MetricDef; 22] = [
+pub const PER_REQUEST: [&MetricDef; 23] = [
     &NUM_PREEMPTIONS,
+    &NUM_PREEMPTIONS_BY_REASON,
     &PROMPT_TOKENS,
     &PROMPT_TOKENS_BY_SOURCE,
     &PROMPT_TOKENS_CACHED,
@@ -632,6 +648,7 @@ pub fn all() -> impl Iterator<Item = &'static MetricDef> {
 pub fn series_per_label_set(def: &MetricDef) -> usize {
     match def.vllm_name {
         name if name == REQUEST_SUCCESS.vllm_name => FINISHED_REASONS.len(),
+        name if name == NUM_PREEMPTIONS_BY_REASON.vllm_name => PREEMPTION_REASONS.len(),
         name if name == PROMPT_TOKENS_BY_SOURCE.vllm_name => PROMPT_TOKEN_SOURCES.len(),
         name if name == NUM_REQUESTS_WAITING_BY_REASON.vllm_name => WAITING_REASONS.len(),
         name if name == NUM_REQUESTS_KV_FETCH_BY_STAGE.vllm_name => KV_FETCH_STAGES.len(),

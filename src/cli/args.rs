@@ -61,9 +61,72 @@ pub(super) struct CommonArgs {
     #[arg(long)]
     pub(super) target_info: bool,
     #[command(flatten)]
+    pub(super) semconv: SemconvArgs,
+    #[command(flatten)]
     pub(super) listen: ListenArgs,
     #[command(flatten)]
     pub(super) otlp: OtlpArgs,
+}
+
+/// The semantic-convention streams (docs/SEMANTICS.md §3c).
+#[derive(Debug, Args)]
+pub(super) struct SemconvArgs {
+    /// Also record these semantic conventions' streams: `gen_ai` (the
+    /// GenAI model-server histograms `gen_ai.server.request.duration`,
+    /// `gen_ai.server.time_to_first_token`, `gen_ai.server.time_per_output_token`).
+    /// They go out over OTLP; `/metrics` shows them with --semconv-prometheus.
+    #[arg(long, value_enum, default_value = "none")]
+    pub(super) semconv: SemconvArg,
+    /// Also expose the --semconv streams on `/metrics` and --output, named
+    /// as the Collector's Prometheus exporter names them.
+    #[arg(long, requires = "semconv")]
+    pub(super) semconv_prometheus: bool,
+    /// `server.address` of the --semconv streams (the API server's host).
+    #[arg(long, value_name = "HOST", requires = "semconv", value_parser = bounded_label)]
+    pub(super) semconv_server_address: Option<String>,
+    /// `server.port` of the --semconv streams (the API server's port).
+    #[arg(long, value_name = "PORT", requires = "semconv")]
+    pub(super) semconv_server_port: Option<u16>,
+}
+
+impl SemconvArgs {
+    pub(super) fn semconv(&self) -> Semconv {
+        match self.semconv {
+            SemconvArg::None => Semconv::None,
+            SemconvArg::GenAi => Semconv::GenAi,
+        }
+    }
+
+    pub(super) fn server(&self) -> SemconvServer {
+        SemconvServer {
+            address: self.semconv_server_address.clone(),
+            port: self.semconv_server_port,
+        }
+    }
+
+    /// Whether the bridge exposes the streams.
+    pub(super) fn on_metrics(&self) -> bool {
+        self.semconv() != Semconv::None && self.semconv_prometheus
+    }
+}
+
+/// The values of `--semconv`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(super) enum SemconvArg {
+    /// vLLM's families only.
+    None,
+    /// The GenAI semantic conventions' model-server histograms.
+    #[value(name = "gen_ai")]
+    GenAi,
+}
+
+/// A label value given on the command line, bounded like one from input.
+fn bounded_label(value: &str) -> Result<String, String> {
+    let max = InputLimits::DEFAULT_MAX_LABEL_BYTES;
+    if value.len() > max {
+        return Err(format!("{} bytes, more than {max}", value.len()));
+    }
+    Ok(value.to_owned())
 }
 
 /// Streaming to a remote `serve`.

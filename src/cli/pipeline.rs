@@ -64,12 +64,15 @@ impl Pipeline {
             .build()?;
         let (bridge, bridge_reader) = PrometheusBridge::builder()
             .with_target_info(common.target_info)
+            .with_semconv(common.semconv.on_metrics())
             .build();
         let mut builder = Instruments::builder()
             .with_max_model_len(common.max_model_len)
             .with_token_buckets(common.token_buckets.into())
             .with_max_label_sets(common.max_label_sets)
-            .with_name_style(common.otlp.name_style());
+            .with_name_style(common.otlp.name_style())
+            .with_semconv(common.semconv.semconv())
+            .with_semconv_server(common.semconv.server());
         let mut bridge_reader =
             (bridge_read || common.metrics_addr.0.is_some()).then_some(bridge_reader);
         let resource = otlp::resource();

@@ -70,6 +70,7 @@ use opentelemetry_sdk::Resource;
 
 mod engine;
 mod request;
+mod semconv;
 pub mod spans;
 mod views;
 
@@ -78,7 +79,10 @@ use crate::catalog::{EvictReason, RejectReason};
 pub(crate) use engine::EngineHandles;
 use engine::EngineInstruments;
 use request::RequestInstruments;
-pub(crate) use request::{RequestHandles, RequestHistogram};
+pub(crate) use request::{Preemptions, RequestHandles, RequestHistogram};
+pub(crate) use semconv::SemconvEnd;
+use semconv::SemconvInstruments;
+pub use semconv::{Semconv, SemconvServer};
 pub use views::views;
 
 /// The instrumentation scope name of every instrument the crate's own
@@ -117,6 +121,9 @@ pub struct InstrumentsConfig {
     /// How the token histograms' buckets end: with `max_model_len`
     /// appended (vLLM's Rust frontend) or not (its Python logger).
     pub token_buckets: TokenBuckets,
+    /// Which semantic-convention streams are recorded besides vLLM's
+    /// families (`--semconv`).
+    pub semconv: Semconv,
 }
 
 impl Default for InstrumentsConfig {
@@ -126,6 +133,7 @@ impl Default for InstrumentsConfig {
             max_label_sets: DEFAULT_MAX_LABEL_SETS,
             name_style: NameStyle::Otel,
             token_buckets: TokenBuckets::Rust,
+            semconv: Semconv::None,
         }
     }
 }
@@ -135,6 +143,7 @@ impl Default for InstrumentsConfig {
 pub struct InstrumentsBuilder {
     provider: MeterProviderBuilder,
     config: InstrumentsConfig,
+    server: SemconvServer,
 }
 
 impl InstrumentsBuilder {
@@ -163,6 +172,20 @@ impl InstrumentsBuilder {
         self
     }
 
+    /// Also records the semantic-convention streams of `semconv`
+    /// (docs/SEMANTICS.md §3c).
+    pub fn with_semconv(mut self, semconv: Semconv) -> Self {
+        self.config.semconv = semconv;
+        self
+    }
+
+    /// The `server.address` and `server.port` of the semantic-convention
+    /// streams (none by default).
+    pub fn with_semconv_server(mut self, server: SemconvServer) -> Self {
+        self.server = server;
+        self
+    }
+
     /// Adds a reader (the Prometheus bridge's, an OTLP `PeriodicReader`, …).
     /// Each reader aggregates every measurement once more.
     pub fn with_reader<R: MetricReader>(mut self, reader: R) -> Self {
@@ -183,7 +206,7 @@ impl InstrumentsBuilder {
             .with_version(env!("CARGO_PKG_VERSION"))
             .build();
         let meter = provider.meter_with_scope(scope);
-        Instruments::new(&meter, self.config, Some(provider))
+        Instruments::new(&meter, self.config, &self.server, Some(provider))
     }
 }
 
@@ -322,6 +345,8 @@ struct Inner {
     /// The crate's own provider, or `None` for a host's meter.
     provider: Option<SdkMeterProvider>,
     request: RequestInstruments,
+    /// With `--semconv gen_ai`.
+    semconv: Option<SemconvInstruments>,
     engine: EngineInstruments,
     /// In `RejectReason::ALL` order.
     rejected: [BoundCounter<u64>; RejectReason::ALL.len()],
@@ -357,6 +382,7 @@ impl Instruments {
         InstrumentsBuilder {
             provider: SdkMeterProvider::builder(),
             config: InstrumentsConfig::default(),
+            server: SemconvServer::default(),
         }
     }
 
@@ -366,10 +392,15 @@ impl Instruments {
     /// ownership: [`Instruments::force_flush`] and [`Instruments::shutdown`]
     /// do nothing here.
     pub fn from_meter(meter: &Meter, config: InstrumentsConfig) -> Instruments {
-        Instruments::new(meter, config, None)
+        Instruments::new(meter, config, &SemconvServer::default(), None)
     }
 
-    fn new(meter: &Meter, config: InstrumentsConfig, provider: Option<SdkMeterProvider>) -> Self {
+    fn new(
+        meter: &Meter,
+        config: InstrumentsConfig,
+        server: &SemconvServer,
+        provider: Option<SdkMeterProvider>,
+    ) -> Self {
         let reason = |value: &'static str| [KeyValue::new(catalog::REASON_LABELS[0], value)];
         let rejected = u64_counter(meter, &catalog::REJECTED_INPUTS);
         let evicted = u64_counter(meter, &catalog::EVICTED_REQUESTS);
@@ -381,6 +412,8 @@ impl Instruments {
             inner: Arc::new(Inner {
                 provider,
                 request: RequestInstruments::new(meter),
+                semconv: (config.semconv == Semconv::GenAi)
+                    .then(|| SemconvInstruments::new(meter, server)),
                 engine: EngineInstruments::new(meter),
                 rejected: RejectReason::ALL.map(|r| rejected.bind(&reason(r.as_str()))),
                 evicted: EvictReason::ALL.map(|r| evicted.bind(&reason(r.as_str()))),
@@ -412,13 +445,14 @@ impl Instruments {
     /// is seen (beyond the label-set limit, the overflow handles).
     pub fn label_set(&self, model_name: &str, engine: u32) -> LabelSet {
         let request = &self.inner.request;
+        let semconv = self.inner.semconv.as_ref();
         let invalid = &self.inner.rejected[RejectReason::InvalidRecord as usize];
         LabelSet {
             handles: self
                 .inner
                 .request_handles
                 .get(model_name, engine, |labels| {
-                    RequestHandles::bind(request, labels, invalid.clone())
+                    RequestHandles::bind(request, semconv, labels, invalid.clone())
                 }),
         }
     }

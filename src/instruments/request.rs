@@ -14,11 +14,15 @@ use std::sync::{Once, OnceLock};
 use opentelemetry::metrics::{BoundCounter, BoundHistogram, Counter, Histogram, Meter};
 use opentelemetry::KeyValue;
 
+use super::semconv::{SemconvEnd, SemconvHandles, SemconvInstruments};
 use super::with_label;
-use crate::catalog::{self, MetricDef, PROMPT_TOKEN_SOURCES};
-use crate::protocol::{FinishReason, PrefillStats};
+use crate::catalog::{self, MetricDef, PREEMPTION_REASONS, PROMPT_TOKEN_SOURCES};
+use crate::protocol::{FinishReason, PreemptionReason, PrefillStats};
 
 use super::{f64_histogram, u64_counter};
+
+/// Preemptions of an output or a batch, in [`PreemptionReason::ALL`] order.
+pub(crate) type Preemptions = [u64; PREEMPTION_REASONS.len()];
 
 /// A per-request histogram family: its index in [`REQUEST_HISTOGRAMS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,6 +67,7 @@ pub(crate) const REQUEST_HISTOGRAMS: [&MetricDef; 15] = [
 #[derive(Debug)]
 pub(crate) struct RequestInstruments {
     num_preemptions: Counter<u64>,
+    num_preemptions_by_reason: Counter<u64>,
     prompt_tokens: Counter<u64>,
     prompt_tokens_by_source: Counter<u64>,
     prompt_tokens_cached: Counter<u64>,
@@ -78,6 +83,7 @@ impl RequestInstruments {
         use catalog::*;
         RequestInstruments {
             num_preemptions: u64_counter(meter, &NUM_PREEMPTIONS),
+            num_preemptions_by_reason: u64_counter(meter, &NUM_PREEMPTIONS_BY_REASON),
             prompt_tokens: u64_counter(meter, &PROMPT_TOKENS),
             prompt_tokens_by_source: u64_counter(meter, &PROMPT_TOKENS_BY_SOURCE),
             prompt_tokens_cached: u64_counter(meter, &PROMPT_TOKENS_CACHED),
@@ -94,6 +100,12 @@ impl RequestInstruments {
 pub(crate) struct RequestHandles {
     generation_tokens: BoundCounter<u64>,
     num_preemptions: BoundCounter<u64>,
+    /// Bound on a reason's first preemption, in [`PreemptionReason::ALL`]
+    /// order: the plugin path, which knows no reasons, never creates them.
+    num_preemptions_by_reason: [OnceLock<BoundCounter<u64>>; PREEMPTION_REASONS.len()],
+    num_preemptions_by_reason_instrument: Counter<u64>,
+    /// The semantic-convention series, with `--semconv gen_ai`.
+    semconv: Option<SemconvHandles>,
     prompt_tokens: BoundCounter<u64>,
     /// In [`PROMPT_TOKEN_SOURCES`] order.
     prompt_tokens_by_source: [BoundCounter<u64>; catalog::PROMPT_TOKEN_SOURCES.len()],
@@ -122,10 +134,15 @@ impl RequestHandles {
     /// zero-valued, from here on (vLLM resolves them all at request start).
     pub(crate) fn bind(
         instruments: &RequestInstruments,
+        semconv: Option<&SemconvInstruments>,
         labels: Vec<KeyValue>,
         invalid: BoundCounter<u64>,
     ) -> Self {
         let i = instruments;
+        let model_name = labels
+            .iter()
+            .find(|l| l.key.as_str() == catalog::ENGINE_LABELS[0])
+            .map(|l| l.value.as_str());
         let source = |s: &'static str| {
             i.prompt_tokens_by_source
                 .bind(&with_label(&labels, catalog::SOURCE_LABELS[2], s))
@@ -133,6 +150,9 @@ impl RequestHandles {
         RequestHandles {
             generation_tokens: i.generation_tokens.bind(&labels),
             num_preemptions: i.num_preemptions.bind(&labels),
+            num_preemptions_by_reason: Default::default(),
+            num_preemptions_by_reason_instrument: i.num_preemptions_by_reason.clone(),
+            semconv: semconv.map(|s| SemconvHandles::new(s, model_name.as_deref())),
             prompt_tokens: i.prompt_tokens.bind(&labels),
             prompt_tokens_by_source: PROMPT_TOKEN_SOURCES.map(source),
             prompt_tokens_cached: i.prompt_tokens_cached.bind(&labels),
@@ -152,12 +172,48 @@ impl RequestHandles {
 
     /// Adds an engine output's (or a batch's) new tokens and preemptions.
     #[inline]
-    pub(crate) fn record_counts(&self, new_tokens: u64, preemptions: u64) {
+    pub(crate) fn record_counts(&self, new_tokens: u64, preemptions: &Preemptions) {
         if new_tokens > 0 {
             self.generation_tokens.add(new_tokens);
         }
-        if preemptions > 0 {
-            self.num_preemptions.add(preemptions);
+        let total: u64 = preemptions.iter().sum();
+        if total > 0 {
+            self.num_preemptions.add(total);
+            for (reason, &count) in PreemptionReason::ALL.iter().zip(preemptions) {
+                if count > 0 {
+                    self.preemptions_by_reason(*reason).add(count);
+                }
+            }
+        }
+    }
+
+    /// Adds preemptions that carry no reason (the plugin path's).
+    pub(crate) fn add_preemptions(&self, preemptions: u64) {
+        self.num_preemptions.add(preemptions);
+    }
+
+    /// The `num_preemptions_by_reason` series of `reason`, bound on first use.
+    fn preemptions_by_reason(&self, reason: PreemptionReason) -> &BoundCounter<u64> {
+        self.num_preemptions_by_reason[reason as usize].get_or_init(|| {
+            self.num_preemptions_by_reason_instrument.bind(&with_label(
+                &self.labels,
+                catalog::PREEMPTION_REASON_LABELS[2],
+                reason.as_str(),
+            ))
+        })
+    }
+
+    /// Whether the semantic-convention streams are recorded.
+    #[inline]
+    pub(crate) fn records_semconv(&self) -> bool {
+        self.semconv.is_some()
+    }
+
+    /// Records a request's end on the semantic-convention streams, if on.
+    #[inline]
+    pub(crate) fn record_semconv(&self, end: &SemconvEnd) {
+        if let Some(semconv) = &self.semconv {
+            semconv.record_end(end);
         }
     }
 

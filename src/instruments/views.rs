@@ -33,8 +33,10 @@ pub fn views(
     config: InstrumentsConfig,
 ) -> impl Fn(&Instrument) -> Option<Stream> + Send + Sync + 'static {
     move |instrument: &Instrument| {
-        let def = catalog::by_otel_name(instrument.name())?;
-        stream(def, &config)
+        if let Some(def) = catalog::by_otel_name(instrument.name()) {
+            return stream(def, &config);
+        }
+        semconv_stream(catalog::semconv::by_otel_name(instrument.name())?, &config)
     }
 }
 
@@ -73,6 +75,22 @@ fn stream(def: &'static MetricDef, config: &InstrumentsConfig) -> Option<Stream>
         stream = stream.with_name(def.vllm_name);
     }
     stream.build().ok()
+}
+
+/// A semantic-convention stream: the advised buckets, and room for every
+/// operation and outcome of each label set. Its name stays the
+/// conventions' whatever the [`NameStyle`]: that name is its point.
+fn semconv_stream(def: &'static MetricDef, config: &InstrumentsConfig) -> Option<Stream> {
+    // Per label set: each operation, succeeded, aborted or failed.
+    let per_label_set = crate::protocol::GenAiOperation::ALL.len() * 3;
+    Stream::builder()
+        .with_cardinality_limit(per_label_set * config.max_label_sets)
+        .with_aggregation(Aggregation::ExplicitBucketHistogram {
+            boundaries: def.buckets.boundaries(config.max_model_len),
+            record_min_max: true,
+        })
+        .build()
+        .ok()
 }
 
 #[cfg(test)]

@@ -87,6 +87,10 @@ pub struct RequestStart {
     /// span joins that trace. Absent or null: the span starts a new trace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
+    /// The GenAI operation (`gen_ai.operation.name` of the
+    /// semantic-convention streams); absent or null: `text_completion`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation_name: Option<GenAiOperation>,
 }
 
 fn one() -> u32 {
@@ -150,9 +154,96 @@ pub struct EngineCoreEvent {
     pub kind: EventType,
     /// Engine monotonic clock, seconds.
     pub timestamp: f64,
-    /// Why (for example the preemption cause); informational.
+    /// Why a `preempted` event happened (vLLM PR #58037's
+    /// `EngineCoreEvent.reason`); absent on a preemption means
+    /// [`PreemptionReason::KvFull`]. Other events' reasons are not used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
+    pub reason: Option<PreemptionReason>,
+}
+
+/// Why the scheduler preempted a request (label `reason` of
+/// `vllm:num_preemptions_by_reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PreemptionReason {
+    /// No free KV-cache blocks for a running request (vLLM's FCFS victim);
+    /// also a preemption that names no reason.
+    #[default]
+    KvFull,
+    /// A higher-priority request needed the blocks (`--scheduling-policy priority`).
+    Priority,
+    /// `reset_prefix_cache` ran with requests running.
+    PrefixCacheReset,
+}
+
+impl PreemptionReason {
+    /// Every reason, in label-value order.
+    pub const ALL: [PreemptionReason; crate::catalog::PREEMPTION_REASONS.len()] = [
+        PreemptionReason::KvFull,
+        PreemptionReason::Priority,
+        PreemptionReason::PrefixCacheReset,
+    ];
+
+    /// The label value (the catalog's [`PREEMPTION_REASONS`](crate::catalog::PREEMPTION_REASONS)).
+    pub fn as_str(self) -> &'static str {
+        crate::catalog::PREEMPTION_REASONS[self as usize]
+    }
+
+    /// The reason of a label value, if it is one.
+    pub fn from_label(value: &str) -> Option<PreemptionReason> {
+        PreemptionReason::ALL
+            .into_iter()
+            .find(|reason| reason.as_str() == value)
+    }
+}
+
+/// The GenAI operation a request performs (the semantic conventions'
+/// `gen_ai.operation.name`, their well-known values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GenAiOperation {
+    /// Chat completion (OpenAI's `/v1/chat/completions`).
+    Chat,
+    /// Creating an agent.
+    CreateAgent,
+    /// Embeddings (`/v1/embeddings`).
+    Embeddings,
+    /// Executing a tool.
+    ExecuteTool,
+    /// Multimodal content generation.
+    GenerateContent,
+    /// Invoking an agent.
+    InvokeAgent,
+    /// Text completion (`/v1/completions`); also a request that names no
+    /// operation.
+    #[default]
+    TextCompletion,
+}
+
+impl GenAiOperation {
+    /// Every operation, in label-value order.
+    pub const ALL: [GenAiOperation; crate::catalog::semconv::OPERATION_NAMES.len()] = [
+        GenAiOperation::Chat,
+        GenAiOperation::CreateAgent,
+        GenAiOperation::Embeddings,
+        GenAiOperation::ExecuteTool,
+        GenAiOperation::GenerateContent,
+        GenAiOperation::InvokeAgent,
+        GenAiOperation::TextCompletion,
+    ];
+
+    /// The attribute value (the catalog's
+    /// [`OPERATION_NAMES`](crate::catalog::semconv::OPERATION_NAMES)).
+    pub fn as_str(self) -> &'static str {
+        crate::catalog::semconv::OPERATION_NAMES[self as usize]
+    }
+
+    /// The operation of an attribute value, if it is one.
+    pub fn from_name(value: &str) -> Option<GenAiOperation> {
+        GenAiOperation::ALL
+            .into_iter()
+            .find(|operation| operation.as_str() == value)
+    }
 }
 
 /// The kinds of [`EngineCoreEvent`].
@@ -354,9 +445,6 @@ impl Record {
                         time("event timestamp", event.timestamp).map_err(|e| {
                             InvalidRecord(format!("request {}: {e}", shown(&output.request_id)))
                         })?;
-                        if let Some(reason) = &event.reason {
-                            bounded("event reason", reason, limits.max_label_bytes)?;
-                        }
                     }
                 }
                 Ok(())

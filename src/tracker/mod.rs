@@ -36,10 +36,12 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use crate::instruments::spans::{RequestSpans, SpanState, SpanValues};
-use crate::instruments::{Instruments, LabelSet, RequestHandles, RequestHistogram};
+use crate::instruments::{
+    Instruments, LabelSet, Preemptions, RequestHandles, RequestHistogram, SemconvEnd,
+};
 use crate::protocol::{
-    shown, Abort, EngineCoreEvent, EngineCoreOutput, EventType, FinishReason, InputLimits,
-    OutputBatch, Record, RequestStart, SchedulerStats,
+    shown, Abort, EngineCoreEvent, EngineCoreOutput, EventType, FinishReason, GenAiOperation,
+    InputLimits, OutputBatch, Record, RequestStart, SchedulerStats,
 };
 
 /// The request parameters the terminal histograms report.
@@ -91,13 +93,15 @@ struct RequestState {
     num_generation_tokens: u64,
     num_preemptions: u64,
     latest_num_cached_tokens: u32,
+    /// `gen_ai.operation.name` of the semantic-convention streams.
+    operation: GenAiOperation,
 }
 
 /// Where an engine output's token and preemption counts go: straight to
 /// the label set's counters ([`RequestHandles`]), or into a batch's sums
 /// that a [`Tracker`] adds once per label set ([`BatchCounts`]).
 trait CountSink {
-    fn counts(&mut self, handles: &RequestHandles, new_tokens: u64, preemptions: u64);
+    fn counts(&mut self, handles: &RequestHandles, new_tokens: u64, preemptions: &Preemptions);
 }
 
 /// Counts go straight to the label set's counters.
@@ -105,7 +109,7 @@ struct Immediately;
 
 impl CountSink for Immediately {
     #[inline]
-    fn counts(&mut self, handles: &RequestHandles, new_tokens: u64, preemptions: u64) {
+    fn counts(&mut self, handles: &RequestHandles, new_tokens: u64, preemptions: &Preemptions) {
         handles.record_counts(new_tokens, preemptions);
     }
 }
@@ -124,6 +128,7 @@ impl RequestState {
             num_generation_tokens: 0,
             num_preemptions: 0,
             latest_num_cached_tokens: 0,
+            operation: GenAiOperation::TextCompletion,
         }
     }
 
@@ -174,11 +179,11 @@ impl RequestState {
         let new_tokens = output.new_token_ids.len() as u64;
         self.num_generation_tokens += new_tokens;
         let preemptions = if output.events.is_empty() {
-            0
+            NO_PREEMPTIONS
         } else {
             self.observe_events(&output.events)
         };
-        counts.counts(h, new_tokens, preemptions);
+        counts.counts(h, new_tokens, &preemptions);
 
         // Only outputs that carry tokens drive token timing: a token-less
         // terminal output must not log a stray TTFT or ITL sample.
@@ -200,10 +205,10 @@ impl RequestState {
         }
     }
 
-    /// Applies the events' timestamps; returns the number of preemptions.
+    /// Applies the events' timestamps; returns the preemptions by reason.
     #[inline]
-    fn observe_events(&mut self, events: &[EngineCoreEvent]) -> u64 {
-        let mut preemptions = 0;
+    fn observe_events(&mut self, events: &[EngineCoreEvent]) -> Preemptions {
+        let mut preemptions = NO_PREEMPTIONS;
         for event in events {
             match event.kind {
                 EventType::Queued => self.queued_ts = event.timestamp,
@@ -213,10 +218,10 @@ impl RequestState {
                     self.scheduled_ts = event.timestamp
                 }
                 EventType::Scheduled => {}
-                EventType::Preempted => preemptions += 1,
+                EventType::Preempted => preemptions[event.reason.unwrap_or_default() as usize] += 1,
             }
         }
-        self.num_preemptions += preemptions;
+        self.num_preemptions += preemptions.iter().sum::<u64>();
         preemptions
     }
 
@@ -276,9 +281,23 @@ impl RequestState {
         // `max_tokens` is observed only when the request set it.
         let max_tokens = p.max_tokens.map(|m| (ParamsMaxTokens, f64::from(m)));
         h.record_terminal(reason, observations.into_iter().chain(max_tokens));
+        if h.records_semconv() {
+            h.record_semconv(&SemconvEnd {
+                operation: self.operation,
+                reason,
+                duration: values.e2e,
+                // Only a request that produced a token has a first-token time.
+                time_to_first_token: (self.num_generation_tokens > 0)
+                    .then_some(self.time_to_first_token),
+                time_per_output_token: (self.num_generation_tokens > 1).then_some(per_output_token),
+            });
+        }
         values
     }
 }
+
+/// No preemption, of any reason.
+const NO_PREEMPTIONS: Preemptions = [0; 3];
 
 /// One request's metrics, owned by whatever owns the request's stream.
 ///
@@ -324,6 +343,12 @@ impl RequestMetrics {
             terminated: false,
             span: None,
         }
+    }
+
+    /// Sets the GenAI operation the semantic-convention streams report
+    /// (`gen_ai.operation.name`; `text_completion` until set).
+    pub fn set_operation(&mut self, operation: GenAiOperation) {
+        self.state.operation = operation;
     }
 
     /// Also makes the request's `llm_request` span at its end (see
@@ -520,14 +545,16 @@ struct BatchCounts {
     handles: Arc<RequestHandles>,
     iteration_tokens: u64,
     new_tokens: u64,
-    preemptions: u64,
+    preemptions: Preemptions,
 }
 
 impl CountSink for BatchCounts {
     #[inline]
-    fn counts(&mut self, _: &RequestHandles, new_tokens: u64, preemptions: u64) {
+    fn counts(&mut self, _: &RequestHandles, new_tokens: u64, preemptions: &Preemptions) {
         self.new_tokens += new_tokens;
-        self.preemptions += preemptions;
+        for (sum, count) in self.preemptions.iter_mut().zip(preemptions) {
+            *sum += count;
+        }
     }
 }
 
@@ -680,6 +707,9 @@ impl Tracker {
             start.engine,
             RequestParams::from(start),
         );
+        if let Some(operation) = start.operation_name {
+            metrics.set_operation(operation);
+        }
         let traceparent = start.traceparent.as_deref();
         let invalid_traceparent = match &self.spans {
             Some(spans) => metrics.trace(
@@ -763,7 +793,7 @@ impl Tracker {
                         handles: Arc::clone(&request.handles),
                         iteration_tokens: 0,
                         new_tokens: 0,
-                        preemptions: 0,
+                        preemptions: NO_PREEMPTIONS,
                     });
                     self.batch_counts.last_mut().expect("just pushed")
                 }
@@ -776,7 +806,7 @@ impl Tracker {
         for counts in self.batch_counts.drain(..) {
             counts
                 .handles
-                .record_counts(counts.new_tokens, counts.preemptions);
+                .record_counts(counts.new_tokens, &counts.preemptions);
             // Once per label set with an applied output, zero included, as
             // vLLM's Rust frontend observes every non-empty batch.
             counts

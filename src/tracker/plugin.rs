@@ -10,6 +10,7 @@
 
 use opentelemetry::Context;
 
+use crate::catalog::PREEMPTION_REASONS;
 use crate::instruments::spans::{RequestSpans, SpanValues};
 use crate::instruments::{Instruments, RequestHandles, RequestHistogram};
 use crate::protocol::{FinishedRequest, IterationStats};
@@ -26,7 +27,11 @@ pub(super) fn iteration_stats(
     let label_set = instruments.label_set(&stats.model_name, stats.engine);
     let h = &*label_set.handles;
     h.python_start_up();
-    h.record_counts(stats.num_generation_tokens, stats.num_preempted_reqs);
+    h.record_counts(stats.num_generation_tokens, &[0; PREEMPTION_REASONS.len()]);
+    if stats.num_preempted_reqs > 0 {
+        // vLLM's `IterationStats` carry no reasons: no by-reason series.
+        h.add_preemptions(stats.num_preempted_reqs);
+    }
     let p = &stats.prompt_token_stats;
     h.add_prompt_tokens(
         p.total,

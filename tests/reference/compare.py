@@ -7,11 +7,13 @@ Usage:
 Both files are parsed with a small strict parser (``# HELP``, ``# TYPE``,
 other ``#`` comments such as OpenMetrics ``# EOF`` are ignored, samples
 ``name{labels} value [timestamp]``).  Only families / samples whose name starts
-with ``vllm:`` are compared; everything else (e.g. the pipeline's own
-``vllm_otel_metrics_*`` self-telemetry) is ignored.
+with ``vllm:`` (vLLM's families) or ``gen_ai_`` (the GenAI semantic-convention
+histograms of ``--semconv gen_ai``, docs/SEMANTICS.md §3c) are compared;
+everything else (e.g. the pipeline's own ``vllm_otel_metrics_*``
+self-telemetry) is ignored.  Sample order does not matter.
 
 Fails (exit 1, listing up to 50 differences) unless
-  * the HELP and TYPE lines of the vllm: families are the same sets,
+  * the HELP and TYPE lines of the vllm: and gen_ai_ families are the same sets,
   * the sample keys (name + label set; label values compared as exact
     strings, so le="1.0" != le="1"; a label with an empty value is no
     label, as in Prometheus) are the same sets,
@@ -27,7 +29,7 @@ import sys
 
 NAME_RE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 LABEL_NAME_RE = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-PREFIX = "vllm:"
+PREFIXES = ("vllm:", "gen_ai_")
 MAX_DIFFS = 50
 
 
@@ -148,7 +150,7 @@ def fmt_key(key) -> str:
 
 
 def keep(name: str) -> bool:
-    return name.startswith(PREFIX)
+    return name.startswith(PREFIXES)
 
 
 def equal(a: float, b: float) -> bool:

@@ -16,6 +16,13 @@ scheduler_stats, plus noise the tracker must ignore (outputs/aborts for
 unknown or finished ids, duplicate starts of live ids, reuse of finished ids)
 and requests left in flight at the end.
 
+Preemption reasons and GenAI operation names, drawn from a third RNG so
+that everything else is the same as without them: a `preempted` event
+mostly carries no `reason` (or `kv_full`, or null), sometimes `priority`,
+rarely `prefix_cache_reset`; a `request` carries no `operation_name` (or
+null) for some requests, otherwise mostly `chat` or `text_completion`,
+rarely another of the semantic conventions' operations.
+
 Engine-level records, drawn from a second RNG so the records above
 are the same as without them: `engine_config` start-ups (random cache_config,
 sometimes max_loras, sometimes a later replacement or a repeat), scheduler_stats
@@ -27,7 +34,8 @@ records for all eight operations.  --no-engine-records leaves all of them out
 (and the engine-level malformed kinds): the trace of the generator before them.
 
 --malformed K inserts K invalid lines at random positions and writes their
-1-based line numbers to stderr (one per line).  The malformed lines come from
+1-based line numbers to stderr (one per line); among them, unknown preemption
+reasons and operation names.  The malformed lines come from
 their own RNG, so removing them yields exactly the trace produced with
 --malformed 0 for the same seed.
 
@@ -55,6 +63,12 @@ MODEL_NAMES = ["llama-3.1-8b", "qwen/Qwen2.5-7B-Instruct", "mistral-7b-v0.3",
 # Engine indices chosen so that numeric and string ordering differ (2 < 10).
 ENGINE_IDS = [0, 2, 10, 1, 3, 7, 11, 4, 5, 6, 8, 9, 12, 13, 14, 15]
 REASONS = ["stop"] * 14 + ["length"] * 2 + ["repetition"] * 2 + ["error", "abort"]
+# docs/SEMANTICS.md §5: a preempted event's reason (absent or null: kv_full)
+# and a request's operation_name (absent or null: text_completion).
+PREEMPTION_REASONS = ["kv_full", "priority", "prefix_cache_reset"]
+OPERATION_NAMES = ["chat", "create_agent", "embeddings", "execute_tool",
+                   "generate_content", "invoke_agent", "text_completion"]
+RARE_OPERATIONS = [op for op in OPERATION_NAMES if op not in ("chat", "text_completion")]
 
 # Engine-level records.
 KV_FETCH_STAGES = ["waiting_to_start", "in_progress", "completed_waiting"]
@@ -163,6 +177,9 @@ class Sim:
         # unchanged by them (same requests, outputs, scheduler_stats values).
         self.engine_records = not getattr(args, "no_engine_records", False)
         self.xrng = random.Random(args.seed * 1_000_003 + 14)
+        # Preemption reasons and operation names: a third RNG, so the
+        # simulation and the engine-level records are unchanged by them.
+        self.srng = random.Random(args.seed * 1_000_003 + 58037)
         if self.engine_records:
             for eng in self.engines:
                 self.engine_profile(eng)
@@ -186,6 +203,34 @@ class Sim:
 
     def wall(self, t):
         return secs(WALL0 + t)
+
+    # -- preemption reasons and operation names (all randomness from self.srng)
+    def preemption_reason(self):
+        """The `reason` of a preempted event that carries the field: mostly
+        kv_full (or null, which means kv_full), sometimes priority, rarely
+        prefix_cache_reset."""
+        r = self.srng.random()
+        if r < 0.45:
+            return "kv_full"
+        if r < 0.55:
+            return None                                # null = absent = kv_full
+        if r < 0.9:
+            return "priority"
+        return "prefix_cache_reset"
+
+    def operation_name(self, rec):
+        """Sets (or leaves out) a request record's `operation_name`."""
+        r = self.srng.random()
+        if r < 0.25:
+            return                                     # absent: text_completion
+        if r < 0.3:
+            rec["operation_name"] = None               # null = absent
+        elif r < 0.65:
+            rec["operation_name"] = "chat"
+        elif r < 0.95:
+            rec["operation_name"] = "text_completion"
+        else:
+            rec["operation_name"] = self.srng.choice(RARE_OPERATIONS)
 
     # -- engine-level records (all randomness from self.xrng) --------
     def engine_profile(self, eng):
@@ -394,6 +439,7 @@ class Sim:
             rec["max_tokens"] = None
         if n != 1 or rng.random() < 0.5:
             rec["n"] = n
+        self.operation_name(rec)
         self.emit(rec)
         req.pending.append({"type": "queued",
                             "timestamp": secs(eng.clock(self.t) + rng.randint(1, 9))})
@@ -454,8 +500,8 @@ class Sim:
             if rng.random() < (0.08 if req.phase == "prefill" else 0.02):
                 req.pending.append({"type": "preempted",
                                     "timestamp": secs(ts - rng.randint(1, 9))})
-                if rng.random() < 0.3:
-                    req.pending[-1]["reason"] = "kv_cache_full"
+                if rng.random() < 0.3:                 # else no reason: kv_full
+                    req.pending[-1]["reason"] = self.preemption_reason()
                 if req.phase == "decode" and rng.random() < 0.25:
                     # Preempted and resumed within the step: tokens still flow.
                     pass
@@ -581,10 +627,12 @@ class Sim:
                                "received_at": secs(WALL0 + self.t + 3)})
             if self.live and rng.random() < 0.01:
                 req = self.live[rng.choice(list(self.live))]
-                self.emit({"type": "request", "request_id": req.rid,
-                           "model_name": rng.choice([req.model, "dup-model"]),
-                           "engine": req.engine, "arrival_time": secs(WALL0 + self.t),
-                           "prompt_len": req.prompt_len + 7, "max_tokens": 99, "n": 2})
+                dup = {"type": "request", "request_id": req.rid,
+                       "model_name": rng.choice([req.model, "dup-model"]),
+                       "engine": req.engine, "arrival_time": secs(WALL0 + self.t),
+                       "prompt_len": req.prompt_len + 7, "max_tokens": 99, "n": 2}
+                self.operation_name(dup)               # ignored with the rest of it
+                self.emit(dup)
             if self.engine_records:
                 self.engine_events()
 
@@ -597,6 +645,8 @@ OLD_KINDS = ["bad_json", "missing_field", "unknown_type", "nan_literal",
              "negative_engine", "string_number", "not_object", "infinity",
              "bool_number", "unknown_event", "unknown_reason", "float_uint",
              "missing_nested"]
+# A preemption reason or an operation name outside docs/SEMANTICS.md §5's sets.
+REASON_KINDS = ["unknown_preemption_reason", "unknown_operation_name"]
 # Engine-level records that break one validity rule of the spec.
 ENGINE_KINDS = ["unknown_stage", "skipped_gt_waiting", "four_gaps", "per_pos_mismatch",
                 "sleep_level", "unknown_operation", "negative_duration", "bad_cache_key",
@@ -711,9 +761,30 @@ def malformed_line(mrng: random.Random, sim: Sim | None) -> str:
     ts = 1000.0 + (sim.t / UNIT if sim is not None else 0)
     good_out = {"request_id": rid, "new_token_ids": [1, 2], "finish_reason": "stop"}
     engine_kinds = ENGINE_KINDS if sim is None or sim.engine_records else []
-    kind = mrng.choice(OLD_KINDS + engine_kinds)
+    kind = mrng.choice(OLD_KINDS + REASON_KINDS + engine_kinds)
     if kind in ENGINE_KINDS:
         return malformed_engine_line(kind, mrng, model, eng, now)
+    if kind == "unknown_preemption_reason":
+        # The old generator's reason, other spellings, a non-string; on a
+        # preempted event mostly, but any event's reason is checked (§5).
+        reason = mrng.choice(["kv_cache_full", "KV_FULL", "kv-full", "recompute", "swap",
+                              "", 3])
+        etype = mrng.choice(["preempted", "preempted", "preempted", "queued", "scheduled"])
+        out = dict(good_out, events=[{"type": etype, "timestamp": ts, "reason": reason}])
+        outputs = [out]
+        if mrng.random() < 0.5:          # a valid preemption in the same batch is lost too
+            outputs.insert(0, {"request_id": rid, "new_token_ids": [],
+                               "events": [{"type": "preempted", "timestamp": ts,
+                                           "reason": "priority"}]})
+        return dumps({"type": "outputs", "engine": eng, "timestamp": ts,
+                      "received_at": now, "outputs": outputs})
+    if kind == "unknown_operation_name":
+        return dumps({"type": "request", "request_id": mrng.choice(["bad-op", rid]),
+                      "model_name": mrng.choice([model, "never-seen-model"]),
+                      "engine": eng, "arrival_time": now, "prompt_len": 10,
+                      "operation_name": mrng.choice(["completion", "Chat", "chat_completion",
+                                                     "embedding", "", "text-completion",
+                                                     7, ["chat"]])})
     if kind == "bad_json":
         full = dumps({"type": "abort", "request_id": rid, "received_at": now})
         return full[: mrng.randint(1, len(full) - 1)]

@@ -4,8 +4,13 @@
 Usage:
     python3 tests/reference/reference.py TRACE.jsonl [--max-model-len N]
         [--max-label-bytes N] [--quiet]
+        [--semconv gen_ai [--semconv-server-address ADDR] [--semconv-server-port PORT]]
 
-Prints the final Prometheus text exposition (format 0.0.4) to stdout.  Invalid
+Prints the final Prometheus text exposition (format 0.0.4) to stdout.
+With ``--semconv gen_ai`` the three GenAI semantic-convention histograms of
+docs/SEMANTICS.md §3c follow every other family, named as the Collector's
+Prometheus exporter names them (``gen_ai_server_request_duration_seconds``, …);
+without it the output has none of them.  Invalid
 lines are skipped entirely (reported on stderr as ``FILE:LINE: reason``; the
 exit status stays 0 so the output can be piped/captured unconditionally).
 
@@ -68,6 +73,10 @@ def tok_buckets(max_model_len: int) -> list[int]:
 PER_REQUEST = [
     ("vllm:num_preemptions", "counter", None,
      "Cumulative number of preemption events."),
+    # §3 step 3: by the preempted event's reason; a reason's series appears
+    # with the label set's first preemption of that reason (no zero series).
+    ("vllm:num_preemptions_by_reason", "counter", None,
+     "Cumulative number of preemption events, by reason."),
     ("vllm:prompt_tokens", "counter", None,
      "Prompt tokens summed over sequences, including prefix-cache hits; each "
      "parallel-sampling child counts its prompt separately. Equals the sum of "
@@ -206,6 +215,15 @@ LORA_LABELS = ("max_lora", "waiting_lora_adapters", "running_lora_adapters")
 SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
 FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
 EVENT_TYPES = ("queued", "scheduled", "preempted")
+# §5: an event's optional `reason` (absent or null: kv_full); any other value
+# makes the line invalid, whatever the event type.
+PREEMPTION_REASONS = ("kv_full", "priority", "prefix_cache_reset")
+DEFAULT_PREEMPTION_REASON = "kv_full"
+# §5: a request's optional `operation_name` (absent or null: text_completion).
+OPERATION_NAMES = ("chat", "create_agent", "embeddings", "execute_tool",
+                   "generate_content", "invoke_agent", "text_completion")
+DEFAULT_OPERATION_NAME = "text_completion"
+SUCCESS_REASONS = ("stop", "length", "repetition")     # §3c "successful"
 U64_MAX = 2**64 - 1
 
 
@@ -323,12 +341,14 @@ class RequestRec:
     prompt_len: int
     max_tokens: Optional[int]
     n: int
+    operation_name: str = DEFAULT_OPERATION_NAME
 
 
 @dataclass
 class Event:
     type: str
     timestamp: float
+    reason: str = DEFAULT_PREEMPTION_REASON     # only a preempted event's is used
 
 
 @dataclass
@@ -436,10 +456,14 @@ def parse_event(v: Any) -> Event:
     if etype not in EVENT_TYPES:
         raise Invalid(f"unknown event type {etype!r}")
     ts = req_float(obj, "timestamp")
-    reason = _get(obj, "reason", False)
-    if reason is not _MISSING and not isinstance(reason, str):
+    reason = _get(obj, "reason", False)          # absent or null: kv_full
+    if reason is _MISSING:
+        reason = DEFAULT_PREEMPTION_REASON
+    elif not isinstance(reason, str):
         raise Invalid("event field `reason`: expected a string")
-    return Event(etype, ts)
+    elif reason not in PREEMPTION_REASONS:
+        raise Invalid(f"unknown preemption reason {reason!r}")
+    return Event(etype, ts, reason)
 
 
 def parse_prefill_stats(v: Any) -> PrefillStats:
@@ -623,6 +647,13 @@ def parse_line(text: str, max_label_bytes: int = 256):
     rtype = req_str(obj, "type")
     if rtype == "request":
         n = opt_uint(obj, "n")
+        op = _get(obj, "operation_name", False)   # absent or null: text_completion
+        if op is _MISSING:
+            op = DEFAULT_OPERATION_NAME
+        elif not isinstance(op, str):
+            raise Invalid("field `operation_name`: expected a string")
+        elif op not in OPERATION_NAMES:
+            raise Invalid(f"unknown operation_name {op!r}")
         return RequestRec(
             request_id=req_str(obj, "request_id"),
             model_name=label_value(obj, "model_name", max_label_bytes),
@@ -631,6 +662,7 @@ def parse_line(text: str, max_label_bytes: int = 256):
             prompt_len=req_uint(obj, "prompt_len"),
             max_tokens=opt_uint(obj, "max_tokens"),
             n=1 if n is None else n,            # n defaults to 1 (§4)
+            operation_name=op,
         )
     if rtype == "outputs":
         return OutputsRec(
@@ -701,8 +733,8 @@ class Metrics:
         labels = (model, engine)
         for name, kind, _, _ in PER_REQUEST:
             fam = self.series[name]
-            if name == "vllm:request_success":
-                continue
+            if name in ("vllm:request_success", "vllm:num_preemptions_by_reason"):
+                continue                   # series per reason on first use
             if name == "vllm:prompt_tokens_by_source":
                 for src in SOURCES:
                     fam.setdefault(labels + (src,), 0)
@@ -724,6 +756,67 @@ class Metrics:
 
     def set_gauge(self, name: str, labels: tuple, value) -> None:
         self.series[name][labels] = value
+
+
+# ---------------------------------------------------------------------------
+# GenAI semantic-convention streams (§3c, --semconv gen_ai)
+# ---------------------------------------------------------------------------
+
+SEMCONV_DURATION = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12,
+                    10.24, 20.48, 40.96, 81.92]
+SEMCONV_TTFT = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+                1.0, 2.5, 5.0, 7.5, 10.0]
+SEMCONV_TPOT = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5]
+# (Prometheus name as the Collector's exporter writes it, buckets, HELP), in
+# exposition order; all three come after every other family.
+SEMCONV = [
+    ("gen_ai_server_request_duration_seconds", SEMCONV_DURATION,
+     "Generative AI server request duration such as time-to-last byte or last "
+     "output token."),
+    ("gen_ai_server_time_to_first_token_seconds", SEMCONV_TTFT,
+     "Time to generate first token for successful responses."),
+    ("gen_ai_server_time_per_output_token_seconds", SEMCONV_TPOT,
+     "Time per output token generated after the first token for successful responses."),
+]
+# Label names, alphabetical (the exposition order); error_type only on the
+# request duration of a failed request; server_* only when given.
+SEMCONV_LABELS = ("error_type", "gen_ai_operation_name", "gen_ai_provider_name",
+                  "gen_ai_request_model", "gen_ai_response_model", "server_address",
+                  "server_port")
+SEMCONV_PROVIDER = "vllm"
+
+
+class Semconv:
+    """The three §3c histograms.  A series is keyed by the values of
+    SEMCONV_LABELS, "" for an absent label; it exists once observed.  The
+    engine is not a label: one model's requests on several engines share a
+    series."""
+
+    def __init__(self, server_address: Optional[str] = None,
+                 server_port: Optional[int] = None):
+        self.server = ("" if server_address is None else server_address,
+                       "" if server_port is None else str(server_port))
+        self.series: dict[str, dict[tuple, Histogram]] = {name: {} for name, _, _ in SEMCONV}
+        self.bounds = {name: bounds for name, bounds, _ in SEMCONV}
+
+    def _observe(self, name: str, key: tuple, value: float) -> None:
+        fam = self.series[name]
+        if key not in fam:
+            fam[key] = Histogram(self.bounds[name])
+        fam[key].observe(value)
+
+    def observe_request(self, model: str, operation: str, error_type: Optional[str],
+                        e2e: float, ttft: Optional[float], tpot: Optional[float]) -> None:
+        """At a request's terminal recording: the duration always (error_type
+        for a failed request); TTFT and TPOT only when given (the caller
+        passes them for a successful request with >= 1 / > 1 tokens)."""
+        common = (operation, SEMCONV_PROVIDER, model, model) + self.server
+        self._observe("gen_ai_server_request_duration_seconds",
+                      ("" if error_type is None else error_type,) + common, e2e)
+        if ttft is not None:
+            self._observe("gen_ai_server_time_to_first_token_seconds", ("",) + common, ttft)
+        if tpot is not None:
+            self._observe("gen_ai_server_time_per_output_token_seconds", ("",) + common, tpot)
 
 
 # ---------------------------------------------------------------------------
@@ -749,6 +842,7 @@ class RequestState:
     num_tokens: int = 0
     num_preemptions: int = 0
     num_cached_tokens: int = 0
+    ttft: Optional[float] = None       # the TTFT observed at the first token (§3c)
 
     @property
     def labels(self) -> tuple:
@@ -756,8 +850,9 @@ class RequestState:
 
 
 class Tracker:
-    def __init__(self, metrics: Metrics):
+    def __init__(self, metrics: Metrics, semconv: Optional["Semconv"] = None):
         self.m = metrics
+        self.semconv = semconv    # None: no --semconv
         self.live: dict[str, RequestState] = {}
         self.unknown_inputs = 0   # mirrors the internal self-telemetry counter
         # Engine tier, per (model_name, engine) label set.
@@ -794,6 +889,7 @@ class Tracker:
             elif ev.type == "preempted":
                 st.num_preemptions += 1
                 self.m.add("vllm:num_preemptions", labels, 1)
+                self.m.add("vllm:num_preemptions_by_reason", labels + (ev.reason,), 1)
         # 4. token-carrying output: first token (TTFT) or ITL.
         if out.num_new_tokens > 0:
             if st.prefilling:
@@ -806,8 +902,8 @@ class Tracker:
                     self.m.add("vllm:prompt_tokens_by_source", labels + ("external_kv_transfer",),
                                ps.num_external_cached_tokens)
                     self.m.add("vllm:prompt_tokens_cached", labels, ps.num_cached_tokens)
-                self.m.observe("vllm:time_to_first_token_seconds", labels,
-                               rx - st.rec.arrival_time)
+                st.ttft = rx - st.rec.arrival_time
+                self.m.observe("vllm:time_to_first_token_seconds", labels, st.ttft)
                 st.first_token_ts = ts
                 st.prefilling = False
             elif st.last_token_ts > 0:
@@ -860,7 +956,8 @@ class Tracker:
         m.observe("vllm:request_num_preemptions", labels, st.num_preemptions)  # zero included
         m.observe("vllm:request_prefill_kv_computed_tokens", labels,
                   max(rec.prompt_len - st.num_cached_tokens, 0))
-        m.observe("vllm:e2e_request_latency_seconds", labels, rx - rec.arrival_time)
+        e2e = rx - rec.arrival_time
+        m.observe("vllm:e2e_request_latency_seconds", labels, e2e)
         m.observe("vllm:request_queue_time_seconds", labels, d(st.scheduled_ts, st.queued_ts))
         m.observe("vllm:request_prefill_time_seconds", labels,
                   d(st.first_token_ts, st.scheduled_ts))
@@ -870,6 +967,14 @@ class Tracker:
                   d(st.last_token_ts, st.scheduled_ts))
         tpot = decode / (st.num_tokens - 1) if st.num_tokens > 1 else 0.0
         m.observe("vllm:request_time_per_output_token_seconds", labels, tpot)
+        # §3c: the GenAI semantic-convention streams (only with --semconv gen_ai).
+        if self.semconv is not None:
+            success = reason in SUCCESS_REASONS
+            self.semconv.observe_request(
+                model=rec.model_name, operation=rec.operation_name,
+                error_type=None if success else reason, e2e=e2e,
+                ttft=st.ttft if success else None,
+                tpot=tpot if success and st.num_tokens > 1 else None)
 
     # -- engine start-up -------------------------------------------
     def engine_startup(self, labels: tuple) -> None:
@@ -1024,6 +1129,7 @@ def fmt_float(x) -> str:
 
 EXTRA_LABEL = {"vllm:request_success": "finished_reason",
                "vllm:prompt_tokens_by_source": "source",
+               "vllm:num_preemptions_by_reason": "reason",
                "vllm:num_requests_waiting_by_reason": "reason",
                "vllm:num_requests_kv_fetch_by_stage": "stage",
                "vllm:engine_sleep_state": "sleep_state",
@@ -1060,7 +1166,15 @@ def label_str(pairs: list, le: Optional[str] = None) -> str:
     return "{" + ",".join(parts) + "}"
 
 
-def render(m: Metrics) -> str:
+def render_histogram(lines: list, name: str, pairs: list, h: Histogram) -> None:
+    for b, c in zip(h.bounds, h.cumulative):
+        lines.append(f"{name}_bucket{label_str(pairs, fmt_float(b))} {c}")
+    lines.append(f"{name}_bucket{label_str(pairs, '+Inf')} {h.count}")
+    lines.append(f"{name}_sum{label_str(pairs)} {fmt_float(h.sum)}")
+    lines.append(f"{name}_count{label_str(pairs)} {h.count}")
+
+
+def render(m: Metrics, semconv: Optional[Semconv] = None) -> str:
     lines: list[str] = []
     for name, kind, _, help_text in CATALOG:
         exposed = name + "_total" if kind == "counter" else name
@@ -1072,14 +1186,19 @@ def render(m: Metrics) -> str:
             value = m.series[name][key]
             pairs = label_pairs(name, key)
             if kind == "histogram":
-                h: Histogram = value
-                for b, c in zip(h.bounds, h.cumulative):
-                    lines.append(f"{name}_bucket{label_str(pairs, fmt_float(b))} {c}")
-                lines.append(f"{name}_bucket{label_str(pairs, '+Inf')} {h.count}")
-                lines.append(f"{name}_sum{label_str(pairs)} {fmt_float(h.sum)}")
-                lines.append(f"{name}_count{label_str(pairs)} {h.count}")
+                render_histogram(lines, name, pairs, value)
             else:
                 lines.append(f"{exposed}{label_str(pairs)} {fmt(value)}")
+    if semconv is not None:
+        # §3c: after every other family.  Series sorted by their label values
+        # in label order, an absent label ("") first.
+        for name, _, help_text in SEMCONV:
+            lines.append(f"# HELP {name} {help_text}")
+            lines.append(f"# TYPE {name} histogram")
+            fam = semconv.series[name]
+            for key in sorted(fam):
+                pairs = [(n, v) for n, v in zip(SEMCONV_LABELS, key) if v != ""]
+                render_histogram(lines, name, pairs, fam[key])
     return "\n".join(lines) + "\n"
 
 
@@ -1087,8 +1206,9 @@ def render(m: Metrics) -> str:
 # Driver
 # ---------------------------------------------------------------------------
 
-def run(path: str, max_model_len: int, errors, max_label_bytes: int = 256) -> str:
-    tracker = Tracker(Metrics(max_model_len))
+def run(path: str, max_model_len: int, errors, max_label_bytes: int = 256,
+        semconv: Optional[Semconv] = None) -> str:
+    tracker = Tracker(Metrics(max_model_len), semconv)
     stream = sys.stdin.buffer if path == "-" else open(path, "rb")
     try:
         for lineno, raw in enumerate(stream, start=1):
@@ -1108,7 +1228,7 @@ def run(path: str, max_model_len: int, errors, max_label_bytes: int = 256) -> st
     finally:
         if stream is not sys.stdin.buffer:
             stream.close()
-    return render(tracker.m)
+    return render(tracker.m, semconv)
 
 
 def main(argv=None) -> int:
@@ -1119,11 +1239,26 @@ def main(argv=None) -> int:
                     help="longest label value in bytes (model_name, cache_config values, "
                          "joined LoRA adapter lists); longer: the record is invalid")
     ap.add_argument("--quiet", action="store_true", help="do not report invalid lines on stderr")
+    ap.add_argument("--semconv", choices=["gen_ai"], default=None,
+                    help="also record the GenAI semantic-convention histograms (§3c) and "
+                         "print them after every other family")
+    ap.add_argument("--semconv-server-address", metavar="ADDR", default=None,
+                    help="the server_address label of the semconv series (absent unless given)")
+    ap.add_argument("--semconv-server-port", metavar="PORT", type=int, default=None,
+                    help="the server_port label of the semconv series (absent unless given)")
     args = ap.parse_args(argv)
     if args.max_model_len < 1:
         ap.error("--max-model-len must be >= 1")
+    if args.semconv is None and (args.semconv_server_address is not None
+                                 or args.semconv_server_port is not None):
+        ap.error("--semconv-server-address/--semconv-server-port need --semconv gen_ai")
+    if args.semconv_server_port is not None and not 0 <= args.semconv_server_port <= 65535:
+        ap.error("--semconv-server-port must be in 0..65535")
+    semconv = (None if args.semconv is None else
+               Semconv(args.semconv_server_address, args.semconv_server_port))
     report = (lambda msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
-    sys.stdout.write(run(args.trace, args.max_model_len, report, args.max_label_bytes))
+    sys.stdout.write(run(args.trace, args.max_model_len, report, args.max_label_bytes,
+                         semconv))
     return 0
 
 

@@ -47,6 +47,7 @@ pub use snapshot::{Family, Series, Value};
 #[derive(Debug, Default)]
 pub struct PrometheusBridgeBuilder {
     target_info: bool,
+    semconv: bool,
 }
 
 impl PrometheusBridgeBuilder {
@@ -54,6 +55,15 @@ impl PrometheusBridgeBuilder {
     /// vLLM has no such family).
     pub fn with_target_info(mut self, enabled: bool) -> Self {
         self.target_info = enabled;
+        self
+    }
+
+    /// Also expose the semantic-convention streams (`--semconv-prometheus`),
+    /// after vLLM's families, under the names the Collector's Prometheus
+    /// exporter gives them (`gen_ai_server_request_duration_seconds`). Off
+    /// by default: recorded for OTLP, they are left out of the exposition.
+    pub fn with_semconv(mut self, enabled: bool) -> Self {
+        self.semconv = enabled;
         self
     }
 
@@ -79,13 +89,24 @@ impl PrometheusBridgeBuilder {
             };
             // Either name style of the Views reaches the registry sanitized.
             for name in [def.otel_name, def.vllm_name] {
-                by_gathered_name.insert(format!("{}{suffix}", metric_name(name)), index);
+                by_gathered_name.insert(
+                    format!("{}{suffix}", metric_name(name)),
+                    Place::Catalog(index),
+                );
             }
+        }
+        for (index, def) in catalog::semconv::ALL.into_iter().enumerate() {
+            let place = match self.semconv {
+                true => Place::Semconv(index),
+                false => Place::Hidden,
+            };
+            by_gathered_name.insert(metric_name(def.otel_name), place);
         }
         (
             PrometheusBridge {
                 registry,
                 by_gathered_name: Arc::new(by_gathered_name),
+                semconv: self.semconv,
                 overflow_label: Arc::from(metric_name(OVERFLOW_ATTRIBUTE)),
                 last_len: Arc::new(AtomicUsize::new(0)),
             },
@@ -108,13 +129,26 @@ fn metric_name(name: &str) -> String {
         .collect()
 }
 
+/// Where a gathered family goes in the exposition.
+#[derive(Debug, Clone, Copy)]
+enum Place {
+    /// Its position in the catalog.
+    Catalog(usize),
+    /// Its position in the semantic-convention tier.
+    Semconv(usize),
+    /// Recorded for OTLP only.
+    Hidden,
+}
+
 /// Reads the SDK state through `opentelemetry-prometheus` and renders it with
 /// vLLM's names. Cloning shares the same registry.
 #[derive(Clone)]
 pub struct PrometheusBridge {
     registry: prometheus::Registry,
-    /// Catalog position of each family, by its gathered name.
-    by_gathered_name: Arc<HashMap<String, usize>>,
+    /// Where each known family goes, by its gathered name.
+    by_gathered_name: Arc<HashMap<String, Place>>,
+    /// Whether the semantic-convention families are exposed.
+    semconv: bool,
     /// The overflow attribute as the exporter writes it as a label name.
     overflow_label: Arc<str>,
     /// The length of the latest exposition: the next one's buffer is
@@ -181,11 +215,15 @@ fn other_family(gathered: &MetricFamily) -> Family {
 }
 
 /// What one scrape gathered, in exposition order: every catalog family
+/// (gathered or not), the semantic-convention families when exposed
 /// (gathered or not), then the gathered families outside the catalog.
 struct Gathered {
     families: Vec<MetricFamily>,
     /// Per catalog family, in catalog order: its gathered family, if any.
     by_catalog: Vec<Option<usize>>,
+    /// Per semantic-convention family when exposed, in tier order: its
+    /// gathered family, if any; empty when not exposed.
+    by_semconv: Vec<Option<usize>>,
     /// The gathered families outside the catalog, in gathered order.
     others: Vec<usize>,
 }
@@ -200,7 +238,9 @@ struct Laid<'g> {
 impl Gathered {
     fn families<'g>(&'g self, overflow_label: &'g str) -> impl Iterator<Item = Laid<'g>> + 'g {
         let defs = catalog::all();
-        let catalog = defs.zip(&self.by_catalog).map(move |(def, gathered)| Laid {
+        let defs = defs.chain(catalog::semconv::ALL);
+        let places = self.by_catalog.iter().chain(&self.by_semconv);
+        let catalog = defs.zip(places).map(move |(def, gathered)| Laid {
             meta: catalog_family(def),
             layout: gathered.map(|i| Layout::new(&self.families[i], overflow_label, def.labels)),
         });
@@ -226,16 +266,23 @@ impl PrometheusBridge {
     fn gather(&self) -> Gathered {
         let families = self.registry.gather();
         let mut by_catalog = vec![None; catalog::all().count()];
+        let mut by_semconv = match self.semconv {
+            true => vec![None; catalog::semconv::ALL.len()],
+            false => Vec::new(),
+        };
         let mut others = Vec::new();
         for (i, gathered) in families.iter().enumerate() {
             match self.by_gathered_name.get(gathered.name()) {
-                Some(&index) => by_catalog[index] = Some(i),
+                Some(Place::Catalog(index)) => by_catalog[*index] = Some(i),
+                Some(Place::Semconv(index)) => by_semconv[*index] = Some(i),
+                Some(Place::Hidden) => {}
                 None => others.push(i),
             }
         }
         Gathered {
             families,
             by_catalog,
+            by_semconv,
             others,
         }
     }

@@ -3,9 +3,10 @@
 
 use crate::protocol::{
     shown, Abort, EngineConfig, EngineCoreEvent, EngineCoreOutput, EventType, ExternalHitsBySource,
-    FinishReason, FinishedRequest, IterationStats, KvCacheEvictionEvent, KvFetchStages, Operation,
-    OperationKind, OutputBatch, PerfStats, PluginDrops, PrefillStats, PromptTokenStats, Record,
-    RequestStart, SchedulerStats, SleepState, SpecDecodingStats,
+    FinishReason, FinishedRequest, GenAiOperation, IterationStats, KvCacheEvictionEvent,
+    KvFetchStages, Operation, OperationKind, OutputBatch, PerfStats, PluginDrops, PreemptionReason,
+    PrefillStats, PromptTokenStats, Record, RequestStart, SchedulerStats, SleepState,
+    SpecDecodingStats,
 };
 
 /// Generated message, enum, client and server types.
@@ -33,6 +34,12 @@ pub enum ConversionError {
     /// A finish reason this version does not know.
     #[error("unknown finish reason {0}")]
     UnknownFinishReason(i32),
+    /// A preemption reason this version does not know.
+    #[error("unknown preemption reason '{0}' (expected kv_full, priority or prefix_cache_reset)")]
+    UnknownPreemptionReason(String),
+    /// A GenAI operation name this version does not know.
+    #[error("unknown operation_name '{0}' (expected one of chat, create_agent, embeddings, execute_tool, generate_content, invoke_agent, text_completion)")]
+    UnknownOperationName(String),
     /// An operation whose kind is unset.
     #[error("operation without a kind")]
     UnkindedOperation,
@@ -129,7 +136,14 @@ fn output_from_proto(o: pb::EngineCoreOutput) -> Result<EngineCoreOutput, Conver
             Ok(EngineCoreEvent {
                 kind: event_type(e.r#type)?,
                 timestamp: e.timestamp,
-                reason: e.reason,
+                reason: match e.reason.as_deref() {
+                    None | Some("") => None,
+                    Some(reason) => {
+                        Some(PreemptionReason::from_label(reason).ok_or_else(|| {
+                            ConversionError::UnknownPreemptionReason(shown(reason))
+                        })?)
+                    }
+                },
             })
         })
         .collect::<Result<Vec<_>, ConversionError>>()
@@ -158,6 +172,13 @@ pub fn record_from_proto(record: pb::Record, now: f64) -> Result<Record, Convers
             max_tokens: r.max_tokens,
             n: r.n.unwrap_or(1),
             traceparent: r.traceparent.filter(|t| !t.is_empty()),
+            operation_name: match r.operation_name.as_deref() {
+                None | Some("") => None,
+                Some(name) => Some(
+                    GenAiOperation::from_name(name)
+                        .ok_or_else(|| ConversionError::UnknownOperationName(shown(name)))?,
+                ),
+            },
         }),
         R::Outputs(b) => Record::Outputs(OutputBatch {
             engine: b.engine,
@@ -473,6 +494,7 @@ pub fn record_to_proto(record: &Record) -> pb::Record {
             max_tokens: r.max_tokens,
             n: Some(r.n),
             traceparent: r.traceparent.clone(),
+            operation_name: r.operation_name.map(|o| o.as_str().to_owned()),
         }),
         Record::Outputs(b) => R::Outputs(pb::OutputBatch {
             engine: b.engine,
@@ -490,7 +512,7 @@ pub fn record_to_proto(record: &Record) -> pb::Record {
                         .map(|e| pb::EngineCoreEvent {
                             r#type: proto_event_type(e.kind) as i32,
                             timestamp: e.timestamp,
-                            reason: e.reason.clone(),
+                            reason: e.reason.map(|r| r.as_str().to_owned()),
                         })
                         .collect(),
                     prefill_stats: o.prefill_stats.map(pb::PrefillStats::from),

@@ -16,7 +16,7 @@ use super::rng::Rng;
 use super::workload::SimRequest;
 use crate::protocol::{
     EngineCoreEvent, EngineCoreOutput, EventType, KvCacheEvictionEvent, KvFetchStages,
-    PrefillStats, SpecDecodingStats,
+    PreemptionReason, PrefillStats, SpecDecodingStats,
 };
 
 /// Scheduler limits of one engine.
@@ -162,7 +162,22 @@ impl Engine {
     pub(crate) fn enqueue(&mut self, mut sequence: Sequence) {
         self.next_key += 1;
         sequence.key = self.next_key;
-        self.waiting.push_back(sequence);
+        if sequence.request.high_priority {
+            // Priority scheduling: behind the waiting high-priority
+            // requests, ahead of every low-priority one.
+            let at = self.first_low_priority_waiting();
+            self.waiting.insert(at, sequence);
+        } else {
+            self.waiting.push_back(sequence);
+        }
+    }
+
+    /// Where the waiting queue's low-priority requests begin.
+    fn first_low_priority_waiting(&self) -> usize {
+        self.waiting
+            .iter()
+            .position(|s| !s.request.high_priority)
+            .unwrap_or(self.waiting.len())
     }
 
     pub(crate) fn has_work(&self) -> bool {
@@ -258,8 +273,26 @@ impl Engine {
         Some(sequence)
     }
 
-    fn preempt_last(&mut self, now: f64) {
-        let mut victim = self.running.pop().expect("a running request to preempt");
+    /// Frees blocks for the running request at `index`: preempts the last
+    /// running request (vLLM's FCFS victim, reason `kv_full`); or, when the
+    /// request is high-priority and a low-priority request runs after it,
+    /// the last such one (reason `priority`). Victims come from `index` on,
+    /// so the requests scheduled before it in this step stay.
+    fn preempt_for(&mut self, index: usize, now: f64) {
+        let for_high = self.running[index].request.high_priority;
+        let low_after = (index + 1..self.running.len())
+            .rev()
+            .find(|&j| !self.running[j].request.high_priority);
+        match low_after {
+            Some(victim) if for_high => {
+                self.preempt(victim, now, PreemptionReason::Priority);
+            }
+            _ => self.preempt(self.running.len() - 1, now, PreemptionReason::KvFull),
+        }
+    }
+
+    fn preempt(&mut self, index: usize, now: f64, reason: PreemptionReason) {
+        let mut victim = self.running.remove(index);
         self.release(victim.key, victim.blocks);
         victim.blocks = 0;
         victim.external = 0;
@@ -268,9 +301,16 @@ impl Engine {
         victim.events.push(EngineCoreEvent {
             kind: EventType::Preempted,
             timestamp: now,
-            reason: None,
+            // vLLM's engine names no reason for its usual preemption.
+            reason: (reason != PreemptionReason::KvFull).then_some(reason),
         });
-        self.waiting.push_front(victim);
+        // Back to the front of its priority class.
+        let at = if victim.request.high_priority {
+            0
+        } else {
+            self.first_low_priority_waiting()
+        };
+        self.waiting.insert(at, victim);
     }
 
     /// Loads that completed by `now` join the loaded queue.
@@ -345,7 +385,7 @@ impl Engine {
             };
             let needed = blocks_for(sequence.computed + want, bs).saturating_sub(sequence.blocks);
             while needed > self.free_blocks && i < self.running.len() {
-                self.preempt_last(now);
+                self.preempt_for(i, now);
                 result.preemptions += 1;
             }
             if i >= self.running.len() {

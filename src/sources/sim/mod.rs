@@ -144,6 +144,13 @@ pub struct SimConfig {
     /// Bandwidth of a weight update, GB/s.
     #[arg(long, default_value_t = SimConfig::default().weight_sync_gbps, value_name = "GBPS")]
     pub weight_sync_gbps: f64,
+    /// Share of arrivals that are high-priority, under vLLM's priority
+    /// scheduling (`--scheduling-policy priority`): they are admitted ahead
+    /// of waiting low-priority requests, and when one of them needs KV
+    /// blocks a low-priority running request is preempted for it (reason
+    /// `priority`). 0 (the default): first come, first served.
+    #[arg(long, default_value_t = SimConfig::default().priority_fraction, value_name = "FRACTION")]
+    pub priority_fraction: f64,
     /// Longest request (prompt plus output), tokens.
     #[arg(skip = crate::catalog::DEFAULT_MAX_MODEL_LEN)]
     pub max_model_len: u32,
@@ -180,6 +187,7 @@ impl Default for SimConfig {
             model_params_b: 8.0,
             tensor_parallel_size: 1,
             lora_adapters: false,
+            priority_fraction: 0.0,
             sleep_when_idle: None,
             sleep_level: 1,
             host_transfer_gbps: 20.0,

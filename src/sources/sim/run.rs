@@ -264,6 +264,7 @@ impl<'a> Run<'a> {
             max_tokens: Some(request.max_tokens),
             n: 1,
             traceparent: None,
+            operation_name: None,
         }));
         if let Some(at) = request.abort_at {
             self.aborts.push((at, request.id.clone(), engine));

@@ -26,6 +26,8 @@ pub(crate) struct SimRequest {
     pub(crate) abort_at: Option<f64>,
     /// The LoRA adapter it asks for, when the models are adapters.
     pub(crate) adapter: Option<u32>,
+    /// High priority, under priority scheduling.
+    pub(crate) high_priority: bool,
 }
 
 /// Draws requests in a deterministic order from one seeded generator.
@@ -38,6 +40,9 @@ pub(crate) struct Workload {
     /// LoRA adapters, when the models are adapters (a stream of its own, so
     /// that the other draws stay those of the same seed without adapters).
     adapters: Option<(Rng, u32)>,
+    /// High-priority draws and their chance, under priority scheduling (a
+    /// stream of its own, for the same reason).
+    priority: Option<(Rng, f64)>,
     issued: u64,
     prompt_len: f64,
     output_len: f64,
@@ -57,6 +62,12 @@ impl Workload {
             adapters: config
                 .lora_adapters
                 .then(|| (Rng::new(config.seed.wrapping_add(2)), config.models.max(1))),
+            priority: (config.priority_fraction > 0.0).then(|| {
+                (
+                    Rng::new(config.seed.wrapping_add(3)),
+                    config.priority_fraction,
+                )
+            }),
             issued: 0,
             prompt_len: config.prompt_len,
             output_len: config.output_len,
@@ -103,6 +114,10 @@ impl Workload {
                 .adapters
                 .as_mut()
                 .map(|(rng, count)| rng.below(u64::from(*count)) as u32),
+            high_priority: self
+                .priority
+                .as_mut()
+                .is_some_and(|(rng, fraction)| rng.chance(*fraction)),
         }
     }
 
