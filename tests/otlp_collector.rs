@@ -494,3 +494,157 @@ fn a_failed_final_export_exits_3_naming_the_endpoint() {
         "nothing got through"
     );
 }
+
+/// The `gen_ai_` samples of an exposition, without the labels in `drop`.
+fn semconv_samples(exposition: &str, instance: Option<&str>) -> BTreeMap<String, f64> {
+    let marker = instance.map(|i| format!("instance=\"{i}\""));
+    let own: String = exposition
+        .lines()
+        .filter(|l| l.starts_with("gen_ai_"))
+        .filter(|l| marker.as_ref().is_none_or(|m| l.contains(m.as_str())))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    common::normalized_samples(&own, &["job", "instance"])
+}
+
+/// With `--semconv gen_ai` the three GenAI histograms reach the real
+/// Collector under the conventions' names (never renamed by
+/// `--otlp-names prometheus`), in seconds, with the advised buckets and the
+/// conventions' attributes: exactly the samples the bridge shows with
+/// `--semconv-prometheus` (which the independent reference checks in
+/// `tests/replay.rs`).
+#[test]
+fn semconv_streams_arrive_with_the_conventions_names_units_buckets_and_attributes() {
+    // The test trace, every other request a chat request.
+    let dir = common::tempdir("semconv");
+    let trace = dir.join("trace.jsonl");
+    let text = std::fs::read_to_string(common::repo().join(TRACE)).unwrap();
+    let mut requests = 0;
+    let lines: Vec<String> = text
+        .lines()
+        .map(|line| {
+            if line.starts_with(r#"{"type":"request","#) && line.ends_with('}') {
+                requests += 1;
+                if requests % 2 == 0 {
+                    return format!(r#"{},"operation_name":"chat"}}"#, &line[..line.len() - 1]);
+                }
+            }
+            line.to_owned()
+        })
+        .collect();
+    std::fs::write(&trace, lines.join("\n") + "\n").unwrap();
+    let collector = Collector::start();
+    let instance = "semconv";
+    let output = replay_command(&collector.endpoint("grpc"), "grpc", "prometheus", instance)
+        .args(["--semconv", "gen_ai", "--semconv-prometheus"])
+        .args([
+            "--semconv-server-address",
+            "llm.example",
+            "--semconv-server-port",
+            "8000",
+        ])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let bridge = semconv_samples(&String::from_utf8(output.stdout).unwrap(), None);
+    let mut at_collector = BTreeMap::new();
+    common::wait_for_optional(15, || {
+        let text = common::http_get(collector.prometheus, "/metrics").unwrap_or_default();
+        at_collector = semconv_samples(&text, Some(instance));
+        (at_collector == bridge).then_some(())
+    });
+    assert_same(&bridge, &at_collector, "semconv streams", &collector.log());
+
+    // The names carry the unit (`s` became `_seconds`); every family is there.
+    let families: std::collections::BTreeSet<&str> = bridge
+        .keys()
+        .map(|k| k.split('{').next().unwrap())
+        .collect();
+    assert_eq!(
+        families.into_iter().collect::<Vec<_>>(),
+        [
+            "gen_ai_server_request_duration_seconds_bucket",
+            "gen_ai_server_request_duration_seconds_count",
+            "gen_ai_server_request_duration_seconds_sum",
+            "gen_ai_server_time_per_output_token_seconds_bucket",
+            "gen_ai_server_time_per_output_token_seconds_count",
+            "gen_ai_server_time_per_output_token_seconds_sum",
+            "gen_ai_server_time_to_first_token_seconds_bucket",
+            "gen_ai_server_time_to_first_token_seconds_count",
+            "gen_ai_server_time_to_first_token_seconds_sum",
+        ]
+    );
+    // One successful and one aborted series: the attributes, and the buckets.
+    // The `le` values of a family's series with exactly these labels
+    // (besides `le`), numerically ordered.
+    let common = [
+        "gen_ai_operation_name=\"chat\"",
+        "gen_ai_provider_name=\"vllm\"",
+        "gen_ai_request_model=\"llama-3.1-8b\"",
+        "gen_ai_response_model=\"llama-3.1-8b\"",
+        "server_address=\"llm.example\"",
+        "server_port=\"8000\"",
+    ];
+    let les = |family: &str, error_type: Option<&str>| -> Vec<String> {
+        let mut wanted: Vec<String> = common.iter().map(|l| l.to_string()).collect();
+        if let Some(error_type) = error_type {
+            wanted.push(format!("error_type=\"{error_type}\""));
+        }
+        wanted.sort();
+        let mut out: Vec<String> = bridge
+            .keys()
+            .filter_map(|k| k.strip_prefix(&format!("{family}_bucket{{")))
+            .filter_map(|rest| {
+                let mut labels: Vec<&str> = rest.trim_end_matches('}').split(',').collect();
+                let le = labels.iter().position(|l| l.starts_with("le="))?;
+                let le = labels.remove(le);
+                (labels == wanted).then(|| le[4..le.len() - 1].to_owned())
+            })
+            .collect();
+        out.sort_by(|a, b| le_order(a, b));
+        out
+    };
+    let duration = "gen_ai_server_request_duration_seconds";
+    let duration_buckets = [
+        "0.01", "0.02", "0.04", "0.08", "0.16", "0.32", "0.64", "1.28", "2.56", "5.12", "10.24",
+        "20.48", "40.96", "81.92", "+Inf",
+    ];
+    assert_eq!(les(duration, None), duration_buckets);
+    assert_eq!(les(duration, Some("abort")), duration_buckets);
+    // Failures carry no first-token or per-token series.
+    let ttft = "gen_ai_server_time_to_first_token_seconds";
+    let tpot = "gen_ai_server_time_per_output_token_seconds";
+    assert!(!bridge
+        .keys()
+        .any(|k| (k.starts_with(ttft) || k.starts_with(tpot)) && k.contains("error_type")));
+    assert_eq!(
+        les(ttft, None),
+        [
+            "0.001", "0.005", "0.01", "0.02", "0.04", "0.06", "0.08", "0.1", "0.25", "0.5", "0.75",
+            "1.0", "2.5", "5.0", "7.5", "10.0", "+Inf"
+        ]
+    );
+    assert_eq!(
+        les(tpot, None),
+        [
+            "0.01", "0.025", "0.05", "0.075", "0.1", "0.15", "0.2", "0.3", "0.4", "0.5", "0.75",
+            "1.0", "2.5", "+Inf"
+        ]
+    );
+
+    // The descriptions arrive too. (The exporter writes no `# UNIT` line;
+    // the `_seconds` its translator appends for the unit `s` is the unit.)
+    let text = common::http_get(collector.prometheus, "/metrics").unwrap_or_default();
+    for def in vllm_otel_metrics::catalog::semconv::ALL {
+        let help = format!("# HELP {} {}", def.vllm_name, def.help);
+        assert!(text.lines().any(|l| l == help), "{help}");
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// Orders `le` values numerically, `+Inf` last.
+fn le_order(a: &str, b: &str) -> std::cmp::Ordering {
+    let value = |s: &str| s.parse::<f64>().unwrap_or(f64::INFINITY);
+    value(a).total_cmp(&value(b))
+}

@@ -47,10 +47,16 @@ fn python() -> PathBuf {
 
 /// Runs `tests/reference/reference.py` on `trace`; returns its exposition.
 fn reference_exposition(trace: &Path) -> String {
+    reference_exposition_with(trace, &[])
+}
+
+/// [`reference_exposition`] with further arguments.
+fn reference_exposition_with(trace: &Path, args: &[&str]) -> String {
     let output = Command::new(python())
         .arg(common::repo().join("tests/reference/reference.py"))
         .arg(trace)
         .arg("--quiet")
+        .args(args)
         .output()
         .expect("reference.py runs");
     assert!(
@@ -122,6 +128,59 @@ fn golden_files_agree_with_the_independent_reference() {
         let golden = std::fs::read_to_string(data(name, "prom")).unwrap();
         let reference = reference_exposition(&data(name, "jsonl"));
         assert_same_vllm_samples(&reference, &golden, name);
+    }
+}
+
+/// `--semconv gen_ai` records the GenAI streams for OTLP only: the
+/// exposition stays the golden one byte for byte. With
+/// `--semconv-prometheus` they follow vLLM's families, and agree sample for
+/// sample with the reference's (`gen_ai_` samples included), server
+/// attributes too.
+#[test]
+fn semconv_streams_leave_the_goldens_alone_and_agree_with_the_reference() {
+    for name in TRACES {
+        let trace = data(name, "jsonl");
+        let golden = std::fs::read_to_string(data(name, "prom")).unwrap();
+        let path = trace.to_str().unwrap();
+        let base = [
+            "replay",
+            path,
+            "--output",
+            "prometheus",
+            "--metrics-addr",
+            "none",
+        ];
+        let (_, recorded, _) = common::run(&[&base[..], &["--semconv", "gen_ai"]].concat());
+        assert!(
+            recorded == golden,
+            "{name}: --semconv gen_ai changed the exposition"
+        );
+        let server = [
+            "--semconv-server-address",
+            "10.0.0.7",
+            "--semconv-server-port",
+            "8000",
+        ];
+        let (_, exposed, _) = common::run(
+            &[
+                &base[..],
+                &["--semconv", "gen_ai", "--semconv-prometheus"],
+                &server,
+            ]
+            .concat(),
+        );
+        // vLLM's families first, unchanged.
+        let (vllm_part, semconv_part) = exposed
+            .split_once("# HELP gen_ai_server_request_duration_seconds ")
+            .expect("the semconv families follow");
+        assert!(
+            vllm_part == golden,
+            "{name}: the golden exposition, then the semconv families"
+        );
+        assert!(semconv_part.contains("server_port=\"8000\""), "{name}");
+        let reference =
+            reference_exposition_with(&trace, &[&["--semconv", "gen_ai"][..], &server].concat());
+        assert_same_vllm_samples(&reference, &exposed, name);
     }
 }
 

@@ -144,7 +144,7 @@ fn check_invariants(config: &SimConfig, records: &[Record], outcome: &SimOutcome
     assert_eq!(outcome.finished + outcome.aborted, outcome.requests);
     // First come, first served: first admissions follow arrival order per
     // engine (a KV connector's loads let later requests overtake).
-    let fcfs = config.external_prefix_hit_rate == 0.0;
+    let fcfs = config.external_prefix_hit_rate == 0.0 && config.priority_fraction == 0.0;
     for order in arrival_order.values().filter(|_| fcfs) {
         let admitted: Vec<f64> = order
             .iter()
@@ -316,6 +316,96 @@ fn scheduler_invariants_hold_across_configurations() {
             "the configuration preempts: {config:?}"
         );
         check_invariants(config, &records, &outcome);
+    }
+}
+
+/// With priority scheduling, high-priority arrivals preempt low-priority
+/// requests (reason `priority`) besides the KV-pressure preemptions
+/// (`kv_full`, named by no reason): the records carry both, and replayed,
+/// `vllm:num_preemptions_by_reason` sums to `vllm:num_preemptions` per label
+/// set. Without it, every preemption is `kv_full`.
+#[test]
+fn priority_scheduling_preempts_for_priority_and_the_reasons_sum_up() {
+    use vllm_otel_metrics::export::prometheus::{PrometheusBridge, Value};
+    use vllm_otel_metrics::instruments::Instruments;
+    use vllm_otel_metrics::protocol::PreemptionReason;
+    use vllm_otel_metrics::tracker::Tracker;
+
+    for priority_fraction in [0.0, 0.3] {
+        let config = SimConfig {
+            seed: 7,
+            duration: 60.0,
+            kv_blocks: 256,
+            engines: 2,
+            priority_fraction,
+            ..SimConfig::default()
+        };
+        let (records, outcome) = run(&config);
+        check_invariants(&config, &records, &outcome);
+        let mut by_reason: HashMap<Option<PreemptionReason>, u64> = HashMap::new();
+        for record in &records {
+            if let Record::Outputs(batch) = record {
+                for event in batch.outputs.iter().flat_map(|o| &o.events) {
+                    if event.kind == EventType::Preempted {
+                        *by_reason.entry(event.reason).or_default() += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(by_reason.values().sum::<u64>(), outcome.preemptions);
+        assert!(by_reason[&None] > 0, "{by_reason:?}");
+        assert_eq!(by_reason.get(&Some(PreemptionReason::KvFull)), None);
+        assert_eq!(
+            by_reason.get(&Some(PreemptionReason::PrefixCacheReset)),
+            None
+        );
+        let priority = by_reason.get(&Some(PreemptionReason::Priority)).copied();
+        if priority_fraction > 0.0 {
+            assert!(priority > Some(0), "{by_reason:?}");
+        } else {
+            assert_eq!(priority, None);
+        }
+
+        let (bridge, reader) = PrometheusBridge::builder().build();
+        let mut tracker = Tracker::new(Instruments::builder().with_reader(reader).build());
+        for record in &records {
+            assert_eq!(tracker.apply(record), vec![]);
+        }
+        let families = bridge.snapshot();
+        let family = |name: &str| families.iter().find(|f| f.name == name).unwrap();
+        let scalar = |value: &Value| match value {
+            Value::Scalar(v) => *v,
+            other => panic!("a counter: {other:?}"),
+        };
+        let total = family("vllm:num_preemptions");
+        let reasons = family("vllm:num_preemptions_by_reason");
+        let mut sums: HashMap<Vec<(String, String)>, f64> = HashMap::new();
+        let mut seen_reasons = HashSet::new();
+        for series in &reasons.series {
+            let (reason, label_set): (Vec<_>, Vec<_>) = series
+                .labels
+                .iter()
+                .cloned()
+                .partition(|(k, _)| k == "reason");
+            seen_reasons.insert(reason[0].1.clone());
+            *sums.entry(label_set).or_default() += scalar(&series.value);
+        }
+        assert_eq!(total.series.len(), 2, "two engines");
+        for series in &total.series {
+            let value = scalar(&series.value);
+            assert!(value > 0.0);
+            assert_eq!(
+                sums.get(&series.labels),
+                Some(&value),
+                "{:?}",
+                series.labels
+            );
+        }
+        let expected: HashSet<String> = match priority_fraction > 0.0 {
+            true => ["kv_full", "priority"].map(String::from).into(),
+            false => ["kv_full"].map(String::from).into(),
+        };
+        assert_eq!(seen_reasons, expected);
     }
 }
 

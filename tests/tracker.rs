@@ -627,3 +627,93 @@ fn label_sets_beyond_the_limit_share_the_overflow_series() {
         "two label sets and the overflow: {engines:?}"
     );
 }
+
+/// Each preemption counts under its reason (none named: `kv_full`), a
+/// reason's series appears with its first preemption, and the reasons sum
+/// to `vllm:num_preemptions`, batched outputs and single requests alike.
+#[test]
+fn preemptions_count_by_reason_and_sum_to_the_total() {
+    use vllm_otel_metrics::protocol::PreemptionReason;
+    let (bridge, mut tracker) = pipeline();
+    let preempted = |timestamp: f64, reason: Option<PreemptionReason>| EngineCoreEvent {
+        reason,
+        ..event(EventType::Preempted, timestamp)
+    };
+    for id in ["a", "b"] {
+        tracker
+            .start_request(&start(id, 0, 100.0, 8, None))
+            .unwrap();
+    }
+    let mut a = output("a", 1);
+    a.events = vec![
+        preempted(1.0, None),
+        preempted(1.1, Some(PreemptionReason::Priority)),
+        preempted(1.2, Some(PreemptionReason::KvFull)),
+    ];
+    let mut b = output("b", 1);
+    b.events = vec![preempted(1.3, Some(PreemptionReason::Priority))];
+    assert!(tracker
+        .observe_batch(&batch(0, 2.0, 101.0, vec![a, b]))
+        .is_empty());
+    let s = exposition(&bridge);
+    let reason = |r: &str| format!(r#"vllm:num_preemptions_by_reason_total{{{M0},reason="{r}"}}"#);
+    assert_eq!(value(&s, &reason("kv_full")), 2.0);
+    assert_eq!(value(&s, &reason("priority")), 2.0);
+    assert!(
+        !s.contains_key(&reason("prefix_cache_reset")),
+        "no such preemption yet"
+    );
+    assert_eq!(
+        value(&s, &format!("vllm:num_preemptions_total{{{M0}}}")),
+        4.0
+    );
+
+    // A single request's output, outside a batch.
+    let (bridge, reader) = PrometheusBridge::builder().build();
+    let instruments = Instruments::builder().with_reader(reader).build();
+    let params = RequestParams {
+        arrival_time: 100.0,
+        prompt_len: 8,
+        max_tokens: None,
+        n: 1,
+    };
+    let mut request = RequestMetrics::start(&instruments, "m", 0, params);
+    let mut out = output("c", 1);
+    out.events = vec![preempted(1.0, Some(PreemptionReason::PrefixCacheReset))];
+    request.observe_output(2.0, 101.0, &out);
+    let s = exposition(&bridge);
+    assert_eq!(value(&s, &reason("prefix_cache_reset")), 1.0);
+    assert!(!s.contains_key(&reason("kv_full")));
+    assert_eq!(
+        value(&s, &format!("vllm:num_preemptions_total{{{M0}}}")),
+        1.0
+    );
+}
+
+/// JSONL names the reasons as vLLM PR #58037 does; an unknown one makes the
+/// line invalid, naming the accepted values.
+#[test]
+fn preemption_reasons_in_jsonl() {
+    let line = |reason: &str| {
+        format!(
+            r#"{{"type":"outputs","engine":0,"timestamp":2.0,"received_at":101.0,"outputs":[{{"request_id":"a","new_token_ids":[1],"events":[{{"type":"preempted","timestamp":1.0,"reason":{reason}}}]}}]}}"#
+        )
+    };
+    for (reason, expected) in [
+        ("null", None),
+        (r#""kv_full""#, Some("kv_full")),
+        (r#""priority""#, Some("priority")),
+        (r#""prefix_cache_reset""#, Some("prefix_cache_reset")),
+    ] {
+        let Record::Outputs(batch) = serde_json::from_str(&line(reason)).unwrap() else {
+            panic!()
+        };
+        let parsed = batch.outputs[0].events[0].reason;
+        assert_eq!(parsed.map(|r| r.as_str()), expected);
+    }
+    let error = serde_json::from_str::<Record>(&line(r#""kv_cache_full""#)).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "unknown variant `kv_cache_full`, expected one of `kv_full`, `priority`, `prefix_cache_reset` at line 1 column 184"
+    );
+}

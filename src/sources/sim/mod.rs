@@ -274,6 +274,7 @@ impl SimConfig {
         for (name, value) in [
             ("--prefix-hit-rate", self.prefix_hit_rate),
             ("--abort-rate", self.abort_rate),
+            ("--priority-fraction", self.priority_fraction),
             ("--kv-cache-metrics-sample", self.kv_cache_metrics_sample),
             ("--external-prefix-hit-rate", self.external_prefix_hit_rate),
             ("--spec-acceptance-rate", self.spec_acceptance_rate),
