@@ -23,7 +23,9 @@
 //! `baseline/otel_unbound_tracker.rs`) and `rules_only` (the lifecycle rules
 //! recording nothing), `otel_sdk_traced` and `otel_sdk_traced_1pct` (the
 //! shipped request with its `llm_request` span, every request sampled or
-//! one in a hundred, into a batch span processor). A last section (`baseline/per_observation.rs`) times
+//! one in a hundred, into a batch span processor), `otel_sdk_semconv` (the
+//! shipped request with `--semconv gen_ai`: the GenAI histograms recorded
+//! besides vLLM's families). A last section (`baseline/per_observation.rs`) times
 //! single observations on each path.
 //!
 //! Every label set exists before anything is measured. After criterion's
@@ -32,7 +34,8 @@
 //! round, then `otel_sdk` and `both_sinks` the same way), and prints, next
 //! to last,
 //! `sinks: one_reader=… both_sinks=… ns/request ratio=…` (both_sinks ÷
-//! otel_sdk), and last:
+//! otel_sdk), `semconv: off=… on=… ns/request ratio=… added=… ns` (the
+//! `--semconv gen_ai` cost, also paired A-B-B-A), and last:
 //! `lifecycle: otel_sdk=… sdk_floor=… prometheus_client=… ns/request overhead=… ratio=…`
 //! (overhead = otel_sdk / sdk_floor, ratio = otel_sdk / prometheus_client,
 //! medians of the rounds).
@@ -69,7 +72,9 @@ use timing::{median, ns_per_call};
 use vllm_otel_metrics::catalog::DEFAULT_MAX_MODEL_LEN;
 use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
 use vllm_otel_metrics::export::shared::SharedAggregation;
-use vllm_otel_metrics::instruments::{views, Instruments, InstrumentsConfig, LabelSet, SCOPE_NAME};
+use vllm_otel_metrics::instruments::{
+    views, Instruments, InstrumentsConfig, LabelSet, Semconv, SCOPE_NAME,
+};
 use vllm_otel_metrics::protocol::{
     EngineCoreEvent, EngineCoreOutput, EventType, FinishReason, PrefillStats,
 };
@@ -164,6 +169,8 @@ enum Readers {
     /// The bridge and OTLP reading one aggregation, as the CLI registers
     /// them with cumulative OTLP (`SharedAggregation`).
     BothSinks,
+    /// The bridge's alone, with the GenAI semantic-convention streams on.
+    BridgeSemconv,
 }
 
 /// One SDK pipeline as the CLI builds it: the catalog's Views, the
@@ -180,10 +187,16 @@ struct Sdk {
 
 impl Sdk {
     fn new(readers: Readers, runtime: &tokio::runtime::Runtime) -> Sdk {
-        let config = InstrumentsConfig::default();
+        let config = InstrumentsConfig {
+            semconv: match readers {
+                Readers::BridgeSemconv => Semconv::GenAi,
+                _ => Semconv::None,
+            },
+            ..InstrumentsConfig::default()
+        };
         let (bridge, reader) = PrometheusBridge::builder().build();
         let mut builder = SdkMeterProvider::builder().with_view(views(config));
-        if readers == Readers::Bridge {
+        if matches!(readers, Readers::Bridge | Readers::BridgeSemconv) {
             builder = builder.with_reader(reader);
         } else {
             let push = idle_otlp::idle_push(runtime);
@@ -258,6 +271,7 @@ struct Setup {
     sdk: Sdk,
     sdk_two_readers: Sdk,
     sdk_both_sinks: Sdk,
+    sdk_semconv: Sdk,
     traced: Traced,
     pc_handles: prometheus_client_tracker::Handles,
     atomic_handles: prometheus_client_tracker::Handles<atomic_histogram::AtomicHistogram>,
@@ -285,6 +299,7 @@ impl Setup {
             sdk: Sdk::new(Readers::Bridge, &runtime),
             sdk_two_readers: Sdk::new(Readers::BridgeAndOtlpApart, &runtime),
             sdk_both_sinks: Sdk::new(Readers::BothSinks, &runtime),
+            sdk_semconv: Sdk::new(Readers::BridgeSemconv, &runtime),
             traced: Traced::new(),
             pc_handles: prometheus_client_tracker::Handles::resolve(&pc, &labels),
             atomic_handles: prometheus_client_tracker::Handles::resolve(&atomic, &labels),
@@ -336,6 +351,10 @@ fn otel_sdk_two_readers(s: &Setup) {
 
 fn both_sinks(s: &Setup) {
     shipped_request(&s.sdk_both_sinks.label_set, &s.canonical);
+}
+
+fn otel_sdk_semconv(s: &Setup) {
+    shipped_request(&s.sdk_semconv.label_set, &s.canonical);
 }
 
 fn sdk_floor(s: &Setup) {
@@ -402,10 +421,14 @@ const VARIANTS: [Variant; 3] = [
 ];
 
 /// Reference points, timed alongside but not part of the summary line.
-const REFERENCES: [Variant; 8] = [
+const REFERENCES: [Variant; 9] = [
     Variant {
         name: "vllm_rust_atomic",
         run: vllm_rust_atomic,
+    },
+    Variant {
+        name: "otel_sdk_semconv",
+        run: otel_sdk_semconv,
     },
     Variant {
         name: "both_sinks",
@@ -605,8 +628,10 @@ fn main() {
         ((a1 + a2) / 2.0, (b1 + b2) / 2.0)
     };
     let (otel_sdk, sdk_floor, both_sinks) = (0, 1, position("both_sinks"));
+    let semconv = position("otel_sdk_semconv");
     let mut samples = vec![Vec::with_capacity(rounds); all.len()];
     let mut one_reader = Vec::with_capacity(rounds);
+    let mut semconv_off = Vec::with_capacity(rounds);
     for round in 0..rounds {
         let (a, b) = paired(otel_sdk, sdk_floor);
         samples[otel_sdk].push(a);
@@ -614,7 +639,12 @@ fn main() {
         let (a, b) = paired(otel_sdk, both_sinks);
         one_reader.push(a);
         samples[both_sinks].push(b);
-        let others: Vec<usize> = (2..all.len()).filter(|&i| i != both_sinks).collect();
+        let (a, b) = paired(otel_sdk, semconv);
+        semconv_off.push(a);
+        samples[semconv].push(b);
+        let others: Vec<usize> = (2..all.len())
+            .filter(|&i| i != both_sinks && i != semconv)
+            .collect();
         for k in 0..others.len() {
             let index = others[(round + k) % others.len()];
             samples[index].push(time_ns(&setup, all[index], per_round));
@@ -622,6 +652,7 @@ fn main() {
     }
     let medians: Vec<f64> = samples.iter_mut().map(|s| median(s)).collect();
     let one_reader = median(&mut one_reader);
+    let semconv_off = median(&mut semconv_off);
     let m = |name: &str| medians[position(name)];
     let (rounds, ops) = if bench_mode { (11, 200_000) } else { (3, 100) };
     let per_observation = per_observation::measure(
@@ -655,6 +686,13 @@ fn main() {
         one_reader,
         m("both_sinks"),
         m("both_sinks") / one_reader
+    );
+    println!(
+        "semconv: off={:.1} on={:.1} ns/request ratio={:.2} added={:.1} ns",
+        semconv_off,
+        m("otel_sdk_semconv"),
+        m("otel_sdk_semconv") / semconv_off,
+        m("otel_sdk_semconv") - semconv_off
     );
     println!(
         "lifecycle: otel_sdk={:.1} sdk_floor={:.1} prometheus_client={:.1} ns/request overhead={:.2} ratio={:.2}",

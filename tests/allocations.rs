@@ -250,6 +250,27 @@ fn finishing_a_request_allocates_nothing() {
     assert_eq!(n, 0, "RequestMetrics::finish allocated {n} time(s)");
 }
 
+/// With `--semconv gen_ai`, the GenAI histograms' series are bound on
+/// their first observation; after that, finishing a request (success or
+/// abort) allocates nothing either.
+#[test]
+fn with_semconv_on_finishing_a_request_allocates_nothing() {
+    use vllm_otel_metrics::instruments::Semconv;
+    let (_bridge, reader) = PrometheusBridge::builder().with_semconv(true).build();
+    let instruments = Instruments::builder()
+        .with_reader(reader)
+        .with_semconv(Semconv::GenAi)
+        .build();
+    for reason in [FinishReason::Length, FinishReason::Abort] {
+        warm(&instruments, reason);
+        let mut request = RequestMetrics::start(&instruments, MODEL, 0, params());
+        request.observe_output(2.0, 100.5, &first_output("r"));
+        request.observe_output(3.0, 101.0, &preempted_output("r"));
+        let (n, ()) = allocations(|| request.finish(101.5, reason));
+        assert_eq!(n, 0, "finishing as {reason:?} allocated {n} time(s)");
+    }
+}
+
 #[test]
 fn observing_a_batch_of_live_requests_allocates_nothing_once_warmed() {
     let mut tracker = Tracker::new(instruments());

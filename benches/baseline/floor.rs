@@ -22,7 +22,7 @@ use std::sync::OnceLock;
 use opentelemetry::metrics::{BoundCounter, BoundHistogram, Counter, Meter};
 use opentelemetry::KeyValue;
 use vllm_otel_metrics::catalog::{self, MetricDef, PROMPT_TOKEN_SOURCES};
-use vllm_otel_metrics::protocol::{EngineCoreOutput, FinishReason, PrefillStats};
+use vllm_otel_metrics::protocol::{EngineCoreOutput, FinishReason, PreemptionReason, PrefillStats};
 use vllm_otel_metrics::tracker::RequestParams;
 
 use crate::lifecycle_state::{Lifecycle, Sink, Terminal};
@@ -67,6 +67,9 @@ pub(crate) struct Handles {
     /// Bound on first use, as the crate binds them.
     request_success: [OnceLock<BoundCounter<u64>>; 5],
     request_success_instrument: Counter<u64>,
+    /// Bound on a reason's first preemption, as the crate binds them.
+    preemptions_by_reason: [OnceLock<BoundCounter<u64>>; 3],
+    preemptions_by_reason_instrument: Counter<u64>,
     labels: Vec<KeyValue>,
     histograms: [BoundHistogram<f64>; 15],
 }
@@ -114,6 +117,8 @@ impl Handles {
             counters,
             request_success: Default::default(),
             request_success_instrument: counter(&catalog::REQUEST_SUCCESS),
+            preemptions_by_reason: Default::default(),
+            preemptions_by_reason_instrument: counter(&catalog::NUM_PREEMPTIONS_BY_REASON),
             labels,
             histograms,
         }
@@ -132,10 +137,26 @@ impl Handles {
     }
 }
 
+impl Handles {
+    #[inline]
+    fn preemptions_by_reason(&self, reason: usize) -> &BoundCounter<u64> {
+        self.preemptions_by_reason[reason].get_or_init(|| {
+            let mut labels = self.labels.clone();
+            labels.push(KeyValue::new(
+                catalog::PREEMPTION_REASON_LABELS[2],
+                PreemptionReason::ALL[reason].as_str(),
+            ));
+            self.preemptions_by_reason_instrument.bind(&labels)
+        })
+    }
+}
+
 /// One SDK call.
 #[derive(Debug, Clone, Copy)]
 enum Call {
     Add(usize, u64),
+    /// An add to `num_preemptions_by_reason` of the reason at this index.
+    AddByReason(usize, u64),
     Success(usize),
     Record(usize, f64),
 }
@@ -148,6 +169,8 @@ struct Recorder {
     calls: RefCell<Vec<Call>>,
     /// Where the current output's preemption add is, once it has one.
     preemption_at: RefCell<Option<usize>>,
+    /// Where the current output's add of each reason is, once it has one.
+    reason_at: RefCell<[Option<usize>; 3]>,
 }
 
 impl Recorder {
@@ -162,14 +185,15 @@ impl Recorder {
 
 impl Sink for Recorder {
     fn generation_tokens(&self, tokens: u64) {
-        // A new output: its preemptions get an add of their own.
+        // A new output: its preemptions get adds of their own.
         *self.preemption_at.borrow_mut() = None;
+        *self.reason_at.borrow_mut() = [None; 3];
         if tokens > 0 {
             self.add(CounterSlot::GenerationTokens as usize, tokens);
         }
     }
 
-    fn preemption(&self) {
+    fn preemption(&self, reason: PreemptionReason) {
         let mut at = self.preemption_at.borrow_mut();
         let mut calls = self.calls.borrow_mut();
         match *at {
@@ -181,6 +205,19 @@ impl Sink for Recorder {
             None => {
                 *at = Some(calls.len());
                 calls.push(Call::Add(CounterSlot::NumPreemptions as usize, 1));
+            }
+        }
+        let reason = reason as usize;
+        let mut reason_at = self.reason_at.borrow_mut();
+        match reason_at[reason] {
+            Some(i) => {
+                if let Call::AddByReason(_, n) = &mut calls[i] {
+                    *n += 1;
+                }
+            }
+            None => {
+                reason_at[reason] = Some(calls.len());
+                calls.push(Call::AddByReason(reason, 1));
             }
         }
     }
@@ -248,6 +285,7 @@ impl Script {
         let recorder = Recorder {
             calls: RefCell::new(Vec::new()),
             preemption_at: RefCell::new(None),
+            reason_at: RefCell::new([None; 3]),
         };
         let mut state = Lifecycle::new(params);
         for (batch_timestamp, received_at, output) in steps {
@@ -270,6 +308,7 @@ pub(crate) fn sdk_floor(handles: &Handles, script: &Script) {
     for call in &script.0 {
         match *call {
             Call::Add(slot, value) => handles.counters[slot].add(value),
+            Call::AddByReason(reason, value) => handles.preemptions_by_reason(reason).add(value),
             Call::Success(reason) => handles.request_success(reason).add(1),
             Call::Record(histogram, value) => handles.histograms[histogram].record(value),
         }
@@ -285,7 +324,7 @@ impl Sink for Nothing {
         black_box(tokens);
     }
 
-    fn preemption(&self) {}
+    fn preemption(&self, _: PreemptionReason) {}
 
     fn prompt_tokens(&self, stats: &PrefillStats) {
         black_box(stats);

@@ -8,7 +8,9 @@
 //! prompt-token counters from its prefill stats), ITL on later ones, and every
 //! terminal family once when a finish reason arrives.
 
-use vllm_otel_metrics::protocol::{EngineCoreOutput, EventType, FinishReason, PrefillStats};
+use vllm_otel_metrics::protocol::{
+    EngineCoreOutput, EventType, FinishReason, PreemptionReason, PrefillStats,
+};
 use vllm_otel_metrics::tracker::RequestParams;
 
 /// The values of every terminal family of one request.
@@ -32,7 +34,8 @@ pub(crate) struct Terminal {
 /// Where one request's observations go (one implementation per baseline).
 pub(crate) trait Sink {
     fn generation_tokens(&self, tokens: u64);
-    fn preemption(&self);
+    /// One preemption, of `reason`.
+    fn preemption(&self, reason: PreemptionReason);
     fn prompt_tokens(&self, stats: &PrefillStats);
     fn time_to_first_token(&self, seconds: f64);
     fn inter_token_latency(&self, seconds: f64);
@@ -106,7 +109,7 @@ impl Lifecycle {
                 }
                 EventType::Preempted => {
                     self.num_preemptions += 1;
-                    sink.preemption();
+                    sink.preemption(event.reason.unwrap_or_default());
                 }
             }
         }

@@ -12,7 +12,7 @@ use opentelemetry::metrics::{Counter, Histogram, Meter, MeterProvider as _};
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::metrics::{Aggregation, Instrument, ManualReader, SdkMeterProvider, Stream};
 use vllm_otel_metrics::catalog::{self, MetricDef, PROMPT_TOKEN_SOURCES};
-use vllm_otel_metrics::protocol::{FinishReason, PrefillStats};
+use vllm_otel_metrics::protocol::{FinishReason, PreemptionReason, PrefillStats};
 use vllm_otel_metrics::tracker::RequestParams;
 
 use crate::lifecycle_state::{Request, Sink, Terminal};
@@ -23,6 +23,7 @@ pub(crate) struct Metrics {
     /// Kept alive with the instruments.
     _provider: SdkMeterProvider,
     num_preemptions: Counter<u64>,
+    num_preemptions_by_reason: Counter<u64>,
     prompt_tokens: Counter<u64>,
     prompt_tokens_by_source: Counter<u64>,
     prompt_tokens_cached: Counter<u64>,
@@ -83,6 +84,7 @@ impl Metrics {
         let m = provider.meter("lifecycle-bench");
         Metrics {
             num_preemptions: counter(&m, &NUM_PREEMPTIONS),
+            num_preemptions_by_reason: counter(&m, &NUM_PREEMPTIONS_BY_REASON),
             prompt_tokens: counter(&m, &PROMPT_TOKENS),
             prompt_tokens_by_source: counter(&m, &PROMPT_TOKENS_BY_SOURCE),
             prompt_tokens_cached: counter(&m, &PROMPT_TOKENS_CACHED),
@@ -113,6 +115,7 @@ pub(crate) struct Attributes {
     engine: [KeyValue; 2],
     sources: [[KeyValue; 3]; 3],
     finished: [[KeyValue; 3]; 5],
+    reasons: [[KeyValue; 3]; 3],
 }
 
 impl Attributes {
@@ -128,6 +131,8 @@ impl Attributes {
             sources: PROMPT_TOKEN_SOURCES.map(|s| with(catalog::SOURCE_LABELS[2], s)),
             finished: FinishReason::ALL
                 .map(|r| with(catalog::FINISHED_REASON_LABELS[2], r.as_str())),
+            reasons: PreemptionReason::ALL
+                .map(|r| with(catalog::PREEMPTION_REASON_LABELS[2], r.as_str())),
             engine: base,
         }
     }
@@ -145,8 +150,11 @@ impl Sink for Unbound<'_> {
     }
 
     #[inline]
-    fn preemption(&self) {
+    fn preemption(&self, reason: PreemptionReason) {
         self.m.num_preemptions.add(1, &self.a.engine);
+        self.m
+            .num_preemptions_by_reason
+            .add(1, &self.a.reasons[reason as usize]);
     }
 
     #[inline]

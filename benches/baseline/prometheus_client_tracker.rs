@@ -19,7 +19,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::TypedMetric;
 use prometheus_client::registry::Registry;
 use vllm_otel_metrics::catalog::{self, MetricDef, PROMPT_TOKEN_SOURCES};
-use vllm_otel_metrics::protocol::{FinishReason, PrefillStats};
+use vllm_otel_metrics::protocol::{FinishReason, PreemptionReason, PrefillStats};
 
 use crate::lifecycle_state::{Sink, Terminal};
 
@@ -36,6 +36,14 @@ pub(crate) struct FinishedLabels {
     pub(crate) model_name: String,
     pub(crate) engine: u32,
     pub(crate) finished_reason: &'static str,
+}
+
+/// Labels `model_name`, `engine`, `reason`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ReasonLabels {
+    pub(crate) model_name: String,
+    pub(crate) engine: u32,
+    pub(crate) reason: &'static str,
 }
 
 /// Labels `model_name`, `engine`, `source`.
@@ -85,6 +93,7 @@ type HistogramFamily<H> = Family<EngineLabels, H, Buckets>;
 pub(crate) struct Metrics<H: TrackerHistogram = Histogram> {
     pub(crate) registry: Registry,
     num_preemptions: CounterFamily<EngineLabels>,
+    num_preemptions_by_reason: CounterFamily<ReasonLabels>,
     prompt_tokens: CounterFamily<EngineLabels>,
     prompt_tokens_by_source: CounterFamily<SourceLabels>,
     prompt_tokens_cached: CounterFamily<EngineLabels>,
@@ -135,6 +144,7 @@ impl<H: TrackerHistogram> Metrics<H> {
         let len = max_model_len;
         Metrics {
             num_preemptions: counter(&mut r, &NUM_PREEMPTIONS),
+            num_preemptions_by_reason: counter(&mut r, &NUM_PREEMPTIONS_BY_REASON),
             prompt_tokens: counter(&mut r, &PROMPT_TOKENS),
             prompt_tokens_by_source: counter(&mut r, &PROMPT_TOKENS_BY_SOURCE),
             prompt_tokens_cached: counter(&mut r, &PROMPT_TOKENS_CACHED),
@@ -182,6 +192,7 @@ pub(crate) struct LabelSet {
     engine: EngineLabels,
     sources: [SourceLabels; 3],
     finished: [FinishedLabels; 5],
+    reasons: [ReasonLabels; 3],
 }
 
 impl LabelSet {
@@ -198,6 +209,11 @@ impl LabelSet {
                 engine,
                 finished_reason: reason.as_str(),
             }),
+            reasons: PreemptionReason::ALL.map(|reason| ReasonLabels {
+                model_name: model_name.clone(),
+                engine,
+                reason: reason.as_str(),
+            }),
             engine: EngineLabels { model_name, engine },
         }
     }
@@ -209,6 +225,10 @@ pub(crate) struct Handles<H: TrackerHistogram = Histogram> {
     finished_labels: [FinishedLabels; 5],
     request_success: [OnceLock<Counter>; 5],
     num_preemptions: Counter,
+    /// Resolved on a reason's first preemption, as the crate does.
+    num_preemptions_by_reason: [OnceLock<Counter>; 3],
+    num_preemptions_by_reason_family: Family<ReasonLabels, Counter>,
+    reason_labels: [ReasonLabels; 3],
     prompt_tokens: Counter,
     prompt_tokens_by_source: [Counter; 3],
     prompt_tokens_cached: Counter,
@@ -241,6 +261,9 @@ impl<H: TrackerHistogram> Handles<H> {
             finished_labels: labels.finished.clone(),
             request_success: Default::default(),
             num_preemptions: m.num_preemptions.get_or_create_owned(l),
+            num_preemptions_by_reason: Default::default(),
+            num_preemptions_by_reason_family: m.num_preemptions_by_reason.clone(),
+            reason_labels: labels.reasons.clone(),
             prompt_tokens: m.prompt_tokens.get_or_create_owned(l),
             prompt_tokens_by_source: [
                 m.prompt_tokens_by_source
@@ -283,8 +306,15 @@ impl<H: TrackerHistogram> Sink for &Handles<H> {
     }
 
     #[inline]
-    fn preemption(&self) {
+    fn preemption(&self, reason: PreemptionReason) {
         self.num_preemptions.inc();
+        let reason = reason as usize;
+        self.num_preemptions_by_reason[reason]
+            .get_or_init(|| {
+                self.num_preemptions_by_reason_family
+                    .get_or_create_owned(&self.reason_labels[reason])
+            })
+            .inc();
     }
 
     #[inline]

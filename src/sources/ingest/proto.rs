@@ -692,4 +692,51 @@ mod tests {
             }))
         );
     }
+
+    #[test]
+    fn preemption_reasons_and_operation_names_cross_the_wire() {
+        let line = r#"{"type":"request","request_id":"r","model_name":"m","engine":0,"arrival_time":1.0,"prompt_len":4,"operation_name":"chat"}"#;
+        let record: Record = serde_json::from_str(line).unwrap();
+        assert_eq!(record_from_proto(record_to_proto(&record), 0.0), Ok(record));
+        let line = r#"{"type":"outputs","engine":0,"timestamp":2.0,"received_at":3.0,"outputs":[{"request_id":"r","new_token_ids":[1],"events":[{"type":"preempted","timestamp":1.5,"reason":"priority"},{"type":"preempted","timestamp":1.6}]}]}"#;
+        let record: Record = serde_json::from_str(line).unwrap();
+        assert_eq!(record_from_proto(record_to_proto(&record), 0.0), Ok(record));
+
+        let event = |reason: &str| pb::Record {
+            record: Some(pb::record::Record::Outputs(pb::OutputBatch {
+                outputs: vec![pb::EngineCoreOutput {
+                    request_id: "r7".into(),
+                    events: vec![pb::EngineCoreEvent {
+                        r#type: pb::EventType::Preempted as i32,
+                        timestamp: 1.0,
+                        reason: Some(reason.into()),
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            })),
+        };
+        // Empty is no reason, as proto3 writes an unset string.
+        let Ok(Record::Outputs(batch)) = record_from_proto(event(""), 0.0) else {
+            panic!()
+        };
+        assert_eq!(batch.outputs[0].events[0].reason, None);
+        assert_eq!(
+            record_from_proto(event("kv_cache_full"), 0.0)
+                .unwrap_err()
+                .to_string(),
+            "request r7: unknown preemption reason 'kv_cache_full' (expected kv_full, priority or prefix_cache_reset)"
+        );
+        let request = pb::Record {
+            record: Some(pb::record::Record::Request(pb::RequestStarted {
+                request_id: "r".into(),
+                operation_name: Some("summarize".into()),
+                ..Default::default()
+            })),
+        };
+        assert_eq!(
+            record_from_proto(request, 0.0).unwrap_err().to_string(),
+            "unknown operation_name 'summarize' (expected one of chat, create_agent, embeddings, execute_tool, generate_content, invoke_agent, text_completion)"
+        );
+    }
 }
