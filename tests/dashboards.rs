@@ -5,7 +5,9 @@
 //! simulators every second, as two scrape jobs:
 //!
 //! - `vllm-starved`: a KV cache far too small for the load (256 blocks, 6
-//!   requests/s), so requests are preempted again and again;
+//!   requests/s), so requests are preempted again and again; 30 % of its
+//!   arrivals are high-priority (`--priority-fraction 0.3`), so it preempts
+//!   for both reasons, `kv_full` and `priority`;
 //! - `vllm-ample`: the same workload with 4096 blocks, never a preemption.
 //!
 //! Prometheus evaluates the rules every second. After enough scrapes every
@@ -13,7 +15,15 @@
 //! `$job`, `$instance`, `$model_name`, `$engine` set to `.*`, `$__rate_interval`
 //! to 15s, `$__range` to 1m), every recording rule must return data, all three
 //! preemption alerts must fire for `vllm-starved` and none may even be pending
-//! for `vllm-ample`.
+//! for `vllm-ample`; the starved job's preemptions by reason must add up to
+//! its preemptions.
+//!
+//! The GenAI semantic-conventions dashboard (`otel-collector/grafana/genai/`,
+//! a directory of its own: it has its own variables and no vLLM family) is
+//! checked through the real OpenTelemetry Collector: two simulators push
+//! their `--semconv gen_ai` histograms over OTLP (one over gRPC, one over
+//! HTTP), the shipped `otel-collector/config.yaml` renames them for
+//! Prometheus, and a real Prometheus scrapes the Collector.
 //!
 //! The production rules alert after `for: 10m` on 5-minute windows, which would
 //! need more than a quarter of an hour of traffic. Prometheus therefore loads a
@@ -62,9 +72,58 @@ fn rules_path() -> PathBuf {
     common::repo().join("otel-collector/rules.yml")
 }
 
+/// The GenAI dashboard's variables, in chain order.
+const GENAI_CHAIN: [&str; 4] = [
+    "job",
+    "instance",
+    "gen_ai_request_model",
+    "gen_ai_operation_name",
+];
+
+const GENAI_FILTER: [&str; 4] = [
+    r#"job=~"$job""#,
+    r#"instance=~"$instance""#,
+    r#"gen_ai_request_model=~"$gen_ai_request_model""#,
+    r#"gen_ai_operation_name=~"$gen_ai_operation_name""#,
+];
+
+/// The GenAI histograms as the Collector's Prometheus exporter names them,
+/// with the bucket boundaries the semantic conventions advise (and
+/// docs/SEMANTICS.md §3c lists).
+const GENAI_BUCKETS: [(&str, &[f64]); 3] = [
+    (
+        "gen_ai_server_request_duration_seconds",
+        &[
+            0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
+        ],
+    ),
+    (
+        "gen_ai_server_time_to_first_token_seconds",
+        &[
+            0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+            10.0,
+        ],
+    ),
+    (
+        "gen_ai_server_time_per_output_token_seconds",
+        &[
+            0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
+        ],
+    ),
+];
+
+/// The vLLM dashboards: `otel-collector/grafana/*.json`.
 fn dashboards() -> Vec<(PathBuf, Value)> {
-    let dir = common::repo().join("otel-collector/grafana");
-    let mut out: Vec<(PathBuf, Value)> = std::fs::read_dir(&dir)
+    dashboards_in(&common::repo().join("otel-collector/grafana"))
+}
+
+/// The GenAI semantic-conventions dashboards: `otel-collector/grafana/genai/*.json`.
+fn genai_dashboards() -> Vec<(PathBuf, Value)> {
+    dashboards_in(&common::repo().join("otel-collector/grafana/genai"))
+}
+
+fn dashboards_in(dir: &Path) -> Vec<(PathBuf, Value)> {
+    let mut out: Vec<(PathBuf, Value)> = std::fs::read_dir(dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|entry| entry.unwrap().path())
         .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
@@ -78,6 +137,19 @@ fn dashboards() -> Vec<(PathBuf, Value)> {
     out.sort_by(|a, b| a.0.cmp(&b.0));
     assert!(!out.is_empty(), "no dashboard in {}", dir.display());
     out
+}
+
+/// Every expr of a dashboard (at least `min` of them).
+fn all_exprs(path: &Path, json: &Value, min: usize) -> Vec<String> {
+    let mut all = Vec::new();
+    exprs(json, &mut all);
+    assert!(
+        all.len() >= min,
+        "{}: only {} queries",
+        path.display(),
+        all.len()
+    );
+    all
 }
 
 /// Every `expr` string anywhere in a dashboard (panels, rows, targets).
@@ -106,15 +178,47 @@ fn panels(json: &Value) -> Vec<&Value> {
     out
 }
 
-/// The dashboard expression as Prometheus gets it from Grafana in this test.
+/// The dashboard expression as Prometheus gets it from Grafana in this test:
+/// every variable set to All (`.*`).
 fn substitute(expr: &str) -> String {
-    let out = expr
-        .replace("$__rate_interval", "15s")
-        .replace("$__range", "1m")
-        .replace("$job", ".*")
-        .replace("$instance", ".*")
-        .replace("$model_name", ".*")
-        .replace("$engine", ".*");
+    substitute_with(expr, &[])
+}
+
+/// Like [`substitute`], with some variables set to a value of their own.
+fn substitute_with(expr: &str, values: &[(&str, &str)]) -> String {
+    let mut vars: Vec<(String, String)> = [
+        "job",
+        "instance",
+        "model_name",
+        "engine",
+        "gen_ai_request_model",
+        "gen_ai_operation_name",
+    ]
+    .iter()
+    .map(|name| {
+        let value = values
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(".*", |(_, v)| v);
+        (format!("${name}"), value.to_owned())
+    })
+    .chain([
+        ("$__rate_interval".to_owned(), "15s".to_owned()),
+        ("$__range".to_owned(), "1m".to_owned()),
+    ])
+    .collect();
+    for (name, _) in values {
+        assert!(
+            vars.iter().any(|(v, _)| v == &format!("${name}")),
+            "no dashboard variable {name}"
+        );
+    }
+    // Longest first, so that no variable's name is replaced inside another's.
+    vars.sort_by_key(|(name, _)| std::cmp::Reverse(name.len()));
+    let mut out = expr.to_owned();
+    for (name, value) in &vars {
+        out = out.replace(name.as_str(), value);
+    }
     assert!(
         !out.contains('$'),
         "unknown variable left in dashboard query: {out}"
@@ -184,7 +288,28 @@ fn value_for_job(result: &[Value], job: &str) -> Option<f64> {
     result
         .iter()
         .find(|series| series["metric"]["job"] == job)
-        .and_then(|series| series["value"][1].as_str()?.parse().ok())
+        .and_then(sample_value)
+}
+
+/// The value of one series of an instant query's result.
+fn sample_value(series: &Value) -> Option<f64> {
+    series["value"][1].as_str()?.parse().ok()
+}
+
+/// `(label value, sample value)` of each series of `result`.
+fn values_by(result: &[Value], label: &str) -> Vec<(String, f64)> {
+    result
+        .iter()
+        .map(|series| {
+            (
+                series["metric"][label]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                sample_value(series).unwrap_or(f64::NAN),
+            )
+        })
+        .collect()
 }
 
 /// Alerts as Prometheus lists them: (alertname, job, state).
@@ -207,11 +332,12 @@ fn alerts(port: u16) -> Result<Vec<(String, String, String)>, String> {
         .collect())
 }
 
-fn simulator(dir: &Path, name: &str, kv_blocks: &str, port: u16) -> Guard {
+fn simulator(dir: &Path, name: &str, kv_blocks: &str, extra: &[&str], port: u16) -> Guard {
     common::spawn_logged(
         Command::new(common::binary())
             .args(["simulate", "--realtime", "--kv-blocks", kv_blocks])
             .args(WORKLOAD)
+            .args(extra)
             .args(["--output", "none", "--metrics-addr"])
             .arg(format!("127.0.0.1:{port}")),
         &dir.join(format!("{name}.log")),
@@ -229,8 +355,16 @@ fn dashboards_and_rules_work_on_live_prometheus() {
 
     let starved_port = common::free_port();
     let ample_port = common::free_port();
-    let _starved = simulator(&dir, "starved", "256", starved_port);
-    let _ample = simulator(&dir, "ample", "4096", ample_port);
+    // High-priority arrivals preempt low-priority running requests (reason
+    // `priority`) on top of the KV-cache shortage (`kv_full`).
+    let _starved = simulator(
+        &dir,
+        "starved",
+        "256",
+        &["--priority-fraction", "0.3"],
+        starved_port,
+    );
+    let _ample = simulator(&dir, "ample", "4096", &[], ample_port);
 
     let (_prometheus, port) = prometheus::start(
         &dir,
@@ -272,15 +406,7 @@ fn dashboards_and_rules_work_on_live_prometheus() {
 
     // 2. Every dashboard query returns data.
     for (path, json) in dashboards() {
-        let mut all = Vec::new();
-        exprs(&json, &mut all);
-        assert!(
-            all.len() >= 10,
-            "{}: only {} queries",
-            path.display(),
-            all.len()
-        );
-        for expr in all {
+        for expr in all_exprs(&path, &json, 10) {
             let promql = substitute(&expr);
             query_data(port, &promql, 20);
         }
@@ -306,7 +432,61 @@ fn dashboards_and_rules_work_on_live_prometheus() {
     let rate = query_data(port, "model_name_engine:vllm_num_preemptions:rate5m", 20);
     assert_eq!(value_for_job(&rate, "vllm-ample"), Some(0.0), "{rate:?}");
 
-    // 4. Nothing fires, or is even pending, for the ample job.
+    // 4. Preemptions by reason: the starved job preempts for both reasons
+    // it has, the reasons add up to the preemptions, and the ample job has
+    // none of either.
+    let by_reason = r#"sum by (reason) (vllm:num_preemptions_by_reason_total{job="vllm-starved"})"#;
+    let mut reasons = Vec::new();
+    let both = common::wait_for_optional(30, || {
+        reasons = values_by(&query(port, by_reason).unwrap_or_default(), "reason");
+        ["kv_full", "priority"]
+            .iter()
+            .all(|want| reasons.iter().any(|(r, v)| r == want && *v > 0.0))
+            .then_some(())
+    });
+    assert!(
+        both.is_some(),
+        "vllm-starved must preempt for kv_full and priority: {reasons:?}"
+    );
+    assert!(
+        reasons
+            .iter()
+            .all(|(r, _)| ["kv_full", "priority", "prefix_cache_reset"].contains(&r.as_str())),
+        "unknown reason: {reasons:?}"
+    );
+    eprintln!("vllm-starved preemptions by reason: {reasons:?}");
+    // Both sides in one expression: one evaluation instant, one scrape.
+    let difference = "sum by (job) (vllm:num_preemptions_total) \
+                      - sum by (job) (vllm:num_preemptions_by_reason_total)";
+    for _ in 0..5 {
+        let result = query_data(port, difference, 20);
+        let jobs = values_by(&result, "job");
+        assert!(
+            jobs.iter().any(|(job, _)| job == "vllm-starved"),
+            "no difference for vllm-starved: {jobs:?}"
+        );
+        assert!(
+            jobs.iter().all(|(_, v)| *v == 0.0),
+            "preemptions minus preemptions by reason, per job: {jobs:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+    }
+    let ample_total = query_data(port, r#"vllm:num_preemptions_total{job="vllm-ample"}"#, 20);
+    assert!(
+        ample_total.iter().all(|s| sample_value(s) == Some(0.0)),
+        "vllm-ample preempted: {ample_total:?}"
+    );
+    let ample_reasons = query(
+        port,
+        r#"vllm:num_preemptions_by_reason_total{job="vllm-ample"}"#,
+    )
+    .expect("by-reason query");
+    assert!(
+        ample_reasons.is_empty(),
+        "vllm-ample has preemptions by reason: {ample_reasons:?}"
+    );
+
+    // 5. Nothing fires, or is even pending, for the ample job.
     let all = alerts(port).expect("alerts");
     let ample: Vec<_> = all.iter().filter(|a| a.1 == "vllm-ample").collect();
     assert!(ample.is_empty(), "alerts for vllm-ample: {ample:?}");
@@ -445,6 +625,218 @@ fn dashboards_are_filtered_described_and_chained() {
                 assert_eq!(targets[0]["format"], "heatmap", "{name}: {title}");
             }
         }
+        assert_layout(&path, &json);
+        if json["uid"] == "vllm-preemptions" {
+            // The reasons, stacked, beside the engine-wide rate they add up to.
+            let find = |title: &str| {
+                panels(&json)
+                    .into_iter()
+                    .find(|p| p["title"] == title)
+                    .unwrap_or_else(|| panic!("{name}: no panel {title:?}"))
+            };
+            let by_reason = find("Preemptions by reason");
+            let rate = find("Preemption rate per engine");
+            let expr = by_reason["targets"][0]["expr"].as_str().unwrap_or_default();
+            assert!(
+                expr.starts_with("sum by (reason) (rate(vllm:num_preemptions_by_reason_total{"),
+                "{name}: by reason: {expr}"
+            );
+            assert_eq!(
+                by_reason["fieldConfig"]["defaults"]["custom"]["stacking"]["mode"], "normal",
+                "{name}: by reason stacked"
+            );
+            assert_eq!(
+                by_reason["fieldConfig"]["defaults"]["unit"],
+                rate["fieldConfig"]["defaults"]["unit"],
+                "{name}: by reason and the rate in the same unit"
+            );
+            assert_eq!(
+                by_reason["gridPos"]["y"], rate["gridPos"]["y"],
+                "{name}: by reason beside the rate"
+            );
+        }
+    }
+}
+
+/// Panel ids unique, every panel inside the 24 grid columns, no two overlapping.
+fn assert_layout(path: &Path, json: &Value) {
+    let name = path.display();
+    let all = panels(json);
+    let mut ids: Vec<u64> = all.iter().filter_map(|p| p["id"].as_u64()).collect();
+    assert_eq!(ids.len(), all.len(), "{name}: a panel without id");
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), all.len(), "{name}: panel ids not unique");
+    let rect = |p: &Value| {
+        let g = &p["gridPos"];
+        let n = |k: &str| {
+            g[k].as_u64()
+                .unwrap_or_else(|| panic!("{name}: {}: gridPos.{k}", p["title"]))
+        };
+        (n("x"), n("y"), n("w"), n("h"))
+    };
+    for (i, a) in all.iter().enumerate() {
+        let (ax, ay, aw, ah) = rect(a);
+        assert!(
+            aw > 0 && ah > 0 && ax + aw <= 24,
+            "{name}: {}: gridPos",
+            a["title"]
+        );
+        for b in &all[i + 1..] {
+            let (bx, by, bw, bh) = rect(b);
+            let apart = ax + aw <= bx || bx + bw <= ax || ay + ah <= by || by + bh <= ay;
+            assert!(apart, "{name}: {} overlaps {}", a["title"], b["title"]);
+        }
+    }
+}
+
+/// The selectors `(metric name, matchers)` of every `gen_ai_server_*` series
+/// in `expr`; panics on one without matchers.
+fn genai_selectors(expr: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut rest = expr;
+    while let Some(at) = rest.find("gen_ai_server_") {
+        let tail = &rest[at..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        let metric = &tail[..end];
+        let body = tail[end..]
+            .strip_prefix('{')
+            .and_then(|b| b.split_once('}'))
+            .map(|(matchers, _)| matchers)
+            .unwrap_or_else(|| panic!("{metric} without matchers in {expr}"));
+        out.push((metric.to_owned(), body.to_owned()));
+        rest = &tail[end..];
+    }
+    out
+}
+
+#[test]
+fn genai_dashboard_is_filtered_described_and_chained() {
+    let vllm_uids: Vec<Value> = dashboards().iter().map(|(_, j)| j["uid"].clone()).collect();
+    for (path, json) in genai_dashboards() {
+        let name = path.display();
+        assert!(
+            json["schemaVersion"].as_u64() >= Some(36),
+            "{name}: schemaVersion"
+        );
+        assert!(json["uid"].is_string(), "{name}: uid");
+        assert!(!vllm_uids.contains(&json["uid"]), "{name}: uid taken");
+        let vars = json["templating"]["list"].as_array().expect("templating");
+        let var = |n: &str| {
+            vars.iter()
+                .find(|v| v["name"] == n)
+                .unwrap_or_else(|| panic!("{name}: no variable {n}"))
+        };
+        assert_eq!(var("datasource")["type"], "datasource", "{name}");
+        assert_eq!(var("datasource")["query"], "prometheus", "{name}");
+        // Each variable is filtered by the ones before it, on a gen_ai_ family.
+        for (i, n) in GENAI_CHAIN.iter().enumerate() {
+            let v = var(n);
+            assert_eq!(v["type"], "query", "{name}: {n}");
+            assert_eq!(v["multi"], true, "{name}: {n} multi-select");
+            assert_eq!(v["includeAll"], true, "{name}: {n} All");
+            assert_eq!(v["allValue"], ".*", "{name}: {n} All is .*");
+            assert_eq!(v["datasource"]["uid"], "${datasource}", "{name}: {n}");
+            let q = v["query"].as_str().unwrap_or_default();
+            assert!(
+                q.starts_with("label_values(gen_ai_server_request_duration_seconds_count")
+                    && q.ends_with(&format!(", {n})")),
+                "{name}: {n}: {q}"
+            );
+            for earlier in &GENAI_CHAIN[..i] {
+                assert!(
+                    q.contains(&format!("{earlier}=~\"${earlier}\"")),
+                    "{name}: {n}: {q}"
+                );
+            }
+        }
+        let mut all = Vec::new();
+        for panel in panels(&json) {
+            if panel["type"] == "row" {
+                continue;
+            }
+            let title = panel["title"].as_str().unwrap_or_default();
+            assert!(!title.is_empty(), "{name}: a panel without title");
+            let description = panel["description"].as_str().unwrap_or_default();
+            assert!(description.len() > 40, "{name}: {title}: description");
+            assert!(
+                panel["fieldConfig"]["defaults"]["unit"].is_string(),
+                "{name}: {title}: unit"
+            );
+            assert_eq!(
+                panel["datasource"]["uid"], "${datasource}",
+                "{name}: {title}"
+            );
+            let targets = panel["targets"].as_array().expect("targets");
+            assert!(!targets.is_empty(), "{name}: {title}: no query");
+            for target in targets {
+                assert_eq!(
+                    target["datasource"]["uid"], "${datasource}",
+                    "{name}: {title}"
+                );
+                let expr = target["expr"].as_str().unwrap_or_default();
+                // Semantic-convention series only, each filtered by all four variables.
+                assert!(
+                    !expr.contains("vllm:"),
+                    "{name}: {title}: vLLM family in {expr}"
+                );
+                let selectors = genai_selectors(expr);
+                assert!(
+                    !selectors.is_empty(),
+                    "{name}: {title}: no gen_ai_ series in {expr}"
+                );
+                for (metric, matchers) in &selectors {
+                    for matcher in GENAI_FILTER {
+                        assert!(
+                            matchers.contains(matcher),
+                            "{name}: {title}: {matcher} on {metric} in {expr}"
+                        );
+                    }
+                }
+                all.push(expr.to_owned());
+            }
+        }
+        assert_layout(&path, &json);
+        // The panels the dashboard promises.
+        let has = |what: &str, check: &dyn Fn(&str) -> bool| {
+            assert!(all.iter().any(|e| check(e)), "{name}: no query for {what}");
+        };
+        let quantile = |q: &str, metric: &str| {
+            let q = format!("histogram_quantile({q}, sum by (le) (rate({metric}_bucket{{");
+            move |e: &str| e.starts_with(&q)
+        };
+        for q in ["0.5", "0.9", "0.99"] {
+            has(
+                &format!("request duration p{q}"),
+                &quantile(q, "gen_ai_server_request_duration_seconds"),
+            );
+        }
+        for q in ["0.5", "0.99"] {
+            has(
+                &format!("TTFT p{q}"),
+                &quantile(q, "gen_ai_server_time_to_first_token_seconds"),
+            );
+            has(
+                &format!("TPOT p{q}"),
+                &quantile(q, "gen_ai_server_time_per_output_token_seconds"),
+            );
+        }
+        has("request rate by operation", &|e| {
+            e.starts_with(
+                "sum by (gen_ai_operation_name) (rate(gen_ai_server_request_duration_seconds_count{",
+            )
+        });
+        has("error share by error_type", &|e| {
+            e.starts_with("sum by (error_type) (rate(gen_ai_server_request_duration_seconds_count{")
+                && e.contains(r#"error_type!="""#)
+        });
+        has("mean request duration", &|e| {
+            e.contains("rate(gen_ai_server_request_duration_seconds_sum{")
+                && e.contains(") / sum")
+                && e.contains("rate(gen_ai_server_request_duration_seconds_count{")
+        });
     }
 }
 
@@ -481,4 +873,236 @@ fn every_alert_has_a_runbook_section() {
             "{alert}: no heading for #{anchor} in docs/OBSERVABILITY.md"
         );
     }
+}
+
+/// A simulator pushing its `--semconv gen_ai` histograms to `endpoint` every
+/// second, as service (Prometheus `job`) `name`.
+fn genai_simulator(
+    dir: &Path,
+    name: &str,
+    protocol: &str,
+    endpoint: &str,
+    extra: &[&str],
+) -> Guard {
+    common::spawn_logged(
+        Command::new(common::binary())
+            .env("OTEL_SERVICE_NAME", name)
+            .env_remove("OTEL_RESOURCE_ATTRIBUTES")
+            .args(["simulate", "--realtime", "--semconv", "gen_ai"])
+            .args(["--duration", "120", "--seed", "5", "--rate", "6"])
+            .args(["--prompt-len", "128", "--output-len", "256"])
+            .args(extra)
+            .args(["--otlp-protocol", protocol, "--otlp-endpoint", endpoint])
+            .args(["--otlp-interval-ms", "1000"])
+            .args(["--output", "none", "--metrics-addr", "none"]),
+        &dir.join(format!("{name}.log")),
+        "the simulator",
+    )
+}
+
+/// The labels of a series without `le`, as one comparable string.
+fn series_key(metric: &Value) -> String {
+    let mut pairs: Vec<String> = metric
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| k.as_str() != "le")
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    pairs.sort();
+    pairs.join(",")
+}
+
+#[test]
+fn genai_dashboard_works_through_the_collector() {
+    let started = Instant::now();
+    let dir = common::tempdir("genai-dashboard");
+    let collector = common::collector::Collector::start();
+    // One service with client aborts (error.type="abort"), pushing over gRPC;
+    // one without, pushing over HTTP, with server.address and server.port.
+    let _aborting = genai_simulator(
+        &dir,
+        "genai-aborting",
+        "grpc",
+        &collector.endpoint("grpc"),
+        &["--abort-rate", "0.5"],
+    );
+    let _clean = genai_simulator(
+        &dir,
+        "genai-clean",
+        "http/protobuf",
+        &collector.endpoint("http/protobuf"),
+        &[
+            "--abort-rate",
+            "0",
+            "--semconv-server-address",
+            "api.example",
+            "--semconv-server-port",
+            "8000",
+        ],
+    );
+    // The Collector serves every process's series with its own job (service.name)
+    // and instance (service.instance.id), as otel-collector/prometheus.yml scrapes it.
+    let (_prometheus, port) = prometheus::start_honoring_labels(&dir, collector.prometheus);
+    eprintln!("logs in {}", dir.display());
+    query_data(port, r#"up{job="target"} == 1"#, 30);
+    let aborts = r#"gen_ai_server_request_duration_seconds_count{job="genai-aborting", error_type="abort"} > 0"#;
+    query_data(port, aborts, 60);
+    eprintln!(
+        "first abort through the Collector after {:?}",
+        started.elapsed()
+    );
+
+    // 1. Every dashboard query returns data, and every variable finds its values.
+    let (path, json) = genai_dashboards().remove(0);
+    for expr in all_exprs(&path, &json, 10) {
+        query_data(port, &substitute(&expr), 30);
+    }
+    let vars = json["templating"]["list"].as_array().expect("templating");
+    let expected: [&[&str]; 4] = [
+        &["genai-aborting", "genai-clean"],
+        &[],
+        &["sim-model-0"],
+        &["text_completion"],
+    ];
+    for (name, want) in GENAI_CHAIN.iter().zip(expected) {
+        let query = vars.iter().find(|v| v["name"] == *name).expect("variable")["query"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        // label_values(SELECTOR, LABEL) as Grafana asks Prometheus for it.
+        let selector = query
+            .strip_prefix("label_values(")
+            .and_then(|q| q.strip_suffix(&format!(", {name})")))
+            .unwrap_or_else(|| panic!("{name}: {query}"));
+        let promql = format!("count by ({name}) ({})", substitute(selector));
+        let mut found: Vec<String> = values_by(&query_data(port, &promql, 20), name)
+            .into_iter()
+            .map(|(value, _)| value)
+            .collect();
+        found.sort();
+        if *name == "instance" {
+            assert_eq!(found.len(), 2, "one instance per process: {found:?}");
+        } else {
+            assert_eq!(found, want, "values of variable {name}");
+        }
+    }
+
+    // 2. The error share: 0 (not nothing) for the service without failures,
+    // abort's share for the other, and nothing else.
+    let share_expr = all_exprs(&path, &json, 10)
+        .into_iter()
+        .find(|e| e.starts_with("sum by (error_type)"))
+        .expect("the error share query");
+    let clean = query_data(
+        port,
+        &substitute_with(&share_expr, &[("job", "genai-clean")]),
+        20,
+    );
+    assert_eq!(
+        values_by(&clean, "error_type"),
+        [("none".to_owned(), 0.0)],
+        "error share of genai-clean"
+    );
+    let mut shares = Vec::new();
+    let aborting_share = substitute_with(&share_expr, &[("job", "genai-aborting")]);
+    let seen = common::wait_for_optional(30, || {
+        shares = values_by(
+            &query(port, &aborting_share).unwrap_or_default(),
+            "error_type",
+        );
+        matches!(shares.as_slice(), [(t, v)] if t == "abort" && *v > 0.0 && *v < 1.0).then_some(())
+    });
+    assert!(seen.is_some(), "error share of genai-aborting: {shares:?}");
+    eprintln!("genai-aborting error share: {shares:?}");
+
+    // 3. Attributes as the semantic conventions name them, error.type only
+    // on failed requests' durations.
+    let durations = query_data(port, "gen_ai_server_request_duration_seconds_count", 20);
+    for series in &durations {
+        let m = &series["metric"];
+        let text = |k: &str| m[k].as_str().unwrap_or_default().to_owned();
+        assert_eq!(text("gen_ai_provider_name"), "vllm", "{m}");
+        assert_eq!(text("gen_ai_operation_name"), "text_completion", "{m}");
+        assert_eq!(text("gen_ai_request_model"), "sim-model-0", "{m}");
+        assert_eq!(
+            text("gen_ai_response_model"),
+            text("gen_ai_request_model"),
+            "{m}"
+        );
+        match text("job").as_str() {
+            "genai-clean" => {
+                assert_eq!(text("error_type"), "", "{m}");
+                assert_eq!(text("server_address"), "api.example", "{m}");
+                assert_eq!(text("server_port"), "8000", "{m}");
+            }
+            "genai-aborting" => {
+                assert!(["", "abort"].contains(&text("error_type").as_str()), "{m}");
+                assert!(m.get("server_address").is_none(), "{m}");
+            }
+            other => panic!("unexpected job {other}: {m}"),
+        }
+    }
+    for family in [
+        "gen_ai_server_time_to_first_token_seconds_count",
+        "gen_ai_server_time_per_output_token_seconds_count",
+    ] {
+        query_data(port, family, 20);
+        let failed = query(port, &format!(r#"{family}{{error_type!=""}}"#)).expect(family);
+        assert!(failed.is_empty(), "{family} with error_type: {failed:?}");
+    }
+
+    // 4. The advised bucket boundaries arrive unchanged, on every series.
+    for (family, bounds) in GENAI_BUCKETS {
+        let buckets = query_data(port, &format!("{family}_bucket"), 20);
+        let mut per_series: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
+        for series in &buckets {
+            let le = series["metric"]["le"].as_str().expect("le");
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse()
+                    .unwrap_or_else(|e| panic!("{family}: le {le:?}: {e}"))
+            };
+            per_series
+                .entry(series_key(&series["metric"]))
+                .or_default()
+                .push(le);
+        }
+        let mut want = bounds.to_vec();
+        want.push(f64::INFINITY);
+        assert!(!per_series.is_empty(), "{family}: no series");
+        for (key, mut les) in per_series {
+            les.sort_by(f64::total_cmp);
+            assert_eq!(les, want, "{family}{{{key}}}: bucket boundaries");
+        }
+    }
+
+    // 5. The same requests as vLLM's own families in the same export: every
+    // terminated request once, every abort once (the two sides in one
+    // expression, from one scrape; polled, as an export may fall between
+    // one request's two recordings).
+    let checks = [
+        (
+            "sum by (job) (gen_ai_server_request_duration_seconds_count) \
+             - sum by (job) (vllm:e2e_request_latency_seconds_count)",
+            2,
+        ),
+        (
+            r#"sum by (job) (gen_ai_server_request_duration_seconds_count{error_type="abort"})
+             - sum by (job) (vllm:request_success_total{finished_reason="abort"})"#,
+            1,
+        ),
+    ];
+    for (promql, jobs) in checks {
+        let mut last = Vec::new();
+        let equal = common::wait_for_optional(20, || {
+            last = values_by(&query(port, promql).unwrap_or_default(), "job");
+            (last.len() == jobs && last.iter().all(|(_, v)| *v == 0.0)).then_some(())
+        });
+        assert!(equal.is_some(), "{promql}: {last:?}");
+    }
+
+    eprintln!("GenAI dashboard checked after {:?}", started.elapsed());
+    std::fs::remove_dir_all(&dir).ok();
 }

@@ -249,7 +249,7 @@ fn a_span_carries_the_values_its_metrics_recorded() {
     let records = [
         r#"{"type":"request","request_id":"a","model_name":"m","engine":1,"arrival_time":1000.0,"prompt_len":64,"max_tokens":16,"n":2,"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}"#,
         r#"{"type":"outputs","engine":1,"timestamp":10.5,"received_at":1000.6,"outputs":[{"request_id":"a","new_token_ids":[1],"events":[{"type":"queued","timestamp":10.0},{"type":"scheduled","timestamp":10.25}],"prefill_stats":{"num_prompt_tokens":64,"num_computed_tokens":48,"num_cached_tokens":16,"num_local_cached_tokens":16}}]}"#,
-        r#"{"type":"outputs","engine":1,"timestamp":11.5,"received_at":1001.6,"outputs":[{"request_id":"a","new_token_ids":[2],"events":[{"type":"preempted","timestamp":11.0},{"type":"scheduled","timestamp":11.25}]}]}"#,
+        r#"{"type":"outputs","engine":1,"timestamp":11.5,"received_at":1001.6,"outputs":[{"request_id":"a","new_token_ids":[2],"events":[{"type":"preempted","timestamp":11.0,"reason":"priority"},{"type":"scheduled","timestamp":11.25}]}]}"#,
         r#"{"type":"outputs","engine":1,"timestamp":12.5,"received_at":1002.6,"outputs":[{"request_id":"a","new_token_ids":[3],"finish_reason":"length"}]}"#,
         r#"{"type":"request","request_id":"b","model_name":"m","engine":1,"arrival_time":1000.0,"prompt_len":8,"traceparent":"not-a-trace"}"#,
         r#"{"type":"abort","request_id":"b","received_at":1003.0}"#,
@@ -336,6 +336,10 @@ fn a_span_carries_the_values_its_metrics_recorded() {
         secs(event.timestamp)
     );
     assert_eq!(event.attributes[0].value, Attribute::I64(1));
+    assert_eq!(
+        (event.attributes[1].key.as_str(), &event.attributes[1].value),
+        ("vllm.preemption.reason", &Attribute::from("priority"))
+    );
 
     let b = spans
         .iter()

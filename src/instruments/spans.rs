@@ -10,7 +10,8 @@
 //! `gen_ai.*` attributes, `vllm.request.num_preemptions` (the value
 //! observed into `vllm:request_num_preemptions`),
 //! `vllm.request.finished_reason`, `vllm.engine`, and one `preempted` event
-//! per preemption. An abort is not an error: the status stays unset.
+//! per preemption, with the count so far and its reason
+//! (`vllm.preemption.reason`: `kv_full`, `priority`, `prefix_cache_reset`). An abort is not an error: the status stays unset.
 //!
 //! A request the vLLM stat-logger plugin reports finished (in an
 //! `iteration_stats` record) becomes the same span, made at once from its
@@ -48,7 +49,7 @@ use opentelemetry::{Context, InstrumentationScope, KeyValue};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 
-use crate::protocol::{shown, FinishReason};
+use crate::protocol::{shown, FinishReason, PreemptionReason};
 
 /// The span's name, as vLLM names it.
 pub const SPAN_NAME: &str = "llm_request";
@@ -90,6 +91,9 @@ pub mod keys {
     pub const FINISHED_REASON: &str = "vllm.request.finished_reason";
     /// The engine index.
     pub const ENGINE: &str = "vllm.engine";
+    /// Why a `preempted` event happened (`vllm:num_preemptions_by_reason`'s
+    /// `reason`).
+    pub const PREEMPTION_REASON: &str = "vllm.preemption.reason";
 }
 
 /// Preemption times kept without allocating; more grow the list.
@@ -143,8 +147,8 @@ pub(crate) struct SpanState {
     request_id: String,
     model_name: String,
     engine: u32,
-    /// Wall-clock times of the preemptions so far.
-    preemptions: Vec<f64>,
+    /// Wall-clock times and reasons of the preemptions so far.
+    preemptions: Vec<(f64, PreemptionReason)>,
 }
 
 /// Seconds since the Unix epoch as a time (never before the epoch; a time
@@ -205,8 +209,8 @@ impl SpanState {
 
     /// Notes a preemption at a wall-clock time.
     #[inline]
-    pub(crate) fn preempted(&mut self, wall_time: f64) {
-        self.preemptions.push(wall_time);
+    pub(crate) fn preempted(&mut self, wall_time: f64, reason: PreemptionReason) {
+        self.preemptions.push((wall_time, reason));
     }
 
     /// Ends the request: makes, fills and ends its span.
@@ -225,14 +229,14 @@ impl SpanState {
 impl RequestSpans {
     /// Makes one ended `llm_request` span under `parent` (an empty context:
     /// a new trace) from a terminated request's values, with one
-    /// `preempted` event per wall-clock time in `preemptions`.
+    /// `preempted` event per wall-clock time and reason in `preemptions`.
     pub(crate) fn emit(
         &self,
         parent: &Context,
         request_id: Option<String>,
         model_name: String,
         engine: u32,
-        preemptions: &[f64],
+        preemptions: &[(f64, PreemptionReason)],
         v: &SpanValues,
     ) {
         let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
@@ -283,11 +287,14 @@ impl RequestSpans {
             .with_start_time(at(v.start_time))
             .with_attributes(present)
             .start_with_context(tracer, parent);
-        for (i, wall_time) in preemptions.iter().enumerate() {
+        for (i, (wall_time, reason)) in preemptions.iter().enumerate() {
             span.add_event_with_timestamp(
                 PREEMPTED_EVENT,
                 at(*wall_time),
-                vec![KeyValue::new(keys::NUM_PREEMPTIONS, i as i64 + 1)],
+                vec![
+                    KeyValue::new(keys::NUM_PREEMPTIONS, i as i64 + 1),
+                    KeyValue::new(keys::PREEMPTION_REASON, reason.as_str()),
+                ],
             );
         }
         span.end_with_timestamp(at(v.end_time));

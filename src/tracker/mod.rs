@@ -405,7 +405,10 @@ impl RequestMetrics {
                 if event.kind == EventType::Preempted {
                     // The event's engine time on the frontend's clock, by
                     // way of the batch that reported it.
-                    span.preempted(received_at - (batch_timestamp - event.timestamp));
+                    span.preempted(
+                        received_at - (batch_timestamp - event.timestamp),
+                        event.reason.unwrap_or_default(),
+                    );
                 }
             }
         }
