@@ -592,20 +592,7 @@ fn dashboards_are_filtered_described_and_chained() {
                 assert!(linked >= 3, "{name}: {title}: linked from {linked} panels");
                 continue;
             }
-            let title = panel["title"].as_str().unwrap_or_default();
-            assert!(!title.is_empty(), "{name}: a panel without title");
-            let description = panel["description"].as_str().unwrap_or_default();
-            assert!(description.len() > 40, "{name}: {title}: description");
-            assert!(
-                panel["fieldConfig"]["defaults"]["unit"].is_string(),
-                "{name}: {title}: unit"
-            );
-            assert_eq!(
-                panel["datasource"]["uid"], "${datasource}",
-                "{name}: {title}"
-            );
-            let targets = panel["targets"].as_array().expect("targets");
-            assert!(!targets.is_empty(), "{name}: {title}: no query");
+            let (title, description, targets) = described_panel(&name, panel);
             for target in targets {
                 let expr = target["expr"].as_str().unwrap_or_default();
                 for matcher in FILTER {
@@ -757,20 +744,7 @@ fn genai_dashboard_is_filtered_described_and_chained() {
             if panel["type"] == "row" {
                 continue;
             }
-            let title = panel["title"].as_str().unwrap_or_default();
-            assert!(!title.is_empty(), "{name}: a panel without title");
-            let description = panel["description"].as_str().unwrap_or_default();
-            assert!(description.len() > 40, "{name}: {title}: description");
-            assert!(
-                panel["fieldConfig"]["defaults"]["unit"].is_string(),
-                "{name}: {title}: unit"
-            );
-            assert_eq!(
-                panel["datasource"]["uid"], "${datasource}",
-                "{name}: {title}"
-            );
-            let targets = panel["targets"].as_array().expect("targets");
-            assert!(!targets.is_empty(), "{name}: {title}: no query");
+            let (title, _, targets) = described_panel(&name, panel);
             for target in targets {
                 assert_eq!(
                     target["datasource"]["uid"], "${datasource}",
@@ -838,6 +812,30 @@ fn genai_dashboard_is_filtered_described_and_chained() {
                 && e.contains("rate(gen_ai_server_request_duration_seconds_count{")
         });
     }
+}
+
+/// A data panel's title, description and queries, after checking what
+/// every data panel needs: a title, a description that explains it, a unit,
+/// the dashboard's data source and at least one query.
+fn described_panel<'a>(
+    name: &impl std::fmt::Display,
+    panel: &'a Value,
+) -> (&'a str, &'a str, &'a Vec<Value>) {
+    let title = panel["title"].as_str().unwrap_or_default();
+    assert!(!title.is_empty(), "{name}: a panel without title");
+    let description = panel["description"].as_str().unwrap_or_default();
+    assert!(description.len() > 40, "{name}: {title}: description");
+    assert!(
+        panel["fieldConfig"]["defaults"]["unit"].is_string(),
+        "{name}: {title}: unit"
+    );
+    assert_eq!(
+        panel["datasource"]["uid"], "${datasource}",
+        "{name}: {title}"
+    );
+    let targets = panel["targets"].as_array().expect("targets");
+    assert!(!targets.is_empty(), "{name}: {title}: no query");
+    (title, description, targets)
 }
 
 /// GitHub's anchor for a Markdown heading.

@@ -747,9 +747,13 @@ mod tests {
 
     #[test]
     fn names_are_unique() {
-        let mut names: Vec<_> = all().map(|d| d.vllm_name).collect();
-        names.sort();
-        names.dedup();
-        assert_eq!(names.len(), 52);
+        let defs: Vec<&MetricDef> = all().chain(semconv::ALL).collect();
+        for name in [|d: &&MetricDef| d.vllm_name, |d: &&MetricDef| d.otel_name] {
+            let mut names: Vec<_> = defs.iter().map(name).collect();
+            names.sort();
+            names.dedup();
+            assert_eq!(names.len(), defs.len());
+        }
+        assert_eq!(all().count(), 53);
     }
 }

@@ -172,32 +172,34 @@ impl SemconvHandles {
     pub(crate) fn record_end(&self, end: &SemconvEnd) {
         let series = &self.by_operation[end.operation as usize];
         let outcome = Outcome::of(end.reason);
-        series.request_duration[outcome as usize]
-            .get_or_init(|| {
-                self.request_duration
-                    .bind(&self.attributes(end.operation, outcome.error_type()))
-            })
-            .record(end.duration);
-        if !matches!(outcome, Outcome::Success) {
+        let error_type = outcome.error_type();
+        let record = |cell: &OnceLock<BoundHistogram<f64>>,
+                      histogram: &Histogram<f64>,
+                      error_type: Option<&'static str>,
+                      value: f64| {
+            cell.get_or_init(|| histogram.bind(&self.attributes(end.operation, error_type)))
+                .record(value);
+        };
+        let duration = &series.request_duration[outcome as usize];
+        record(duration, &self.request_duration, error_type, end.duration);
+        if error_type.is_some() {
             return;
         }
         if let Some(value) = end.time_to_first_token {
-            series
-                .time_to_first_token
-                .get_or_init(|| {
-                    self.time_to_first_token
-                        .bind(&self.attributes(end.operation, None))
-                })
-                .record(value);
+            record(
+                &series.time_to_first_token,
+                &self.time_to_first_token,
+                None,
+                value,
+            );
         }
         if let Some(value) = end.time_per_output_token {
-            series
-                .time_per_output_token
-                .get_or_init(|| {
-                    self.time_per_output_token
-                        .bind(&self.attributes(end.operation, None))
-                })
-                .record(value);
+            record(
+                &series.time_per_output_token,
+                &self.time_per_output_token,
+                None,
+                value,
+            );
         }
     }
 }
