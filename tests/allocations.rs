@@ -450,11 +450,11 @@ fn the_counter_counts() {
     assert_eq!(v.len(), 16);
     assert!(n >= 1);
 
-    // And it sees the crate's allocations: the first request finishing with a
-    // reason binds that reason's `request_success` series.
+    // And it sees the crate's allocations: the first request of a label set
+    // binds the label set's series.
     let instruments = instruments();
     warm(&instruments, FinishReason::Stop);
-    let mut request = RequestMetrics::start(&instruments, MODEL, 0, params());
-    let (n, ()) = allocations(|| request.finish(101.0, FinishReason::Error));
-    assert!(n >= 1, "binding a new series should allocate");
+    let (n, mut request) = allocations(|| RequestMetrics::start(&instruments, MODEL, 1, params()));
+    assert!(n >= 1, "binding a new label set should allocate");
+    request.finish(101.0, FinishReason::Stop);
 }

@@ -252,13 +252,21 @@ fn series_exist_from_request_start() {
         value(&s, &format!("vllm:num_preemptions_total{{{M0}}}")),
         0.0
     );
-    assert!(!text.contains("vllm:request_success_total{"), "{text}");
-    assert!(text
-        .contains("# HELP vllm:request_success_total Count of successfully processed requests.\n"));
+    // Every finish reason's `request_success` series, at 0, as vLLM's
+    // Python logger creates them; no by-reason preemption series yet.
+    for reason in ["stop", "length", "abort", "error", "repetition"] {
+        let key = format!(r#"vllm:request_success_total{{{M0},finished_reason="{reason}"}}"#);
+        assert_eq!(value(&s, &key), 0.0);
+    }
+    assert!(
+        !text.contains("vllm:num_preemptions_by_reason_total{"),
+        "{text}"
+    );
     // 16 histograms: ITER 13+3, TOK 5×(17+3), N 5+3, PRE 7+3, TTFT 22+3, ITL 2×(19+3),
-    // LAT 5×(21+3) = 323 lines; 5 counters with 3 sources = 7; self-telemetry
-    // 4 rejection and 2 eviction reasons, and the plugin's dropped records.
-    assert_eq!(s.len(), 323 + 7 + 4 + 2 + 1);
+    // LAT 5×(21+3) = 323 lines; 5 counters with 3 sources = 7; 5 finish
+    // reasons; self-telemetry 4 rejection and 2 eviction reasons, and the
+    // plugin's dropped records.
+    assert_eq!(s.len(), 323 + 7 + 5 + 4 + 2 + 1);
 }
 
 /// `scheduled` sets the scheduled time only the first time; a re-admission
@@ -583,7 +591,14 @@ fn request_metrics_finish_is_idempotent() {
         ),
         1.0
     );
-    assert!(!s.keys().any(|k| k.contains(r#"finished_reason="abort""#)));
+    // The abort after the finish changed nothing: its series stays at 0.
+    assert_eq!(
+        value(
+            &s,
+            &format!(r#"vllm:request_success_total{{{M0},finished_reason="abort"}}"#)
+        ),
+        0.0
+    );
 }
 
 /// Beyond `max_label_sets` label sets, requests of new sets are still

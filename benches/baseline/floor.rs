@@ -65,8 +65,8 @@ enum CounterSlot {
 pub(crate) struct Handles {
     counters: [BoundCounter<u64>; 7],
     /// Bound on first use, as the crate binds them.
-    request_success: [OnceLock<BoundCounter<u64>>; 5],
-    request_success_instrument: Counter<u64>,
+    /// Every finish reason's, bound with the label set, as the crate binds them.
+    request_success: [BoundCounter<u64>; 5],
     /// Bound on a reason's first preemption, as the crate binds them.
     preemptions_by_reason: [OnceLock<BoundCounter<u64>>; 3],
     preemptions_by_reason_instrument: Counter<u64>,
@@ -115,8 +115,15 @@ impl Handles {
         });
         Handles {
             counters,
-            request_success: Default::default(),
-            request_success_instrument: counter(&catalog::REQUEST_SUCCESS),
+            request_success: {
+                let instrument = counter(&catalog::REQUEST_SUCCESS);
+                FinishReason::ALL.map(|reason| {
+                    let series =
+                        instrument.bind(&with(catalog::FINISHED_REASON_LABELS[2], reason.as_str()));
+                    series.add(0);
+                    series
+                })
+            },
             preemptions_by_reason: Default::default(),
             preemptions_by_reason_instrument: counter(&catalog::NUM_PREEMPTIONS_BY_REASON),
             labels,
@@ -126,14 +133,7 @@ impl Handles {
 
     #[inline]
     fn request_success(&self, reason: usize) -> &BoundCounter<u64> {
-        self.request_success[reason].get_or_init(|| {
-            let mut labels = self.labels.clone();
-            labels.push(KeyValue::new(
-                catalog::FINISHED_REASON_LABELS[2],
-                FinishReason::ALL[reason].as_str(),
-            ));
-            self.request_success_instrument.bind(&labels)
-        })
+        &self.request_success[reason]
     }
 }
 

@@ -3,9 +3,9 @@
 //! one `Family` per metric in a `Registry`, label sets as structs deriving
 //! `EncodeLabelSet`, and the metric handles of each `(model_name, engine)`
 //! label set resolved once with `Family::get_or_create_owned` and shared by
-//! all requests of that set, as vLLM's Rust frontend keeps them. A finish
-//! reason's `request_success` handle is resolved the first time a request
-//! finishes with it, as the crate does.
+//! all requests of that set, as vLLM's Rust frontend keeps them. Every
+//! finish reason's `request_success` handle is resolved with the label set
+//! and a preemption reason's on its first preemption, as the crate does.
 //!
 //! Nothing is looked up or allocated per request: this is the fastest way to
 //! use the crate, which makes the comparison with `otel_bound` conservative.
@@ -221,9 +221,9 @@ impl LabelSet {
 
 /// The handles of one label set, resolved once.
 pub(crate) struct Handles<H: TrackerHistogram = Histogram> {
-    request_success_family: Family<FinishedLabels, Counter>,
-    finished_labels: [FinishedLabels; 5],
-    request_success: [OnceLock<Counter>; 5],
+    /// Every finish reason's, resolved with the label set, as the crate
+    /// binds them.
+    request_success: [Counter; 5],
     num_preemptions: Counter,
     /// Resolved on a reason's first preemption, as the crate does.
     num_preemptions_by_reason: [OnceLock<Counter>; 3],
@@ -257,9 +257,9 @@ impl<H: TrackerHistogram> Handles<H> {
     pub(crate) fn resolve(m: &Metrics<H>, labels: &LabelSet) -> Self {
         let l = &labels.engine;
         Handles {
-            request_success_family: m.request_success.clone(),
-            finished_labels: labels.finished.clone(),
-            request_success: Default::default(),
+            request_success: std::array::from_fn(|i| {
+                m.request_success.get_or_create_owned(&labels.finished[i])
+            }),
             num_preemptions: m.num_preemptions.get_or_create_owned(l),
             num_preemptions_by_reason: Default::default(),
             num_preemptions_by_reason_family: m.num_preemptions_by_reason.clone(),
@@ -345,12 +345,7 @@ impl<H: TrackerHistogram> Sink for &Handles<H> {
 
     fn terminal(&self, t: &Terminal) {
         let reason = t.reason.index();
-        self.request_success[reason]
-            .get_or_init(|| {
-                self.request_success_family
-                    .get_or_create_owned(&self.finished_labels[reason])
-            })
-            .inc();
+        self.request_success[reason].inc();
         self.request_prompt_tokens.observe(t.prompt_tokens);
         self.request_generation_tokens.observe(t.generation_tokens);
         self.request_max_num_generation_tokens

@@ -9,7 +9,7 @@
 //! through a handle bound once per label set, so recording looks up no
 //! attributes and allocates nothing.
 
-use std::sync::{Once, OnceLock};
+use std::sync::OnceLock;
 
 use opentelemetry::metrics::{BoundCounter, BoundHistogram, Counter, Histogram, Meter};
 use opentelemetry::KeyValue;
@@ -110,14 +110,12 @@ pub(crate) struct RequestHandles {
     /// In [`PROMPT_TOKEN_SOURCES`] order.
     prompt_tokens_by_source: [BoundCounter<u64>; catalog::PROMPT_TOKEN_SOURCES.len()],
     prompt_tokens_cached: BoundCounter<u64>,
-    /// Bound on first use, in `FinishReason::ALL` order: vLLM creates a finish
-    /// reason's series when a request first finishes with it, not at request
-    /// start.
-    request_success: [OnceLock<BoundCounter<u64>>; catalog::FINISHED_REASONS.len()],
-    request_success_instrument: Counter<u64>,
-    /// Run on the label set's first `iteration_stats` record: the series
-    /// vLLM's Python logger creates at start-up.
-    python_start_up: Once,
+    /// In `FinishReason::ALL` order, every one bound with the label set:
+    /// vLLM's Python logger creates them all at zero at start-up (its Rust
+    /// frontend creates a reason's series with its first request; this
+    /// follows the Python logger, so that success-rate and error-share
+    /// panels read 0, not "No data"; docs/SEMANTICS.md §3).
+    request_success: [BoundCounter<u64>; catalog::FINISHED_REASONS.len()],
     labels: Vec<KeyValue>,
     pub(crate) iteration_tokens: BoundHistogram<f64>,
     /// `rejected_inputs{reason="invalid_record"}`, for outputs
@@ -130,8 +128,10 @@ pub(crate) struct RequestHandles {
 }
 
 impl RequestHandles {
-    /// Binds every series of the label set; each but `request_success` exists,
-    /// zero-valued, from here on (vLLM resolves them all at request start).
+    /// Binds every series of the label set; each but the by-reason
+    /// preemption counters exists, zero-valued, from here on (vLLM resolves
+    /// them at request start, and its Python logger creates
+    /// `request_success` of every finish reason at start-up).
     pub(crate) fn bind(
         instruments: &RequestInstruments,
         semconv: Option<&SemconvInstruments>,
@@ -156,9 +156,15 @@ impl RequestHandles {
             prompt_tokens: i.prompt_tokens.bind(&labels),
             prompt_tokens_by_source: PROMPT_TOKEN_SOURCES.map(source),
             prompt_tokens_cached: i.prompt_tokens_cached.bind(&labels),
-            request_success: Default::default(),
-            request_success_instrument: i.request_success.clone(),
-            python_start_up: Once::new(),
+            request_success: FinishReason::ALL.map(|reason| {
+                let series = i.request_success.bind(&with_label(
+                    &labels,
+                    catalog::FINISHED_REASON_LABELS[2],
+                    reason.as_str(),
+                ));
+                series.add(0);
+                series
+            }),
             iteration_tokens: i.iteration_tokens.bind(&labels),
             invalid,
             time_to_first_token: i.histograms[RequestHistogram::TimeToFirstToken as usize]
@@ -253,28 +259,10 @@ impl RequestHandles {
         self.prompt_tokens_cached.add(cached);
     }
 
-    /// The `request_success` series of `reason`, bound on first use.
+    /// The `request_success` series of `reason`.
+    #[inline]
     fn request_success(&self, reason: FinishReason) -> &BoundCounter<u64> {
-        self.request_success[reason.index()].get_or_init(|| {
-            self.request_success_instrument.bind(&with_label(
-                &self.labels,
-                catalog::FINISHED_REASON_LABELS[2],
-                reason.as_str(),
-            ))
-        })
-    }
-
-    /// The first time it is called for the label set, creates the series
-    /// vLLM's Python logger creates for an engine at start-up and the
-    /// label set does not have yet: `request_success` of every finish
-    /// reason, at 0. (Every other series of the label set, histograms
-    /// included, exists from its binding on.)
-    pub(crate) fn python_start_up(&self) {
-        self.python_start_up.call_once(|| {
-            for reason in FinishReason::ALL {
-                self.request_success(reason).add(0);
-            }
-        });
+        &self.request_success[reason.index()]
     }
 
     /// One observation of a per-request histogram.

@@ -26,7 +26,6 @@ pub(super) fn iteration_stats(
     use RequestHistogram::*;
     let label_set = instruments.label_set(&stats.model_name, stats.engine);
     let h = &*label_set.handles;
-    h.python_start_up();
     h.record_counts(stats.num_generation_tokens, &[0; PREEMPTION_REASONS.len()]);
     if stats.num_preempted_reqs > 0 {
         // vLLM's `IterationStats` carry no reasons: no by-reason series.

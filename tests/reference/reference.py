@@ -727,14 +727,20 @@ class Metrics:
         self.series: dict[str, dict[tuple, Any]] = {name: {} for name, _, _, _ in CATALOG}
 
     # §3 "Series appear as soon as a request of that (model, engine) starts":
-    # every per-request family except request_success (whose series appear
-    # per finished_reason on first use) gets its zero-valued series.
+    # every per-request family gets its zero-valued series, request_success
+    # one per finish reason (as vLLM's Python logger creates them at
+    # start-up), except num_preemptions_by_reason (a reason's series appears
+    # with its first preemption).
     def ensure_label_set(self, model: str, engine: int) -> None:
         labels = (model, engine)
         for name, kind, _, _ in PER_REQUEST:
             fam = self.series[name]
-            if name in ("vllm:request_success", "vllm:num_preemptions_by_reason"):
+            if name == "vllm:num_preemptions_by_reason":
                 continue                   # series per reason on first use
+            if name == "vllm:request_success":
+                for reason in ("stop", "length", "abort", "error", "repetition"):
+                    fam.setdefault(labels + (reason,), 0)
+                continue
             if name == "vllm:prompt_tokens_by_source":
                 for src in SOURCES:
                     fam.setdefault(labels + (src,), 0)
