@@ -357,6 +357,15 @@ fn full_scheduler_stats() -> Record {
         }),
         running_lora_adapters: Some(vec!["sql-lora".into()]),
         waiting_lora_adapters: Some(Vec::new()),
+        // Every KV-connector series too (each bound at its first value).
+        kv_connector_stats: Some(
+            serde_json::from_str(
+                r#"{"nixl":{"transfer_duration":[0.02],"post_duration":[0.001],"bytes_transferred":[4096],"num_descriptors":[12],"num_failed_transfers":1},
+                    "offloading":{"load_bytes":1,"load_time":0.1,"load_sizes":[1],"store_bytes":1,"store_time":0.1,"store_sizes":[1],"lookup_sync_delays":[0.001],"lookup_async_delays":[0.01],"allocation_failures":1,"stores_skipped":1,"cpu_cache_usage":0.5,"cpu_cache_write_usage":0.2,"cpu_cache_read_usage":0.3},
+                    "simple_cpu_offload":{"save_outcomes":{"stored":1,"dropped_cpu_full":1},"load_blocks":2,"used_blocks":3,"pending_store_blocks":1}}"#,
+            )
+            .unwrap(),
+        ),
     }))
 }
 

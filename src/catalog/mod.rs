@@ -16,10 +16,12 @@
 //! ```
 
 mod engine;
+mod kv_connector;
 mod reasons;
 pub mod semconv;
 
 pub use engine::*;
+pub use kv_connector::*;
 pub use reasons::{EvictReason, RejectReason};
 
 /// How a family aggregates, which decides its instrument and exposition type.
@@ -640,6 +642,7 @@ pub fn all() -> impl Iterator<Item = &'static MetricDef> {
         .into_iter()
         .chain(SCHEDULER)
         .chain(ENGINE)
+        .chain(KV_CONNECTOR)
         .chain(SELF_TELEMETRY)
 }
 
@@ -649,6 +652,7 @@ pub fn series_per_label_set(def: &MetricDef) -> usize {
     match def.vllm_name {
         name if name == REQUEST_SUCCESS.vllm_name => FINISHED_REASONS.len(),
         name if name == NUM_PREEMPTIONS_BY_REASON.vllm_name => PREEMPTION_REASONS.len(),
+        name if name == SIMPLE_KV_OFFLOAD_SAVE_OUTCOMES.vllm_name => SAVE_OUTCOMES.len(),
         name if name == PROMPT_TOKENS_BY_SOURCE.vllm_name => PROMPT_TOKEN_SOURCES.len(),
         name if name == NUM_REQUESTS_WAITING_BY_REASON.vllm_name => WAITING_REASONS.len(),
         name if name == NUM_REQUESTS_KV_FETCH_BY_STAGE.vllm_name => KV_FETCH_STAGES.len(),
@@ -754,6 +758,6 @@ mod tests {
             names.dedup();
             assert_eq!(names.len(), defs.len());
         }
-        assert_eq!(all().count(), 53);
+        assert_eq!(all().count(), 78);
     }
 }

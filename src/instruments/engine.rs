@@ -9,6 +9,7 @@ use opentelemetry::metrics::{
 };
 use opentelemetry::KeyValue;
 
+use super::kv_connector::{KvConnectorHandles, KvConnectorInstruments};
 use super::{f64_histogram, u64_counter, with_label};
 use crate::catalog::{self, MetricDef};
 use crate::protocol::{OperationKind, MAX_SPEC_POSITIONS};
@@ -71,6 +72,8 @@ pub(crate) struct EngineInstruments {
     /// timed (a bound series exists from then on, at zero if need be, and
     /// vLLM has none before an operation).
     operations: [OnceLock<BoundHistogram<f64>>; OperationKind::ALL.len()],
+    /// The KV-connector tier (`scheduler_stats.kv_connector_stats`).
+    pub(crate) kv_connector: KvConnectorInstruments,
 }
 
 impl EngineInstruments {
@@ -105,6 +108,7 @@ impl EngineInstruments {
             sleep_mode_operations: f64_histogram(meter, &SLEEP_MODE_OPERATION_DURATION),
             weight_update_operations: f64_histogram(meter, &RL_WEIGHT_UPDATE_OPERATION_DURATION),
             operations: Default::default(),
+            kv_connector: KvConnectorInstruments::new(meter),
         }
     }
 
@@ -148,6 +152,8 @@ pub(crate) struct EngineHandles {
     kv_fetch_by_stage: OnceLock<[BoundGauge<u64>; catalog::KV_FETCH_STAGES.len()]>,
     block_residency: OnceLock<BlockResidencyHandles>,
     spec_decoding: OnceLock<SpecDecodingHandles>,
+    /// The KV-connector tier's series, each bound on its first value.
+    pub(crate) kv_connector: KvConnectorHandles,
 }
 
 /// The KV block residency histograms of a label set.
@@ -218,6 +224,7 @@ impl EngineHandles {
             kv_fetch_by_stage: OnceLock::new(),
             block_residency: OnceLock::new(),
             spec_decoding: OnceLock::new(),
+            kv_connector: KvConnectorHandles::new(labels.clone()),
             labels: labels.clone(),
         };
         handles.start_up();

@@ -69,6 +69,7 @@ use opentelemetry_sdk::metrics::{MeterProviderBuilder, SdkMeterProvider};
 use opentelemetry_sdk::Resource;
 
 mod engine;
+mod kv_connector;
 mod request;
 mod semconv;
 pub mod spans;

@@ -22,7 +22,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{bounded, finite, null_as_default, time, InvalidRecord};
+use super::{bounded, finite, null_as_default, time, InvalidRecord, KvConnectorStats};
 
 /// Most accepted-token positions a speculative-decoding record may carry
 /// (vLLM's `num_speculative_tokens` is a handful in practice).
@@ -108,6 +108,10 @@ pub struct SchedulerStats {
     /// The step's estimated work per GPU.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub perf_stats: Option<PerfStats>,
+    /// The step's KV-connector stats (NIXL, CPU offloading), per connector
+    /// kind (docs/SEMANTICS.md §4b).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_connector_stats: Option<KvConnectorStats>,
     /// The step's speculative decoding; present only when it is configured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec_decoding: Option<SpecDecodingStats>,
@@ -361,6 +365,9 @@ impl SchedulerStats {
         )?;
         for event in &self.kv_cache_eviction_events {
             event.validate()?;
+        }
+        if let Some(kv) = &self.kv_connector_stats {
+            kv.validate()?;
         }
         if let Some(perf) = &self.perf_stats {
             time("perf_stats.num_flops_per_gpu", perf.num_flops_per_gpu)?;

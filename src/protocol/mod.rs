@@ -19,10 +19,16 @@
 use serde::{Deserialize, Serialize};
 
 mod engine;
+mod kv_connector;
 mod plugin;
 
 pub use plugin::{
     FinishedRequest, IterationStats, PluginDrops, PromptTokenStats, MAX_ITERATION_ENTRIES,
+};
+
+pub use kv_connector::{
+    KvConnectorStats, NixlStats, OffloadingStats, SaveOutcomes, SimpleCpuOffloadStats,
+    MAX_KV_CONNECTOR_ENTRIES,
 };
 
 pub use engine::{

@@ -118,6 +118,9 @@ impl EngineRecords {
         handles
             .estimated_write_bytes
             .add(perf.num_write_bytes_per_gpu);
+        if let Some(kv) = &stats.kv_connector_stats {
+            handles.kv_connector.record(&engine.kv_connector, kv);
+        }
         if let Some(spec) = &stats.spec_decoding {
             let counters = handles.spec_decoding(engine);
             counters.drafts.add(spec.num_drafts);

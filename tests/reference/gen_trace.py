@@ -4,6 +4,7 @@
 Usage:
     python3 tests/reference/gen_trace.py --seed N [--requests R] [--models M]
         [--engines E] [--malformed K] [--outputs-target T] [--no-engine-records]
+        [--kv-connectors]
 
 Simulates a few engines stepping in monotonic time and writes a valid trace to
 stdout: request starts, outputs batches (queued/scheduled events on the first
@@ -33,9 +34,26 @@ adapter lists with received_at), `sleep_state` (levels 0-2) and `operation`
 records for all eight operations.  --no-engine-records leaves all of them out
 (and the engine-level malformed kinds): the trace of the generator before them.
 
+--kv-connectors makes scheduler_stats records carry `kv_connector_stats`
+(docs/SEMANTICS.md §4b), drawn from a fourth RNG so that every other line is
+the same as without it: each engine runs some of the three connector kinds
+(NIXL, the OffloadingConnector, the SimpleCPUOffloadConnector; every kind on
+some engine, all three on at least one), and most of its scheduler_stats
+carry one step's stats of them with vLLM-like magnitudes (NIXL transfers of
+1e4-1e10 bytes taking 1 ms-2 s, 5-60000 descriptors, occasional failures and
+expiries; offload loads and stores of 1e6-3e8 bytes with their times and
+per-job sizes, lookup delays from 1e-5 s to 20 s, CPU-buffer usage
+fractions, occasional allocation failures, stores skipped on engines with a
+store threshold; store outcomes, restored, used and pending blocks),
+sometimes with fields left out or null, values on bucket bounds and empty
+lists.  Without it the output is byte for byte what it was before the option
+existed.
+
 --malformed K inserts K invalid lines at random positions and writes their
 1-based line numbers to stderr (one per line); among them, unknown preemption
-reasons and operation names.  The malformed lines come from
+reasons and operation names; with --kv-connectors, about half of them are
+scheduler_stats whose kv_connector_stats break one of §4b's rules.  The
+malformed lines come from
 their own RNG, so removing them yields exactly the trace produced with
 --malformed 0 for the same seed.
 
@@ -79,6 +97,18 @@ OPS_BOUNDS = [0.01, 0.1, 1.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0]
 RESIDENCY_BOUNDS = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0,
                     10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0]
 LORA_NAMES = ["sql-lora", "tweet-summary", "zh-en"]
+
+# KV-connector stats (docs/SEMANTICS.md §4b, --kv-connectors).
+KV_CONNECTOR_KINDS = ["nixl", "offloading", "simple_cpu_offload"]
+SAVE_OUTCOMES = ["stored", "dropped_cpu_full", "dropped_request_gone", "dropped_null_block",
+                 "dropped_not_hashed", "skipped_already_cached", "skipped_in_flight"]
+NIXL_TIME_BOUNDS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0]
+NIXL_BYTES_BOUNDS = [2 ** (10 + i) for i in range(1, 25, 2)]
+NIXL_DESC_BOUNDS = [10, 20, 30, 50, 75, 100, 200, 400, 1000, 2000, 4000, 10000, 20000, 50000]
+OFFLOAD_SIZE_BOUNDS = [1_000_000, 5_000_000, 10_000_000, 20_000_000, 40_000_000, 60_000_000,
+                       80_000_000, 100_000_000, 150_000_000, 200_000_000]
+LOOKUP_BOUNDS = [0.00001, 0.00005, 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5,
+                 1.0, 5.0, 10.0]
 # cache_config keys of vLLM's CacheConfig with plausible values (as str(value)).
 CACHE_CONFIG_POOL = {
     "block_size": ["16", "32", "64"],
@@ -155,6 +185,11 @@ class Engine:
         self.spec_k = 0               # speculative tokens per draft (0: no spec decoding)
         self.lora = False             # reports LoRA adapter lists
         self.level = 0                # sleep level
+        # KV-connector profile (--kv-connectors), set by Sim.kv_profile.
+        self.kv_kinds = []            # connector kinds this engine runs
+        self.store_threshold = 0      # >= 2: the offloading stats carry stores_skipped
+        self.cpu_blocks = 0           # the simple offload pool's capacity
+        self.pending_blocks = 0       # its pending stores, carried between steps
 
     def clock(self, t):
         return self.clock0 + t
@@ -180,6 +215,22 @@ class Sim:
         # Preemption reasons and operation names: a third RNG, so the
         # simulation and the engine-level records are unchanged by them.
         self.srng = random.Random(args.seed * 1_000_003 + 58037)
+        # KV-connector stats (--kv-connectors): a fourth RNG, used only with
+        # the option, so that without it the trace is unchanged.
+        self.kv_connectors = getattr(args, "kv_connectors", False)
+        self.krng = random.Random(args.seed * 1_000_003 + 4242)
+        self.kv_bad_kinds = []        # malformed kv_connector_stats kinds still to use
+        if self.kv_connectors:
+            for eng in self.engines:
+                self.kv_profile(eng)
+            k = self.krng
+            if not any(len(e.kv_kinds) == 3 for e in self.engines):
+                k.choice(self.engines).kv_kinds = list(KV_CONNECTOR_KINDS)
+            for kind in KV_CONNECTOR_KINDS:            # every kind somewhere
+                if not any(kind in e.kv_kinds for e in self.engines):
+                    eng = k.choice(self.engines)
+                    eng.kv_kinds = [c for c in KV_CONNECTOR_KINDS
+                                    if c in eng.kv_kinds or c == kind]
         if self.engine_records:
             for eng in self.engines:
                 self.engine_profile(eng)
@@ -408,6 +459,130 @@ class Sim:
         elif x.random() < 0.2:
             rec["received_at"] = secs(rx)
 
+    # -- KV-connector stats (all randomness from self.krng) -------------------
+    def kv_profile(self, eng):
+        k = self.krng
+        eng.kv_kinds = [c for c in KV_CONNECTOR_KINDS if k.random() < 0.55]
+        eng.store_threshold = k.choice([0, 0, 2, 3])
+        eng.cpu_blocks = k.choice([512, 2048, 8192, 27910])
+
+    def log_uniform(self, lo, hi):
+        """A number between lo and hi, uniform in log scale."""
+        k = self.krng
+        return lo * (hi / lo) ** k.random()
+
+    def maybe_bound(self, bounds, value, p=0.1):
+        """Sometimes a bucket bound instead of `value` (le is inclusive)."""
+        return self.krng.choice(bounds) if self.krng.random() < p else value
+
+    def seconds_value(self, lo, hi, bounds):
+        return float(self.maybe_bound(bounds, round(self.log_uniform(lo, hi), 6)))
+
+    def nixl_stats(self):
+        """vLLM's NixlKVConnectorStats.data for one step: one entry per
+        completed transfer in the four lists, failure lists as counts."""
+        k = self.krng
+        n = k.choice([0, 0, 1, 1, 1, 2, 2, 3, 4, 6])
+        stats = {
+            "transfer_duration": [self.seconds_value(0.001, 2.0, NIXL_TIME_BOUNDS)
+                                  for _ in range(n)],
+            "post_duration": [self.seconds_value(0.0002, 0.5, NIXL_TIME_BOUNDS)
+                              for _ in range(n)],
+            "bytes_transferred": [self.maybe_bound(NIXL_BYTES_BOUNDS,
+                                                   int(self.log_uniform(1e4, 1e10)))
+                                  for _ in range(n)],
+            "num_descriptors": [self.maybe_bound(NIXL_DESC_BOUNDS,
+                                                 int(self.log_uniform(5, 60000)))
+                                for _ in range(n)],
+        }
+        for key, p in (("num_failed_transfers", 0.08), ("num_failed_handshakes", 0.03),
+                       ("num_failed_notifications", 0.05), ("num_kv_expired_reqs", 0.06),
+                       ("num_notifications_after_expiry", 0.04)):
+            stats[key] = k.randint(1, 3) if k.random() < p else 0
+        return self.thin(stats)
+
+    def offloading_stats(self, eng):
+        """The OffloadingConnector's (CPU spec) per-step payload."""
+        k = self.krng
+        stats = {}
+        for direction, p in (("load", 0.4), ("store", 0.55)):
+            if k.random() < p:                         # jobs finished this step
+                jobs = k.randint(1, 4)
+                sizes = [self.maybe_bound(OFFLOAD_SIZE_BOUNDS,
+                                          int(self.log_uniform(1e6, 3e8)) // jobs, 0.05)
+                         for _ in range(jobs)]
+                bandwidth = self.log_uniform(2e9, 2.5e10)        # bytes/s
+                stats[f"{direction}_bytes"] = sum(sizes)
+                stats[f"{direction}_time"] = round(sum(sizes) / bandwidth, 6)
+                stats[f"{direction}_sizes"] = sizes
+        lookups = k.choice([0, 0, 1, 1, 2, 3, 5])
+        if lookups or k.random() < 0.2:
+            stats["lookup_sync_delays"] = [self.seconds_value(1e-5, 0.5, LOOKUP_BOUNDS)
+                                           for _ in range(lookups)]
+        if k.random() < 0.25:
+            stats["lookup_async_delays"] = [self.seconds_value(1e-4, 20.0, LOOKUP_BOUNDS)
+                                            for _ in range(k.randint(1, 2))]
+        if k.random() < 0.12:
+            stats["allocation_failures"] = k.randint(1, 4)
+        if eng.store_threshold >= 2:                   # every step, 0 included
+            stats["stores_skipped"] = k.choice([0, 0, 0, k.randint(1, 40)])
+        r = k.random()
+        usage = 0.0 if r < 0.1 else 1.0 if r < 0.13 else round(k.random(), 4)
+        write = round(usage * k.random(), 4)
+        stats["cpu_cache_usage"] = usage
+        stats["cpu_cache_write_usage"] = write
+        stats["cpu_cache_read_usage"] = round(max(usage - write, 0.0), 4)
+        return self.thin(stats)
+
+    def simple_offload_stats(self, eng):
+        """The SimpleCPUOffloadConnector's per-step payload."""
+        k = self.krng
+        stats = {}
+        outcomes = {}
+        for outcome in k.sample(SAVE_OUTCOMES, k.choice([0, 1, 1, 2, 3])):
+            outcomes[outcome] = k.randint(1, 64) if k.random() < 0.9 else 0
+        if outcomes or k.random() < 0.3:
+            stats["save_outcomes"] = {o: outcomes[o] for o in SAVE_OUTCOMES if o in outcomes}
+        if k.random() < 0.35:
+            stats["load_blocks"] = k.randint(1, 256) if k.random() < 0.9 else 0
+        eng.pending_blocks = max(0, eng.pending_blocks + k.randint(-40, 40))
+        eng.pending_blocks = min(eng.pending_blocks, eng.cpu_blocks // 4)
+        used = min(eng.cpu_blocks, eng.pending_blocks + k.randint(0, eng.cpu_blocks // 2))
+        stats["used_blocks"] = used
+        stats["pending_store_blocks"] = eng.pending_blocks
+        return self.thin(stats)
+
+    def thin(self, stats):
+        """Every field is optional: now and then one is left out or null."""
+        k = self.krng
+        if k.random() < 0.15:
+            key = k.choice(sorted(stats)) if stats else None
+            if key is not None:
+                if k.random() < 0.5:
+                    del stats[key]
+                else:
+                    stats[key] = None
+        return stats
+
+    def kv_connector_fields(self, eng, rec):
+        """kv_connector_stats on most of an engine's scheduler_stats."""
+        k = self.krng
+        if not eng.kv_kinds or k.random() >= 0.75:
+            if eng.kv_kinds and k.random() < 0.05:
+                rec["kv_connector_stats"] = None               # null = absent
+            return
+        stats = {}
+        for kind in eng.kv_kinds:
+            if k.random() < 0.1:
+                continue                                       # no data this step
+            if kind == "nixl":
+                stats[kind] = self.nixl_stats() if k.random() < 0.95 else k.choice([{}, None])
+            elif kind == "offloading":
+                stats[kind] = self.offloading_stats(eng)
+            else:
+                stats[kind] = self.simple_offload_stats(eng)
+        rec["kv_connector_stats"] = stats
+
     # -- request lifecycle ----------------------------------------------------
     def new_request(self):
         rng = self.rng
@@ -572,6 +747,8 @@ class Sim:
                    "prefix_cache_queries": queries, "prefix_cache_hits": hits}
             if self.engine_records:
                 self.engine_fields(eng, rec, rx)
+            if self.kv_connectors:
+                self.kv_connector_fields(eng, rec)
             self.emit(rec)
 
     def abort(self, req):
@@ -653,6 +830,85 @@ ENGINE_KINDS = ["unknown_stage", "skipped_gt_waiting", "four_gaps", "per_pos_mis
                 "external_hits_gt_queries", "bad_source_key", "mm_hits_gt_queries",
                 "idle_gt_lifetime", "negative_residency", "bad_perf", "accepted_gt_drafted",
                 "too_many_positions", "bad_adapter", "bad_cache_value", "bad_max_loras"]
+
+
+# scheduler_stats whose kv_connector_stats break one rule of §4b (--kv-connectors).
+KV_KINDS = ["unknown_kv_field", "unknown_connector_kind", "unknown_outcome",
+            "negative_kv_number", "float_kv_count", "fraction_out_of_range",
+            "kv_list_too_long", "kv_wrong_type", "kv_nonfinite"]
+
+
+def full_kv_connector_stats() -> dict:
+    """Valid kv_connector_stats with every field of the three kinds."""
+    return {"nixl": {"transfer_duration": [0.0421, 0.3], "post_duration": [0.0012, 0.004],
+                     "bytes_transferred": [8388608, 123456789], "num_descriptors": [64, 1200],
+                     "num_failed_transfers": 1, "num_failed_handshakes": 0,
+                     "num_failed_notifications": 1, "num_kv_expired_reqs": 0,
+                     "num_notifications_after_expiry": 0},
+            "offloading": {"load_bytes": 50000000, "load_time": 0.0041,
+                           "load_sizes": [20000000, 30000000], "store_bytes": 12000000,
+                           "store_time": 0.0011, "store_sizes": [12000000],
+                           "lookup_sync_delays": [0.00002, 0.0003],
+                           "lookup_async_delays": [0.25], "allocation_failures": 0,
+                           "stores_skipped": 3, "cpu_cache_usage": 0.5,
+                           "cpu_cache_write_usage": 0.2, "cpu_cache_read_usage": 0.3},
+            "simple_cpu_offload": {"save_outcomes": {"stored": 12, "dropped_cpu_full": 2},
+                                   "load_blocks": 40, "used_blocks": 300,
+                                   "pending_store_blocks": 12}}
+
+
+def malformed_kv_line(kind: str, mrng: random.Random, model: str, eng: int,
+                      now: float) -> str:
+    if mrng.random() < 0.25:
+        model = "never-seen-model"       # accepting it would create start-up series
+    s = full_scheduler_stats(mrng, model, eng, now)
+    kv = full_kv_connector_stats()
+    for key in mrng.sample(sorted(kv), mrng.randint(0, 2)):
+        del kv[key]                      # the rest of the line varies
+    s["kv_connector_stats"] = kv
+    if kind == "unknown_kv_field":
+        target, field = mrng.choice([("nixl", "num_failed_transfer"), ("nixl", "xfer_time"),
+                                     ("offloading", "total_bytes"),
+                                     ("offloading", "cpu_allocation_sizes"),
+                                     ("simple_cpu_offload", "capacity_blocks")])
+        kv.setdefault(target, {})[field] = 1
+    elif kind == "unknown_connector_kind":
+        kv[mrng.choice(["lmcache", "NIXL", "multi", "offload", "p2p_nccl"])] = {}
+    elif kind == "unknown_outcome":
+        simple = kv.setdefault("simple_cpu_offload", {})
+        simple["save_outcomes"] = {"stored": 1,
+                                   mrng.choice(["evicted", "Stored", "dropped", ""]): 2}
+    elif kind == "negative_kv_number":
+        target, field, value = mrng.choice([
+            ("nixl", "num_failed_transfers", -1), ("nixl", "transfer_duration", [0.1, -0.001]),
+            ("offloading", "load_time", -0.5), ("offloading", "store_sizes", [-1]),
+            ("simple_cpu_offload", "used_blocks", -3)])
+        kv.setdefault(target, {})[field] = value
+    elif kind == "float_kv_count":
+        target, field, value = mrng.choice([
+            ("nixl", "num_kv_expired_reqs", 1.0), ("offloading", "load_bytes", 3.0e6),
+            ("offloading", "allocation_failures", 2.5), ("simple_cpu_offload", "load_blocks", 7.0),
+            ("simple_cpu_offload", "save_outcomes", {"stored": 4.0})])
+        kv.setdefault(target, {})[field] = value
+    elif kind == "fraction_out_of_range":
+        field = mrng.choice(["cpu_cache_usage", "cpu_cache_write_usage", "cpu_cache_read_usage"])
+        kv.setdefault("offloading", {})[field] = mrng.choice([1.5, -0.1, 100, 1.0000001])
+    elif kind == "kv_list_too_long":
+        target, field = mrng.choice([("nixl", "num_descriptors"),
+                                     ("offloading", "lookup_sync_delays")])
+        kv.setdefault(target, {})[field] = [0] * 65_537
+    elif kind == "kv_wrong_type":
+        r = mrng.random()
+        if r < 0.3:
+            s["kv_connector_stats"] = mrng.choice([[], "nixl", 1])
+        elif r < 0.6:
+            kv["nixl"] = mrng.choice([[], [0.1], 0])
+        else:
+            kv.setdefault("offloading", {})[mrng.choice(["load_bytes", "load_sizes"])] = "12"
+    else:  # kv_nonfinite: a JSON number beyond f64
+        kv.setdefault("offloading", {})["store_time"] = 0.125
+        return dumps(s).replace('"store_time":0.125', '"store_time":1e400')
+    return dumps(s)
 
 
 def full_scheduler_stats(mrng: random.Random, model: str, eng: int, now: float) -> dict:
@@ -761,6 +1017,11 @@ def malformed_line(mrng: random.Random, sim: Sim | None) -> str:
     ts = 1000.0 + (sim.t / UNIT if sim is not None else 0)
     good_out = {"request_id": rid, "new_token_ids": [1, 2], "finish_reason": "stop"}
     engine_kinds = ENGINE_KINDS if sim is None or sim.engine_records else []
+    if sim is not None and sim.kv_connectors and mrng.random() < 0.5:
+        # The kinds in a shuffled round, so that a few lines break different rules.
+        if not sim.kv_bad_kinds:
+            sim.kv_bad_kinds = mrng.sample(KV_KINDS, len(KV_KINDS))
+        return malformed_kv_line(sim.kv_bad_kinds.pop(), mrng, model, eng, now)
     kind = mrng.choice(OLD_KINDS + REASON_KINDS + engine_kinds)
     if kind in ENGINE_KINDS:
         return malformed_engine_line(kind, mrng, model, eng, now)
@@ -862,6 +1123,9 @@ def main(argv=None) -> int:
     ap.add_argument("--outputs-target", type=int, default=None)
     ap.add_argument("--no-engine-records", action="store_true",
                     help="leave out the engine-tier records and fields")
+    ap.add_argument("--kv-connectors", action="store_true",
+                    help="scheduler_stats carry kv_connector_stats (SEMANTICS §4b); "
+                         "without it the trace is unchanged")
     args = ap.parse_args(argv)
     if args.models < 1 or args.engines < 1 or args.requests < 0 or args.malformed < 0:
         ap.error("--models/--engines must be >= 1, --requests/--malformed >= 0")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Independent reference implementation of docs/SEMANTICS.md §3-§4 over the records of §5.
+"""Independent reference implementation of docs/SEMANTICS.md §3-§4b over the records of §5.
 
 Usage:
     python3 tests/reference/reference.py TRACE.jsonl [--max-model-len N]
@@ -21,6 +21,10 @@ value is an absent label; a later engine_config replaces max_loras; eviction
 events need lifetime_seconds and idle_seconds, spec_decoding's counts default
 to 0 and its per-position list to []; engine-tier histogram series appear on
 their first observation).
+
+The KV-connector stats of §4b (``scheduler_stats.kv_connector_stats``) feed
+25 families that follow every other vLLM family.  Their objects are typed
+strictly: an unknown field, outcome or connector kind makes the line invalid.
 
 Only the Python 3.11 standard library is used.  This file is deliberately
 written without looking at the Rust implementation: it is the oracle the Rust
@@ -196,7 +200,87 @@ ENGINE = [
     ("vllm:rl_weight_update_operation_duration_seconds", "histogram", "OPS",
      "Duration of one weight-transfer operation."),
 ]
-CATALOG = PER_REQUEST + SCHEDULER + ENGINE
+
+# KV-connector stats (docs/SEMANTICS.md §4b), after every other vLLM family:
+# vLLM 0.33.0's NixlPromMetrics, OffloadPromMetrics (CPU spec) and
+# SimpleCPUOffloadPromMetrics, with their buckets and HELP texts.
+NIXL_POST = [0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0]
+NIXL_XFER = NIXL_POST[1:]                             # vLLM passes buckets[1:]: no 0.001
+NIXL_BYTES = [2 ** (10 + i) for i in range(1, 25, 2)]  # 2^11, 2^13, ..., 2^33
+NIXL_DESC = [10, 20, 30, 50, 75, 100, 200, 400, 1000, 2000, 4000, 10000, 20000, 50000]
+OFFLOAD_SIZE = [1e6, 5e6, 10e6, 20e6, 40e6, 60e6, 80e6, 100e6, 150e6, 200e6]
+LOOKUP_SYNC = [0.00001, 0.00005, 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1]
+LOOKUP_ASYNC = [0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10]
+_USAGE_NOTE = " that have not yet completed (0.0 = idle, 1.0 = saturated)."
+
+KV_CONNECTOR = [
+    ("vllm:nixl_xfer_time_seconds", "histogram", "NIXL_XFER",
+     "Histogram of transfer duration for NIXL KV Cache transfers."),
+    ("vllm:nixl_post_time_seconds", "histogram", "NIXL_POST",
+     "Histogram of transfer post time for NIXL KV Cache transfers."),
+    ("vllm:nixl_bytes_transferred", "histogram", "NIXL_BYTES",
+     "Histogram of bytes transferred per NIXL KV Cache transfers."),
+    ("vllm:nixl_num_descriptors", "histogram", "NIXL_DESC",
+     "Histogram of number of descriptors per NIXL  KV Cache transfers."),   # sic: two spaces
+    ("vllm:nixl_num_failed_transfers", "counter", None,
+     "Number of failed NIXL KV Cache transfers, including handshake and notification "
+     "failures. NOTE: KV expiry is tracked separately in vllm:nixl_num_kv_expired_reqs."),
+    ("vllm:nixl_num_failed_notifications", "counter", None,
+     "Number of failed NIXL KV Cache notifications. Retained for compatibility; these "
+     "failures are also included in vllm:nixl_num_failed_transfers."),
+    ("vllm:nixl_num_kv_expired_reqs", "counter", None,
+     "Number of requests that had their KV expire. NOTE: This metric is tracked on the "
+     "P instance."),
+    ("vllm:nixl_num_notifications_after_expiry", "counter", None,
+     "Number of completion notifications for requests that were no longer tracked, "
+     "usually because their KV lease expired. The KV blocks may have been reused before "
+     "the transfer finished. Counted per notification (one per remote rank), not per "
+     "request."),
+    ("vllm:kv_offload_load_bytes", "counter", None,
+     "Total bytes loaded from offload storage to GPU."),
+    ("vllm:kv_offload_load_time", "counter", None,
+     "Total load time from offload storage to GPU, in seconds."),
+    ("vllm:kv_offload_load_size", "histogram", "OFFLOAD_SIZE",
+     "Histogram of KV offload load operation size, in bytes."),
+    ("vllm:kv_offload_store_bytes", "counter", None,
+     "Total bytes stored from GPU to offload storage."),
+    ("vllm:kv_offload_store_time", "counter", None,
+     "Total store time from GPU to offload storage, in seconds."),
+    ("vllm:kv_offload_store_size", "histogram", "OFFLOAD_SIZE",
+     "Histogram of KV offload store operation size, in bytes."),
+    ("vllm:kv_offload_lookup_sync_delay_seconds", "histogram", "LOOKUP_SYNC",
+     "Histogram of the time spent in a single offload lookup call, in seconds."),
+    ("vllm:kv_offload_lookup_async_delay_seconds", "histogram", "LOOKUP_ASYNC",
+     "Histogram of time between a request's offload lookup first deferring and the "
+     "following lookup resolving, or request finish, in seconds."),
+    ("vllm:kv_offload_allocation_failure", "counter", None,
+     "Number of KV offload store allocation attempts that failed."),
+    ("vllm:kv_offload_stores_skipped", "counter", None,
+     "Number of KV offload stores skipped because the reuse threshold was not reached."),
+    ("vllm:kv_offload_cpu_cache_usage_perc", "gauge", None,
+     "Fraction of CPU KV-cache space currently pinned by active transfers (0.0 = idle, "
+     "1.0 = saturated). Sustained high values indicate transfers (stores or promotions) "
+     "may be dropped due to insufficient capacity."),
+    ("vllm:kv_offload_cpu_cache_write_usage_perc", "gauge", None,
+     "Fraction of CPU KV-cache space currently pinned by in-flight stores" + _USAGE_NOTE),
+    ("vllm:kv_offload_cpu_cache_read_usage_perc", "gauge", None,
+     "Fraction of CPU KV-cache space currently pinned by in-flight loads" + _USAGE_NOTE),
+    ("vllm:simple_kv_offload_save_outcomes", "counter", None,
+     "Store admission decisions in SimpleCPUOffloadConnector, by outcome. Outcomes "
+     "classify eager-mode boundary hand-off stores; lazy-mode stores are not classified."),
+    ("vllm:simple_kv_offload_load_blocks", "counter", None,
+     "KV blocks restored to GPU from the offload pool, counted when a load finishes. "
+     "This is prefill work avoided through offload cache hits."),
+    ("vllm:simple_kv_offload_used_blocks", "gauge", None,
+     "Offload-pool blocks currently pinned by in-flight transfers or cache hits "
+     "(capacity minus free). Evictable cached blocks are not counted; capacity_blocks "
+     "is on vllm:simple_kv_offload_info."),
+    ("vllm:simple_kv_offload_pending_store_blocks", "gauge", None,
+     "Offload blocks in pending stores: queued for dispatch, issued to workers, or "
+     "awaiting release after a cache reset. A persistently growing value indicates a "
+     "stuck transfer."),
+]
+CATALOG = PER_REQUEST + SCHEDULER + ENGINE + KV_CONNECTOR
 
 WAIT_REASONS = ("capacity", "deferred")
 KV_FETCH_STAGES = ("waiting_to_start", "in_progress", "completed_waiting")
@@ -225,6 +309,69 @@ OPERATION_NAMES = ("chat", "create_agent", "embeddings", "execute_tool",
 DEFAULT_OPERATION_NAME = "text_completion"
 SUCCESS_REASONS = ("stop", "length", "repetition")     # §3c "successful"
 U64_MAX = 2**64 - 1
+
+# §4b: scheduler_stats.kv_connector_stats, one optional object per connector
+# kind.  Each object's fields by type: "count" a non-negative JSON integer
+# (3.0 is invalid), "seconds" a non-negative finite number (JSON integers
+# allowed), "fraction" a number in [0, 1], "list" an array of at most
+# MAX_KV_LIST_ENTRIES non-negative finite numbers (one observation each),
+# "outcomes" a map outcome -> count.  Unknown fields, unknown outcomes and
+# unknown connector kinds make the line invalid (unlike elsewhere, where
+# unknown fields are ignored).
+MAX_KV_LIST_ENTRIES = 65_536
+SAVE_OUTCOMES = ("stored", "dropped_cpu_full", "dropped_request_gone", "dropped_null_block",
+                 "dropped_not_hashed", "skipped_already_cached", "skipped_in_flight")
+KV_CONNECTOR_FIELDS = {
+    "nixl": {
+        "transfer_duration": "list", "post_duration": "list",
+        "bytes_transferred": "list", "num_descriptors": "list",
+        "num_failed_transfers": "count", "num_failed_handshakes": "count",
+        "num_failed_notifications": "count", "num_kv_expired_reqs": "count",
+        "num_notifications_after_expiry": "count",
+    },
+    "offloading": {
+        "load_bytes": "count", "load_time": "seconds", "load_sizes": "list",
+        "store_bytes": "count", "store_time": "seconds", "store_sizes": "list",
+        "lookup_sync_delays": "list", "lookup_async_delays": "list",
+        "allocation_failures": "count", "stores_skipped": "count",
+        "cpu_cache_usage": "fraction", "cpu_cache_write_usage": "fraction",
+        "cpu_cache_read_usage": "fraction",
+    },
+    "simple_cpu_offload": {
+        "save_outcomes": "outcomes", "load_blocks": "count",
+        "used_blocks": "count", "pending_store_blocks": "count",
+    },
+}
+# The families a field feeds (nixl's counts are combined when applied).
+NIXL_HISTOGRAMS = (("transfer_duration", "vllm:nixl_xfer_time_seconds"),
+                   ("post_duration", "vllm:nixl_post_time_seconds"),
+                   ("bytes_transferred", "vllm:nixl_bytes_transferred"),
+                   ("num_descriptors", "vllm:nixl_num_descriptors"))
+NIXL_COUNTERS = (("vllm:nixl_num_failed_transfers",
+                  ("num_failed_transfers", "num_failed_handshakes", "num_failed_notifications")),
+                 ("vllm:nixl_num_failed_notifications", ("num_failed_notifications",)),
+                 ("vllm:nixl_num_kv_expired_reqs", ("num_kv_expired_reqs",)),
+                 ("vllm:nixl_num_notifications_after_expiry",
+                  ("num_notifications_after_expiry",)))
+OFFLOAD_FAMILIES = {
+    "load_bytes": "vllm:kv_offload_load_bytes", "load_time": "vllm:kv_offload_load_time",
+    "load_sizes": "vllm:kv_offload_load_size",
+    "store_bytes": "vllm:kv_offload_store_bytes", "store_time": "vllm:kv_offload_store_time",
+    "store_sizes": "vllm:kv_offload_store_size",
+    "lookup_sync_delays": "vllm:kv_offload_lookup_sync_delay_seconds",
+    "lookup_async_delays": "vllm:kv_offload_lookup_async_delay_seconds",
+    "allocation_failures": "vllm:kv_offload_allocation_failure",
+    "stores_skipped": "vllm:kv_offload_stores_skipped",
+    "cpu_cache_usage": "vllm:kv_offload_cpu_cache_usage_perc",
+    "cpu_cache_write_usage": "vllm:kv_offload_cpu_cache_write_usage_perc",
+    "cpu_cache_read_usage": "vllm:kv_offload_cpu_cache_read_usage_perc",
+}
+SIMPLE_FAMILIES = {
+    "save_outcomes": "vllm:simple_kv_offload_save_outcomes",
+    "load_blocks": "vllm:simple_kv_offload_load_blocks",
+    "used_blocks": "vllm:simple_kv_offload_used_blocks",
+    "pending_store_blocks": "vllm:simple_kv_offload_pending_store_blocks",
+}
 
 
 # ---------------------------------------------------------------------------
@@ -421,6 +568,9 @@ class SchedulerStatsRec:
     spec_decoding: Optional[SpecDecoding] = None
     running_lora_adapters: Optional[list] = None
     waiting_lora_adapters: Optional[list] = None
+    # §4b: connector kind -> {field: validated value}, present fields only;
+    # None: kv_connector_stats absent or null.
+    kv_connector_stats: Optional[dict] = None
 
 
 @dataclass
@@ -536,6 +686,58 @@ def parse_adapters(obj: dict, key: str, max_bytes: int) -> Optional[list]:
     return names
 
 
+def parse_kv_field(v: Any, kind: str, what: str) -> Any:
+    """One present (non-null) field of a §4b connector object."""
+    if kind == "count":
+        return as_uint(v, what)
+    if kind == "seconds":
+        return nonneg(as_float(v, what), what)
+    if kind == "fraction":
+        f = as_float(v, what)
+        if not 0.0 <= f <= 1.0:
+            raise Invalid(f"field `{what}`: fraction {f!r} outside [0, 1]")
+        return f
+    if kind == "list":
+        items = req_list(v, what)
+        if len(items) > MAX_KV_LIST_ENTRIES:
+            raise Invalid(f"field `{what}`: {len(items)} entries (at most "
+                          f"{MAX_KV_LIST_ENTRIES})")
+        # Integers or floats alike: each is observed as a double.
+        return [nonneg(as_float(x, f"{what}[]"), f"{what}[]") for x in items]
+    # outcomes: outcome -> count; a null count is no data, like a null field.
+    out = {}
+    for outcome, n in req_obj(v, what).items():
+        if outcome not in SAVE_OUTCOMES:
+            raise Invalid(f"field `{what}`: unknown outcome {outcome!r}")
+        if n is not None:
+            out[outcome] = as_uint(n, f"{what}.{outcome}")
+    return out
+
+
+def parse_kv_connector_stats(v: Any) -> dict:
+    """§4b: {kind: {field: value}} with the present fields only.  A connector
+    object that is present (even empty) stays in the result: nixl's creates
+    its label set's eight series."""
+    stats = req_obj(v, "kv_connector_stats")
+    out = {}
+    for kind, raw in stats.items():
+        fields = KV_CONNECTOR_FIELDS.get(kind)
+        if fields is None:
+            raise Invalid(f"kv_connector_stats: unknown connector kind {kind!r}")
+        if raw is None:
+            continue                           # null: no data
+        obj = req_obj(raw, f"kv_connector_stats.{kind}")
+        parsed = {}
+        for key, value in obj.items():
+            ftype = fields.get(key)
+            if ftype is None:
+                raise Invalid(f"kv_connector_stats.{kind}: unknown field {key!r}")
+            if value is not None:
+                parsed[key] = parse_kv_field(value, ftype, f"kv_connector_stats.{kind}.{key}")
+        out[kind] = parsed
+    return out
+
+
 def parse_scheduler_stats(obj: dict, max_bytes: int) -> SchedulerStatsRec:
     rec = SchedulerStatsRec(
         model_name=label_value(obj, "model_name", max_bytes),
@@ -613,6 +815,10 @@ def parse_scheduler_stats(obj: dict, max_bytes: int) -> SchedulerStatsRec:
     # 10. LoRA adapters.
     rec.running_lora_adapters = parse_adapters(obj, "running_lora_adapters", max_bytes)
     rec.waiting_lora_adapters = parse_adapters(obj, "waiting_lora_adapters", max_bytes)
+    # 11. KV-connector stats (§4b).
+    raw = _get(obj, "kv_connector_stats", False)
+    if raw is not _MISSING:
+        rec.kv_connector_stats = parse_kv_connector_stats(raw)
     return rec
 
 
@@ -720,7 +926,10 @@ class Metrics:
         buckets = {"PRE": PRE, "N": N_BUCKETS, "ITER": ITER,
                    "TOK": tok_buckets(max_model_len),
                    "TTFT": TTFT, "ITL": ITL, "LAT": LAT,
-                   "RESIDENCY": RESIDENCY, "OPS": OPS}
+                   "RESIDENCY": RESIDENCY, "OPS": OPS,
+                   "NIXL_XFER": NIXL_XFER, "NIXL_POST": NIXL_POST, "NIXL_BYTES": NIXL_BYTES,
+                   "NIXL_DESC": NIXL_DESC, "OFFLOAD_SIZE": OFFLOAD_SIZE,
+                   "LOOKUP_SYNC": LOOKUP_SYNC, "LOOKUP_ASYNC": LOOKUP_ASYNC}
         self.bounds = {name: buckets[key]
                        for name, kind, key, _ in CATALOG if kind == "histogram"}
         # family name -> {label tuple -> value}
@@ -762,6 +971,12 @@ class Metrics:
 
     def set_gauge(self, name: str, labels: tuple, value) -> None:
         self.series[name][labels] = value
+
+    def ensure_histogram(self, name: str, labels: tuple) -> None:
+        """The series at zero count, if it does not exist yet."""
+        fam = self.series[name]
+        if labels not in fam:
+            fam[labels] = Histogram(self.bounds[name])
 
 
 # ---------------------------------------------------------------------------
@@ -1077,6 +1292,53 @@ class Tracker:
                    ",".join(rec.running_lora_adapters or []))
             m.set_gauge("vllm:lora_requests_info", key,
                         time.time() if rec.received_at is None else rec.received_at)
+        # 11. KV-connector stats (§4b), only when present.
+        if rec.kv_connector_stats is not None:
+            self.kv_connector_stats(labels, rec.kv_connector_stats)
+
+    def kv_connector_stats(self, labels: tuple, stats: dict) -> None:
+        """§4b.  `stats` holds the present (non-null) connector objects, each
+        with its present fields only."""
+        m = self.m
+        nixl = stats.get("nixl")
+        if nixl is not None:
+            # vLLM creates the eight NIXL series at 0 when the connector starts;
+            # here they appear with the label set's first nixl object (even {}).
+            for key, name in NIXL_HISTOGRAMS:
+                m.ensure_histogram(name, labels)
+                for v in nixl.get(key, ()):
+                    m.observe(name, labels, v)
+            for name, keys in NIXL_COUNTERS:
+                m.add(name, labels, sum(nixl.get(k, 0) for k in keys))
+        offloading = stats.get("offloading")
+        if offloading is not None:
+            # Each series appears with its first present value.  Choice: a
+            # present list, even an empty one, creates its histogram series at
+            # zero count (vLLM's OffloadPromMetrics binds the child before
+            # observing the list's elements; a present count of 0 likewise
+            # creates a counter series).
+            for key, value in offloading.items():
+                name = OFFLOAD_FAMILIES[key]
+                kind = KV_CONNECTOR_FIELDS["offloading"][key]
+                if kind == "list":
+                    m.ensure_histogram(name, labels)
+                    for v in value:
+                        m.observe(name, labels, v)
+                elif kind == "fraction":
+                    m.set_gauge(name, labels, value)
+                else:                           # count or seconds: a counter
+                    m.add(name, labels, value)
+        simple = stats.get("simple_cpu_offload")
+        if simple is not None:
+            for key, value in simple.items():
+                name = SIMPLE_FAMILIES[key]
+                if key == "save_outcomes":      # a series per outcome present
+                    for outcome, n in value.items():
+                        m.add(name, labels + (outcome,), n)
+                elif key == "load_blocks":
+                    m.add(name, labels, value)
+                else:                           # used_blocks, pending_store_blocks
+                    m.set_gauge(name, labels, value)
 
     def engine_config(self, rec: EngineConfigRec) -> None:
         labels = (rec.model_name, rec.engine)
@@ -1133,6 +1395,22 @@ def fmt_float(x) -> str:
     return repr(float(x))
 
 
+def fmt_le(x) -> str:
+    """An `le` value as vLLM writes it (§6): prometheus_client's
+    floatToGoString, i.e. Python's repr, except that numbers of 1e6 and more
+    switch to an exponent as Go does (1e6 -> "1e+06", 2097152 ->
+    "2.097152e+06").  Below 1e6 this is repr: "1.0", "2560.0", "1e-05"."""
+    f = float(x)
+    if f == math.inf:
+        return "+Inf"
+    s = repr(f)
+    dot = s.find(".")
+    if f > 0 and dot > 6:
+        mantissa = f"{s[0]}.{s[1:dot]}{s[dot + 1:]}".rstrip("0.")
+        return f"{mantissa}e+{dot - 1:02d}"
+    return s
+
+
 EXTRA_LABEL = {"vllm:request_success": "finished_reason",
                "vllm:prompt_tokens_by_source": "source",
                "vllm:num_preemptions_by_reason": "reason",
@@ -1140,11 +1418,16 @@ EXTRA_LABEL = {"vllm:request_success": "finished_reason",
                "vllm:num_requests_kv_fetch_by_stage": "stage",
                "vllm:engine_sleep_state": "sleep_state",
                "vllm:prompt_tokens_cached_by_source": "source",
-               "vllm:spec_decode_num_accepted_tokens_per_pos": "position"}
+               "vllm:spec_decode_num_accepted_tokens_per_pos": "position",
+               "vllm:simple_kv_offload_save_outcomes": "outcome"}
 # Families whose values are floats (all others are integers).
 FLOAT_VALUED = {"vllm:kv_cache_usage_perc", "vllm:estimated_flops_per_gpu",
                 "vllm:estimated_read_bytes_per_gpu", "vllm:estimated_write_bytes_per_gpu",
-                "vllm:lora_requests_info"}
+                "vllm:lora_requests_info",
+                "vllm:kv_offload_load_time", "vllm:kv_offload_store_time",
+                "vllm:kv_offload_cpu_cache_usage_perc",
+                "vllm:kv_offload_cpu_cache_write_usage_perc",
+                "vllm:kv_offload_cpu_cache_read_usage_perc"}
 OPERATION_FAMILIES = {"vllm:sleep_mode_operation_duration_seconds",
                       "vllm:rl_weight_update_operation_duration_seconds"}
 
@@ -1174,7 +1457,7 @@ def label_str(pairs: list, le: Optional[str] = None) -> str:
 
 def render_histogram(lines: list, name: str, pairs: list, h: Histogram) -> None:
     for b, c in zip(h.bounds, h.cumulative):
-        lines.append(f"{name}_bucket{label_str(pairs, fmt_float(b))} {c}")
+        lines.append(f"{name}_bucket{label_str(pairs, fmt_le(b))} {c}")
     lines.append(f"{name}_bucket{label_str(pairs, '+Inf')} {h.count}")
     lines.append(f"{name}_sum{label_str(pairs)} {fmt_float(h.sum)}")
     lines.append(f"{name}_count{label_str(pairs)} {h.count}")

@@ -4,8 +4,9 @@
 use crate::protocol::{
     shown, Abort, EngineConfig, EngineCoreEvent, EngineCoreOutput, EventType, ExternalHitsBySource,
     FinishReason, FinishedRequest, GenAiOperation, IterationStats, KvCacheEvictionEvent,
-    KvFetchStages, Operation, OperationKind, OutputBatch, PerfStats, PluginDrops, PreemptionReason,
-    PrefillStats, PromptTokenStats, Record, RequestStart, SchedulerStats, SleepState,
+    KvConnectorStats, KvFetchStages, NixlStats, OffloadingStats, Operation, OperationKind,
+    OutputBatch, PerfStats, PluginDrops, PreemptionReason, PrefillStats, PromptTokenStats, Record,
+    RequestStart, SaveOutcomes, SchedulerStats, SimpleCpuOffloadStats, SleepState,
     SpecDecodingStats,
 };
 
@@ -396,6 +397,110 @@ fn scheduler_stats_from_proto(s: pb::SchedulerStats, now: f64) -> SchedulerStats
         }),
         running_lora_adapters: s.running_lora_adapters.map(|a| a.names),
         waiting_lora_adapters: s.waiting_lora_adapters.map(|a| a.names),
+        kv_connector_stats: s.kv_connector_stats.map(kv_connector_from_proto),
+    }
+}
+
+fn observations(o: Option<pb::Observations>) -> Option<Vec<f64>> {
+    o.map(|o| o.values)
+}
+
+fn proto_observations(o: &Option<Vec<f64>>) -> Option<pb::Observations> {
+    o.as_ref().map(|values| pb::Observations {
+        values: values.clone(),
+    })
+}
+
+fn kv_connector_from_proto(k: pb::KvConnectorStats) -> KvConnectorStats {
+    KvConnectorStats {
+        nixl: k.nixl.map(|n| NixlStats {
+            transfer_duration: observations(n.transfer_duration),
+            post_duration: observations(n.post_duration),
+            bytes_transferred: observations(n.bytes_transferred),
+            num_descriptors: observations(n.num_descriptors),
+            num_failed_transfers: n.num_failed_transfers,
+            num_failed_handshakes: n.num_failed_handshakes,
+            num_failed_notifications: n.num_failed_notifications,
+            num_kv_expired_reqs: n.num_kv_expired_reqs,
+            num_notifications_after_expiry: n.num_notifications_after_expiry,
+        }),
+        offloading: k.offloading.map(|o| OffloadingStats {
+            load_bytes: o.load_bytes,
+            load_time: o.load_time,
+            load_sizes: observations(o.load_sizes),
+            store_bytes: o.store_bytes,
+            store_time: o.store_time,
+            store_sizes: observations(o.store_sizes),
+            lookup_sync_delays: observations(o.lookup_sync_delays),
+            lookup_async_delays: observations(o.lookup_async_delays),
+            allocation_failures: o.allocation_failures,
+            stores_skipped: o.stores_skipped,
+            cpu_cache_usage: o.cpu_cache_usage,
+            cpu_cache_write_usage: o.cpu_cache_write_usage,
+            cpu_cache_read_usage: o.cpu_cache_read_usage,
+        }),
+        simple_cpu_offload: k.simple_cpu_offload.map(|s| SimpleCpuOffloadStats {
+            save_outcomes: s.save_outcomes.map(|o| SaveOutcomes {
+                stored: o.stored,
+                dropped_cpu_full: o.dropped_cpu_full,
+                dropped_request_gone: o.dropped_request_gone,
+                dropped_null_block: o.dropped_null_block,
+                dropped_not_hashed: o.dropped_not_hashed,
+                skipped_already_cached: o.skipped_already_cached,
+                skipped_in_flight: o.skipped_in_flight,
+            }),
+            load_blocks: s.load_blocks,
+            used_blocks: s.used_blocks,
+            pending_store_blocks: s.pending_store_blocks,
+        }),
+    }
+}
+
+fn kv_connector_to_proto(k: &KvConnectorStats) -> pb::KvConnectorStats {
+    pb::KvConnectorStats {
+        nixl: k.nixl.as_ref().map(|n| pb::NixlStats {
+            transfer_duration: proto_observations(&n.transfer_duration),
+            post_duration: proto_observations(&n.post_duration),
+            bytes_transferred: proto_observations(&n.bytes_transferred),
+            num_descriptors: proto_observations(&n.num_descriptors),
+            num_failed_transfers: n.num_failed_transfers,
+            num_failed_handshakes: n.num_failed_handshakes,
+            num_failed_notifications: n.num_failed_notifications,
+            num_kv_expired_reqs: n.num_kv_expired_reqs,
+            num_notifications_after_expiry: n.num_notifications_after_expiry,
+        }),
+        offloading: k.offloading.as_ref().map(|o| pb::OffloadingStats {
+            load_bytes: o.load_bytes,
+            load_time: o.load_time,
+            load_sizes: proto_observations(&o.load_sizes),
+            store_bytes: o.store_bytes,
+            store_time: o.store_time,
+            store_sizes: proto_observations(&o.store_sizes),
+            lookup_sync_delays: proto_observations(&o.lookup_sync_delays),
+            lookup_async_delays: proto_observations(&o.lookup_async_delays),
+            allocation_failures: o.allocation_failures,
+            stores_skipped: o.stores_skipped,
+            cpu_cache_usage: o.cpu_cache_usage,
+            cpu_cache_write_usage: o.cpu_cache_write_usage,
+            cpu_cache_read_usage: o.cpu_cache_read_usage,
+        }),
+        simple_cpu_offload: k
+            .simple_cpu_offload
+            .as_ref()
+            .map(|s| pb::SimpleCpuOffloadStats {
+                save_outcomes: s.save_outcomes.map(|o| pb::SaveOutcomes {
+                    stored: o.stored,
+                    dropped_cpu_full: o.dropped_cpu_full,
+                    dropped_request_gone: o.dropped_request_gone,
+                    dropped_null_block: o.dropped_null_block,
+                    dropped_not_hashed: o.dropped_not_hashed,
+                    skipped_already_cached: o.skipped_already_cached,
+                    skipped_in_flight: o.skipped_in_flight,
+                }),
+                load_blocks: s.load_blocks,
+                used_blocks: s.used_blocks,
+                pending_store_blocks: s.pending_store_blocks,
+            }),
     }
 }
 
@@ -459,6 +564,7 @@ fn scheduler_stats_to_proto(s: &SchedulerStats) -> pb::SchedulerStats {
             .map(|names| pb::AdapterList {
                 names: names.clone(),
             }),
+        kv_connector_stats: s.kv_connector_stats.as_ref().map(kv_connector_to_proto),
     }
 }
 
