@@ -18,11 +18,12 @@ cd "$(dirname "$0")/.."
 VLLM_VERSION=0.33.0
 VLLM_ENV=${VLLM_ENV:-$HOME/.cache/vllm-otel-metrics/venv-vllm-$VLLM_VERSION}
 # What `import vllm.config, vllm.v1.engine, vllm.v1.metrics.loggers` needs
-# (found by importing until nothing is missing), plus the plugin's runtime.
+# (found by importing until nothing is missing), plus the plugin's runtime
+# and what vLLM's KV-connector stats classes import (einops).
 IMPORT_DEPS="torch numpy packaging prometheus_client pydantic regex cbor2 psutil
 pyzmq urllib3 transformers aiohttp requests oss-harmony openai pillow pybase64
 cachetools msgspec cloudpickle uvloop py-cpuinfo xgrammar fastapi
-partial-json-parser llguidance protobuf grpcio pytest"
+partial-json-parser llguidance protobuf grpcio pytest einops"
 
 log() { echo "==> $*" >&2; }
 

@@ -11,20 +11,23 @@
 //! golden comparison then pins formatting, ordering and self-telemetry.
 //! `lifecycle.jsonl` is hand-written to hit every rule; the `generated-*`
 //! traces come from `tests/reference/gen_trace.py` (seeds 11 and 12 before
-//! the engine tier existed, 13 with its records), all from before it stopped
-//! sending `prefill_stats` again on a re-admission after a decode preemption:
-//! they still carry those, which the tracker counts as given.
+//! the engine tier existed, 13 with its records, 14 also with KV-connector
+//! stats of all three connector kinds: `--kv-connectors`). All but 14 are
+//! from before it stopped sending `prefill_stats` again on a re-admission
+//! after a decode preemption: they still carry those, which the tracker
+//! counts as given.
 
 mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const TRACES: [&str; 4] = [
+const TRACES: [&str; 5] = [
     "lifecycle",
     "generated-seed11",
     "generated-seed12",
     "generated-seed13",
+    "generated-seed14",
 ];
 
 fn data(name: &str, ext: &str) -> PathBuf {

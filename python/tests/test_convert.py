@@ -148,3 +148,52 @@ def test_finite():
     assert convert.finite(convert.iteration_record(iteration(), "m", 0))
     bad = convert.iteration_record(iteration(time_to_first_tokens_iter=[float("nan")]), "m", 0)
     assert not convert.finite(bad)
+
+
+def test_kv_connector_stats_from_vllms_own_connector_stats():
+    """vLLM's NIXL, offloading and simple-offload stats objects, as its
+    scheduler hands them to the stat loggers (``to_dict()``), single and
+    under a MultiConnector."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.nixl.stats import NixlKVConnectorStats
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics import (
+        OffloadingConnectorStats,
+    )
+    from vllm.v1.simple_kv_offload.metrics import SimpleCPUOffloadStats
+
+    nixl = NixlKVConnectorStats()
+    nixl.record_transfer(NS(xferDuration=20_000, postDuration=1_000, totalBytes=4096, descCount=12))
+    nixl.record_transfer(NS(xferDuration=300_000, postDuration=2_000, totalBytes=1 << 20, descCount=40))
+    nixl.record_failed_transfer()
+    nixl.record_failed_notification()
+    nixl.record_kv_expired_req()
+    record = convert.kv_connector_record(nixl.to_dict())
+    assert record == {"nixl": {
+        "transfer_duration": [0.02, 0.3], "post_duration": [0.001, 0.002],
+        "bytes_transferred": [4096.0, 1048576.0], "num_descriptors": [12.0, 40.0],
+        "num_failed_transfers": 1, "num_failed_handshakes": 0, "num_failed_notifications": 1,
+        "num_kv_expired_reqs": 1, "num_notifications_after_expiry": 0,
+    }}
+
+    offload = OffloadingConnectorStats()
+    offload.increase_counter("vllm:kv_offload_load_bytes", 5_000_000)
+    offload.increase_counter("vllm:kv_offload_load_time", 0.25)
+    offload.observe_histogram("vllm:kv_offload_load_size", 5_000_000)
+    offload.increase_counter("vllm:kv_offload_allocation_failure")
+    offload.set_gauge("vllm:kv_offload_cpu_cache_usage_perc", 0.4)
+    simple = SimpleCPUOffloadStats()
+    simple.increase_counter("vllm:simple_kv_offload_save_outcomes_total", 3, ("stored",))
+    simple.increase_counter("vllm:simple_kv_offload_load_blocks_total", 8)
+    simple.set_gauge("vllm:simple_kv_offload_used_blocks", 12)
+    expected = {
+        "offloading": {"load_bytes": 5_000_000, "load_time": 0.25, "load_sizes": [5_000_000.0],
+                       "allocation_failures": 1, "cpu_cache_usage": 0.4},
+        "simple_cpu_offload": {"save_outcomes": {"stored": 3}, "load_blocks": 8, "used_blocks": 12},
+    }
+    assert convert.kv_connector_record(offload.to_dict()) == {"offloading": expected["offloading"]}
+    assert convert.kv_connector_record(simple.to_dict()) == {
+        "simple_cpu_offload": expected["simple_cpu_offload"]}
+    multi = {"OffloadingConnector": offload.to_dict(), "SimpleCPUOffloadConnector": simple.to_dict(),
+             "NixlPullConnector": nixl.to_dict()}
+    assert convert.kv_connector_record(multi) == {**expected, **record}
+    assert convert.kv_connector_record(None) is None
+    assert convert.kv_connector_record({}) is None

@@ -49,3 +49,27 @@ def test_a_wrong_setting_is_one_log_line_and_vllm_goes_on(monkeypatch, caplog):
     plugin.record_sleep_state(1, 1)
     plugin.log_engine_initialized()
     assert plugin.streamer is None
+
+
+def test_kv_connector_stats_from_vllms_scheduler_stats_become_a_message():
+    from vllm.distributed.kv_transfer.kv_connector.v1.nixl.stats import NixlKVConnectorStats
+
+    nixl = NixlKVConnectorStats()
+    nixl.record_transfer(vllm_steps_ns(xferDuration=20_000, postDuration=1_000, totalBytes=4096, descCount=12))
+    scheduler = SchedulerStats(num_running_reqs=1, num_waiting_reqs=0,
+                               prefix_cache_stats=PrefixCacheStats(queries=0, hits=0),
+                               kv_connector_stats=nixl.to_dict())
+    records = convert.StepConverter("m", False).records(scheduler, IterationStats(), None, 0, 9.0)
+    message = stream.to_message(records[0], pb).scheduler_stats.kv_connector_stats
+    assert list(message.nixl.transfer_duration.values) == [0.02]
+    assert list(message.nixl.num_descriptors.values) == [12.0]
+    # An empty list of vLLM's stays present (the histogram series exists).
+    assert message.nixl.HasField("num_kv_expired_reqs")
+    assert message.nixl.num_failed_transfers == 0
+    assert not message.HasField("offloading")
+
+
+def vllm_steps_ns(**fields):
+    import types
+
+    return types.SimpleNamespace(**fields)

@@ -1396,18 +1396,18 @@ def fmt_float(x) -> str:
 
 
 def fmt_le(x) -> str:
-    """An `le` value as vLLM writes it (§6): prometheus_client's
-    floatToGoString, i.e. Python's repr, except that numbers of 1e6 and more
-    switch to an exponent as Go does (1e6 -> "1e+06", 2097152 ->
-    "2.097152e+06").  Below 1e6 this is repr: "1.0", "2560.0", "1e-05"."""
+    """An `le` value as §6 writes it: positional decimal notation with a
+    decimal point ("1.0", "0.001", "2560.0", "0.00001", "2097152.0"),
+    never an exponent; "+Inf" for infinity."""
+    from decimal import Decimal
     f = float(x)
     if f == math.inf:
         return "+Inf"
     s = repr(f)
-    dot = s.find(".")
-    if f > 0 and dot > 6:
-        mantissa = f"{s[0]}.{s[1:dot]}{s[dot + 1:]}".rstrip("0.")
-        return f"{mantissa}e+{dot - 1:02d}"
+    if "e" in s or "E" in s:
+        s = format(Decimal(s), "f")
+    if "." not in s:
+        s += ".0"
     return s
 
 

@@ -185,6 +185,9 @@ def scheduler_record(
             "num_accepted_tokens": int(spec.num_accepted_tokens),
             "num_accepted_tokens_per_pos": [int(n) for n in spec.num_accepted_tokens_per_pos],
         }
+    connectors = kv_connector_record(getattr(stats, "kv_connector_stats", None))
+    if connectors is not None:
+        record["kv_connector_stats"] = connectors
     if lora_enabled:
         record["running_lora_adapters"] = list(
             _dict_or_empty(getattr(stats, "running_lora_adapters", None))
@@ -193,6 +196,105 @@ def scheduler_record(
             _dict_or_empty(getattr(stats, "waiting_lora_adapters", None))
         )
     return record
+
+
+# vLLM's NIXL stats lists observed element by element, and its failure lists
+# of 1s (sent here as counts).
+_NIXL_LISTS = ("transfer_duration", "post_duration", "bytes_transferred", "num_descriptors")
+_NIXL_COUNTS = ("num_failed_transfers", "num_failed_handshakes", "num_failed_notifications",
+                "num_kv_expired_reqs", "num_notifications_after_expiry")
+# The offloading connector's metric names -> the record's fields.
+_OFFLOADING_FIELDS = {
+    "vllm:kv_offload_load_bytes": ("load_bytes", int),
+    "vllm:kv_offload_load_time": ("load_time", float),
+    "vllm:kv_offload_load_size": ("load_sizes", list),
+    "vllm:kv_offload_store_bytes": ("store_bytes", int),
+    "vllm:kv_offload_store_time": ("store_time", float),
+    "vllm:kv_offload_store_size": ("store_sizes", list),
+    "vllm:kv_offload_lookup_sync_delay_seconds": ("lookup_sync_delays", list),
+    "vllm:kv_offload_lookup_async_delay_seconds": ("lookup_async_delays", list),
+    "vllm:kv_offload_allocation_failure": ("allocation_failures", int),
+    "vllm:kv_offload_stores_skipped": ("stores_skipped", int),
+    "vllm:kv_offload_cpu_cache_usage_perc": ("cpu_cache_usage", float),
+    "vllm:kv_offload_cpu_cache_write_usage_perc": ("cpu_cache_write_usage", float),
+    "vllm:kv_offload_cpu_cache_read_usage_perc": ("cpu_cache_read_usage", float),
+}
+_SIMPLE_FIELDS = {
+    "vllm:simple_kv_offload_load_blocks_total": ("load_blocks", int),
+    "vllm:simple_kv_offload_used_blocks": ("used_blocks", int),
+    "vllm:simple_kv_offload_pending_store_blocks": ("pending_store_blocks", int),
+}
+_SAVE_OUTCOMES = "vllm:simple_kv_offload_save_outcomes_total"
+
+
+def _unlabeled(values: dict):
+    """The value of a metric's unlabeled series in an offloading payload."""
+    return values.get((), values.get("()")) if isinstance(values, dict) else None
+
+
+def _nixl(payload: dict) -> dict:
+    out = {key: [float(v) for v in payload[key]] for key in _NIXL_LISTS if key in payload}
+    for key in _NIXL_COUNTS:
+        if key in payload:
+            out[key] = int(sum(payload[key]))
+    return out
+
+
+def _metric_sections(payload: dict) -> tuple[dict, dict]:
+    """(offloading fields, simple_cpu_offload fields) of a self-describing payload."""
+    offloading, simple = {}, {}
+    for name, values in (payload.get("data") or {}).items():
+        if name in _OFFLOADING_FIELDS:
+            field, kind = _OFFLOADING_FIELDS[name]
+            value = _unlabeled(values)
+            if value is not None:
+                offloading[field] = [float(v) for v in value] if kind is list else kind(value)
+        elif name in _SIMPLE_FIELDS:
+            field, kind = _SIMPLE_FIELDS[name]
+            value = _unlabeled(values)
+            if value is not None:
+                simple[field] = kind(value)
+        elif name == _SAVE_OUTCOMES and isinstance(values, dict):
+            outcomes = {}
+            for labels, count in values.items():
+                outcome = labels[0] if isinstance(labels, (tuple, list)) and labels else labels
+                outcomes[str(outcome)] = outcomes.get(str(outcome), 0) + int(count)
+            simple["save_outcomes"] = outcomes
+    return offloading, simple
+
+
+def kv_connector_record(payload) -> dict | None:
+    """vLLM's ``SchedulerStats.kv_connector_stats`` as the record's
+    ``kv_connector_stats``: one object per connector kind.
+
+    A single connector sends its own payload (NIXL's dict of lists, or the
+    offloading connectors' ``{"types", "data", "info"}``); a MultiConnector
+    one per connector class name. Metrics this tool has no family for are
+    left out.
+    """
+    if not isinstance(payload, dict) or not payload:
+        return None
+    record: dict = {}
+
+    def merge(kind: str, fields: dict) -> None:
+        if fields:
+            record.setdefault(kind, {}).update(fields)
+
+    def one(part: dict) -> None:
+        if "transfer_duration" in part:
+            merge("nixl", _nixl(part))
+        elif "data" in part:
+            offloading, simple = _metric_sections(part)
+            merge("offloading", offloading)
+            merge("simple_cpu_offload", simple)
+
+    if "transfer_duration" in payload or "data" in payload:
+        one(payload)
+    else:
+        for part in payload.values():
+            if isinstance(part, dict):
+                one(part)
+    return record or None
 
 
 def engine_config_record(cache_config, model_name: str, engine: int, max_loras, max_model_len) -> dict:

@@ -63,6 +63,8 @@ def to_message(record: dict, pb):
         for key in ("running_lora_adapters", "waiting_lora_adapters"):
             if key in fields:
                 fields[key] = pb.AdapterList(names=fields[key])
+        if "kv_connector_stats" in fields:
+            fields["kv_connector_stats"] = _kv_connector_message(fields["kv_connector_stats"], pb)
         return pb.Record(scheduler_stats=pb.SchedulerStats(**fields))
     if kind == "engine_config":
         return pb.Record(engine_config=pb.EngineConfig(**fields))
@@ -71,6 +73,18 @@ def to_message(record: dict, pb):
     if kind == "plugin_drops":
         return pb.Record(plugin_drops=pb.PluginDrops(**fields))
     raise ValueError(f"unknown record type {kind!r}")
+
+
+def _kv_connector_message(stats: dict, pb):
+    """``kv_connector_stats``: its lists of observations travel wrapped, so
+    that an empty list stays present."""
+    parts = {}
+    for kind, fields in stats.items():
+        parts[kind] = {
+            key: ({"values": value} if isinstance(value, list) else value)
+            for key, value in fields.items()
+        }
+    return pb.KvConnectorStats(**parts)
 
 
 def _finish_reason(reason: str, pb) -> int:
