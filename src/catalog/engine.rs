@@ -65,7 +65,7 @@ const fn gauge_with(
     }
 }
 
-const fn float_counter(
+pub(super) const fn float_counter(
     vllm_name: &'static str,
     otel_name: &'static str,
     unit: &'static str,

@@ -8,7 +8,8 @@
 //! (`SimpleCPUOffloadPromMetrics`). Names, kinds, labels, HELP texts and
 //! buckets are vLLM's, the double space in one HELP text included.
 
-use super::{counter, histogram, Buckets, Kind, MetricDef, ValueType, ENGINE_LABELS};
+use super::engine::float_counter;
+use super::{counter, gauge, histogram, Buckets, MetricDef, ValueType, ENGINE_LABELS};
 
 /// Labels of `vllm:simple_kv_offload_save_outcomes`.
 pub const SAVE_OUTCOME_LABELS: &[&str] = &["model_name", "engine", "outcome"];
@@ -72,37 +73,6 @@ const fn fixed_histogram(
     buckets: &'static [f64],
 ) -> MetricDef {
     histogram(vllm_name, otel_name, unit, help, Buckets::Fixed(buckets))
-}
-
-const fn float_counter(
-    vllm_name: &'static str,
-    otel_name: &'static str,
-    unit: &'static str,
-    help: &'static str,
-) -> MetricDef {
-    MetricDef {
-        value_type: ValueType::Float,
-        ..counter(vllm_name, otel_name, unit, help, ENGINE_LABELS)
-    }
-}
-
-const fn gauge(
-    vllm_name: &'static str,
-    otel_name: &'static str,
-    unit: &'static str,
-    help: &'static str,
-    value_type: ValueType,
-) -> MetricDef {
-    MetricDef {
-        vllm_name,
-        otel_name,
-        kind: Kind::Gauge,
-        unit,
-        help,
-        labels: ENGINE_LABELS,
-        buckets: Buckets::None,
-        value_type,
-    }
 }
 
 // ---- NIXL: vllm/distributed/kv_transfer/kv_connector/v1/nixl/stats.py ----

@@ -241,7 +241,7 @@ pub(crate) const fn histogram(
     }
 }
 
-const fn gauge(
+pub(crate) const fn gauge(
     vllm_name: &'static str,
     otel_name: &'static str,
     unit: &'static str,

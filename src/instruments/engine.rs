@@ -10,33 +10,9 @@ use opentelemetry::metrics::{
 use opentelemetry::KeyValue;
 
 use super::kv_connector::{KvConnectorHandles, KvConnectorInstruments};
-use super::{f64_histogram, u64_counter, with_label};
-use crate::catalog::{self, MetricDef};
+use super::{f64_counter, f64_gauge, f64_histogram, u64_counter, u64_gauge, with_label};
+use crate::catalog;
 use crate::protocol::{OperationKind, MAX_SPEC_POSITIONS};
-
-fn u64_gauge(meter: &Meter, def: &'static MetricDef) -> Gauge<u64> {
-    meter
-        .u64_gauge(def.otel_name)
-        .with_unit(def.unit)
-        .with_description(def.help)
-        .build()
-}
-
-fn f64_gauge(meter: &Meter, def: &'static MetricDef) -> Gauge<f64> {
-    meter
-        .f64_gauge(def.otel_name)
-        .with_unit(def.unit)
-        .with_description(def.help)
-        .build()
-}
-
-fn f64_counter(meter: &Meter, def: &'static MetricDef) -> Counter<f64> {
-    meter
-        .f64_counter(def.otel_name)
-        .with_unit(def.unit)
-        .with_description(def.help)
-        .build()
-}
 
 /// The instruments of the families a scheduler-stats, engine-config or
 /// sleep-state record feeds, plus the operation timings.

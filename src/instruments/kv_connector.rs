@@ -12,33 +12,9 @@ use opentelemetry::metrics::{
 };
 use opentelemetry::KeyValue;
 
-use super::{f64_histogram, u64_counter, with_label};
+use super::{f64_counter, f64_gauge, f64_histogram, u64_counter, u64_gauge, with_label};
 use crate::catalog::{self, MetricDef};
 use crate::protocol::{KvConnectorStats, NixlStats, OffloadingStats, SimpleCpuOffloadStats};
-
-fn f64_counter(meter: &Meter, def: &'static MetricDef) -> Counter<f64> {
-    meter
-        .f64_counter(def.otel_name)
-        .with_unit(def.unit)
-        .with_description(def.help)
-        .build()
-}
-
-fn u64_gauge(meter: &Meter, def: &'static MetricDef) -> Gauge<u64> {
-    meter
-        .u64_gauge(def.otel_name)
-        .with_unit(def.unit)
-        .with_description(def.help)
-        .build()
-}
-
-fn f64_gauge(meter: &Meter, def: &'static MetricDef) -> Gauge<f64> {
-    meter
-        .f64_gauge(def.otel_name)
-        .with_unit(def.unit)
-        .with_description(def.help)
-        .build()
-}
 
 /// NIXL's histograms, in payload order.
 const NIXL_HISTOGRAMS: [&MetricDef; 4] = [

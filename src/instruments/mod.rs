@@ -61,7 +61,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 
-use opentelemetry::metrics::{BoundCounter, Counter, Histogram, Meter, MeterProvider};
+use opentelemetry::metrics::{BoundCounter, Counter, Gauge, Histogram, Meter, MeterProvider};
 use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::metrics::reader::MetricReader;
@@ -222,6 +222,30 @@ pub(crate) fn u64_counter(meter: &Meter, def: &'static MetricDef) -> Counter<u64
 pub(crate) fn f64_histogram(meter: &Meter, def: &'static MetricDef) -> Histogram<f64> {
     meter
         .f64_histogram(def.otel_name)
+        .with_unit(def.unit)
+        .with_description(def.help)
+        .build()
+}
+
+pub(crate) fn u64_gauge(meter: &Meter, def: &'static MetricDef) -> Gauge<u64> {
+    meter
+        .u64_gauge(def.otel_name)
+        .with_unit(def.unit)
+        .with_description(def.help)
+        .build()
+}
+
+pub(crate) fn f64_gauge(meter: &Meter, def: &'static MetricDef) -> Gauge<f64> {
+    meter
+        .f64_gauge(def.otel_name)
+        .with_unit(def.unit)
+        .with_description(def.help)
+        .build()
+}
+
+pub(crate) fn f64_counter(meter: &Meter, def: &'static MetricDef) -> Counter<f64> {
+    meter
+        .f64_counter(def.otel_name)
         .with_unit(def.unit)
         .with_description(def.help)
         .build()
