@@ -409,6 +409,83 @@ fn priority_scheduling_preempts_for_priority_and_the_reasons_sum_up() {
     }
 }
 
+/// With a CPU offload pool, a preempted request's KV is stored there and
+/// loaded back at re-admission: the scheduler invariants still hold, every
+/// step reports the pool (vLLM's OffloadingConnector stats), what is loaded
+/// was stored first, the pool ends empty, and a pool too small counts
+/// allocation failures. The run replays to the identical exposition.
+#[test]
+fn cpu_offloading_stores_preempted_kv_and_loads_it_back() {
+    use vllm_otel_metrics::export::prometheus::PrometheusBridge;
+    use vllm_otel_metrics::instruments::Instruments;
+    use vllm_otel_metrics::tracker::Tracker;
+
+    for (pool, expect_failures) in [(4096, false), (8, true)] {
+        let config = SimConfig {
+            seed: 3,
+            duration: 40.0,
+            kv_blocks: 256,
+            prompt_len: 128.0,
+            output_len: 256.0,
+            kv_offload_blocks: pool,
+            ..SimConfig::default()
+        };
+        let (records, outcome) = run(&config);
+        check_invariants(&config, &records, &outcome);
+        assert!(outcome.preemptions > 0);
+        let (mut stored, mut loaded, mut failures, mut steps, mut last_usage) = (0, 0, 0, 0, 1.0);
+        for record in &records {
+            if let Record::SchedulerStats(s) = record {
+                let o = s
+                    .kv_connector_stats
+                    .as_ref()
+                    .and_then(|k| k.offloading.as_ref())
+                    .expect("every step reports the pool");
+                steps += 1;
+                stored += o.store_bytes.unwrap_or(0);
+                loaded += o.load_bytes.unwrap_or(0);
+                failures += o.allocation_failures.unwrap_or(0);
+                assert_eq!(
+                    o.store_sizes.as_ref().map(|v| v.iter().sum::<f64>() as u64),
+                    o.store_bytes
+                );
+                last_usage = o.cpu_cache_usage.unwrap();
+                assert!((0.0..=1.0).contains(&last_usage));
+                assert!(record.validate(&Default::default()).is_ok(), "{record:?}");
+            }
+        }
+        assert!(
+            steps > 0 && stored > 0,
+            "pool {pool}: {stored} bytes stored"
+        );
+        assert!(loaded <= stored, "loaded {loaded} of {stored}");
+        assert_eq!(last_usage, 0.0, "the pool ends empty");
+        assert_eq!(
+            failures > 0,
+            expect_failures,
+            "pool {pool}: {failures} failures"
+        );
+
+        let (bridge, reader) = PrometheusBridge::builder().build();
+        let mut tracker = Tracker::new(Instruments::builder().with_reader(reader).build());
+        for record in &records {
+            assert_eq!(tracker.apply(record), vec![]);
+        }
+        let text = bridge.encode(vllm_otel_metrics::export::prometheus::Format::Text);
+        let samples = common::samples(&text);
+        let key = r#"vllm:kv_offload_store_bytes_total{model_name="sim-model-0",engine="0"}"#;
+        assert_eq!(samples[key], stored as f64);
+    }
+    // Without a pool, no connector stats at all.
+    let (records, _) = run(&SimConfig {
+        duration: 10.0,
+        ..SimConfig::default()
+    });
+    assert!(records
+        .iter()
+        .all(|r| !matches!(r, Record::SchedulerStats(s) if s.kv_connector_stats.is_some())));
+}
+
 #[test]
 fn a_seed_gives_the_same_run() {
     let config = SimConfig {

@@ -36,6 +36,31 @@ pub(crate) struct EngineLimits {
     pub(crate) num_speculative_tokens: u32,
     /// Chance that each draft token is accepted, given the previous one was.
     pub(crate) spec_acceptance_rate: f64,
+    /// CPU KV offload pool, blocks (0: no offloading connector).
+    pub(crate) offload_blocks: u32,
+    /// Bytes of KV per token, and seconds per byte moved to or from the pool.
+    pub(crate) kv_bytes_per_token: u64,
+    pub(crate) offload_seconds_per_byte: f64,
+}
+
+/// Seconds of one offload lookup call: a fixed cost plus one per block
+/// looked up (the connector hashes each block's key).
+const LOOKUP_SECONDS: f64 = 2e-5;
+const LOOKUP_SECONDS_PER_BLOCK: f64 = 5e-8;
+
+/// What the CPU offload pool did in one step (vLLM's OffloadingConnector
+/// stats of that step).
+#[derive(Debug, Default)]
+pub(crate) struct OffloadStep {
+    pub(crate) store_bytes: u64,
+    pub(crate) store_time: f64,
+    pub(crate) store_sizes: Vec<f64>,
+    pub(crate) load_bytes: u64,
+    pub(crate) load_time: f64,
+    pub(crate) load_sizes: Vec<f64>,
+    pub(crate) lookups: Vec<f64>,
+    pub(crate) allocation_failures: u64,
+    pub(crate) stored_blocks: u32,
 }
 
 /// A request inside the engine.
@@ -59,6 +84,11 @@ pub(crate) struct Sequence {
     prefill_stats: Option<PrefillStats>,
     events: Vec<EngineCoreEvent>,
     pub(crate) preemptions: u32,
+    /// Tokens whose KV waits in the CPU offload pool since a preemption,
+    /// and the pool blocks they hold: loaded back at re-admission instead
+    /// of recomputed.
+    offloaded: u32,
+    offload_blocks: u32,
 }
 
 impl Sequence {
@@ -78,6 +108,8 @@ impl Sequence {
                 reason: None,
             }],
             preemptions: 0,
+            offloaded: 0,
+            offload_blocks: 0,
         }
     }
 
@@ -116,6 +148,8 @@ pub(crate) struct StepResult {
     pub(crate) context_tokens_read: u64,
     /// Speculative decoding of the step (when configured).
     pub(crate) spec: Option<SpecDecodingStats>,
+    /// The CPU offload pool's step (when configured).
+    pub(crate) offload: Option<OffloadStep>,
 }
 
 /// One engine: KV blocks, waiting queue, running batch.
@@ -136,6 +170,10 @@ pub(crate) struct Engine {
     /// Speculative acceptance draws.
     rng: Rng,
     next_key: u64,
+    /// Blocks of the CPU offload pool in use.
+    offload_used: u32,
+    /// The offload pool's step in the making.
+    offload_step: OffloadStep,
 }
 
 fn blocks_for(tokens: u32, block_size: u32) -> u32 {
@@ -156,6 +194,8 @@ impl Engine {
             residency,
             rng: Rng::new(seed),
             next_key: 0,
+            offload_used: 0,
+            offload_step: OffloadStep::default(),
         }
     }
 
@@ -270,7 +310,55 @@ impl Engine {
             self.waiting.remove(i)?
         };
         self.release(sequence.key, sequence.blocks);
+        self.offload_used -= sequence.offload_blocks;
         Some(sequence)
+    }
+
+    /// The offload pool's usage, 0 to 1 (0 without a pool).
+    pub(crate) fn offload_usage(&self) -> f64 {
+        match self.limits.offload_blocks {
+            0 => 0.0,
+            capacity => f64::from(self.offload_used) / f64::from(capacity),
+        }
+    }
+
+    /// Stores a preempted request's computed KV (whole blocks) to the CPU
+    /// offload pool when it has room, as vLLM's OffloadingConnector stores
+    /// blocks on their way out; counts an allocation failure when not.
+    fn offload(&mut self, victim: &mut Sequence) {
+        let bs = self.limits.block_size;
+        let blocks = victim.computed / bs;
+        if self.limits.offload_blocks == 0 || blocks == 0 {
+            return;
+        }
+        if self.offload_used + blocks > self.limits.offload_blocks {
+            self.offload_step.allocation_failures += 1;
+            return;
+        }
+        self.offload_used += blocks;
+        victim.offloaded = blocks * bs;
+        victim.offload_blocks = blocks;
+        let bytes = u64::from(victim.offloaded) * self.limits.kv_bytes_per_token;
+        let step = &mut self.offload_step;
+        step.store_bytes += bytes;
+        step.store_time += bytes as f64 * self.limits.offload_seconds_per_byte;
+        step.store_sizes.push(bytes as f64);
+        step.stored_blocks += blocks;
+    }
+
+    /// Loads an admitted request's offloaded KV back (`tokens` of it) and
+    /// frees its pool blocks.
+    fn load_offloaded(&mut self, sequence: &mut Sequence, tokens: u32) {
+        if tokens > 0 {
+            let bytes = u64::from(tokens) * self.limits.kv_bytes_per_token;
+            let step = &mut self.offload_step;
+            step.load_bytes += bytes;
+            step.load_time += bytes as f64 * self.limits.offload_seconds_per_byte;
+            step.load_sizes.push(bytes as f64);
+        }
+        self.offload_used -= sequence.offload_blocks;
+        sequence.offloaded = 0;
+        sequence.offload_blocks = 0;
     }
 
     /// Frees blocks for the running request at `index`: preempts the last
@@ -293,6 +381,7 @@ impl Engine {
 
     fn preempt(&mut self, index: usize, now: f64, reason: PreemptionReason) {
         let mut victim = self.running.remove(index);
+        self.offload(&mut victim);
         self.release(victim.key, victim.blocks);
         victim.blocks = 0;
         victim.external = 0;
@@ -427,7 +516,16 @@ impl Engine {
                 let target = front.prefill_target();
                 let prompt = front.request.prompt_len;
                 let cached = local_hit(prompt, self.limits.prefix_hit_rate, bs);
-                let ready = cached + front.external;
+                // Offloaded KV comes back instead of being recomputed (at
+                // least one token is still computed, to produce the next).
+                let restored = front.offloaded.min(target.saturating_sub(1));
+                let ready = (cached + front.external).max(restored);
+                if self.limits.offload_blocks > 0 {
+                    let looked_up = f64::from(blocks_for(target, bs));
+                    self.offload_step
+                        .lookups
+                        .push(LOOKUP_SECONDS + LOOKUP_SECONDS_PER_BLOCK * looked_up);
+                }
                 let chunk = (target - ready).min(budget);
                 let needed = blocks_for(ready + chunk, bs).saturating_sub(front.blocks);
                 if needed > self.free_blocks {
@@ -439,6 +537,14 @@ impl Engine {
                     self.waiting.pop_front()
                 }
                 .expect("front exists");
+                if sequence.offload_blocks > 0 {
+                    let loaded = if restored > cached + sequence.external {
+                        restored
+                    } else {
+                        0
+                    };
+                    self.load_offloaded(&mut sequence, loaded);
+                }
                 self.residency.hit(sequence.key, cached / bs, now);
                 self.allocate(sequence.key, needed, now);
                 sequence.blocks += needed;
@@ -510,6 +616,9 @@ impl Engine {
             });
         }
         result.spec = spec;
+        if self.limits.offload_blocks > 0 {
+            result.offload = Some(std::mem::take(&mut self.offload_step));
+        }
 
         // Finished requests leave the batch and free their blocks.
         let mut kept = Vec::with_capacity(self.running.len());

@@ -151,6 +151,12 @@ pub struct SimConfig {
     /// `priority`). 0 (the default): first come, first served.
     #[arg(long, default_value_t = SimConfig::default().priority_fraction, value_name = "FRACTION")]
     pub priority_fraction: f64,
+    /// CPU KV offload pool of each engine, blocks (vLLM's OffloadingConnector
+    /// with its CPU spec; 0, the default: none). A preempted request's KV is
+    /// stored there when it has room and loaded back at re-admission instead
+    /// of recomputed; transfers run at --host-transfer-gbps.
+    #[arg(long, default_value_t = SimConfig::default().kv_offload_blocks, value_name = "BLOCKS")]
+    pub kv_offload_blocks: u32,
     /// Longest request (prompt plus output), tokens.
     #[arg(skip = crate::catalog::DEFAULT_MAX_MODEL_LEN)]
     pub max_model_len: u32,
@@ -188,6 +194,7 @@ impl Default for SimConfig {
             tensor_parallel_size: 1,
             lora_adapters: false,
             priority_fraction: 0.0,
+            kv_offload_blocks: 0,
             sleep_when_idle: None,
             sleep_level: 1,
             host_transfer_gbps: 20.0,

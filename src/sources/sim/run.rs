@@ -4,15 +4,15 @@
 
 use std::time::{Duration, Instant};
 
-use super::engine::{Engine, EngineLimits, Sequence};
+use super::engine::{Engine, EngineLimits, OffloadStep, Sequence};
 use super::residency::BlockResidency;
 use super::workload::Workload;
 use super::{
     Progress, SimConfig, SimOutcome, ENGINE_CLOCK_ORIGIN, TRANSPORT_DELAY, VIRTUAL_WALL_ORIGIN,
 };
 use crate::protocol::{
-    Abort, EngineConfig, ExternalHitsBySource, Operation, OperationKind, OutputBatch, Record,
-    RequestStart, SchedulerStats, SleepState,
+    Abort, EngineConfig, ExternalHitsBySource, KvConnectorStats, OffloadingStats, Operation,
+    OperationKind, OutputBatch, Record, RequestStart, SchedulerStats, SleepState,
 };
 
 /// The next thing that happens in simulated time.
@@ -111,6 +111,9 @@ impl<'a> Run<'a> {
             load_seconds_per_token: config.kv_bytes_per_token as f64 / (config.kv_load_gbps * 1e9),
             num_speculative_tokens: config.num_speculative_tokens,
             spec_acceptance_rate: config.spec_acceptance_rate,
+            offload_blocks: config.kv_offload_blocks,
+            kv_bytes_per_token: config.kv_bytes_per_token,
+            offload_seconds_per_byte: 1.0 / (config.host_transfer_gbps * 1e9),
         };
         let engines = config.engines.max(1) as usize;
         let engine_seed = |e: usize, stream: u64| {
@@ -453,6 +456,9 @@ impl<'a> Run<'a> {
             spec_decoding: result.spec,
             running_lora_adapters: running_adapters,
             waiting_lora_adapters: waiting_adapters,
+            kv_connector_stats: result
+                .offload
+                .map(|step| offload_stats(step, engine.offload_usage(), config.kv_offload_blocks)),
             ..SchedulerStats::default()
         })));
         let has_work = engine.has_work();
@@ -474,5 +480,33 @@ impl<'a> Run<'a> {
         self.outcome.simulated_seconds = self.now;
         progress(self.progress());
         self.outcome
+    }
+}
+
+/// One step of the CPU offload pool as the OffloadingConnector's stats
+/// report it: transfers, lookups, allocation failures and the pool's usage
+/// (`write`: the blocks stored this step, pinned while in flight).
+fn offload_stats(step: OffloadStep, usage: f64, capacity: u32) -> KvConnectorStats {
+    let write = (f64::from(step.stored_blocks) / f64::from(capacity.max(1))).min(usage);
+    let some = |v: Vec<f64>| (!v.is_empty()).then_some(v);
+    let loaded = !step.load_sizes.is_empty();
+    let stored = !step.store_sizes.is_empty();
+    KvConnectorStats {
+        offloading: Some(OffloadingStats {
+            load_bytes: loaded.then_some(step.load_bytes),
+            load_time: loaded.then_some(step.load_time),
+            load_sizes: some(step.load_sizes),
+            store_bytes: stored.then_some(step.store_bytes),
+            store_time: stored.then_some(step.store_time),
+            store_sizes: some(step.store_sizes),
+            lookup_sync_delays: some(step.lookups),
+            lookup_async_delays: None,
+            allocation_failures: (step.allocation_failures > 0).then_some(step.allocation_failures),
+            stores_skipped: None,
+            cpu_cache_usage: Some(usage),
+            cpu_cache_write_usage: Some(write),
+            cpu_cache_read_usage: Some(usage - write),
+        }),
+        ..KvConnectorStats::default()
     }
 }
