@@ -486,6 +486,59 @@ fn cpu_offloading_stores_preempted_kv_and_loads_it_back() {
         .all(|r| !matches!(r, Record::SchedulerStats(s) if s.kv_connector_stats.is_some())));
 }
 
+/// With `--nixl`, the KV connector is NIXL: every completed transfer is one
+/// observation, its bytes those of the external hits, and failed transfers
+/// are counted (their requests compute their prompts).
+#[test]
+fn nixl_transfers_are_the_connector_loads() {
+    let config = SimConfig {
+        seed: 4,
+        duration: 30.0,
+        external_prefix_hit_rate: 0.8,
+        nixl: true,
+        nixl_failure_rate: 0.2,
+        abort_rate: 0.0,
+        ..SimConfig::default()
+    };
+    let (records, outcome) = run(&config);
+    check_invariants(&config, &records, &outcome);
+    let (mut hits, mut bytes, mut transfers, mut failures) = (0u64, 0.0, 0usize, 0u64);
+    for record in &records {
+        if let Record::SchedulerStats(s) = record {
+            hits += s.external_prefix_cache_hits;
+            let n = s
+                .kv_connector_stats
+                .as_ref()
+                .and_then(|k| k.nixl.as_ref())
+                .expect("every step reports NIXL");
+            let lists = [
+                &n.transfer_duration,
+                &n.post_duration,
+                &n.bytes_transferred,
+                &n.num_descriptors,
+            ];
+            let lens: Vec<usize> = lists
+                .iter()
+                .map(|l| l.as_ref().map_or(0, Vec::len))
+                .collect();
+            assert!(
+                lens.iter().all(|&l| l == lens[0]),
+                "one entry per transfer in each list"
+            );
+            transfers += lens[0];
+            bytes += n.bytes_transferred.iter().flatten().sum::<f64>();
+            failures += n.num_failed_transfers.unwrap_or(0);
+        }
+    }
+    assert!(
+        transfers > 0 && failures > 0,
+        "{transfers} transfers, {failures} failures"
+    );
+    assert_eq!(bytes, (hits * config.kv_bytes_per_token) as f64);
+    let share = failures as f64 / (failures as f64 + transfers as f64);
+    assert!((0.1..0.3).contains(&share), "failure share {share}");
+}
+
 #[test]
 fn a_seed_gives_the_same_run() {
     let config = SimConfig {

@@ -41,6 +41,24 @@ pub(crate) struct EngineLimits {
     /// Bytes of KV per token, and seconds per byte moved to or from the pool.
     pub(crate) kv_bytes_per_token: u64,
     pub(crate) offload_seconds_per_byte: f64,
+    /// The KV connector is NIXL (this engine the decode side of a
+    /// prefill/decode pair), and the chance that a transfer fails.
+    pub(crate) nixl: bool,
+    pub(crate) nixl_failure_rate: f64,
+}
+
+/// Seconds to post one NIXL transfer: a fixed cost plus one per descriptor.
+const NIXL_POST_SECONDS: f64 = 5e-4;
+const NIXL_POST_SECONDS_PER_DESCRIPTOR: f64 = 2e-7;
+
+/// What the NIXL connector did in one step (vLLM's `NixlKVConnectorStats`).
+#[derive(Debug, Default)]
+pub(crate) struct NixlStep {
+    pub(crate) transfer_duration: Vec<f64>,
+    pub(crate) post_duration: Vec<f64>,
+    pub(crate) bytes_transferred: Vec<f64>,
+    pub(crate) num_descriptors: Vec<f64>,
+    pub(crate) failed_transfers: u64,
 }
 
 /// Seconds of one offload lookup call: a fixed cost plus one per block
@@ -150,6 +168,8 @@ pub(crate) struct StepResult {
     pub(crate) spec: Option<SpecDecodingStats>,
     /// The CPU offload pool's step (when configured).
     pub(crate) offload: Option<OffloadStep>,
+    /// The NIXL connector's step (when configured).
+    pub(crate) nixl: Option<NixlStep>,
 }
 
 /// One engine: KV blocks, waiting queue, running batch.
@@ -174,6 +194,10 @@ pub(crate) struct Engine {
     offload_used: u32,
     /// The offload pool's step in the making.
     offload_step: OffloadStep,
+    /// NIXL transfer failures (a stream of its own: the other draws stay
+    /// those of the same seed without NIXL).
+    nixl_rng: Rng,
+    nixl_step: NixlStep,
 }
 
 fn blocks_for(tokens: u32, block_size: u32) -> u32 {
@@ -196,6 +220,8 @@ impl Engine {
             next_key: 0,
             offload_used: 0,
             offload_step: OffloadStep::default(),
+            nixl_rng: Rng::new(seed ^ 0x9e37_79b9_7f4a_7c15),
+            nixl_step: NixlStep::default(),
         }
     }
 
@@ -408,6 +434,21 @@ impl Engine {
         while i < self.loading.len() {
             if self.loading[i].1 <= now {
                 let (sequence, _) = self.loading.remove(i);
+                if self.limits.nixl {
+                    // vLLM records a transfer when its handle reports done.
+                    let descriptors = blocks_for(sequence.external, self.limits.block_size);
+                    let step = &mut self.nixl_step;
+                    step.transfer_duration
+                        .push(f64::from(sequence.external) * self.limits.load_seconds_per_token);
+                    step.post_duration.push(
+                        NIXL_POST_SECONDS
+                            + NIXL_POST_SECONDS_PER_DESCRIPTOR * f64::from(descriptors),
+                    );
+                    step.bytes_transferred.push(
+                        (u64::from(sequence.external) * self.limits.kv_bytes_per_token) as f64,
+                    );
+                    step.num_descriptors.push(f64::from(descriptors));
+                }
                 self.loaded.push_back(sequence);
             } else {
                 i += 1;
@@ -440,6 +481,14 @@ impl Engine {
         let needed = blocks_for(local + external, bs);
         if needed > self.free_blocks {
             return Load::Blocked;
+        }
+        if self.limits.nixl && self.nixl_rng.chance(self.limits.nixl_failure_rate) {
+            // The transfer failed: the request computes its prompt here.
+            let front = self.waiting.front_mut().expect("front exists");
+            front.connector_asked = true;
+            result.external_queries += u64::from(asked);
+            self.nixl_step.failed_transfers += 1;
+            return Load::NotNeeded;
         }
         let mut sequence = self.waiting.pop_front().expect("front exists");
         sequence.connector_asked = true;
@@ -618,6 +667,9 @@ impl Engine {
         result.spec = spec;
         if self.limits.offload_blocks > 0 {
             result.offload = Some(std::mem::take(&mut self.offload_step));
+        }
+        if self.limits.nixl {
+            result.nixl = Some(std::mem::take(&mut self.nixl_step));
         }
 
         // Finished requests leave the batch and free their blocks.

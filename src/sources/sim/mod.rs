@@ -157,6 +157,16 @@ pub struct SimConfig {
     /// of recomputed; transfers run at --host-transfer-gbps.
     #[arg(long, default_value_t = SimConfig::default().kv_offload_blocks, value_name = "BLOCKS")]
     pub kv_offload_blocks: u32,
+    /// The KV connector (--external-prefix-hit-rate) is NIXL: each engine is
+    /// the decode side of a prefill/decode pair and pulls the prompt KV a
+    /// prefill instance computed; every completed transfer and failure is
+    /// reported as vLLM's NIXL connector stats.
+    #[arg(long)]
+    pub nixl: bool,
+    /// Share of NIXL transfers that fail (the request then computes its
+    /// prompt locally).
+    #[arg(long, default_value_t = SimConfig::default().nixl_failure_rate, value_name = "FRACTION")]
+    pub nixl_failure_rate: f64,
     /// Longest request (prompt plus output), tokens.
     #[arg(skip = crate::catalog::DEFAULT_MAX_MODEL_LEN)]
     pub max_model_len: u32,
@@ -195,6 +205,8 @@ impl Default for SimConfig {
             lora_adapters: false,
             priority_fraction: 0.0,
             kv_offload_blocks: 0,
+            nixl: false,
+            nixl_failure_rate: 0.0,
             sleep_when_idle: None,
             sleep_level: 1,
             host_transfer_gbps: 20.0,
@@ -278,10 +290,17 @@ impl SimConfig {
                 return Err(invalid(name, format!("a positive number, not {value}")));
             }
         }
+        if self.nixl && self.external_prefix_hit_rate <= 0.0 {
+            return Err(invalid(
+                "--nixl",
+                "used with a KV connector (--external-prefix-hit-rate above 0)".to_owned(),
+            ));
+        }
         for (name, value) in [
             ("--prefix-hit-rate", self.prefix_hit_rate),
             ("--abort-rate", self.abort_rate),
             ("--priority-fraction", self.priority_fraction),
+            ("--nixl-failure-rate", self.nixl_failure_rate),
             ("--kv-cache-metrics-sample", self.kv_cache_metrics_sample),
             ("--external-prefix-hit-rate", self.external_prefix_hit_rate),
             ("--spec-acceptance-rate", self.spec_acceptance_rate),

@@ -4,15 +4,15 @@
 
 use std::time::{Duration, Instant};
 
-use super::engine::{Engine, EngineLimits, OffloadStep, Sequence};
+use super::engine::{Engine, EngineLimits, NixlStep, OffloadStep, Sequence};
 use super::residency::BlockResidency;
 use super::workload::Workload;
 use super::{
     Progress, SimConfig, SimOutcome, ENGINE_CLOCK_ORIGIN, TRANSPORT_DELAY, VIRTUAL_WALL_ORIGIN,
 };
 use crate::protocol::{
-    Abort, EngineConfig, ExternalHitsBySource, KvConnectorStats, OffloadingStats, Operation,
-    OperationKind, OutputBatch, Record, RequestStart, SchedulerStats, SleepState,
+    Abort, EngineConfig, ExternalHitsBySource, KvConnectorStats, NixlStats, OffloadingStats,
+    Operation, OperationKind, OutputBatch, Record, RequestStart, SchedulerStats, SleepState,
 };
 
 /// The next thing that happens in simulated time.
@@ -114,6 +114,8 @@ impl<'a> Run<'a> {
             offload_blocks: config.kv_offload_blocks,
             kv_bytes_per_token: config.kv_bytes_per_token,
             offload_seconds_per_byte: 1.0 / (config.host_transfer_gbps * 1e9),
+            nixl: config.nixl,
+            nixl_failure_rate: config.nixl_failure_rate,
         };
         let engines = config.engines.max(1) as usize;
         let engine_seed = |e: usize, stream: u64| {
@@ -456,9 +458,12 @@ impl<'a> Run<'a> {
             spec_decoding: result.spec,
             running_lora_adapters: running_adapters,
             waiting_lora_adapters: waiting_adapters,
-            kv_connector_stats: result
-                .offload
-                .map(|step| offload_stats(step, engine.offload_usage(), config.kv_offload_blocks)),
+            kv_connector_stats: connector_stats(
+                result.offload,
+                result.nixl,
+                engine.offload_usage(),
+                config.kv_offload_blocks,
+            ),
             ..SchedulerStats::default()
         })));
         let has_work = engine.has_work();
@@ -481,6 +486,30 @@ impl<'a> Run<'a> {
         progress(self.progress());
         self.outcome
     }
+}
+
+/// The step's KV-connector stats, when a connector is simulated.
+fn connector_stats(
+    offload: Option<OffloadStep>,
+    nixl: Option<NixlStep>,
+    usage: f64,
+    capacity: u32,
+) -> Option<KvConnectorStats> {
+    if offload.is_none() && nixl.is_none() {
+        return None;
+    }
+    Some(KvConnectorStats {
+        nixl: nixl.map(|n| NixlStats {
+            transfer_duration: Some(n.transfer_duration),
+            post_duration: Some(n.post_duration),
+            bytes_transferred: Some(n.bytes_transferred),
+            num_descriptors: Some(n.num_descriptors),
+            num_failed_transfers: Some(n.failed_transfers),
+            ..NixlStats::default()
+        }),
+        offloading: offload.and_then(|step| offload_stats(step, usage, capacity).offloading),
+        simple_cpu_offload: None,
+    })
 }
 
 /// One step of the CPU offload pool as the OffloadingConnector's stats
