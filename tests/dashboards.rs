@@ -530,38 +530,15 @@ fn rules_pass_promtool() {
 fn dashboards_are_filtered_described_and_chained() {
     for (path, json) in dashboards() {
         let name = path.display();
-        assert!(
-            json["schemaVersion"].as_u64() >= Some(36),
-            "{name}: schemaVersion"
+        assert_variable_chain(
+            &name,
+            &json,
+            &["job", "instance", "model_name", "engine"],
+            "vllm:request_num_preemptions_count",
         );
-        let vars = json["templating"]["list"].as_array().expect("templating");
-        let var = |n: &str| {
-            vars.iter()
-                .find(|v| v["name"] == n)
-                .unwrap_or_else(|| panic!("{name}: no variable {n}"))
-        };
-        assert_eq!(var("datasource")["type"], "datasource", "{name}");
-        assert_eq!(var("datasource")["query"], "prometheus", "{name}");
-        // Each variable is filtered by the ones before it.
-        let chain = ["job", "instance", "model_name", "engine"];
-        for (i, n) in chain.iter().enumerate() {
-            let v = var(n);
-            assert_eq!(v["type"], "query", "{name}: {n}");
-            assert_eq!(v["multi"], true, "{name}: {n} multi-select");
-            assert_eq!(v["includeAll"], true, "{name}: {n} All");
-            assert_eq!(v["datasource"]["uid"], "${datasource}", "{name}: {n}");
-            let q = v["query"].as_str().unwrap_or_default();
-            assert!(
-                q.starts_with("label_values(vllm:request_num_preemptions_count")
-                    && q.ends_with(&format!(", {n})")),
-                "{name}: {n}: {q}"
-            );
-            for earlier in &chain[..i] {
-                assert!(q.contains(&format!("=~\"${earlier}\"")), "{name}: {n}: {q}");
-            }
-        }
-        assert_eq!(var("traces")["type"], "datasource", "{name}");
-        assert_eq!(var("traces")["query"], "tempo", "{name}");
+        let traces = variable(&name, &json, "traces");
+        assert_eq!(traces["type"], "datasource", "{name}");
+        assert_eq!(traces["query"], "tempo", "{name}");
         for panel in panels(&json) {
             if panel["type"] == "row" {
                 continue;
@@ -704,41 +681,14 @@ fn genai_dashboard_is_filtered_described_and_chained() {
     let vllm_uids: Vec<Value> = dashboards().iter().map(|(_, j)| j["uid"].clone()).collect();
     for (path, json) in genai_dashboards() {
         let name = path.display();
-        assert!(
-            json["schemaVersion"].as_u64() >= Some(36),
-            "{name}: schemaVersion"
-        );
         assert!(json["uid"].is_string(), "{name}: uid");
         assert!(!vllm_uids.contains(&json["uid"]), "{name}: uid taken");
-        let vars = json["templating"]["list"].as_array().expect("templating");
-        let var = |n: &str| {
-            vars.iter()
-                .find(|v| v["name"] == n)
-                .unwrap_or_else(|| panic!("{name}: no variable {n}"))
-        };
-        assert_eq!(var("datasource")["type"], "datasource", "{name}");
-        assert_eq!(var("datasource")["query"], "prometheus", "{name}");
-        // Each variable is filtered by the ones before it, on a gen_ai_ family.
-        for (i, n) in GENAI_CHAIN.iter().enumerate() {
-            let v = var(n);
-            assert_eq!(v["type"], "query", "{name}: {n}");
-            assert_eq!(v["multi"], true, "{name}: {n} multi-select");
-            assert_eq!(v["includeAll"], true, "{name}: {n} All");
-            assert_eq!(v["allValue"], ".*", "{name}: {n} All is .*");
-            assert_eq!(v["datasource"]["uid"], "${datasource}", "{name}: {n}");
-            let q = v["query"].as_str().unwrap_or_default();
-            assert!(
-                q.starts_with("label_values(gen_ai_server_request_duration_seconds_count")
-                    && q.ends_with(&format!(", {n})")),
-                "{name}: {n}: {q}"
-            );
-            for earlier in &GENAI_CHAIN[..i] {
-                assert!(
-                    q.contains(&format!("{earlier}=~\"${earlier}\"")),
-                    "{name}: {n}: {q}"
-                );
-            }
-        }
+        assert_variable_chain(
+            &name,
+            &json,
+            &GENAI_CHAIN,
+            "gen_ai_server_request_duration_seconds_count",
+        );
         let mut all = Vec::new();
         for panel in panels(&json) {
             if panel["type"] == "row" {
@@ -812,6 +762,55 @@ fn genai_dashboard_is_filtered_described_and_chained() {
                 && e.contains("rate(gen_ai_server_request_duration_seconds_count{")
         });
     }
+}
+
+/// Checks what every dashboard needs of its variables: a recent schema, a
+/// Prometheus data source variable, and `chain`, each a multi-select query
+/// variable with an All of `.*` on the data source, taking its values from
+/// `family` filtered by every variable before it.
+fn assert_variable_chain(
+    name: &impl std::fmt::Display,
+    json: &Value,
+    chain: &[&str],
+    family: &str,
+) {
+    assert!(
+        json["schemaVersion"].as_u64() >= Some(36),
+        "{name}: schemaVersion"
+    );
+    let var = |n: &str| variable(name, json, n);
+    assert_eq!(var("datasource")["type"], "datasource", "{name}");
+    assert_eq!(var("datasource")["query"], "prometheus", "{name}");
+    // Each variable is filtered by the ones before it.
+    for (i, n) in chain.iter().enumerate() {
+        let v = var(n);
+        assert_eq!(v["type"], "query", "{name}: {n}");
+        assert_eq!(v["multi"], true, "{name}: {n} multi-select");
+        assert_eq!(v["includeAll"], true, "{name}: {n} All");
+        assert_eq!(v["allValue"], ".*", "{name}: {n} All is .*");
+        assert_eq!(v["datasource"]["uid"], "${datasource}", "{name}: {n}");
+        let q = v["query"].as_str().unwrap_or_default();
+        assert!(
+            q.starts_with(&format!("label_values({family}")) && q.ends_with(&format!(", {n})")),
+            "{name}: {n}: {q}"
+        );
+        for earlier in &chain[..i] {
+            assert!(
+                q.contains(&format!("{earlier}=~\"${earlier}\"")),
+                "{name}: {n}: {q}"
+            );
+        }
+    }
+}
+
+/// The dashboard's variable called `n`.
+fn variable<'a>(name: &impl std::fmt::Display, json: &'a Value, n: &str) -> &'a Value {
+    json["templating"]["list"]
+        .as_array()
+        .expect("templating")
+        .iter()
+        .find(|v| v["name"] == n)
+        .unwrap_or_else(|| panic!("{name}: no variable {n}"))
 }
 
 /// A data panel's title, description and queries, after checking what

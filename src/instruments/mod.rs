@@ -80,7 +80,7 @@ use crate::catalog::{EvictReason, RejectReason};
 pub(crate) use engine::EngineHandles;
 use engine::EngineInstruments;
 use request::RequestInstruments;
-pub(crate) use request::{Preemptions, RequestHandles, RequestHistogram};
+pub(crate) use request::{Preemptions, RequestHandles, RequestHistogram, NO_PREEMPTIONS};
 pub(crate) use semconv::SemconvEnd;
 use semconv::SemconvInstruments;
 pub use semconv::{Semconv, SemconvServer};

@@ -24,6 +24,9 @@ use super::{f64_histogram, u64_counter};
 /// Preemptions of an output or a batch, in [`PreemptionReason::ALL`] order.
 pub(crate) type Preemptions = [u64; PREEMPTION_REASONS.len()];
 
+/// No preemption, of any reason.
+pub(crate) const NO_PREEMPTIONS: Preemptions = [0; PREEMPTION_REASONS.len()];
+
 /// A per-request histogram family: its index in [`REQUEST_HISTOGRAMS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum RequestHistogram {
@@ -207,12 +210,6 @@ impl RequestHandles {
                 reason.as_str(),
             ))
         })
-    }
-
-    /// Whether the semantic-convention streams are recorded.
-    #[inline]
-    pub(crate) fn records_semconv(&self) -> bool {
-        self.semconv.is_some()
     }
 
     /// Records a request's end on the semantic-convention streams, if on.

@@ -38,6 +38,7 @@ use std::sync::Arc;
 use crate::instruments::spans::{RequestSpans, SpanState, SpanValues};
 use crate::instruments::{
     Instruments, LabelSet, Preemptions, RequestHandles, RequestHistogram, SemconvEnd,
+    NO_PREEMPTIONS,
 };
 use crate::protocol::{
     shown, Abort, EngineCoreEvent, EngineCoreOutput, EventType, FinishReason, GenAiOperation,
@@ -281,23 +282,18 @@ impl RequestState {
         // `max_tokens` is observed only when the request set it.
         let max_tokens = p.max_tokens.map(|m| (ParamsMaxTokens, f64::from(m)));
         h.record_terminal(reason, observations.into_iter().chain(max_tokens));
-        if h.records_semconv() {
-            h.record_semconv(&SemconvEnd {
-                operation: self.operation,
-                reason,
-                duration: values.e2e,
-                // Only a request that produced a token has a first-token time.
-                time_to_first_token: (self.num_generation_tokens > 0)
-                    .then_some(self.time_to_first_token),
-                time_per_output_token: (self.num_generation_tokens > 1).then_some(per_output_token),
-            });
-        }
+        h.record_semconv(&SemconvEnd {
+            operation: self.operation,
+            reason,
+            duration: values.e2e,
+            // Only a request that produced a token has a first-token time.
+            time_to_first_token: (self.num_generation_tokens > 0)
+                .then_some(self.time_to_first_token),
+            time_per_output_token: (self.num_generation_tokens > 1).then_some(per_output_token),
+        });
         values
     }
 }
-
-/// No preemption, of any reason.
-const NO_PREEMPTIONS: Preemptions = [0; 3];
 
 /// One request's metrics, owned by whatever owns the request's stream.
 ///

@@ -10,9 +10,8 @@
 
 use opentelemetry::Context;
 
-use crate::catalog::PREEMPTION_REASONS;
 use crate::instruments::spans::{RequestSpans, SpanValues};
-use crate::instruments::{Instruments, RequestHandles, RequestHistogram};
+use crate::instruments::{Instruments, RequestHandles, RequestHistogram, NO_PREEMPTIONS};
 use crate::protocol::{FinishedRequest, IterationStats};
 use crate::support::clock::unix_now;
 
@@ -26,7 +25,7 @@ pub(super) fn iteration_stats(
     use RequestHistogram::*;
     let label_set = instruments.label_set(&stats.model_name, stats.engine);
     let h = &*label_set.handles;
-    h.record_counts(stats.num_generation_tokens, &[0; PREEMPTION_REASONS.len()]);
+    h.record_counts(stats.num_generation_tokens, &NO_PREEMPTIONS);
     if stats.num_preempted_reqs > 0 {
         // vLLM's `IterationStats` carry no reasons: no by-reason series.
         h.add_preemptions(stats.num_preempted_reqs);
