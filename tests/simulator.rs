@@ -486,6 +486,144 @@ fn cpu_offloading_stores_preempted_kv_and_loads_it_back() {
         .all(|r| !matches!(r, Record::SchedulerStats(s) if s.kv_connector_stats.is_some())));
 }
 
+/// Per step, what one offloading run's `kv_connector_stats` add up to.
+#[derive(Debug, Default)]
+struct OffloadTotals {
+    steps: usize,
+    store_bytes: u64,
+    stores: usize,
+    loads: usize,
+    deferred_delays: Vec<f64>,
+    skipped_reported: usize,
+    skipped: u64,
+    stored_blocks: u64,
+    dropped_blocks: u64,
+    loaded_blocks: u64,
+    max_pending: u64,
+    last_used: u64,
+    last_pending: u64,
+}
+
+fn offload_totals(records: &[Record]) -> OffloadTotals {
+    let mut t = OffloadTotals::default();
+    for record in records {
+        let Record::SchedulerStats(s) = record else {
+            continue;
+        };
+        let stats = s
+            .kv_connector_stats
+            .as_ref()
+            .expect("every step reports the pool");
+        t.steps += 1;
+        if let Some(o) = &stats.offloading {
+            t.store_bytes += o.store_bytes.unwrap_or(0);
+            t.stores += o.store_sizes.as_ref().map_or(0, Vec::len);
+            t.loads += o.load_sizes.as_ref().map_or(0, Vec::len);
+            t.deferred_delays
+                .extend(o.lookup_async_delays.iter().flatten());
+            t.skipped_reported += usize::from(o.stores_skipped.is_some());
+            t.skipped += o.stores_skipped.unwrap_or(0);
+        }
+        if let Some(simple) = &stats.simple_cpu_offload {
+            let outcomes = simple.save_outcomes.unwrap_or_default();
+            t.stored_blocks += outcomes.stored.unwrap_or(0);
+            t.dropped_blocks += outcomes.dropped_cpu_full.unwrap_or(0);
+            t.loaded_blocks += simple.load_blocks.unwrap_or(0);
+            t.last_used = simple.used_blocks.expect("used blocks every step");
+            t.last_pending = simple
+                .pending_store_blocks
+                .expect("pending blocks every step");
+            t.max_pending = t.max_pending.max(t.last_pending);
+        }
+    }
+    t
+}
+
+/// Stores complete after the step that scheduled them, so a request
+/// re-admitted sooner is skipped (its lookup pending) and the delay is
+/// observed when a lookup resolves; a store threshold of 2 skips each
+/// request's first store and reports the count every step; the
+/// SimpleCPUOffloadConnector reports the same pool in blocks.
+#[test]
+fn offload_lookups_wait_for_stores_and_both_connectors_report_the_pool() {
+    use vllm_otel_metrics::sources::sim::KvOffloadConnector;
+    let base = SimConfig {
+        seed: 3,
+        duration: 40.0,
+        kv_blocks: 256,
+        prompt_len: 128.0,
+        output_len: 256.0,
+        kv_offload_blocks: 4096,
+        ..SimConfig::default()
+    };
+    let (records, outcome) = run(&base);
+    check_invariants(&base, &records, &outcome);
+    let offloading = offload_totals(&records);
+    assert!(offloading.loads > 0, "{offloading:?}");
+    assert!(
+        !offloading.deferred_delays.is_empty()
+            && offloading.deferred_delays.len() <= offloading.loads + outcome.aborted as usize,
+        "at most one deferred lookup per load or abort: {offloading:?}"
+    );
+    assert!(offloading
+        .deferred_delays
+        .iter()
+        .all(|d| d.is_finite() && *d > 0.0));
+    assert_eq!(
+        offloading.skipped_reported, 0,
+        "no threshold, no skipped stores"
+    );
+
+    let threshold = SimConfig {
+        kv_offload_store_threshold: 2,
+        ..base.clone()
+    };
+    let (records, outcome) = run(&threshold);
+    check_invariants(&threshold, &records, &outcome);
+    let filtered = offload_totals(&records);
+    assert_eq!(
+        filtered.skipped_reported, filtered.steps,
+        "every step, 0 too"
+    );
+    assert!(filtered.skipped > 0 && filtered.stores > 0, "{filtered:?}");
+    assert!(filtered.stores < offloading.stores, "{filtered:?}");
+
+    // The same decisions (every store fits), counted in blocks.
+    let simple = SimConfig {
+        kv_offload_connector: KvOffloadConnector::Simple,
+        ..base.clone()
+    };
+    let (records, outcome) = run(&simple);
+    check_invariants(&simple, &records, &outcome);
+    let blocks = offload_totals(&records);
+    let block_bytes = u64::from(base.block_size) * base.kv_bytes_per_token;
+    assert_eq!(blocks.stored_blocks * block_bytes, offloading.store_bytes);
+    assert_eq!(blocks.dropped_blocks, 0);
+    assert!(blocks.loaded_blocks > 0 && blocks.loaded_blocks <= blocks.stored_blocks);
+    assert!(blocks.max_pending > 0, "stores are pending for a step");
+    assert_eq!(
+        (blocks.last_used, blocks.last_pending),
+        (0, 0),
+        "the pool ends empty"
+    );
+    assert!(records.iter().all(|r| match r {
+        Record::SchedulerStats(s) => s.kv_connector_stats.as_ref().unwrap().offloading.is_none(),
+        _ => true,
+    }));
+
+    // A small pool: the simple connector drops what does not fit.
+    let small = SimConfig {
+        kv_offload_blocks: 8,
+        ..simple
+    };
+    let (records, _) = run(&small);
+    let dropped = offload_totals(&records);
+    assert!(
+        dropped.dropped_blocks > 0 && dropped.stored_blocks > 0,
+        "{dropped:?}"
+    );
+}
+
 /// With `--nixl`, the KV connector is NIXL: every completed transfer is one
 /// observation, its bytes those of the external hits, and failed transfers
 /// are counted (their requests compute their prompts).
@@ -685,6 +823,34 @@ fn invalid_settings_are_rejected_clearly() {
         ]);
         assert_eq!(code, 1, "{flag} {value}: {stderr}");
         assert!(stderr.contains(message), "{stderr}");
+    }
+    // Offload settings need a pool, and the threshold its connector.
+    for (args, message) in [
+        (
+            &["--kv-offload-connector", "simple"][..],
+            "--kv-offload-connector must be used with a CPU offload pool (--kv-offload-blocks above 0)",
+        ),
+        (
+            &["--kv-offload-store-threshold", "2"][..],
+            "--kv-offload-store-threshold must be used with a CPU offload pool (--kv-offload-blocks above 0)",
+        ),
+        (
+            &[
+                "--kv-offload-blocks",
+                "64",
+                "--kv-offload-connector",
+                "simple",
+                "--kv-offload-store-threshold",
+                "2",
+            ][..],
+            "--kv-offload-store-threshold must be an OffloadingConnector setting (--kv-offload-connector offloading)",
+        ),
+    ] {
+        let (code, _, stderr) = common::run(
+            &[&["simulate", "--metrics-addr", "none"][..], args].concat(),
+        );
+        assert_eq!(code, 1, "{args:?}: {stderr}");
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
     }
 }
 

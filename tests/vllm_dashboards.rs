@@ -3,22 +3,24 @@
 //!
 //! `tests/data/vllm-dashboards/queries.tsv` holds every query expression of
 //! the dashboards the vLLM project publishes (see the README there for the
-//! paths and commits). A real Prometheus (Debian's `prometheus`) scrapes two
-//! simulators every second, as two scrape jobs that together exercise
+//! paths and commits). A real Prometheus (Debian's `prometheus`) scrapes three
+//! simulators every second, as three scrape jobs that together exercise
 //! everything the simulator models:
 //!
 //! - `vllm-a`: two engines under a KV cache too small for the load (requests
-//!   wait and are preempted), speculative decoding, a KV connector finding
-//!   part of each prompt in another instance, three LoRA adapters, sampled
-//!   KV-block residency and an RL trainer pushing weights every 6 s;
+//!   wait and are preempted), speculative decoding, a NIXL connector pulling
+//!   part of each prompt from a prefill instance (some transfers fail),
+//!   three LoRA adapters, sampled KV-block residency, an RL trainer pushing
+//!   weights every 6 s, and the OffloadingConnector's CPU pool with a store
+//!   threshold (skipped stores, allocation failures, deferred lookups);
 //! - `vllm-b`: a light load whose engine sleeps whenever it has been idle for
-//!   a second and wakes for the next request.
+//!   a second and wakes for the next request;
+//! - `vllm-c`: a CPU pool under the SimpleCPUOffloadConnector.
 //!
 //! After enough scrapes every query is evaluated through `/api/v1/query`, with
 //! Grafana's variables set as the dashboards' defaults would set them (see
-//! [`substitute`]). Every query must return data (simulator A runs a NIXL
-//! connector and a CPU offload pool for the KV-transfer panels), except the
-//! few in [`EXPECTED_EMPTY`], which must be empty (so a stale entry fails).
+//! [`substitute`]). Every query must return data, except the few in
+//! [`EXPECTED_EMPTY`], which must be empty (so a stale entry fails).
 
 mod common;
 
@@ -42,7 +44,7 @@ const MIN_COVERED: usize = EXPECTED_ROWS;
 
 /// Covered queries that cannot return data from what the simulator models:
 /// (source, panel id, refId, why).
-const EXPECTED_EMPTY: [(&str, &str, &str, &str); 8] = [
+const EXPECTED_EMPTY: [(&str, &str, &str, &str); 2] = [
     (
         KV_CACHE,
         "16",
@@ -55,46 +57,10 @@ const EXPECTED_EMPTY: [(&str, &str, &str, &str); 8] = [
         "C",
         "multi-modal cache hit rate `mm_cache_hits / (mm_cache_queries > 0)`: the simulator serves text only, so there are no multi-modal cache queries",
     ),
-    (
-        KV_CACHE,
-        "37",
-        "B",
-        "`kv_offload_lookup_async_delay_seconds`: the simulated offload lookups never defer (its stores complete within their step)",
-    ),
-    (
-        KV_CACHE,
-        "39",
-        "B",
-        "`kv_offload_stores_skipped`: vLLM has this family only with `store_threshold` >= 2; the simulated connector stores every preempted request",
-    ),
-    (
-        KV_CACHE,
-        "41",
-        "A",
-        "`simple_kv_offload_save_outcomes`: the simulator models the OffloadingConnector, not the SimpleCPUOffloadConnector",
-    ),
-    (
-        KV_CACHE,
-        "42",
-        "A",
-        "`simple_kv_offload_load_blocks`: the simulator models the OffloadingConnector, not the SimpleCPUOffloadConnector",
-    ),
-    (
-        KV_CACHE,
-        "43",
-        "A",
-        "`simple_kv_offload_used_blocks`: the simulator models the OffloadingConnector, not the SimpleCPUOffloadConnector",
-    ),
-    (
-        KV_CACHE,
-        "43",
-        "B",
-        "`simple_kv_offload_pending_store_blocks`: the simulator models the OffloadingConnector, not the SimpleCPUOffloadConnector",
-    ),
 ];
 
 /// Simulator A: everything the engine tier models, under load.
-const SIM_A: [&str; 24] = [
+const SIM_A: [&str; 26] = [
     "--seed",
     "1",
     "--engines",
@@ -117,14 +83,32 @@ const SIM_A: [&str; 24] = [
     "--nixl",
     "--nixl-failure-rate",
     "0.1",
-    // Smaller than the GPU cache: some stores find no room (allocation
-    // failures), the others are loaded back.
+    // Much smaller than the GPU cache: some stores find no room
+    // (allocation failures), the others are loaded back. A request is
+    // stored from its second preemption on: the first is a skipped store.
     "--kv-offload-blocks",
-    "128",
+    "32",
+    "--kv-offload-store-threshold",
+    "2",
 ];
 
 /// Simulator B: a light load that sleeps between requests and wakes.
 const SIM_B: [&str; 6] = ["--seed", "2", "--rate", "0.5", "--sleep-when-idle", "1"];
+
+/// Simulator C: CPU offloading under vLLM's SimpleCPUOffloadConnector,
+/// whose pool is too small for every store (dropped blocks).
+const SIM_C: [&str; 10] = [
+    "--seed",
+    "3",
+    "--rate",
+    "2",
+    "--kv-blocks",
+    "128",
+    "--kv-offload-blocks",
+    "64",
+    "--kv-offload-connector",
+    "simple",
+];
 
 /// Series that show every kind of event has happened at least once.
 const READY_WHEN: [&str; 5] = [
@@ -371,12 +355,18 @@ fn vllm_published_dashboards_work_on_the_simulator() {
     let dir = common::tempdir("vllm-dashboards");
     let port_a = common::free_port();
     let port_b = common::free_port();
+    let port_c = common::free_port();
     let _sim_a = simulator(&dir, "vllm-a", &SIM_A, port_a);
     let _sim_b = simulator(&dir, "vllm-b", &SIM_B, port_b);
+    let _sim_c = simulator(&dir, "vllm-c", &SIM_C, port_c);
 
-    let (_prometheus, port) =
-        prometheus::start(&dir, &[("vllm-a", port_a), ("vllm-b", port_b)], None, &[]);
-    for job in ["vllm-a", "vllm-b"] {
+    let (_prometheus, port) = prometheus::start(
+        &dir,
+        &[("vllm-a", port_a), ("vllm-b", port_b), ("vllm-c", port_c)],
+        None,
+        &[],
+    );
+    for job in ["vllm-a", "vllm-b", "vllm-c"] {
         let up = format!("up{{job=\"{job}\"}} == 1");
         common::wait_for(30, &format!("{job} to be scraped"), || {
             matches!(query(port, &up), Answer::Data(_)).then_some(())

@@ -14,6 +14,7 @@ use std::collections::VecDeque;
 use super::residency::BlockResidency;
 use super::rng::Rng;
 use super::workload::SimRequest;
+use super::KvOffloadConnector;
 use crate::protocol::{
     EngineCoreEvent, EngineCoreOutput, EventType, KvCacheEvictionEvent, KvFetchStages,
     PreemptionReason, PrefillStats, SpecDecodingStats,
@@ -38,6 +39,9 @@ pub(crate) struct EngineLimits {
     pub(crate) spec_acceptance_rate: f64,
     /// CPU KV offload pool, blocks (0: no offloading connector).
     pub(crate) offload_blocks: u32,
+    /// The connector that owns the pool, and its `store_threshold`.
+    pub(crate) offload_connector: KvOffloadConnector,
+    pub(crate) offload_store_threshold: u32,
     /// Bytes of KV per token, and seconds per byte moved to or from the pool.
     pub(crate) kv_bytes_per_token: u64,
     pub(crate) offload_seconds_per_byte: f64,
@@ -66,8 +70,12 @@ pub(crate) struct NixlStep {
 const LOOKUP_SECONDS: f64 = 2e-5;
 const LOOKUP_SECONDS_PER_BLOCK: f64 = 5e-8;
 
-/// What the CPU offload pool did in one step (vLLM's OffloadingConnector
-/// stats of that step).
+fn lookup_seconds(blocks: u32) -> f64 {
+    LOOKUP_SECONDS + LOOKUP_SECONDS_PER_BLOCK * f64::from(blocks)
+}
+
+/// What the CPU offload pool did in one step, and its state at the step's
+/// end: what either offloading connector reports of that step.
 #[derive(Debug, Default)]
 pub(crate) struct OffloadStep {
     pub(crate) store_bytes: u64,
@@ -76,9 +84,37 @@ pub(crate) struct OffloadStep {
     pub(crate) load_bytes: u64,
     pub(crate) load_time: f64,
     pub(crate) load_sizes: Vec<f64>,
+    /// Seconds of each lookup call, and of each deferred lookup from its
+    /// first call to the one that resolved it.
     pub(crate) lookups: Vec<f64>,
+    pub(crate) lookup_async_delays: Vec<f64>,
+    /// Stores that found no room (the OffloadingConnector's allocation
+    /// failures), and blocks dropped for want of room (the simple one's).
     pub(crate) allocation_failures: u64,
-    pub(crate) stored_blocks: u32,
+    pub(crate) dropped_blocks: u64,
+    /// Blocks below the store threshold, not stored.
+    pub(crate) stores_skipped: u64,
+    pub(crate) stored_blocks: u64,
+    pub(crate) loaded_blocks: u64,
+    /// Pool blocks held, and those of stores not yet complete.
+    pub(crate) used_blocks: u32,
+    pub(crate) pending_store_blocks: u32,
+}
+
+/// A store to the offload pool not yet reported complete. vLLM's
+/// OffloadingConnector submits the stores a step schedules at the start of
+/// the next step (after that step's sampling transfers), and a worker
+/// reports a store done at the end of the step it completes in; until then
+/// a lookup of its blocks is pending (`HIT_PENDING`).
+#[derive(Debug)]
+struct PendingStore {
+    key: u64,
+    blocks: u32,
+    /// The step that scheduled it.
+    step: u64,
+    seconds: f64,
+    /// When it completes, once submitted.
+    done_at: Option<f64>,
 }
 
 /// A request inside the engine.
@@ -107,6 +143,10 @@ pub(crate) struct Sequence {
     /// of recomputed.
     offloaded: u32,
     offload_blocks: u32,
+    /// Offload lookups that found it (the store threshold counts them),
+    /// and when its current lookup was first deferred.
+    lookups: u32,
+    deferred_at: Option<f64>,
 }
 
 impl Sequence {
@@ -128,6 +168,8 @@ impl Sequence {
             preemptions: 0,
             offloaded: 0,
             offload_blocks: 0,
+            lookups: 0,
+            deferred_at: None,
         }
     }
 
@@ -192,8 +234,11 @@ pub(crate) struct Engine {
     next_key: u64,
     /// Blocks of the CPU offload pool in use.
     offload_used: u32,
-    /// The offload pool's step in the making.
+    /// The offload pool's step in the making, and its stores in flight.
     offload_step: OffloadStep,
+    pending_stores: Vec<PendingStore>,
+    /// Steps run.
+    steps: u64,
     /// NIXL transfer failures (a stream of its own: the other draws stay
     /// those of the same seed without NIXL).
     nixl_rng: Rng,
@@ -220,6 +265,8 @@ impl Engine {
             next_key: 0,
             offload_used: 0,
             offload_step: OffloadStep::default(),
+            pending_stores: Vec::new(),
+            steps: 0,
             nixl_rng: Rng::new(seed ^ 0x9e37_79b9_7f4a_7c15),
             nixl_step: NixlStep::default(),
         }
@@ -323,8 +370,9 @@ impl Engine {
         f64::from(self.used_blocks()) / f64::from(self.limits.kv_blocks)
     }
 
-    /// Removes a request (client abort); frees its blocks. Returns it if it was here.
-    pub(crate) fn remove(&mut self, id: &str) -> Option<Sequence> {
+    /// Removes a request (client abort) at `now`; frees its blocks. Returns
+    /// it if it was here. A store of its KV still in flight drains on.
+    pub(crate) fn remove(&mut self, id: &str, now: f64) -> Option<Sequence> {
         let sequence = if let Some(i) = self.running.iter().position(|s| s.request.id == id) {
             self.running.remove(i)
         } else if let Some(i) = self.loading.iter().position(|(s, _)| s.request.id == id) {
@@ -337,39 +385,108 @@ impl Engine {
         };
         self.release(sequence.key, sequence.blocks);
         self.offload_used -= sequence.offload_blocks;
+        // vLLM observes a deferred lookup's delay when its request finishes.
+        if let Some(since) = sequence.deferred_at {
+            self.offload_step.lookup_async_delays.push(now - since);
+        }
         Some(sequence)
     }
 
-    /// The offload pool's usage, 0 to 1 (0 without a pool).
-    pub(crate) fn offload_usage(&self) -> f64 {
-        match self.limits.offload_blocks {
-            0 => 0.0,
-            capacity => f64::from(self.offload_used) / f64::from(capacity),
-        }
-    }
-
     /// Stores a preempted request's computed KV (whole blocks) to the CPU
-    /// offload pool when it has room, as vLLM's OffloadingConnector stores
-    /// blocks on their way out; counts an allocation failure when not.
+    /// offload pool, as vLLM's offloading connectors store blocks on their
+    /// way out. Below the store threshold nothing is stored (the
+    /// OffloadingConnector's skipped stores). Without room for all of it
+    /// the OffloadingConnector's allocation fails and stores nothing; the
+    /// SimpleCPUOffloadConnector stores the blocks that fit and drops the
+    /// rest.
     fn offload(&mut self, victim: &mut Sequence) {
         let bs = self.limits.block_size;
         let blocks = victim.computed / bs;
         if self.limits.offload_blocks == 0 || blocks == 0 {
             return;
         }
-        if self.offload_used + blocks > self.limits.offload_blocks {
-            self.offload_step.allocation_failures += 1;
+        let threshold = self.limits.offload_store_threshold;
+        if threshold >= 2 && victim.lookups < threshold {
+            self.offload_step.stores_skipped += u64::from(blocks);
             return;
         }
-        self.offload_used += blocks;
-        victim.offloaded = blocks * bs;
-        victim.offload_blocks = blocks;
+        let free = self.limits.offload_blocks - self.offload_used;
+        let stored = match self.limits.offload_connector {
+            KvOffloadConnector::Offloading if blocks > free => {
+                self.offload_step.allocation_failures += 1;
+                return;
+            }
+            KvOffloadConnector::Offloading => blocks,
+            KvOffloadConnector::Simple => {
+                let stored = blocks.min(free);
+                self.offload_step.dropped_blocks += u64::from(blocks - stored);
+                if stored == 0 {
+                    return;
+                }
+                stored
+            }
+        };
+        self.offload_used += stored;
+        victim.offloaded = stored * bs;
+        victim.offload_blocks = stored;
         let bytes = u64::from(victim.offloaded) * self.limits.kv_bytes_per_token;
+        let seconds = bytes as f64 * self.limits.offload_seconds_per_byte;
         let step = &mut self.offload_step;
         step.store_bytes += bytes;
-        step.store_time += bytes as f64 * self.limits.offload_seconds_per_byte;
+        step.store_time += seconds;
         step.store_sizes.push(bytes as f64);
-        step.stored_blocks += blocks;
+        step.stored_blocks += u64::from(stored);
+        self.pending_stores.push(PendingStore {
+            key: victim.key,
+            blocks: stored,
+            step: self.steps,
+            seconds,
+            done_at: None,
+        });
+    }
+
+    /// At the start of a step, `now`: the stores the previous step
+    /// scheduled are submitted, and those complete by now are done.
+    fn advance_stores(&mut self, now: f64) {
+        let step = self.steps;
+        self.pending_stores.retain_mut(|store| match store.done_at {
+            None if store.step < step => {
+                store.done_at = Some(now + store.seconds);
+                true
+            }
+            None => true,
+            Some(done) => done > now,
+        });
+    }
+
+    /// Whether the offload lookup of the waiting queue's head is pending:
+    /// its KV's store is not complete, so vLLM's lookup gives no answer
+    /// and the scheduler skips the request this step. A deferred lookup
+    /// that resolves observes its delay (the OffloadingConnector's
+    /// `lookup_async_delay`).
+    fn lookup_pending(&mut self, now: f64) -> bool {
+        let bs = self.limits.block_size;
+        let Some(head) = self.waiting.front_mut() else {
+            return false;
+        };
+        if head.offload_blocks == 0 {
+            return false;
+        }
+        if self
+            .pending_stores
+            .iter()
+            .any(|store| store.key == head.key)
+        {
+            head.deferred_at.get_or_insert(now);
+            self.offload_step
+                .lookups
+                .push(lookup_seconds(blocks_for(head.prefill_target(), bs)));
+            return true;
+        }
+        if let Some(since) = head.deferred_at.take() {
+            self.offload_step.lookup_async_delays.push(now - since);
+        }
+        false
     }
 
     /// Loads an admitted request's offloaded KV back (`tokens` of it) and
@@ -381,6 +498,7 @@ impl Engine {
             step.load_bytes += bytes;
             step.load_time += bytes as f64 * self.limits.offload_seconds_per_byte;
             step.load_sizes.push(bytes as f64);
+            step.loaded_blocks += u64::from(blocks_for(tokens, self.limits.block_size));
         }
         self.offload_used -= sequence.offload_blocks;
         sequence.offloaded = 0;
@@ -510,6 +628,8 @@ impl Engine {
         let mut budget = self.limits.max_num_batched_tokens;
         // (index into running, tokens computed this step)
         let mut scheduled: Vec<(usize, u32)> = Vec::new();
+        self.steps += 1;
+        self.advance_stores(now);
         self.finish_loads(now);
 
         let mut i = 0;
@@ -539,6 +659,9 @@ impl Engine {
 
         self.load_blocked = false;
         if result.preemptions == 0 {
+            // Requests whose offload lookup is pending, back at the
+            // queue's head after the step's admissions.
+            let mut skipped = Vec::new();
             loop {
                 if self.running.len() >= self.limits.max_num_seqs as usize || budget == 0 {
                     break;
@@ -553,6 +676,10 @@ impl Engine {
                         }
                         Load::NotNeeded => {}
                     }
+                }
+                if !from_loaded && self.lookup_pending(now) {
+                    skipped.push(self.waiting.pop_front().expect("pending head"));
+                    continue;
                 }
                 let front = if from_loaded {
                     self.loaded.front()
@@ -570,10 +697,9 @@ impl Engine {
                 let restored = front.offloaded.min(target.saturating_sub(1));
                 let ready = (cached + front.external).max(restored);
                 if self.limits.offload_blocks > 0 {
-                    let looked_up = f64::from(blocks_for(target, bs));
                     self.offload_step
                         .lookups
-                        .push(LOOKUP_SECONDS + LOOKUP_SECONDS_PER_BLOCK * looked_up);
+                        .push(lookup_seconds(blocks_for(target, bs)));
                 }
                 let chunk = (target - ready).min(budget);
                 let needed = blocks_for(ready + chunk, bs).saturating_sub(front.blocks);
@@ -586,6 +712,7 @@ impl Engine {
                     self.waiting.pop_front()
                 }
                 .expect("front exists");
+                sequence.lookups += 1;
                 if sequence.offload_blocks > 0 {
                     let loaded = if restored > cached + sequence.external {
                         restored
@@ -617,6 +744,9 @@ impl Engine {
                 budget -= chunk;
                 self.running.push(sequence);
                 scheduled.push((self.running.len() - 1, chunk));
+            }
+            for sequence in skipped.into_iter().rev() {
+                self.waiting.push_front(sequence);
             }
         }
 
@@ -666,7 +796,10 @@ impl Engine {
         }
         result.spec = spec;
         if self.limits.offload_blocks > 0 {
-            result.offload = Some(std::mem::take(&mut self.offload_step));
+            let mut offload = std::mem::take(&mut self.offload_step);
+            offload.used_blocks = self.offload_used;
+            offload.pending_store_blocks = self.pending_stores.iter().map(|s| s.blocks).sum();
+            result.offload = Some(offload);
         }
         if self.limits.nixl {
             result.nixl = Some(std::mem::take(&mut self.nixl_step));

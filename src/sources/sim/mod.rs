@@ -157,6 +157,18 @@ pub struct SimConfig {
     /// of recomputed; transfers run at --host-transfer-gbps.
     #[arg(long, default_value_t = SimConfig::default().kv_offload_blocks, value_name = "BLOCKS")]
     pub kv_offload_blocks: u32,
+    /// Which of vLLM's CPU offloading connectors owns the pool, and so which
+    /// stats each step reports: `offloading` (the OffloadingConnector, the
+    /// `vllm:kv_offload_*` families) or `simple` (the
+    /// SimpleCPUOffloadConnector, `vllm:simple_kv_offload_*`).
+    #[arg(long, value_enum, default_value_t = KvOffloadConnector::Offloading, value_name = "CONNECTOR")]
+    pub kv_offload_connector: KvOffloadConnector,
+    /// The OffloadingConnector's `store_threshold`: a request's KV is stored
+    /// only once it has been looked up this many times; 2 or more also makes
+    /// each step report its skipped stores (0, the default, and 1 store
+    /// every time).
+    #[arg(long, default_value_t = SimConfig::default().kv_offload_store_threshold, value_name = "LOOKUPS")]
+    pub kv_offload_store_threshold: u32,
     /// The KV connector (--external-prefix-hit-rate) is NIXL: each engine is
     /// the decode side of a prefill/decode pair and pulls the prompt KV a
     /// prefill instance computed; every completed transfer and failure is
@@ -170,6 +182,15 @@ pub struct SimConfig {
     /// Longest request (prompt plus output), tokens.
     #[arg(skip = crate::catalog::DEFAULT_MAX_MODEL_LEN)]
     pub max_model_len: u32,
+}
+
+/// The connector that owns the simulated CPU KV offload pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum KvOffloadConnector {
+    /// vLLM's OffloadingConnector with its CPU spec.
+    Offloading,
+    /// vLLM's SimpleCPUOffloadConnector.
+    Simple,
 }
 
 impl Default for SimConfig {
@@ -205,6 +226,8 @@ impl Default for SimConfig {
             lora_adapters: false,
             priority_fraction: 0.0,
             kv_offload_blocks: 0,
+            kv_offload_connector: KvOffloadConnector::Offloading,
+            kv_offload_store_threshold: 0,
             nixl: false,
             nixl_failure_rate: 0.0,
             sleep_when_idle: None,
@@ -289,6 +312,32 @@ impl SimConfig {
             if !(value.is_finite() && value > 0.0) {
                 return Err(invalid(name, format!("a positive number, not {value}")));
             }
+        }
+        let without_pool = [
+            (
+                "--kv-offload-connector",
+                self.kv_offload_connector != KvOffloadConnector::Offloading,
+            ),
+            (
+                "--kv-offload-store-threshold",
+                self.kv_offload_store_threshold > 0,
+            ),
+        ];
+        for (name, set) in without_pool {
+            if set && self.kv_offload_blocks == 0 {
+                return Err(invalid(
+                    name,
+                    "used with a CPU offload pool (--kv-offload-blocks above 0)".to_owned(),
+                ));
+            }
+        }
+        if self.kv_offload_store_threshold > 0
+            && self.kv_offload_connector != KvOffloadConnector::Offloading
+        {
+            return Err(invalid(
+                "--kv-offload-store-threshold",
+                "an OffloadingConnector setting (--kv-offload-connector offloading)".to_owned(),
+            ));
         }
         if self.nixl && self.external_prefix_hit_rate <= 0.0 {
             return Err(invalid(

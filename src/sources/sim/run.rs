@@ -8,11 +8,13 @@ use super::engine::{Engine, EngineLimits, NixlStep, OffloadStep, Sequence};
 use super::residency::BlockResidency;
 use super::workload::Workload;
 use super::{
-    Progress, SimConfig, SimOutcome, ENGINE_CLOCK_ORIGIN, TRANSPORT_DELAY, VIRTUAL_WALL_ORIGIN,
+    KvOffloadConnector, Progress, SimConfig, SimOutcome, ENGINE_CLOCK_ORIGIN, TRANSPORT_DELAY,
+    VIRTUAL_WALL_ORIGIN,
 };
 use crate::protocol::{
     Abort, EngineConfig, ExternalHitsBySource, KvConnectorStats, NixlStats, OffloadingStats,
-    Operation, OperationKind, OutputBatch, Record, RequestStart, SchedulerStats, SleepState,
+    Operation, OperationKind, OutputBatch, Record, RequestStart, SaveOutcomes, SchedulerStats,
+    SimpleCpuOffloadStats, SleepState,
 };
 
 /// The next thing that happens in simulated time.
@@ -112,6 +114,8 @@ impl<'a> Run<'a> {
             num_speculative_tokens: config.num_speculative_tokens,
             spec_acceptance_rate: config.spec_acceptance_rate,
             offload_blocks: config.kv_offload_blocks,
+            offload_connector: config.kv_offload_connector,
+            offload_store_threshold: config.kv_offload_store_threshold,
             kv_bytes_per_token: config.kv_bytes_per_token,
             offload_seconds_per_byte: 1.0 / (config.host_transfer_gbps * 1e9),
             nixl: config.nixl,
@@ -361,7 +365,7 @@ impl<'a> Run<'a> {
             if *engine != e || *at > t {
                 return true;
             }
-            if let Some(sequence) = fleet.engines[e].remove(id) {
+            if let Some(sequence) = fleet.engines[e].remove(id, *at) {
                 sink(&Record::Abort(Abort {
                     request_id: id.clone(),
                     received_at: wall_origin + *at,
@@ -458,12 +462,7 @@ impl<'a> Run<'a> {
             spec_decoding: result.spec,
             running_lora_adapters: running_adapters,
             waiting_lora_adapters: waiting_adapters,
-            kv_connector_stats: connector_stats(
-                result.offload,
-                result.nixl,
-                engine.offload_usage(),
-                config.kv_offload_blocks,
-            ),
+            kv_connector_stats: connector_stats(result.offload, result.nixl, config),
             ..SchedulerStats::default()
         })));
         let has_work = engine.has_work();
@@ -492,13 +491,12 @@ impl<'a> Run<'a> {
 fn connector_stats(
     offload: Option<OffloadStep>,
     nixl: Option<NixlStep>,
-    usage: f64,
-    capacity: u32,
+    config: &SimConfig,
 ) -> Option<KvConnectorStats> {
     if offload.is_none() && nixl.is_none() {
         return None;
     }
-    Some(KvConnectorStats {
+    let mut stats = KvConnectorStats {
         nixl: nixl.map(|n| NixlStats {
             transfer_duration: Some(n.transfer_duration),
             post_duration: Some(n.post_duration),
@@ -507,35 +505,64 @@ fn connector_stats(
             num_failed_transfers: Some(n.failed_transfers),
             ..NixlStats::default()
         }),
-        offloading: offload.and_then(|step| offload_stats(step, usage, capacity).offloading),
-        simple_cpu_offload: None,
-    })
+        ..KvConnectorStats::default()
+    };
+    if let Some(step) = offload {
+        match config.kv_offload_connector {
+            KvOffloadConnector::Offloading => {
+                stats.offloading = Some(offloading_stats(step, config));
+            }
+            KvOffloadConnector::Simple => stats.simple_cpu_offload = Some(simple_stats(step)),
+        }
+    }
+    Some(stats)
 }
 
 /// One step of the CPU offload pool as the OffloadingConnector's stats
-/// report it: transfers, lookups, allocation failures and the pool's usage
-/// (`write`: the blocks stored this step, pinned while in flight).
-fn offload_stats(step: OffloadStep, usage: f64, capacity: u32) -> KvConnectorStats {
-    let write = (f64::from(step.stored_blocks) / f64::from(capacity.max(1))).min(usage);
+/// report it: transfers, lookups, allocation failures, skipped stores (with
+/// a store threshold) and the pool's usage, every step
+/// (`CPUOffloadingManager.get_stats`: `write` is the share held by stores
+/// in flight, `read` the rest).
+fn offloading_stats(step: OffloadStep, config: &SimConfig) -> OffloadingStats {
+    let capacity = f64::from(config.kv_offload_blocks.max(1));
+    let usage = f64::from(step.used_blocks) / capacity;
+    let write = (f64::from(step.pending_store_blocks) / capacity).min(usage);
     let some = |v: Vec<f64>| (!v.is_empty()).then_some(v);
     let loaded = !step.load_sizes.is_empty();
     let stored = !step.store_sizes.is_empty();
-    KvConnectorStats {
-        offloading: Some(OffloadingStats {
-            load_bytes: loaded.then_some(step.load_bytes),
-            load_time: loaded.then_some(step.load_time),
-            load_sizes: some(step.load_sizes),
-            store_bytes: stored.then_some(step.store_bytes),
-            store_time: stored.then_some(step.store_time),
-            store_sizes: some(step.store_sizes),
-            lookup_sync_delays: some(step.lookups),
-            lookup_async_delays: None,
-            allocation_failures: (step.allocation_failures > 0).then_some(step.allocation_failures),
-            stores_skipped: None,
-            cpu_cache_usage: Some(usage),
-            cpu_cache_write_usage: Some(write),
-            cpu_cache_read_usage: Some(usage - write),
-        }),
-        ..KvConnectorStats::default()
+    OffloadingStats {
+        load_bytes: loaded.then_some(step.load_bytes),
+        load_time: loaded.then_some(step.load_time),
+        load_sizes: some(step.load_sizes),
+        store_bytes: stored.then_some(step.store_bytes),
+        store_time: stored.then_some(step.store_time),
+        store_sizes: some(step.store_sizes),
+        lookup_sync_delays: some(step.lookups),
+        lookup_async_delays: some(step.lookup_async_delays),
+        allocation_failures: (step.allocation_failures > 0).then_some(step.allocation_failures),
+        // Reported every step (0 too) once the threshold filters stores.
+        stores_skipped: (config.kv_offload_store_threshold >= 2).then_some(step.stores_skipped),
+        cpu_cache_usage: Some(usage),
+        cpu_cache_write_usage: Some(write),
+        cpu_cache_read_usage: Some(usage - write),
+    }
+}
+
+/// One step of the CPU offload pool as the SimpleCPUOffloadConnector's
+/// stats report it (`SimpleCPUOffloadScheduler.get_stats`): the outcomes
+/// with a count this step, blocks loaded back when there are some, and the
+/// pool's gauges every step.
+fn simple_stats(step: OffloadStep) -> SimpleCpuOffloadStats {
+    let positive = |n: u64| (n > 0).then_some(n);
+    let outcomes = SaveOutcomes {
+        stored: positive(step.stored_blocks),
+        dropped_cpu_full: positive(step.dropped_blocks),
+        ..SaveOutcomes::default()
+    };
+    SimpleCpuOffloadStats {
+        save_outcomes: (outcomes != SaveOutcomes::default()).then_some(outcomes),
+        load_blocks: positive(step.loaded_blocks),
+        used_blocks: Some(u64::from(step.used_blocks)),
+        pending_store_blocks: Some(u64::from(step.pending_store_blocks)),
     }
 }
