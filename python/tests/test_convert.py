@@ -111,7 +111,8 @@ def test_optional_scheduler_parts():
         perf_stats=NS(num_flops_per_gpu=10, num_read_bytes_per_gpu=20, num_write_bytes_per_gpu=30),
         running_lora_adapters={"a": 1}, waiting_lora_adapters={},
     )
-    record = convert.scheduler_record(stats, NS(queries=7, hits=3), "m", 0, 5.0, lora_enabled=True)
+    record = convert.scheduler_record(stats, NS(queries=7, hits=3), "m", 0, 5.0, lora_enabled=True,
+                                      kv_consumer=True)
     assert record["num_kv_fetch_reqs_by_stage"] == {"waiting_to_start": 0, "in_progress": 2, "completed_waiting": 0}
     assert record["external_prefix_cache_hits_by_source"] == {"host": 15, "p2p": 0, "disk": 5,
                                                               "external_unspecified": 0}
@@ -122,6 +123,55 @@ def test_optional_scheduler_parts():
     assert record["perf_stats"] == {"num_flops_per_gpu": 10.0, "num_read_bytes_per_gpu": 20.0,
                                     "num_write_bytes_per_gpu": 30.0}
     assert (record["running_lora_adapters"], record["waiting_lora_adapters"]) == (["a"], [])
+
+
+def test_kv_fetch_stages_only_on_a_kv_consumer():
+    """vLLM's scheduler reports the stages on every engine, all 0 without a
+    connector; its logger has the family on KV consumers only."""
+    stats = scheduler(num_kv_fetch_reqs_by_stage=dict.fromkeys(convert.KV_FETCH_STAGES, 0))
+    assert "num_kv_fetch_reqs_by_stage" not in convert.scheduler_record(stats, None, "m", 0, 5.0, False)
+    consumer = convert.StepConverter("m", False, kv_consumer=True).records(stats, None, None, 0, 5.0)
+    assert consumer[0]["num_kv_fetch_reqs_by_stage"] == dict.fromkeys(convert.KV_FETCH_STAGES, 0)
+
+
+def test_engine_start_record_creates_the_kv_series_vllm_creates_at_start():
+    assert convert.engine_start_record("m", 0, 1.0, kv_consumer=False, nixl=False) is None
+    record = convert.engine_start_record("m", 3, 1.0, kv_consumer=True, nixl=True)
+    assert record == {
+        "type": "scheduler_stats", "model_name": "m", "engine": 3, "received_at": 1.0,
+        "num_running_reqs": 0, "num_waiting_reqs": 0, "kv_cache_usage": 0.0,
+        "prefix_cache_queries": 0, "prefix_cache_hits": 0,
+        "num_kv_fetch_reqs_by_stage": {"waiting_to_start": 0, "in_progress": 0, "completed_waiting": 0},
+        "kv_connector_stats": {"nixl": {
+            "transfer_duration": [], "post_duration": [], "bytes_transferred": [], "num_descriptors": [],
+            "num_failed_transfers": 0, "num_failed_handshakes": 0, "num_failed_notifications": 0,
+            "num_kv_expired_reqs": 0, "num_notifications_after_expiry": 0,
+        }},
+    }
+    assert "kv_connector_stats" not in convert.engine_start_record("m", 0, 1.0, True, False)
+    assert "num_kv_fetch_reqs_by_stage" not in convert.engine_start_record("m", 0, 1.0, False, True)
+
+
+def test_kv_transfer_setup_from_vllms_own_config():
+    from vllm.config import KVTransferConfig
+
+    def multi(role, *names):
+        return KVTransferConfig(kv_connector="MultiConnector", kv_role=role, kv_connector_extra_config={
+            "connectors": [{"kv_connector": n, "kv_role": role} for n in names]})
+
+    assert convert.kv_transfer_setup(None) == (False, False)
+    assert convert.kv_transfer_setup(KVTransferConfig()) == (False, False)
+    assert convert.kv_transfer_setup(KVTransferConfig(kv_connector="NixlConnector",
+                                                      kv_role="kv_producer")) == (False, True)
+    assert convert.kv_transfer_setup(KVTransferConfig(kv_connector="OffloadingConnector",
+                                                      kv_role="kv_both")) == (True, False)
+    assert convert.kv_transfer_setup(multi("kv_consumer", "NixlPushConnector",
+                                           "SimpleCPUOffloadConnector")) == (True, True)
+    assert convert.kv_transfer_setup(multi("kv_both", "OffloadingConnector")) == (True, False)
+    # A connector of its own module is not vLLM's NIXL connector.
+    assert convert.kv_transfer_setup(KVTransferConfig(
+        kv_connector="NixlConnector", kv_role="kv_both",
+        kv_connector_module_path="my.connectors")) == (True, False)
 
 
 def test_multimodal_counts_without_scheduler_stats_wait_for_the_next_scheduler_record():

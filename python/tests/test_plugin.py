@@ -2,6 +2,7 @@
 vLLM's own stats classes, and a wrong setting leaves vLLM running."""
 
 import logging
+import os
 
 from vllm.v1.engine import FinishReason
 from vllm.v1.metrics.loggers import AggregateStatLoggerBase, load_stat_logger_plugin_factories
@@ -67,6 +68,42 @@ def test_kv_connector_stats_from_vllms_scheduler_stats_become_a_message():
     assert message.nixl.HasField("num_kv_expired_reqs")
     assert message.nixl.num_failed_transfers == 0
     assert not message.HasField("offloading")
+
+
+def test_engine_start_gives_the_kv_series_vllm_creates_at_start(monkeypatch):
+    """With a MultiConnector over NIXL on KV consumers, log_engine_initialized()
+    gives each engine, after its configuration, the idle scheduler record that
+    creates the KV-fetch stages and NIXL's series, as vLLM's logger does."""
+    # A setting that keeps the streaming thread off: the records are built all the same.
+    monkeypatch.setenv("VLLM_OTEL_METRICS_QUEUE", "lots")
+    kv = vllm_steps.kv_transfer_config(os.devnull, "m")
+    plugin = OtelMetricsStatLogger(vllm_steps.vllm_config("m", 4096, kv), [0, 2])
+    records = plugin._to_records(("engine_initialized",))
+    assert [(r["type"], r["engine"]) for r in records] == [
+        ("engine_config", 0), ("scheduler_stats", 0), ("engine_config", 2), ("scheduler_stats", 2)]
+    message = stream.to_message(records[1], pb).scheduler_stats
+    assert message.kv_connector_stats.HasField("nixl")
+    assert message.HasField("num_kv_fetch_reqs_by_stage")
+    assert not message.kv_connector_stats.HasField("offloading")
+    # Without a connector, the configuration alone.
+    plain = OtelMetricsStatLogger(vllm_steps.vllm_config("m", 4096), [0])
+    assert [r["type"] for r in plain._to_records(("engine_initialized",))] == ["engine_config"]
+
+
+def test_kv_connector_stats_of_the_oracles_multiconnector_reach_vllms_logger_path():
+    """vllm_steps builds a MultiConnector's payload under the class names
+    MultiConnector files them by, which vLLM's MultiKVConnectorPromMetrics
+    looks up, and the plugin reads back the same record."""
+    record = {"nixl": {"transfer_duration": [0.5], "num_failed_handshakes": 2},
+              "offloading": {"load_bytes": 0, "store_sizes": [1.0e6], "cpu_cache_usage": 0.25},
+              "simple_cpu_offload": {"save_outcomes": {"stored": 3}, "used_blocks": 7}}
+    payload = vllm_steps.kv_connector_stats(record)
+    assert sorted(payload) == ["NixlPullConnector", "OffloadingConnector", "SimpleCPUOffloadConnector"]
+    back = convert.kv_connector_record(payload)
+    assert back["nixl"]["transfer_duration"] == [0.5] and back["nixl"]["num_failed_handshakes"] == 2
+    assert back["offloading"] == {"load_bytes": 0, "store_sizes": [1.0e6], "cpu_cache_usage": 0.25}
+    assert back["simple_cpu_offload"] == {"save_outcomes": {"stored": 3}, "used_blocks": 7}
+    assert vllm_steps.kv_connector_stats({"nixl": {"transfer_duration": []}}) is None
 
 
 def vllm_steps_ns(**fields):

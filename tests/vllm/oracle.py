@@ -6,9 +6,14 @@ plugin (found through vLLM's ``load_stat_logger_plugin_factories()``), which
 streams them to a running ``vllm-otel-metrics serve``. Then it compares every
 ``vllm:`` sample of both expositions.
 
-    python oracle.py TRACE.jsonl --model NAME --max-model-len N \
+    python oracle.py TRACE.jsonl --model NAME --max-model-len N [--kv-connector] \
         --target http://127.0.0.1:PORT --metrics-url http://127.0.0.1:PORT/metrics \
         --report OUT.json
+
+``--kv-connector`` configures a MultiConnector (NIXL, the CPU OffloadingConnector
+and the SimpleCPUOffloadConnector, :func:`vllm_steps.kv_transfer_config`) for
+both loggers and turns the trace's ``kv_connector_stats`` into those
+connectors' stats.
 
 The report (JSON) lists the families both sides have, the samples that
 differ, and the families only one side has. Exit status 0 unless the run
@@ -27,6 +32,13 @@ from vllm.v1.metrics.loggers import PrometheusStatLogger, load_stat_logger_plugi
 
 import vllm_steps
 
+def bound(le: str) -> str:
+    """A bucket's ``le`` as one spelling of its number: vLLM's Python client
+    writes ``1e+06`` and ``1e-05`` where the sidecar writes ``1000000.0`` and
+    ``0.00001`` (docs/SEMANTICS.md §6), the same bound."""
+    return repr(float(le))
+
+
 def samples(text, model):
     """``{(name, labels): value}`` of every ``vllm:`` sample of the model
     (``_created`` samples are prometheus_client's own, not vLLM's metrics)."""
@@ -40,7 +52,10 @@ def samples(text, model):
                 continue
             if s.labels.get("model_name", model) != model:
                 continue
-            key = (s.name, tuple(sorted(s.labels.items())))
+            labels = dict(s.labels)
+            if s.name.endswith("_bucket") and "le" in labels:
+                labels["le"] = bound(labels["le"])
+            key = (s.name, tuple(sorted(labels.items())))
             out[key] = s.value
             families.setdefault(family.name, set()).add(key)
     return out, families
@@ -54,6 +69,7 @@ def main():
     p.add_argument("--target", required=True)
     p.add_argument("--metrics-url", required=True)
     p.add_argument("--report", required=True)
+    p.add_argument("--kv-connector", action="store_true")
     args = p.parse_args()
     os.environ["VLLM_OTEL_METRICS_TARGET"] = args.target
     # The trace is fed far faster than an engine steps: room for all of it.
@@ -73,7 +89,10 @@ def main():
             if r["type"] in ("request", "scheduler_stats")
         }
     )
-    config = vllm_steps.vllm_config(args.model, args.max_model_len)
+    kv_transfer_config = (
+        vllm_steps.kv_transfer_config(args.trace, args.model) if args.kv_connector else None
+    )
+    config = vllm_steps.vllm_config(args.model, args.max_model_len, kv_transfer_config)
     vllm_logger = PrometheusStatLogger(config, engines)
     plugin = ours[0](config, engines)
     loggers = [vllm_logger, plugin]
@@ -81,7 +100,7 @@ def main():
         logger.log_engine_initialized()
     counts = {}
     for scheduler_stats, iteration_stats, mm_cache_stats, engine in vllm_steps.steps(
-        args.trace, args.model, counts
+        args.trace, args.model, counts, kv_connector=args.kv_connector
     ):
         for logger in loggers:
             logger.record(scheduler_stats, iteration_stats, mm_cache_stats, engine)
@@ -105,6 +124,9 @@ def main():
         "trace": args.trace,
         "model": args.model,
         "plugin_factories": names,
+        "kv_connector": (
+            kv_transfer_config.kv_connector_extra_config if kv_transfer_config else None
+        ),
         "steps": counts["steps"],
         "finished_requests": counts["finished"],
         "plugin_sent": plugin.streamer.sent,

@@ -5,18 +5,32 @@ Builds vLLM's real ``IterationStats`` (``update_from_output``, which calls
 ``RequestStateStats``, ``SchedulerStats`` and ``PrefixCacheStats`` from vLLM's
 own ``EngineCoreOutput`` and ``EngineCoreEvent`` objects, the way
 ``OutputProcessor.process_outputs`` does, and yields the ``record()`` calls
-AsyncLLM's output handler would make. Used by the oracle test and by the
-plugin's ``record()`` benchmark.
+AsyncLLM's output handler would make. With a KV connector configured
+(:func:`kv_transfer_config`), a record's ``kv_connector_stats`` becomes the
+payload a MultiConnector's stats give the scheduler, built by the connectors'
+own stats classes. Used by the oracle test and by the plugin's ``record()``
+benchmark.
 """
 
+import functools
 import json
 import math
 import types
 
-from vllm.config import CacheConfig, ObservabilityConfig
+from vllm.config import CacheConfig, KVTransferConfig, ObservabilityConfig
+from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+from vllm.distributed.kv_transfer.kv_connector.v1.multi_connector import MultiKVConnectorStats
+from vllm.distributed.kv_transfer.kv_connector.v1.nixl.stats import NixlKVConnectorStats
+from vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics import (
+    OffloadingConnectorStats,
+    _ConnectorMetricName,
+    _TransferMetricName,
+)
 from vllm.v1.engine import EngineCoreEvent, EngineCoreEventType, EngineCoreOutput, FinishReason
+from vllm.v1.kv_offload.cpu.common import CPUOffloadingMetrics
 from vllm.v1.metrics.cache_hit_source import CacheHitSource
 from vllm.v1.metrics.stats import (
+    KV_FETCH_STAGES,
     IterationStats,
     LoRARequestStates,
     MultiModalCacheStats,
@@ -25,6 +39,8 @@ from vllm.v1.metrics.stats import (
     RequestStateStats,
     SchedulerStats,
 )
+from vllm.v1.simple_kv_offload.metrics import MetricName as SimpleMetricName
+from vllm.v1.simple_kv_offload.metrics import SimpleCPUOffloadStats
 
 EVENTS = {
     "queued": EngineCoreEventType.QUEUED,
@@ -34,10 +50,11 @@ EVENTS = {
 REASONS = {r.name.lower(): r for r in FinishReason}
 
 
-def vllm_config(model: str, max_model_len: int):
+def vllm_config(model: str, max_model_len: int, kv_transfer_config=None):
     """What ``PrometheusStatLogger`` reads of a ``VllmConfig``. vLLM's own
-    ``ObservabilityConfig`` and ``CacheConfig``; a ``ModelConfig`` needs a
-    model's files, so the three fields read of it stand in for it."""
+    ``ObservabilityConfig``, ``CacheConfig`` and ``KVTransferConfig`` (none:
+    no KV connector); a ``ModelConfig`` needs a model's files, so the three
+    fields read of it stand in for it."""
     return types.SimpleNamespace(
         model_config=types.SimpleNamespace(
             served_model_name=model, max_model_len=max_model_len, is_diffusion=False
@@ -45,10 +62,262 @@ def vllm_config(model: str, max_model_len: int):
         observability_config=ObservabilityConfig(),
         cache_config=CacheConfig(),
         speculative_config=None,
-        kv_transfer_config=None,
+        kv_transfer_config=kv_transfer_config,
         ec_transfer_config=None,
         lora_config=None,
         watermark_config=None,
+    )
+
+
+#: The connectors of :func:`kv_transfer_config`, by their ``KVConnectorFactory``
+#: names.
+NIXL = "NixlConnector"
+OFFLOADING = "OffloadingConnector"
+SIMPLE_CPU_OFFLOAD = "SimpleCPUOffloadConnector"
+
+
+@functools.cache
+def stats_key(connector: str) -> str:
+    """The key under which ``MultiConnector.get_kv_connector_stats`` files a
+    connector's stats: its class's ``__name__`` (``NixlConnector`` is vLLM's
+    alias of ``NixlPullConnector``, so its stats go under the latter, where
+    ``MultiKVConnectorPromMetrics`` looks for them)."""
+    return KVConnectorFactory.get_connector_class_by_name(connector).__name__
+
+
+def kv_transfer_config(trace, model) -> KVTransferConfig:
+    """vLLM's ``KVTransferConfig`` of a MultiConnector over the three
+    connectors whose stats the trace's ``kv_connector_stats`` carry: NIXL, the
+    OffloadingConnector with its default CPU spec, and the
+    SimpleCPUOffloadConnector. ``PrometheusStatLogger`` builds their metrics
+    from it through vLLM's own path (``KVConnectorProm`` ->
+    ``KVConnectorFactory.get_connector_class(...).build_prom_metrics``), which
+    reads nothing but this config: no GPU or model is needed.
+
+    ``kv_both``: the engines consume KV too, so vLLM registers
+    ``vllm:num_requests_kv_fetch_by_stage`` (on KV consumers only) and the
+    comparison covers it. The OffloadingConnector's ``store_threshold`` is 2
+    when the model's records carry ``stores_skipped`` (vLLM registers
+    ``vllm:kv_offload_stores_skipped`` only with a threshold of 2 or more,
+    and its connector reports skipped stores only then), else vLLM's default.
+    """
+    skipped = any(
+        ((r.get("kv_connector_stats") or {}).get("offloading") or {}).get("stores_skipped")
+        is not None
+        for r in records(trace, model)
+        if r["type"] == "scheduler_stats"
+    )
+    offloading = {"cpu_bytes_to_use": 8 << 30}
+    if skipped:
+        offloading["store_threshold"] = 2
+    connectors = [
+        {"kv_connector": NIXL, "kv_role": "kv_both"},
+        {"kv_connector": OFFLOADING, "kv_role": "kv_both", "kv_connector_extra_config": offloading},
+        {
+            "kv_connector": SIMPLE_CPU_OFFLOAD,
+            "kv_role": "kv_both",
+            "kv_connector_extra_config": {"cpu_bytes_to_use": 8 << 30},
+        },
+    ]
+    return KVTransferConfig(
+        kv_connector="MultiConnector",
+        kv_role="kv_both",
+        kv_connector_extra_config={"connectors": connectors},
+    )
+
+
+# The record's kv_connector_stats fields -> vLLM's metric names in the
+# offloading connectors' self-describing payloads.
+_OFFLOADING_COUNTERS = {
+    "load_bytes": _TransferMetricName.LOAD_BYTES,
+    "load_time": _TransferMetricName.LOAD_TIME,
+    "store_bytes": _TransferMetricName.STORE_BYTES,
+    "store_time": _TransferMetricName.STORE_TIME,
+    "allocation_failures": _ConnectorMetricName.ALLOCATION_FAILURE,
+    "stores_skipped": CPUOffloadingMetrics.STORES_SKIPPED,
+}
+_OFFLOADING_HISTOGRAMS = {
+    "load_sizes": _TransferMetricName.LOAD_SIZE,
+    "store_sizes": _TransferMetricName.STORE_SIZE,
+    "lookup_sync_delays": _ConnectorMetricName.LOOKUP_SYNC_DELAY,
+    "lookup_async_delays": _ConnectorMetricName.LOOKUP_ASYNC_DELAY,
+}
+_OFFLOADING_GAUGES = {
+    "cpu_cache_usage": CPUOffloadingMetrics.CPU_CACHE_USAGE_PERC,
+    "cpu_cache_write_usage": CPUOffloadingMetrics.CPU_CACHE_WRITE_USAGE_PERC,
+    "cpu_cache_read_usage": CPUOffloadingMetrics.CPU_CACHE_READ_USAGE_PERC,
+}
+_SIMPLE_GAUGES = {
+    "used_blocks": SimpleMetricName.USED_BLOCKS,
+    "pending_store_blocks": SimpleMetricName.PENDING_STORE_BLOCKS,
+}
+_NIXL_LISTS = ("transfer_duration", "post_duration", "bytes_transferred", "num_descriptors")
+_NIXL_EVENTS = {
+    "num_failed_transfers": NixlKVConnectorStats.record_failed_transfer,
+    "num_failed_handshakes": NixlKVConnectorStats.record_failed_handshake,
+    "num_failed_notifications": NixlKVConnectorStats.record_failed_notification,
+    "num_kv_expired_reqs": NixlKVConnectorStats.record_kv_expired_req,
+    "num_notifications_after_expiry": NixlKVConnectorStats.record_notification_after_expiry,
+}
+_SAVE_OUTCOMES = (
+    "stored",
+    "dropped_cpu_full",
+    "dropped_request_gone",
+    "dropped_null_block",
+    "dropped_not_hashed",
+    "skipped_already_cached",
+    "skipped_in_flight",
+)
+
+
+def kv_connector_stats(k) -> dict | None:
+    """The record's ``kv_connector_stats`` as the dict vLLM's scheduler puts
+    into ``SchedulerStats.kv_connector_stats`` for the MultiConnector of
+    :func:`kv_transfer_config`: ``MultiKVConnectorStats.to_dict()``, one
+    payload per connector class that has stats this step (as
+    ``MultiConnector.get_kv_connector_stats`` files them), each built by the
+    connector's own stats class. A connector whose stats hold nothing is left
+    out, as the scheduler leaves out empty stats; none at all is ``None``.
+    """
+    if k is None:
+        return None
+    multi = MultiKVConnectorStats()
+    nixl = k.get("nixl")
+    if nixl is not None:
+        stats = NixlKVConnectorStats()
+        # The worker's record_transfer() appends seconds (it divides NIXL's
+        # microseconds by 1e6), bytes and descriptors; the record carries
+        # those lists as they are.
+        for key in _NIXL_LISTS:
+            stats.data[key].extend(nixl.get(key) or ())
+        for key, record_event in _NIXL_EVENTS.items():
+            for _ in range(nixl.get(key) or 0):
+                record_event(stats)
+        # Left out when it holds nothing (the worker's get_kv_connector_stats
+        # gives None then); NIXL's is_empty() looks at transfers and failures
+        # only, and the record's post times or bytes alone are data too.
+        if any(stats.data.values()):
+            multi[stats_key(NIXL)] = stats
+    offloading = k.get("offloading")
+    if offloading is not None:
+        stats = OffloadingConnectorStats()
+        for key, name in _OFFLOADING_COUNTERS.items():
+            if offloading.get(key) is not None:
+                stats.increase_counter(name, offloading[key])
+        for key, name in _OFFLOADING_HISTOGRAMS.items():
+            for value in offloading.get(key) or ():
+                stats.observe_histogram(name, value)
+        for key, name in _OFFLOADING_GAUGES.items():
+            if offloading.get(key) is not None:
+                stats.set_gauge(name, offloading[key])
+        if not stats.is_empty():
+            multi[stats_key(OFFLOADING)] = stats
+    simple = k.get("simple_cpu_offload")
+    if simple is not None:
+        stats = SimpleCPUOffloadStats()
+        for outcome, count in (simple.get("save_outcomes") or {}).items():
+            if count is not None:
+                stats.increase_counter(SimpleMetricName.SAVE_OUTCOMES, count, (outcome,))
+        if simple.get("load_blocks") is not None:
+            stats.increase_counter(SimpleMetricName.LOAD_BLOCKS, simple["load_blocks"])
+        for key, name in _SIMPLE_GAUGES.items():
+            if simple.get(key) is not None:
+                stats.set_gauge(name, simple[key])
+        if not stats.is_empty():
+            multi[stats_key(SIMPLE_CPU_OFFLOAD)] = stats
+    return multi.to_dict() if multi.data else None
+
+
+# What the sidecar accepts of a scheduler_stats record's kv_connector_stats
+# and num_kv_fetch_reqs_by_stage (src/protocol/kv_connector.rs and
+# engine.rs: serde with unknown fields denied, then validate()); a record
+# failing it is rejected whole, so vLLM must not see it either.
+_U64_MAX = 2**64 - 1
+MAX_KV_CONNECTOR_ENTRIES = 65_536
+_NIXL_FIELDS = {**dict.fromkeys(_NIXL_LISTS, "measures"), **dict.fromkeys(_NIXL_EVENTS, "u64")}
+_OFFLOADING_FIELDS = {
+    "load_bytes": "u64",
+    "store_bytes": "u64",
+    "allocation_failures": "u64",
+    "stores_skipped": "u64",
+    "load_time": "measure",
+    "store_time": "measure",
+    **dict.fromkeys(_OFFLOADING_HISTOGRAMS, "measures"),
+    **dict.fromkeys(_OFFLOADING_GAUGES, "fraction"),
+}
+_SIMPLE_FIELDS = {
+    "save_outcomes": "outcomes",
+    "load_blocks": "u64",
+    "used_blocks": "u64",
+    "pending_store_blocks": "u64",
+}
+_KV_CONNECTOR_FIELDS = {
+    "nixl": _NIXL_FIELDS,
+    "offloading": _OFFLOADING_FIELDS,
+    "simple_cpu_offload": _SIMPLE_FIELDS,
+}
+
+
+def _u64(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _U64_MAX
+
+
+def _measure(value) -> bool:
+    """A finite, non-negative number (serde's f64 takes integers too)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value) and value >= 0
+    except OverflowError:
+        return False
+
+
+def _valid_field(kind, value) -> bool:
+    if value is None:  # an Option: null is no data
+        return True
+    if kind == "u64":
+        return _u64(value)
+    if kind == "measure":
+        return _measure(value)
+    if kind == "measures":
+        return (
+            isinstance(value, list)
+            and len(value) <= MAX_KV_CONNECTOR_ENTRIES
+            and all(_measure(v) for v in value)
+        )
+    if kind == "fraction":
+        return _measure(value) and value <= 1
+    # save_outcomes: the known outcomes only, each a u64 or null.
+    return isinstance(value, dict) and all(
+        outcome in _SAVE_OUTCOMES and (count is None or _u64(count))
+        for outcome, count in value.items()
+    )
+
+
+def _valid_object(value, fields) -> bool:
+    if value is None:
+        return True
+    return isinstance(value, dict) and all(
+        key in fields and _valid_field(fields[key], v) for key, v in value.items()
+    )
+
+
+def valid_kv_connector_stats(k) -> bool:
+    """Whether the sidecar accepts a record's ``kv_connector_stats``."""
+    if k is None:
+        return True
+    return isinstance(k, dict) and all(
+        kind in _KV_CONNECTOR_FIELDS and _valid_object(part, _KV_CONNECTOR_FIELDS[kind])
+        for kind, part in k.items()
+    )
+
+
+def valid_kv_fetch_stages(stages) -> bool:
+    """Whether the sidecar accepts ``num_kv_fetch_reqs_by_stage``: the known
+    stages only, each a u64 (an absent stage is 0)."""
+    return stages is None or (
+        isinstance(stages, dict)
+        and all(stage in KV_FETCH_STAGES and _u64(n) for stage, n in stages.items())
     )
 
 
@@ -87,16 +356,31 @@ def engine_core_output(o) -> EngineCoreOutput:
     )
 
 
-def scheduler_stats(r) -> tuple:
+def scheduler_stats(r, kv_fetch_counts=None, kv_connector=False) -> tuple:
+    """vLLM's ``SchedulerStats`` (and ``MultiModalCacheStats``) of a
+    record. ``kv_fetch_counts`` is the engine's ``_kv_fetch_counts``, which
+    vLLM's scheduler always reports (all stages 0 without a connector); with
+    a KV connector configured, a record's ``num_kv_fetch_reqs_by_stage``
+    updates it (an absent field leaves it as it was, as the sidecar leaves
+    the gauges) and its ``kv_connector_stats`` become the connectors'."""
     skipped = r.get("num_skipped_waiting_reqs") or 0
+    if kv_fetch_counts is None:
+        kv_fetch_counts = dict.fromkeys(KV_FETCH_STAGES, 0)
+    if kv_connector and r.get("num_kv_fetch_reqs_by_stage") is not None:
+        stages = r["num_kv_fetch_reqs_by_stage"]
+        kv_fetch_counts.update({stage: stages.get(stage, 0) for stage in KV_FETCH_STAGES})
     stats = SchedulerStats(
         num_running_reqs=r["num_running_reqs"],
         # vLLM 0.33 counts deferred requests apart; the trace's count includes them.
         num_waiting_reqs=r["num_waiting_reqs"] - skipped,
         num_skipped_waiting_reqs=skipped,
+        num_kv_fetch_reqs_by_stage=dict(kv_fetch_counts),
         kv_cache_usage=r["kv_cache_usage"],
         prefix_cache_stats=PrefixCacheStats(
             queries=r["prefix_cache_queries"], hits=r["prefix_cache_hits"]
+        ),
+        kv_connector_stats=(
+            kv_connector_stats(r.get("kv_connector_stats")) if kv_connector else None
         ),
     )
     queries = r.get("external_prefix_cache_queries") or 0
@@ -121,13 +405,27 @@ def scheduler_stats(r) -> tuple:
     return stats, mm
 
 
+def _not_json(token):
+    raise ValueError(f"{token} is not JSON")
+
+
+def _finite(text):
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of range")  # serde_json refuses it too
+    return value
+
+
 def records(path, model):
     """The trace's valid records of one model, in order (lines that are not
-    JSON objects are skipped: the sidecar's replay rejects them too)."""
+    JSON objects are skipped: the sidecar's replay rejects them too, and so a
+    number out of a double's range, or NaN and Infinity, which Python's json
+    alone would take; so is a scheduler_stats record whose kv_connector_stats
+    or num_kv_fetch_reqs_by_stage the sidecar refuses)."""
     with open(path, encoding="utf-8-sig") as f:
         for line in f:
             try:
-                r = json.loads(line)
+                r = json.loads(line, parse_constant=_not_json, parse_float=_finite)
             except ValueError:
                 continue
             if not isinstance(r, dict):
@@ -136,20 +434,29 @@ def records(path, model):
             if not isinstance(engine, int) or isinstance(engine, bool) or engine < 0:
                 continue  # invalid (the golden traces have some); the sidecar rejects it too
             kind = r.get("type")
+            if kind == "scheduler_stats" and not (
+                valid_kv_connector_stats(r.get("kv_connector_stats"))
+                and valid_kv_fetch_stages(r.get("num_kv_fetch_reqs_by_stage"))
+            ):
+                continue
             if kind in ("outputs", "abort") or (
                 kind in ("request", "scheduler_stats") and r.get("model_name") == model
             ):
                 yield r
 
 
-def steps(trace, model, counts=None):
+def steps(trace, model, counts=None, kv_connector=False):
     """The ``record()`` calls the trace makes, as AsyncLLM's output handler
     makes them: ``(scheduler_stats, iteration_stats, mm_cache_stats,
     engine_idx)``, built by vLLM's own classes. ``counts`` (a dict), when
-    given, receives the number of steps and finished requests."""
+    given, receives the number of steps and finished requests.
+    ``kv_connector``: the engines run the KV connectors of
+    :func:`kv_transfer_config` (else the trace's connector stats and KV-fetch
+    stages are none a vLLM without a connector could have)."""
     counts = {} if counts is None else counts
     counts.update(steps=0, finished=0)
     live: dict[str, Request] = {}
+    kv_fetch_counts: dict[int, dict[str, int]] = {}
     lora_states = LoRARequestStates(log_stats=False)
     for r in records(trace, model):
         kind = r["type"]
@@ -163,10 +470,12 @@ def steps(trace, model, counts=None):
             # The Python frontend forgets an aborted request without stats.
             live.pop(r.get("request_id"), None)
         elif kind == "scheduler_stats":
+            fetch = kv_fetch_counts.setdefault(r["engine"], dict.fromkeys(KV_FETCH_STAGES, 0))
             try:
-                stats, mm = scheduler_stats(r)
+                stats, mm = scheduler_stats(r, dict(fetch), kv_connector)
             except (KeyError, TypeError, ValueError):
                 continue
+            fetch.update(stats.num_kv_fetch_reqs_by_stage)
             yield stats, None, mm, r["engine"]
         else:  # outputs
             outputs = [o for o in r.get("outputs") or [] if o.get("request_id") in live]

@@ -116,6 +116,7 @@ def scheduler_record(
     engine: int,
     received_at: float,
     lora_enabled: bool,
+    kv_consumer: bool = False,
 ) -> dict:
     """One ``SchedulerStats`` (plus the step's ``MultiModalCacheStats``).
 
@@ -123,6 +124,11 @@ def scheduler_record(
     record's ``num_waiting_reqs`` includes them (the sum vLLM sets
     ``vllm:num_requests_waiting`` to) and ``num_skipped_waiting_reqs`` says how
     many of them are deferred.
+
+    vLLM's scheduler reports ``num_kv_fetch_reqs_by_stage`` on every engine
+    (all 0 without a KV connector), but its logger has
+    ``vllm:num_requests_kv_fetch_by_stage`` on KV consumers only: the record
+    carries the stages only when ``kv_consumer`` (see :func:`kv_transfer_setup`).
     """
     skipped = int(getattr(stats, "num_skipped_waiting_reqs", 0))
     prefix = stats.prefix_cache_stats
@@ -139,7 +145,7 @@ def scheduler_record(
         "prefix_cache_hits": int(prefix.hits),
     }
     stages = _dict_or_empty(getattr(stats, "num_kv_fetch_reqs_by_stage", None))
-    if stages:
+    if kv_consumer and stages:
         record["num_kv_fetch_reqs_by_stage"] = {
             stage: int(stages.get(stage, 0)) for stage in KV_FETCH_STAGES
         }
@@ -297,6 +303,76 @@ def kv_connector_record(payload) -> dict | None:
     return record or None
 
 
+#: vLLM's NIXL connectors (``KVConnectorFactory`` names), whose metrics are
+#: ``NixlPromMetrics``.
+NIXL_CONNECTORS = ("NixlConnector", "NixlPullConnector", "NixlPushConnector")
+
+
+def kv_transfer_setup(kv_transfer_config) -> tuple[bool, bool]:
+    """What of vLLM's ``KVTransferConfig`` shapes its logger's KV families:
+    ``(kv_consumer, nixl)``. ``kv_consumer``: the engine consumes KV (role
+    ``kv_consumer`` or ``kv_both``), the only case in which vLLM registers
+    ``vllm:num_requests_kv_fetch_by_stage``. ``nixl``: a NIXL connector is
+    configured, alone or among a MultiConnector's, whose eight series vLLM
+    creates, at 0, for every engine when its logger starts.
+
+    >>> import types
+    >>> kv = types.SimpleNamespace(kv_connector="MultiConnector", is_kv_consumer=True,
+    ...     kv_connector_extra_config={"connectors": [{"kv_connector": "NixlConnector"}]})
+    >>> kv_transfer_setup(kv), kv_transfer_setup(None)
+    ((True, True), (False, False))
+    """
+    if kv_transfer_config is None or not getattr(kv_transfer_config, "kv_connector", None):
+        return False, False
+    consumer = bool(getattr(kv_transfer_config, "is_kv_consumer", False))
+    module_path = getattr(kv_transfer_config, "kv_connector_module_path", None)
+    connectors = [
+        {"kv_connector": kv_transfer_config.kv_connector, "kv_connector_module_path": module_path}
+    ]
+    if kv_transfer_config.kv_connector == "MultiConnector":
+        extra = getattr(kv_transfer_config, "kv_connector_extra_config", None) or {}
+        connectors = [c for c in extra.get("connectors") or () if isinstance(c, dict)]
+    # A connector loaded from a module path of its own is not vLLM's.
+    nixl = any(
+        c.get("kv_connector") in NIXL_CONNECTORS and not c.get("kv_connector_module_path")
+        for c in connectors
+    )
+    return consumer, nixl
+
+
+def engine_start_record(model_name: str, engine: int, received_at: float, kv_consumer: bool,
+                        nixl: bool) -> dict | None:
+    """The KV series vLLM's ``PrometheusStatLogger`` creates, at 0, for every
+    engine when it starts (see :func:`kv_transfer_setup`), as a scheduler
+    record of the idle engine: ``vllm:num_requests_kv_fetch_by_stage`` on a KV
+    consumer, NIXL's eight families with a NIXL connector. The sidecar
+    creates them with a record that carries them, so an engine whose steps
+    never do (no NIXL transfer yet, or no step at all) has them as in vLLM.
+    Every other value of the record is the idle engine's (0), which vLLM's
+    logger holds then too. ``None`` when the configuration has neither.
+    """
+    if not (kv_consumer or nixl):
+        return None
+    record = {
+        "type": "scheduler_stats",
+        "model_name": model_name,
+        "engine": engine,
+        "received_at": float(received_at),
+        "num_running_reqs": 0,
+        "num_waiting_reqs": 0,
+        "kv_cache_usage": 0.0,
+        "prefix_cache_queries": 0,
+        "prefix_cache_hits": 0,
+    }
+    if kv_consumer:
+        record["num_kv_fetch_reqs_by_stage"] = dict.fromkeys(KV_FETCH_STAGES, 0)
+    if nixl:
+        # NIXL's payload of no transfer and no failure.
+        nothing = dict.fromkeys(_NIXL_LISTS + _NIXL_COUNTS, ())
+        record["kv_connector_stats"] = {"nixl": _nixl(nothing)}
+    return record
+
+
 def engine_config_record(cache_config, model_name: str, engine: int, max_loras, max_model_len) -> dict:
     """``CacheConfig.metrics_info()`` (every value as ``str()``), as vLLM
     labels ``vllm:cache_config_info``, plus ``--max-loras`` and the model's
@@ -365,9 +441,10 @@ class StepConverter:
     vLLM's, one step later).
     """
 
-    def __init__(self, model_name: str, lora_enabled: bool):
+    def __init__(self, model_name: str, lora_enabled: bool, kv_consumer: bool = False):
         self.model_name = model_name
         self.lora_enabled = lora_enabled
+        self.kv_consumer = kv_consumer
         self._pending_mm: dict[int, _CacheCounts] = {}
 
     def records(self, scheduler_stats, iteration_stats, mm_cache_stats, engine: int, now: float) -> list:
@@ -384,7 +461,13 @@ class StepConverter:
                 mm_cache_stats = _CacheCounts(queries, hits)
             out.append(
                 scheduler_record(
-                    scheduler_stats, mm_cache_stats, self.model_name, engine, now, self.lora_enabled
+                    scheduler_stats,
+                    mm_cache_stats,
+                    self.model_name,
+                    engine,
+                    now,
+                    self.lora_enabled,
+                    self.kv_consumer,
                 )
             )
         if iteration_stats is not None:

@@ -47,7 +47,12 @@ class OtelMetricsStatLogger(AggregateStatLoggerBase):
         self.model_name = _served_model_name(vllm_config)
         lora_config = getattr(vllm_config, "lora_config", None)
         self.max_loras = getattr(lora_config, "max_loras", None) if lora_config else None
-        self.steps = convert.StepConverter(self.model_name, lora_config is not None)
+        self.kv_consumer, self.nixl = convert.kv_transfer_setup(
+            getattr(vllm_config, "kv_transfer_config", None)
+        )
+        self.steps = convert.StepConverter(
+            self.model_name, lora_config is not None, self.kv_consumer
+        )
         try:
             settings = config.from_env()
         except config.ConfigError as e:
@@ -94,13 +99,20 @@ class OtelMetricsStatLogger(AggregateStatLoggerBase):
                 for engine in self.engine_indexes
             ]
         max_model_len = getattr(self.vllm_config.model_config, "max_model_len", None)
-        return [
-            convert.engine_config_record(
-                self.vllm_config.cache_config,
-                self.model_name,
-                engine,
-                self.max_loras,
-                max_model_len,
+        records = []
+        for engine in self.engine_indexes:
+            records.append(
+                convert.engine_config_record(
+                    self.vllm_config.cache_config,
+                    self.model_name,
+                    engine,
+                    self.max_loras,
+                    max_model_len,
+                )
             )
-            for engine in self.engine_indexes
-        ]
+            start = convert.engine_start_record(
+                self.model_name, engine, time.time(), self.kv_consumer, self.nixl
+            )
+            if start is not None:
+                records.append(start)
+        return records
