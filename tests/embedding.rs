@@ -1,7 +1,6 @@
-//! A host program that owns the `SdkMeterProvider`: it registers the
-//! crate's Views, its own reader (the Prometheus bridge here, the SDK's
-//! in-memory exporter beside it) and its own instruments and Views, and
-//! hands the crate a `Meter`. The crate's families come out exactly as the
+//! A host program that owns the `SdkMeterProvider`: `Instruments::install`
+//! registers the crate's Views on the host's builder, with its own reader (the Prometheus bridge here, the SDK's
+//! in-memory exporter beside it) and its own instruments and Views. The crate's families come out exactly as the
 //! CLI writes them (the golden exposition, byte for byte), and the host's
 //! instrument keeps its own View.
 
@@ -16,7 +15,7 @@ use opentelemetry_sdk::metrics::{
 use vllm_otel_metrics::catalog;
 use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
 use vllm_otel_metrics::ingest::jsonl;
-use vllm_otel_metrics::instruments::{views, Instruments, InstrumentsConfig};
+use vllm_otel_metrics::instruments::{Instruments, InstrumentsConfig};
 use vllm_otel_metrics::tracker::Tracker;
 
 #[test]
@@ -24,10 +23,9 @@ fn a_host_provider_records_the_golden_exposition_next_to_its_own_instruments() {
     let (bridge, bridge_reader) = PrometheusBridge::builder().build();
     let in_memory = InMemoryMetricExporterBuilder::new().build();
     let config = InstrumentsConfig::default();
-    let provider = SdkMeterProvider::builder()
+    let builder = SdkMeterProvider::builder()
         .with_reader(bridge_reader)
         .with_reader(PeriodicReader::builder(in_memory.clone()).build())
-        .with_view(views(config))
         // The host's own View, for its own histogram.
         .with_view(|instrument: &Instrument| {
             (instrument.name() == "host.batch_size").then(|| {
@@ -39,14 +37,14 @@ fn a_host_provider_records_the_golden_exposition_next_to_its_own_instruments() {
                     .build()
                     .unwrap()
             })
-        })
-        .build();
+        });
+    let (provider, instruments) = Instruments::install(builder, config);
     let host_meter = provider.meter("host");
     let batch_size = host_meter.u64_histogram("host.batch_size").build();
     batch_size.record(3, &[]);
     batch_size.record(100, &[]);
 
-    let mut tracker = Tracker::new(Instruments::from_meter(&provider.meter("vllm"), config));
+    let mut tracker = Tracker::new(instruments);
     let trace = common::repo().join("tests/data/lifecycle.jsonl");
     let mut errors = Vec::new();
     jsonl::replay(
@@ -103,4 +101,79 @@ fn a_host_provider_records_the_golden_exposition_next_to_its_own_instruments() {
         golden_counts
     );
     provider.shutdown().unwrap();
+}
+
+/// `examples/host_metrics_endpoint.rs` (built by `cargo test` beside this
+/// test) serves its three requests on its own HTTP server: the preemption
+/// histogram and the host's own counter, sample for sample.
+#[test]
+fn the_host_endpoint_example_serves_its_requests() {
+    let examples = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .and_then(|deps| deps.parent())
+        .unwrap()
+        .join("examples");
+    let binary = examples.join("host_metrics_endpoint");
+    assert!(
+        binary.exists(),
+        "{} is missing: `cargo test` builds the examples (run `cargo build --examples`)",
+        binary.display()
+    );
+    let port = common::free_port();
+    let mut child = std::process::Command::new(&binary)
+        .args([format!("127.0.0.1:{port}"), "1".to_owned()])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let body = common::wait_for(10, "the example's /metrics", || {
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+        use std::io::{Read, Write};
+        stream
+            .write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")
+            .ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).ok()?;
+        Some(response)
+    });
+    assert!(
+        child.wait().unwrap().success(),
+        "the example exits after one scrape"
+    );
+    let (head, exposition) = body.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+    let samples = common::samples(exposition);
+    let preemptions: Vec<(String, f64)> = samples
+        .iter()
+        .filter(|(key, _)| key.starts_with("vllm:request_num_preemptions_"))
+        .map(|(key, value)| (key.clone(), *value))
+        .collect();
+    let labels = r#"model_name="my-model",engine="0""#;
+    let mut expected = vec![
+        (
+            format!("vllm:request_num_preemptions_count{{{labels}}}"),
+            3.0,
+        ),
+        (format!("vllm:request_num_preemptions_sum{{{labels}}}"), 1.0),
+    ];
+    for (le, count) in [
+        ("1.0", 3.0),
+        ("2.0", 3.0),
+        ("3.0", 3.0),
+        ("4.0", 3.0),
+        ("5.0", 3.0),
+        ("10.0", 3.0),
+        ("20.0", 3.0),
+        ("+Inf", 3.0),
+    ] {
+        expected.push((
+            format!("vllm:request_num_preemptions_bucket{{{labels},le=\"{le}\"}}"),
+            count,
+        ));
+    }
+    let mut got = preemptions;
+    got.sort_by(|a, b| a.0.cmp(&b.0));
+    expected.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(got, expected);
+    assert_eq!(samples["batches_total"], 3.0);
 }

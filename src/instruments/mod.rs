@@ -2,8 +2,8 @@
 //!
 //! [`Instruments`] creates one `opentelemetry` API instrument per catalog
 //! family from a [`Meter`], either its own `SdkMeterProvider` (with the
-//! catalog's [`views`] and the readers given to the [builder](InstrumentsBuilder))
-//! or one a host program owns ([`Instruments::from_meter`]). It caches the
+//! catalog's Views and the readers given to the [builder](InstrumentsBuilder))
+//! or one a host program owns ([`Instruments::install`]). It caches the
 //! SDK's bound handles of each `(model_name, engine)` label set: they are
 //! resolved once, when the first request (or scheduler record) of a label set
 //! arrives, and shared by every later request of that set, as vLLM's Rust
@@ -23,23 +23,22 @@
 //! # instruments.shutdown().unwrap();
 //! ```
 //!
-//! A host program with its own provider registers the [`views`] and hands
-//! over a [`Meter`]; here the SDK's in-memory exporter reads the headline
+//! A host program with its own provider hands its builder (its readers,
+//! Views and resource already on it) to [`Instruments::install`], which
+//! registers the catalog's Views for the same config it builds the
+//! instruments from; here the SDK's in-memory exporter reads the headline
 //! histogram after one request:
 //!
 //! ```
-//! use opentelemetry::metrics::MeterProvider as _;
 //! use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
 //! use opentelemetry_sdk::metrics::{InMemoryMetricExporterBuilder, PeriodicReader, SdkMeterProvider};
-//! use vllm_otel_metrics::instruments::{views, Instruments, InstrumentsConfig};
+//! use vllm_otel_metrics::instruments::{Instruments, InstrumentsConfig};
 //! use vllm_otel_metrics::tracker::{RequestMetrics, RequestParams};
 //!
 //! let exporter = InMemoryMetricExporterBuilder::new().build();
-//! let provider = SdkMeterProvider::builder()
-//!     .with_reader(PeriodicReader::builder(exporter.clone()).build())
-//!     .with_view(views(InstrumentsConfig::default()))
-//!     .build();
-//! let instruments = Instruments::from_meter(&provider.meter("host"), InstrumentsConfig::default());
+//! let builder = SdkMeterProvider::builder()
+//!     .with_reader(PeriodicReader::builder(exporter.clone()).build());
+//! let (provider, instruments) = Instruments::install(builder, InstrumentsConfig::default());
 //!
 //! let params = RequestParams { arrival_time: 100.0, prompt_len: 16, max_tokens: None, n: 1 };
 //! let mut request = RequestMetrics::start(&instruments, "llama", 0, params);
@@ -84,6 +83,7 @@ pub(crate) use request::{Preemptions, RequestHandles, RequestHistogram, NO_PREEM
 pub(crate) use semconv::SemconvEnd;
 use semconv::SemconvInstruments;
 pub use semconv::{Semconv, SemconvServer};
+#[doc(hidden)]
 pub use views::views;
 
 /// The instrumentation scope name of every instrument the crate's own
@@ -203,12 +203,16 @@ impl InstrumentsBuilder {
     /// Builds the provider with the catalog's Views, and every instrument.
     pub fn build(self) -> Instruments {
         let provider = self.provider.with_view(views(self.config)).build();
-        let scope = InstrumentationScope::builder(SCOPE_NAME)
-            .with_version(env!("CARGO_PKG_VERSION"))
-            .build();
-        let meter = provider.meter_with_scope(scope);
+        let meter = provider.meter_with_scope(scope());
         Instruments::new(&meter, self.config, &self.server, Some(provider))
     }
+}
+
+/// The crate's instrumentation scope: its name and version.
+fn scope() -> InstrumentationScope {
+    InstrumentationScope::builder(SCOPE_NAME)
+        .with_version(env!("CARGO_PKG_VERSION"))
+        .build()
 }
 
 pub(crate) fn u64_counter(meter: &Meter, def: &'static MetricDef) -> Counter<u64> {
@@ -411,11 +415,54 @@ impl Instruments {
         }
     }
 
-    /// The instruments on a host program's meter. The host's provider must
-    /// have the [`views`] of the same `config` registered (they set the
-    /// buckets, the cardinality limits and the names); it also keeps
-    /// ownership: [`Instruments::force_flush`] and [`Instruments::shutdown`]
-    /// do nothing here.
+    /// A host program's setup in one call: registers the catalog's Views
+    /// for `config` (buckets, cardinality limits, names) on the host's
+    /// `builder`, builds the provider, and builds the instruments on it from
+    /// the same `config`, so the two cannot disagree. The host keeps the
+    /// provider, with its own readers, Views and instruments:
+    /// [`Instruments::force_flush`] and [`Instruments::shutdown`] do nothing
+    /// here; flush and shut down the returned provider instead.
+    ///
+    /// ```
+    /// use opentelemetry::metrics::MeterProvider as _;
+    /// use opentelemetry_sdk::metrics::SdkMeterProvider;
+    /// use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
+    /// use vllm_otel_metrics::instruments::{Instruments, InstrumentsConfig};
+    /// use vllm_otel_metrics::tracker::{RequestMetrics, RequestParams};
+    ///
+    /// let (bridge, reader) = PrometheusBridge::builder().build();
+    /// let config = InstrumentsConfig { max_model_len: 32_768, ..InstrumentsConfig::default() };
+    /// let (provider, instruments) =
+    ///     Instruments::install(SdkMeterProvider::builder().with_reader(reader), config);
+    /// // The host's own instruments, on the same provider.
+    /// provider.meter("my-frontend").u64_counter("batches").build().add(1, &[]);
+    ///
+    /// let params = RequestParams { arrival_time: 100.0, prompt_len: 64, max_tokens: None, n: 1 };
+    /// RequestMetrics::start(&instruments, "my-model", 0, params).abort(100.5);
+    /// assert!(bridge.encode(Format::Text).contains(
+    ///     "vllm:request_num_preemptions_count{model_name=\"my-model\",engine=\"0\"} 1\n"
+    /// ));
+    /// # provider.shutdown().unwrap();
+    /// ```
+    pub fn install(
+        builder: MeterProviderBuilder,
+        config: InstrumentsConfig,
+    ) -> (SdkMeterProvider, Instruments) {
+        let provider = builder.with_view(views(config)).build();
+        let instruments = Instruments::new(
+            &provider.meter_with_scope(scope()),
+            config,
+            &SemconvServer::default(),
+            None,
+        );
+        (provider, instruments)
+    }
+
+    /// The instruments on a meter whose provider has the Views of the same
+    /// `config` registered. Hidden: it lets the two disagree, which
+    /// [`Instruments::install`] rules out; the benchmarks use it to bind
+    /// their SDK floor on the very meter the instruments use.
+    #[doc(hidden)]
     pub fn from_meter(meter: &Meter, config: InstrumentsConfig) -> Instruments {
         Instruments::new(meter, config, &SemconvServer::default(), None)
     }
@@ -450,8 +497,8 @@ impl Instruments {
         }
     }
 
-    /// The meter provider the builder made; `None` on a host's meter
-    /// ([`Instruments::from_meter`]).
+    /// The meter provider the builder made; `None` on a host's provider
+    /// ([`Instruments::install`]).
     pub fn meter_provider(&self) -> Option<&SdkMeterProvider> {
         self.inner.provider.as_ref()
     }

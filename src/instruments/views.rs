@@ -6,8 +6,8 @@
 //! limit sized for [`InstrumentsConfig::max_label_sets`] label sets, and with
 //! [`NameStyle::Prometheus`] the stream takes vLLM's own name. The token
 //! histograms' buckets end as [`InstrumentsConfig::token_buckets`] says. A
-//! host program that brings its own `SdkMeterProvider` registers [`views`]
-//! on its builder.
+//! host program that brings its own `SdkMeterProvider` gets them registered
+//! by [`Instruments::install`](super::Instruments::install).
 
 use opentelemetry_sdk::metrics::{Aggregation, Instrument, Stream};
 
@@ -17,18 +17,10 @@ use super::{InstrumentsConfig, NameStyle};
 
 /// The Views of every catalog family, for
 /// [`MeterProviderBuilder::with_view`](opentelemetry_sdk::metrics::MeterProviderBuilder::with_view).
-///
-/// Instruments outside the catalog are left alone (the closure returns `None`).
-///
-/// ```
-/// use opentelemetry_sdk::metrics::SdkMeterProvider;
-/// use vllm_otel_metrics::instruments::{views, InstrumentsConfig};
-///
-/// let provider = SdkMeterProvider::builder()
-///     .with_view(views(InstrumentsConfig::default()))
-///     .build();
-/// # provider.shutdown().unwrap();
-/// ```
+/// Instruments outside the catalog are left alone (the closure returns
+/// `None`). Public but hidden, for the benchmarks only: a host registers them
+/// through [`Instruments::install`](super::Instruments::install), which
+/// builds the instruments from the same config.
 pub fn views(
     config: InstrumentsConfig,
 ) -> impl Fn(&Instrument) -> Option<Stream> + Send + Sync + 'static {
