@@ -854,10 +854,13 @@ fn invalid_settings_are_rejected_clearly() {
     }
 }
 
-/// The quantile line of a summary: `p50 a, p90 b, p99 c, mean d`.
+/// The interpolated quantile line of a summary:
+/// `histogram_quantile: p50 a, p90 b, p99 c`.
 fn summary_p99(line: &str) -> Option<String> {
-    line.split(", ")
-        .find_map(|part| part.trim().strip_prefix("p99 ").map(str::to_owned))
+    line.trim()
+        .strip_prefix("histogram_quantile: ")?
+        .split(", ")
+        .find_map(|part| part.strip_prefix("p99 ").map(str::to_owned))
 }
 
 #[test]
@@ -895,7 +898,7 @@ fn realtime_run_scraped_by_prometheus_matches_the_simulator() {
     let mut p99_line = None;
     for line in stderr.lines() {
         let line = line.unwrap();
-        if line.trim_start().starts_with("p50 ") {
+        if line.trim_start().starts_with("histogram_quantile: ") {
             p99_line = Some(line);
             break;
         }

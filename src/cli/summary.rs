@@ -1,6 +1,7 @@
 //! The end-of-run summary a person reads at a glance, computed from the
 //! recorded histograms the way PromQL's `histogram_quantile` reads them.
 
+use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use crate::catalog::{self, MetricDef};
@@ -147,44 +148,7 @@ pub fn summary(config: &SimConfig, outcome: &SimOutcome, families: &[Family], wa
         reasons.join(", ")
     );
     if let Some(h) = MergedHistogram::from_snapshot(families, &catalog::REQUEST_NUM_PREEMPTIONS) {
-        let _ = writeln!(
-            out,
-            "preemptions per request ({}, {} requests):",
-            catalog::REQUEST_NUM_PREEMPTIONS.vllm_name,
-            h.count
-        );
-        let mut previous_le: Option<f64> = None;
-        let mut previous = 0;
-        let mut rows: Vec<(String, u64)> = Vec::new();
-        for &(le, cumulative) in &h.buckets {
-            let label = match previous_le {
-                None => format!("0-{le}"),
-                Some(p) if le - p == 1.0 => format!("{le}"),
-                Some(p) => format!("{}-{le}", p + 1.0),
-            };
-            rows.push((label, cumulative - previous));
-            previous = cumulative;
-            previous_le = Some(le);
-        }
-        rows.push((
-            format!(">{}", previous_le.unwrap_or(0.0)),
-            h.count - previous,
-        ));
-        let widest = rows.iter().map(|(_, n)| *n).max().unwrap_or(0).max(1);
-        for (label, n) in rows {
-            let bar = "#".repeat(((n as f64 / widest as f64) * 40.0).round() as usize);
-            let share = if h.count > 0 {
-                100.0 * n as f64 / h.count as f64
-            } else {
-                0.0
-            };
-            let _ = writeln!(out, "  {label:>6} | {bar:<40} {n:>7} {share:5.1}%");
-        }
-        let quantiles: Vec<String> = QUANTILES
-            .iter()
-            .map(|q| format!("p{} {:.2}", (q * 100.0).round(), h.quantile(*q)))
-            .collect();
-        let _ = writeln!(out, "  {}, mean {:.3}", quantiles.join(", "), h.mean());
+        preemption_rows(&mut out, &outcome.preemptions_per_request, &h);
     }
     let latency = |def: &MetricDef| {
         MergedHistogram::from_snapshot(families, def).map_or_else(
@@ -214,6 +178,80 @@ pub fn summary(config: &SimConfig, outcome: &SimOutcome, families: &[Family], wa
         outcome.preemptions as f64 / seconds
     );
     out
+}
+
+/// The preemption histogram's section of a summary. Rows are the exact
+/// counts the simulator knows, 0 apart from 1 (vLLM's first bucket,
+/// `le="1"`, holds both), then the catalog's buckets; the quantiles are
+/// exact counts too, followed by what `histogram_quantile` makes of the
+/// recorded histogram (what a dashboard shows).
+fn preemption_rows(out: &mut String, exact: &BTreeMap<u32, u64>, h: &MergedHistogram) {
+    let requests: u64 = exact.values().sum();
+    let _ = writeln!(
+        out,
+        "preemptions per request ({requests} requests; {} buckets them as le={}):",
+        catalog::REQUEST_NUM_PREEMPTIONS.vllm_name,
+        catalog::PREEMPTION_BUCKETS
+            .iter()
+            .map(|b| format!("{b}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let in_range = |low: u32, high: u32| -> u64 { exact.range(low..=high).map(|(_, n)| n).sum() };
+    let mut rows = vec![("0".to_owned(), in_range(0, 0))];
+    let mut low = 1;
+    for &le in catalog::PREEMPTION_BUCKETS {
+        let high = le as u32;
+        let label = if high == low {
+            format!("{high}")
+        } else {
+            format!("{low}-{high}")
+        };
+        rows.push((label, in_range(low, high)));
+        low = high + 1;
+    }
+    rows.push((format!(">{}", low - 1), in_range(low, u32::MAX)));
+    let widest = rows.iter().map(|(_, n)| *n).max().unwrap_or(0).max(1);
+    for (label, n) in rows {
+        let bar = "#".repeat(((n as f64 / widest as f64) * 40.0).round() as usize);
+        let share = if requests > 0 {
+            100.0 * n as f64 / requests as f64
+        } else {
+            0.0
+        };
+        let _ = writeln!(out, "  {label:>6} | {bar:<40} {n:>7} {share:5.1}%");
+    }
+    let exact_quantiles: Vec<String> = QUANTILES
+        .iter()
+        .map(|q| format!("p{} {}", (q * 100.0).round(), exact_quantile(exact, *q)))
+        .collect();
+    let max = exact.keys().next_back().copied().unwrap_or(0);
+    let _ = writeln!(
+        out,
+        "  {}, max {max}, mean {:.3}",
+        exact_quantiles.join(", "),
+        h.mean()
+    );
+    let interpolated: Vec<String> = QUANTILES
+        .iter()
+        .map(|q| format!("p{} {:.2}", (q * 100.0).round(), h.quantile(*q)))
+        .collect();
+    let _ = writeln!(out, "  histogram_quantile: {}", interpolated.join(", "));
+}
+
+/// The `q`-quantile of exact counts (nearest rank): the smallest count at
+/// least a share `q` of the requests do not exceed.
+fn exact_quantile(exact: &BTreeMap<u32, u64>, q: f64) -> u32 {
+    let requests: u64 = exact.values().sum();
+    let rank = ((q * requests as f64).ceil() as u64).max(1);
+    let mut seen = 0;
+    for (&count, &n) in exact {
+        seen += n;
+        if seen >= rank {
+            return count;
+        }
+    }
+    0
 }
 
 /// One row of a capacity what-if sweep.
@@ -289,5 +327,48 @@ impl SweepRow {
             self.ttft_p99,
             self.preemptions
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 0 and 1 are rows of their own, the quantiles whole counts.
+    #[test]
+    fn never_preempted_requests_are_a_row_and_quantiles_are_counts() {
+        let exact = BTreeMap::from([(0, 6), (1, 2), (3, 1), (12, 1)]);
+        // The same requests as vLLM's histogram records them.
+        let h = MergedHistogram {
+            buckets: vec![
+                (1.0, 8),
+                (2.0, 8),
+                (3.0, 9),
+                (4.0, 9),
+                (5.0, 9),
+                (10.0, 9),
+                (20.0, 10),
+            ],
+            count: 10,
+            sum: 17.0,
+        };
+        let mut out = String::new();
+        preemption_rows(&mut out, &exact, &h);
+        let bar = |n: usize| "#".repeat(n);
+        let expected = [
+            "preemptions per request (10 requests; vllm:request_num_preemptions buckets them as le=1,2,3,4,5,10,20):".to_owned(),
+            format!("       0 | {:<40}       6  60.0%", bar(40)),
+            format!("       1 | {:<40}       2  20.0%", bar(13)),
+            format!("       2 | {:<40}       0   0.0%", ""),
+            format!("       3 | {:<40}       1  10.0%", bar(7)),
+            format!("       4 | {:<40}       0   0.0%", ""),
+            format!("       5 | {:<40}       0   0.0%", ""),
+            format!("    6-10 | {:<40}       0   0.0%", ""),
+            format!("   11-20 | {:<40}       1  10.0%", bar(7)),
+            format!("     >20 | {:<40}       0   0.0%", ""),
+            "  p50 0, p90 3, p99 12, max 12, mean 1.700".to_owned(),
+            "  histogram_quantile: p50 0.62, p90 3.00, p99 19.00".to_owned(),
+        ];
+        assert_eq!(out.lines().collect::<Vec<_>>(), expected);
     }
 }
