@@ -29,7 +29,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let addr = args.next().unwrap_or_else(|| "127.0.0.1:9464".to_owned());
     let scrapes: Option<usize> = args.next().map(|n| n.parse()).transpose()?;
+    let listener = TcpListener::bind(&addr)?;
+    eprintln!("serving http://{addr}/metrics");
+    serve(listener, scrapes)
+}
 
+/// The host: its provider, three requests, then `/metrics` for `scrapes`
+/// connections (all of them when `None`).
+pub(crate) fn serve(
+    listener: TcpListener,
+    scrapes: Option<usize>,
+) -> Result<(), Box<dyn std::error::Error>> {
     let (bridge, reader) = PrometheusBridge::builder().build();
     let config = InstrumentsConfig {
         max_model_len: 8192,
@@ -75,8 +85,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         batches.add(1, &[]);
     }
 
-    let listener = TcpListener::bind(&addr)?;
-    eprintln!("serving http://{addr}/metrics");
     for stream in listener.incoming().take(scrapes.unwrap_or(usize::MAX)) {
         if let Err(e) = respond(stream?, &bridge) {
             eprintln!("a scrape failed: {e}");

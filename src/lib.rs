@@ -50,3 +50,8 @@ pub use support::{clock, listen, redact};
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+/// docs/LIBRARY.md's Rust examples, compiled and run as doc tests.
+#[doc = include_str!("../docs/LIBRARY.md")]
+#[cfg(doctest)]
+pub struct LibraryDoctests;

@@ -1,4 +1,4 @@
-//! `vllm-otel-metrics`: see `vllm-otel-metrics --help` and the README.
+//! `vllm-otel-metrics`: see `vllm-otel-metrics --help` and docs/CLI.md.
 
 use clap::Parser;
 

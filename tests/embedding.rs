@@ -5,6 +5,9 @@
 //! instrument keeps its own View.
 
 mod common;
+#[allow(dead_code)] // its `main` is the example's, not this test's
+#[path = "../examples/host_metrics_endpoint.rs"]
+mod host_metrics_endpoint;
 
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
@@ -103,43 +106,29 @@ fn a_host_provider_records_the_golden_exposition_next_to_its_own_instruments() {
     provider.shutdown().unwrap();
 }
 
-/// `examples/host_metrics_endpoint.rs` (built by `cargo test` beside this
-/// test) serves its three requests on its own HTTP server: the preemption
-/// histogram and the host's own counter, sample for sample.
+/// `examples/host_metrics_endpoint.rs`, whose host code runs here (a
+/// thread serves one scrape): its three requests on its own HTTP server,
+/// the preemption histogram and the host's own counter, sample for sample.
 #[test]
 fn the_host_endpoint_example_serves_its_requests() {
-    let examples = std::env::current_exe()
-        .unwrap()
-        .parent()
-        .and_then(|deps| deps.parent())
-        .unwrap()
-        .join("examples");
-    let binary = examples.join("host_metrics_endpoint");
-    assert!(
-        binary.exists(),
-        "{} is missing: `cargo test` builds the examples (run `cargo build --examples`)",
-        binary.display()
-    );
-    let port = common::free_port();
-    let mut child = std::process::Command::new(&binary)
-        .args([format!("127.0.0.1:{port}"), "1".to_owned()])
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let body = common::wait_for(10, "the example's /metrics", || {
-        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let host = std::thread::spawn(move || {
+        host_metrics_endpoint::serve(listener, Some(1)).map_err(|e| e.to_string())
+    });
+    let body = {
         use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
         stream
             .write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")
-            .ok()?;
+            .unwrap();
         let mut response = String::new();
-        stream.read_to_string(&mut response).ok()?;
-        Some(response)
-    });
-    assert!(
-        child.wait().unwrap().success(),
-        "the example exits after one scrape"
-    );
+        stream.read_to_string(&mut response).unwrap();
+        response
+    };
+    host.join()
+        .unwrap()
+        .expect("the example serves one scrape and exits");
     let (head, exposition) = body.split_once("\r\n\r\n").unwrap();
     assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
     let samples = common::samples(exposition);

@@ -1,5 +1,7 @@
-//! The README stays true: its metric table is the catalog's, and CI runs the
-//! test command it documents.
+//! The documentation stays true: docs/CATALOG.md's metric table is the
+//! catalog's, CI runs the test command the README documents, and
+//! docs/TESTING.md's table of test files is complete and is what
+//! scripts/test-fast.sh runs.
 
 mod common;
 
@@ -9,43 +11,91 @@ const BEGIN: &str =
     "<!-- catalog:begin (generated from src/catalog/; tests/readme.rs checks it) -->\n";
 const END: &str = "<!-- catalog:end -->";
 
-fn readme() -> String {
-    std::fs::read_to_string(common::repo().join("README.md")).expect("README.md")
+fn read(path: &str) -> String {
+    std::fs::read_to_string(common::repo().join(path)).expect(path)
 }
 
 #[test]
-fn readme_metric_table_is_the_catalog() {
-    let readme = readme();
-    let start = readme
+fn catalog_doc_table_is_the_catalog() {
+    let doc = read("docs/CATALOG.md");
+    let start = doc
         .find(BEGIN)
-        .expect("README has the catalog begin marker")
+        .expect("docs/CATALOG.md has the catalog begin marker")
         + BEGIN.len();
-    let end = readme.find(END).expect("README has the catalog end marker");
+    let end = doc
+        .find(END)
+        .expect("docs/CATALOG.md has the catalog end marker");
     let expected = catalog::markdown_table(DEFAULT_MAX_MODEL_LEN);
     assert!(
-        readme[start..end] == expected,
-        "README metric table differs from the catalog; replace it with:\n{expected}"
+        doc[start..end] == expected,
+        "docs/CATALOG.md's metric table differs from the catalog; run \
+         scripts/update-catalog-table.sh or replace it with:\n{expected}"
     );
 }
 
 #[test]
 fn ci_runs_the_readme_test_command() {
-    let readme = readme();
+    let readme = read("README.md");
     let command = readme
         .lines()
         .skip_while(|l| !l.contains("<!-- test-command -->"))
         .nth(2)
         .expect("README has a test command block after <!-- test-command -->");
-    let ci = std::fs::read_to_string(common::repo().join(".ci/run")).expect(".ci/run");
+    let ci = read(".ci/run");
     assert!(
         ci.lines().any(|l| l.trim() == command.trim()),
         ".ci/run must run the README test command `{command}`"
     );
 }
 
-/// Prints the table for pasting into README.md: `cargo test --test readme -- --ignored --nocapture`.
+/// Every file under `tests/` is in docs/TESTING.md's table, and the fast
+/// script runs exactly those that need no real component.
 #[test]
-#[ignore = "prints the README table; not a check"]
+fn testing_doc_lists_every_test_file_and_the_fast_set() {
+    let doc = read("docs/TESTING.md");
+    let mut listed: Vec<(String, String)> = doc
+        .lines()
+        .filter_map(|l| {
+            let mut cells = l.strip_prefix("| `")?.split(" | ");
+            let name = cells.next()?.strip_suffix('`')?.to_owned();
+            let needs = cells.next()?.trim_end_matches(" |").to_owned();
+            Some((name, needs))
+        })
+        .collect();
+    listed.sort();
+    let mut files: Vec<String> = std::fs::read_dir(common::repo().join("tests"))
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            name.strip_suffix(".rs").map(str::to_owned)
+        })
+        .collect();
+    files.sort();
+    let names: Vec<String> = listed.iter().map(|(n, _)| n.clone()).collect();
+    assert_eq!(names, files, "docs/TESTING.md's table against tests/*.rs");
+
+    let script = read("scripts/test-fast.sh");
+    let line = script
+        .lines()
+        .find_map(|l| l.strip_prefix("FAST_TESTS=("))
+        .expect("scripts/test-fast.sh has a FAST_TESTS=(…) line");
+    let mut fast: Vec<&str> = line.trim_end_matches(')').split_whitespace().collect();
+    fast.sort();
+    let none: Vec<&str> = listed
+        .iter()
+        .filter(|(_, needs)| needs == "none")
+        .map(|(n, _)| n.as_str())
+        .collect();
+    assert_eq!(
+        fast, none,
+        "scripts/test-fast.sh against docs/TESTING.md's *none* rows"
+    );
+}
+
+/// Prints the table for docs/CATALOG.md (scripts/update-catalog-table.sh
+/// pastes it): `cargo test --test readme -- --ignored --nocapture`.
+#[test]
+#[ignore = "prints the catalog table; not a check"]
 fn print_catalog_table() {
     print!("{}", catalog::markdown_table(DEFAULT_MAX_MODEL_LEN));
 }

@@ -3,7 +3,7 @@
 //! observations go (a [`Sink`]), so both record exactly what
 //! `vllm_otel_metrics::tracker::RequestMetrics` records for the same outputs.
 //!
-//! Written from the semantics in the README and `src/tracker.rs`: token counts
+//! Written from the semantics in docs/SEMANTICS.md and `src/tracker/`: token counts
 //! and events on every output, TTFT on the first output with tokens (with the
 //! prompt-token counters from its prefill stats), ITL on later ones, and every
 //! terminal family once when a finish reason arrives.

@@ -7,7 +7,7 @@ only inputs are the .proto file and this script:
     pip install -r examples/python/requirements.txt
     python3 examples/python/stream_trace.py TRACE.jsonl --target 127.0.0.1:50051
 
-Each JSONL line (see the README's trace format) becomes one `Record`. Lines
+Each JSONL line (see docs/TRACE_FORMAT.md) becomes one `Record`. Lines
 that are not valid JSON objects are reported as FILE:LINE and not sent. When
 the trace is done the server's summary is printed; the exit status is 1 when
 the server or this client rejected anything, 0 otherwise.

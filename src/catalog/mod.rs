@@ -2,8 +2,8 @@
 //!
 //! Each [`MetricDef`] carries a family's vLLM (Prometheus) name, its OpenTelemetry
 //! instrument name, kind, unit, HELP text, label names and bucket boundaries.
-//! Families and their buckets, the exporters' names, the README table and the
-//! docs are all derived from here; no metric name is written anywhere else.
+//! Families and their buckets, the exporters' names, the metric table of
+//! docs/CATALOG.md and the docs are all derived from here; no metric name is written anywhere else.
 //!
 //! ```
 //! use vllm_otel_metrics::catalog::{self, Kind};
@@ -668,7 +668,7 @@ pub fn by_otel_name(otel_name: &str) -> Option<&'static MetricDef> {
     all().find(|def| def.otel_name == otel_name)
 }
 
-/// The catalog as a Markdown table (the README's metric table is this text).
+/// The catalog as a Markdown table (docs/CATALOG.md's metric table is this text).
 pub fn markdown_table(max_model_len: u32) -> String {
     let mut out = String::from(
         "| vLLM name | OTel name | kind | unit | labels | buckets | HELP |\n|---|---|---|---|---|---|---|\n",

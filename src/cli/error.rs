@@ -39,7 +39,7 @@ pub enum CliError {
 
 impl CliError {
     /// The exit status: 1 for every reason a run could not start or go on
-    /// (the README's exit statuses; 2 and 3 are outcomes of a completed
+    /// (the exit statuses of docs/CLI.md; 2 and 3 are outcomes of a completed
     /// run, not errors).
     pub fn exit_code(&self) -> ExitCode {
         match self {

@@ -1,4 +1,4 @@
-//! The command line (the README's synopses; exit statuses in docs/SEMANTICS.md §7):
+//! The command line (synopses and exit statuses in docs/CLI.md):
 //! argument definitions and the subcommands' runs.
 
 mod args;

@@ -15,7 +15,7 @@ lines are skipped entirely (reported on stderr as ``FILE:LINE: reason``; the
 exit status stays 0 so the output can be piped/captured unconditionally).
 
 The engine tier (engine_config / sleep_state / operation records and
-scheduler_stats' optional engine-level fields) follows the README's format section; its
+scheduler_stats' optional engine-level fields) follows docs/TRACE_FORMAT.md; its
 resolutions of open points are noted where they are applied (an empty label
 value is an absent label; a later engine_config replaces max_loras; eviction
 events need lifetime_seconds and idle_seconds, spec_decoding's counts default
@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 # ---------------------------------------------------------------------------
-# Catalog (src/catalog/, the README's metric table).  Order matters: it is the exposition order.
+# Catalog (src/catalog/, docs/CATALOG.md's metric table).  Order matters: it is the exposition order.
 # ---------------------------------------------------------------------------
 
 PRE = [1, 2, 3, 4, 5, 10, 20]
@@ -141,7 +141,7 @@ SCHEDULER = [
      "Prefix cache hits, in terms of number of cached tokens."),
 ]
 
-# The engine tier (README, "The JSONL trace format"), exposition order after the scheduler tier.
+# The engine tier (docs/TRACE_FORMAT.md, "Engine-level records"), exposition order after the scheduler tier.
 RESIDENCY = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20,
              30, 60, 120, 300, 600, 1200, 1800]
 OPS = [0.01, 0.1, 1, 10, 30, 60, 120, 300, 600]

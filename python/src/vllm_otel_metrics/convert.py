@@ -10,7 +10,7 @@ attributes by name, and every field vLLM added after 0.30 is optional
 classes are stable.
 
 Each function returns one record as a dict whose keys are the JSONL keys
-(``docs/SEMANTICS.md`` and the README's trace format), so the same dict can be
+(``docs/SEMANTICS.md`` and docs/TRACE_FORMAT.md), so the same dict can be
 written as a JSONL line or turned into a protobuf message
 (:func:`vllm_otel_metrics.stream.to_message`).
 """

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Regenerates README.md's metric table from src/catalog/.
+# Regenerates docs/CATALOG.md's metric table from src/catalog/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 table=$(cargo test -q --test readme -- --ignored --nocapture print_catalog_table 2>/dev/null | grep '^|')
 python3 - "$table" <<'PY'
-import re, sys
-path = "README.md"
+import sys
+path = "docs/CATALOG.md"
 text = open(path).read()
 begin = text.index("<!-- catalog:begin")
 begin = text.index("\n", begin) + 1
