@@ -10,11 +10,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use prost::Message;
-use vllm_otel_metrics::ingest::proto::{pb, record_from_proto, record_to_proto};
 use vllm_otel_metrics::instruments::Instruments;
 use vllm_otel_metrics::protocol::{
     EngineCoreEvent, EngineCoreOutput, EventType, OutputBatch, PrefillStats, Record, RequestStart,
 };
+use vllm_otel_metrics::sources::ingest::proto::{pb, record_from_proto, record_to_proto};
 use vllm_otel_metrics::tracker::Tracker;
 
 const BATCH: usize = 256;

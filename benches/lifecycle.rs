@@ -72,13 +72,13 @@ use timing::{median, ns_per_call};
 use vllm_otel_metrics::catalog::DEFAULT_MAX_MODEL_LEN;
 use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
 use vllm_otel_metrics::export::shared::SharedAggregation;
+use vllm_otel_metrics::instruments::spans::RequestSpans;
 use vllm_otel_metrics::instruments::{
     views, Instruments, InstrumentsConfig, LabelSet, Semconv, SCOPE_NAME,
 };
 use vllm_otel_metrics::protocol::{
     EngineCoreEvent, EngineCoreOutput, EventType, FinishReason, PrefillStats,
 };
-use vllm_otel_metrics::spans::RequestSpans;
 use vllm_otel_metrics::tracker::{RequestMetrics, RequestParams};
 
 const MODEL: &str = "meta-llama/Llama-3.1-8B-Instruct";

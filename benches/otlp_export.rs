@@ -63,19 +63,18 @@ fn populate(tracker: &mut Tracker) {
         let model = format!("model-{}", i % 10);
         let engine = i / 10;
         let id = format!("r{i}");
-        tracker
-            .start_request(&RequestStart {
-                request_id: id.clone(),
-                model_name: model.clone(),
-                engine,
-                arrival_time: 1000.0,
-                prompt_len: 512,
-                max_tokens: Some(128),
-                n: 1,
-                traceparent: None,
-                operation_name: None,
-            })
-            .unwrap();
+        let rejections = tracker.start_request(&RequestStart {
+            request_id: id.clone(),
+            model_name: model.clone(),
+            engine,
+            arrival_time: 1000.0,
+            prompt_len: 512,
+            max_tokens: Some(128),
+            n: 1,
+            traceparent: None,
+            operation_name: None,
+        });
+        assert_eq!(rejections, vec![]);
         let event = |kind, timestamp| EngineCoreEvent {
             kind,
             timestamp,

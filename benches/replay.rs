@@ -20,10 +20,10 @@ use std::time::{Duration, Instant};
 
 use criterion::Criterion;
 use vllm_otel_metrics::export::prometheus::PrometheusBridge;
-use vllm_otel_metrics::ingest::jsonl;
 use vllm_otel_metrics::instruments::Instruments;
 use vllm_otel_metrics::protocol::Record;
-use vllm_otel_metrics::sim::{simulate, SimConfig};
+use vllm_otel_metrics::sources::ingest::jsonl;
+use vllm_otel_metrics::sources::sim::{simulate, SimConfig};
 use vllm_otel_metrics::tracker::Tracker;
 
 /// The simulator's records as JSONL, and how many outputs they carry.

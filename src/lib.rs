@@ -5,7 +5,7 @@
 //! and exposed under vLLM's own Prometheus names.
 //!
 //! Data flows one way, and the modules are its layers: a source
-//! ([`sources`]: the JSONL and gRPC [`ingest`], the simulator) turns input
+//! ([`sources`]: the JSONL and gRPC [`ingest`](sources::ingest), the simulator) turns input
 //! into [`protocol`] records; the [`tracker`] applies vLLM's semantics and records into the
 //! [`instruments`]: OpenTelemetry API instruments on an `opentelemetry_sdk`
 //! meter provider, whose Views set every histogram's buckets. The SDK's
@@ -22,11 +22,11 @@
 //!
 //! let (bridge, reader) = PrometheusBridge::builder().build();
 //! let mut tracker = Tracker::new(Instruments::builder().with_reader(reader).build());
-//! tracker.start_request(&RequestStart {
+//! assert!(tracker.start_request(&RequestStart {
 //!     request_id: "r1".into(), model_name: "m".into(), engine: 0,
 //!     arrival_time: 100.0, prompt_len: 8, max_tokens: None, n: 1, traceparent: None, operation_name: None,
-//! }).unwrap();
-//! tracker.abort(&Abort { request_id: "r1".into(), received_at: 101.0 }).unwrap();
+//! }).is_empty());
+//! assert!(tracker.abort(&Abort { request_id: "r1".into(), received_at: 101.0 }).is_empty());
 //! let text = bridge.encode(Format::Text);
 //! assert!(text.contains("vllm:request_num_preemptions_count{model_name=\"m\",engine=\"0\"} 1\n"));
 //! ```
@@ -40,11 +40,6 @@ pub mod protocol;
 pub mod sources;
 pub mod support;
 pub mod tracker;
-
-// The modules' paths as they were before they were grouped into layers.
-pub use instruments::spans;
-pub use sources::{ingest, sim};
-pub use support::{clock, listen, redact};
 
 /// The README's Rust examples, compiled and run as doc tests.
 #[doc = include_str!("../README.md")]

@@ -200,7 +200,7 @@ fn observing_a_non_terminal_output_allocates_nothing() {
 #[test]
 fn with_spans_the_outputs_of_a_request_allocate_nothing() {
     use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
-    use vllm_otel_metrics::spans::RequestSpans;
+    use vllm_otel_metrics::instruments::spans::RequestSpans;
 
     let exporter = InMemorySpanExporter::default();
     let provider = SdkTracerProvider::builder()
@@ -277,19 +277,18 @@ fn observing_a_batch_of_live_requests_allocates_nothing_once_warmed() {
     warm(tracker.instruments(), FinishReason::Stop);
     let ids: Vec<String> = (0..8).map(|i| format!("r{i}")).collect();
     for id in &ids {
-        tracker
-            .start_request(&RequestStart {
-                request_id: id.clone(),
-                model_name: MODEL.into(),
-                engine: 0,
-                arrival_time: 100.0,
-                prompt_len: 64,
-                max_tokens: Some(16),
-                n: 1,
-                traceparent: None,
-                operation_name: None,
-            })
-            .unwrap();
+        let rejections = tracker.start_request(&RequestStart {
+            request_id: id.clone(),
+            model_name: MODEL.into(),
+            engine: 0,
+            arrival_time: 100.0,
+            prompt_len: 64,
+            max_tokens: Some(16),
+            n: 1,
+            traceparent: None,
+            operation_name: None,
+        });
+        assert_eq!(rejections, vec![]);
     }
     let batch = |timestamp: f64, output: fn(&str) -> EngineCoreOutput| OutputBatch {
         engine: 0,

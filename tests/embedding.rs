@@ -17,8 +17,8 @@ use opentelemetry_sdk::metrics::{
 };
 use vllm_otel_metrics::catalog;
 use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
-use vllm_otel_metrics::ingest::jsonl;
 use vllm_otel_metrics::instruments::{Instruments, InstrumentsConfig};
+use vllm_otel_metrics::sources::ingest::jsonl;
 use vllm_otel_metrics::tracker::Tracker;
 
 #[test]

@@ -12,16 +12,17 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use prost::Message;
+use vllm_otel_metrics::catalog::RejectReason;
 use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
-use vllm_otel_metrics::ingest::jsonl;
-use vllm_otel_metrics::ingest::proto::{pb, record_from_proto, record_to_proto};
 use vllm_otel_metrics::instruments::Instruments;
 use vllm_otel_metrics::protocol::{
     Abort, EngineCoreEvent, EngineCoreOutput, EventType, FinishReason, FinishedRequest,
     IterationStats, OutputBatch, PluginDrops, PrefillStats, PromptTokenStats, Record, RequestStart,
     SchedulerStats,
 };
-use vllm_otel_metrics::tracker::{RejectReason, Rejection, Tracker};
+use vllm_otel_metrics::sources::ingest::jsonl;
+use vllm_otel_metrics::sources::ingest::proto::{pb, record_from_proto, record_to_proto};
+use vllm_otel_metrics::tracker::{Rejection, Tracker};
 
 /// xorshift64*: small, seeded, good enough to drive mutations.
 struct Rng(u64);

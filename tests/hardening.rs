@@ -413,10 +413,10 @@ fn secrets_never_reach_stderr() {
 /// resume instead of sending everything again.
 #[test]
 fn a_stream_cut_at_the_drain_deadline_gets_its_summary() {
-    use vllm_otel_metrics::ingest::grpc::SUMMARY_TRAILER;
-    use vllm_otel_metrics::ingest::proto::pb;
-    use vllm_otel_metrics::ingest::proto::record_to_proto;
     use vllm_otel_metrics::protocol::{Record, RequestStart};
+    use vllm_otel_metrics::sources::ingest::grpc::SUMMARY_TRAILER;
+    use vllm_otel_metrics::sources::ingest::proto::pb;
+    use vllm_otel_metrics::sources::ingest::proto::record_to_proto;
 
     let server = Server::start(&["--drain-timeout", "1"]);
     let runtime = tokio::runtime::Runtime::new().unwrap();

@@ -67,25 +67,23 @@ fn python_samples(format: &str, exposition: &str) -> Vec<String> {
 fn endpoint_negotiates_formats_and_both_parse_to_the_same_samples() {
     let (bridge, reader) = PrometheusBridge::builder().build();
     let mut tracker = Tracker::new(Instruments::builder().with_reader(reader).build());
-    tracker
-        .start_request(&RequestStart {
-            request_id: "r".into(),
-            model_name: "m \"quoted\"".into(),
-            engine: 3,
-            arrival_time: 10.0,
-            prompt_len: 12,
-            max_tokens: Some(4),
-            n: 1,
-            traceparent: None,
-            operation_name: None,
-        })
-        .unwrap();
-    tracker
-        .abort(&Abort {
-            request_id: "r".into(),
-            received_at: 10.5,
-        })
-        .unwrap();
+    let rejections = tracker.start_request(&RequestStart {
+        request_id: "r".into(),
+        model_name: "m \"quoted\"".into(),
+        engine: 3,
+        arrival_time: 10.0,
+        prompt_len: 12,
+        max_tokens: Some(4),
+        n: 1,
+        traceparent: None,
+        operation_name: None,
+    });
+    assert_eq!(rejections, vec![]);
+    let rejections = tracker.abort(&Abort {
+        request_id: "r".into(),
+        received_at: 10.5,
+    });
+    assert_eq!(rejections, vec![]);
 
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let (addr, _task) = runtime

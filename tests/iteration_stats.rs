@@ -267,8 +267,8 @@ fn replay_applies_the_python_logger_rules() {
 
 #[test]
 fn grpc_ingest_applies_the_same_rules_and_names_bad_records() {
-    use vllm_otel_metrics::ingest::proto::{pb, record_to_proto};
     use vllm_otel_metrics::protocol::Record;
+    use vllm_otel_metrics::sources::ingest::proto::{pb, record_to_proto};
 
     let server = common::serve::Server::start(&[]);
     let mut wire: Vec<pb::Record> = TRACE
@@ -541,8 +541,8 @@ fn traced_tracker() -> (
     vllm_otel_metrics::tracker::Tracker,
 ) {
     use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+    use vllm_otel_metrics::instruments::spans::RequestSpans;
     use vllm_otel_metrics::instruments::Instruments;
-    use vllm_otel_metrics::spans::RequestSpans;
     use vllm_otel_metrics::tracker::Tracker;
 
     let exporter = InMemorySpanExporter::default();

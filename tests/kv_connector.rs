@@ -8,9 +8,9 @@ mod common;
 use std::collections::BTreeMap;
 
 use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
-use vllm_otel_metrics::ingest::proto::{record_from_proto, record_to_proto};
 use vllm_otel_metrics::instruments::Instruments;
 use vllm_otel_metrics::protocol::Record;
+use vllm_otel_metrics::sources::ingest::proto::{record_from_proto, record_to_proto};
 use vllm_otel_metrics::tracker::Tracker;
 
 fn stats_line(kv: &str) -> String {

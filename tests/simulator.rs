@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use common::Guard;
 use vllm_otel_metrics::cli::summary::MergedHistogram;
 use vllm_otel_metrics::protocol::{EventType, Record};
-use vllm_otel_metrics::sim::{simulate, SimConfig, SimOutcome};
+use vllm_otel_metrics::sources::sim::{simulate, SimConfig, SimOutcome};
 
 fn run(config: &SimConfig) -> (Vec<Record>, SimOutcome) {
     let mut records = Vec::new();

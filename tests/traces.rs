@@ -233,11 +233,12 @@ fn a_span_carries_the_values_its_metrics_recorded() {
     use opentelemetry::trace::Status;
     use opentelemetry::Value as Attribute;
     use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+    use vllm_otel_metrics::catalog::RejectReason;
     use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
+    use vllm_otel_metrics::instruments::spans::RequestSpans;
     use vllm_otel_metrics::instruments::Instruments;
     use vllm_otel_metrics::protocol::Record;
-    use vllm_otel_metrics::spans::RequestSpans;
-    use vllm_otel_metrics::tracker::{RejectReason, Tracker};
+    use vllm_otel_metrics::tracker::Tracker;
 
     let exporter = InMemorySpanExporter::default();
     let provider = SdkTracerProvider::builder()

@@ -5,13 +5,14 @@ mod common;
 
 use std::collections::BTreeMap;
 
+use vllm_otel_metrics::catalog::RejectReason;
 use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
 use vllm_otel_metrics::instruments::Instruments;
 use vllm_otel_metrics::protocol::{
     Abort, EngineCoreEvent, EngineCoreOutput, EventType, FinishReason, OutputBatch, PrefillStats,
     Record, RequestStart, SchedulerStats,
 };
-use vllm_otel_metrics::tracker::{RejectReason, RequestMetrics, RequestParams, Tracker};
+use vllm_otel_metrics::tracker::{RequestMetrics, RequestParams, Tracker};
 
 fn pipeline() -> (PrometheusBridge, Tracker) {
     let (bridge, reader) = PrometheusBridge::builder().build();
@@ -108,9 +109,10 @@ fn hist(s: &BTreeMap<String, f64>, family: &str, labels: &str) -> (f64, f64) {
 #[test]
 fn upstream_preempted_request_on_engine_4() {
     let (bridge, mut tracker) = pipeline();
-    tracker
-        .start_request(&start("r1", 4, 100.0, 64, Some(128)))
-        .unwrap();
+    assert_eq!(
+        tracker.start_request(&start("r1", 4, 100.0, 64, Some(128))),
+        vec![]
+    );
     let mut first = output("r1", 1);
     first.events = vec![
         event(EventType::Queued, 8.0),
@@ -225,9 +227,10 @@ fn upstream_dropped_request_on_engine_5_records_abort() {
 #[test]
 fn series_exist_from_request_start() {
     let (bridge, mut tracker) = pipeline();
-    tracker
-        .start_request(&start("r", 0, 1.0, 8, Some(8)))
-        .unwrap();
+    assert_eq!(
+        tracker.start_request(&start("r", 0, 1.0, 8, Some(8))),
+        vec![]
+    );
     let text = bridge.encode(Format::Text);
     let s = common::samples(&text);
     for family in [
@@ -274,9 +277,10 @@ fn series_exist_from_request_start() {
 #[test]
 fn rescheduling_keeps_first_scheduled_time() {
     let (bridge, mut tracker) = pipeline();
-    tracker
-        .start_request(&start("r", 0, 50.0, 10, None))
-        .unwrap();
+    assert_eq!(
+        tracker.start_request(&start("r", 0, 50.0, 10, None)),
+        vec![]
+    );
     let mut first = output("r", 0);
     first.events = vec![
         event(EventType::Queued, 1.0),
@@ -306,9 +310,10 @@ fn rescheduling_keeps_first_scheduled_time() {
 #[test]
 fn tokenless_outputs_record_no_token_timing() {
     let (bridge, mut tracker) = pipeline();
-    tracker
-        .start_request(&start("r", 0, 10.0, 100, None))
-        .unwrap();
+    assert_eq!(
+        tracker.start_request(&start("r", 0, 10.0, 100, None)),
+        vec![]
+    );
     let mut empty = output("r", 0);
     empty.prefill_stats = Some(stats(100, 40, 60, 60, 0));
     tracker.observe_batch(&batch(0, 1.0, 10.5, vec![empty]));
@@ -380,9 +385,7 @@ fn tokenless_outputs_record_no_token_timing() {
 #[test]
 fn prefill_after_decode_preemption_is_not_recounted() {
     let (bridge, mut tracker) = pipeline();
-    tracker
-        .start_request(&start("r", 0, 1.0, 20, None))
-        .unwrap();
+    assert_eq!(tracker.start_request(&start("r", 0, 1.0, 20, None)), vec![]);
     let mut first = output("r", 1);
     first.prefill_stats = Some(stats(20, 20, 0, 0, 0));
     tracker.observe_batch(&batch(0, 1.0, 2.0, vec![first]));
@@ -412,12 +415,13 @@ fn prefill_after_decode_preemption_is_not_recounted() {
 #[test]
 fn terminal_recording_happens_once_and_misfits_are_counted() {
     let (bridge, mut tracker) = pipeline();
-    tracker
-        .start_request(&start("r", 0, 1.0, 5, Some(3)))
-        .unwrap();
-    let dup = tracker
-        .start_request(&start("r", 7, 1.0, 5, Some(3)))
-        .unwrap_err();
+    assert_eq!(
+        tracker.start_request(&start("r", 0, 1.0, 5, Some(3))),
+        vec![]
+    );
+    let [dup] = &tracker.start_request(&start("r", 7, 1.0, 5, Some(3)))[..] else {
+        panic!("one rejection for a duplicate start");
+    };
     assert_eq!(dup.reason, RejectReason::DuplicateRequest);
     let mut finish = output("r", 2);
     finish.finish_reason = Some(FinishReason::Stop);
@@ -427,12 +431,12 @@ fn terminal_recording_happens_once_and_misfits_are_counted() {
     assert!(late
         .iter()
         .all(|r| r.reason == RejectReason::UnknownRequest));
-    let abort = tracker
-        .abort(&Abort {
-            request_id: "r".into(),
-            received_at: 9.0,
-        })
-        .unwrap_err();
+    let [abort] = &tracker.abort(&Abort {
+        request_id: "r".into(),
+        received_at: 9.0,
+    })[..] else {
+        panic!("one rejection for an abort of a finished request");
+    };
     assert_eq!(
         abort.to_string(),
         "abort for unknown or already finished request 'r'"
@@ -507,9 +511,9 @@ fn abort_record_terminates_at_its_receive_time() {
 #[test]
 fn iteration_tokens_are_summed_per_label_set() {
     let (bridge, mut tracker) = pipeline();
-    tracker.start_request(&start("a", 0, 1.0, 5, None)).unwrap();
-    tracker.start_request(&start("b", 0, 1.0, 5, None)).unwrap();
-    tracker.start_request(&start("c", 1, 1.0, 5, None)).unwrap();
+    assert_eq!(tracker.start_request(&start("a", 0, 1.0, 5, None)), vec![]);
+    assert_eq!(tracker.start_request(&start("b", 0, 1.0, 5, None)), vec![]);
+    assert_eq!(tracker.start_request(&start("c", 1, 1.0, 5, None)), vec![]);
     let mut a = output("a", 1);
     a.prefill_stats = Some(stats(5, 5, 0, 0, 0));
     tracker.observe_batch(&batch(
@@ -542,7 +546,7 @@ fn iteration_tokens_are_summed_per_label_set() {
 fn scheduler_stats_set_gauges_and_add_counters() {
     let (bridge, mut tracker) = pipeline();
     for (running, usage, queries) in [(3, 0.5, 100), (2, 0.25, 50)] {
-        tracker.record_scheduler_stats(&SchedulerStats {
+        let rejections = tracker.record_scheduler_stats(&SchedulerStats {
             model_name: "m".into(),
             engine: 0,
             num_running_reqs: running,
@@ -552,6 +556,7 @@ fn scheduler_stats_set_gauges_and_add_counters() {
             prefix_cache_hits: queries / 2,
             ..SchedulerStats::default()
         });
+        assert_eq!(rejections, vec![]);
     }
     let text = bridge.encode(Format::Text);
     assert!(
@@ -655,9 +660,7 @@ fn preemptions_count_by_reason_and_sum_to_the_total() {
         ..event(EventType::Preempted, timestamp)
     };
     for id in ["a", "b"] {
-        tracker
-            .start_request(&start(id, 0, 100.0, 8, None))
-            .unwrap();
+        assert_eq!(tracker.start_request(&start(id, 0, 100.0, 8, None)), vec![]);
     }
     let mut a = output("a", 1);
     a.events = vec![
@@ -731,4 +734,63 @@ fn preemption_reasons_in_jsonl() {
         error.to_string(),
         "unknown variant `kv_cache_full`, expected one of `kv_full`, `priority`, `prefix_cache_reset` at line 1 column 184"
     );
+}
+
+/// The tracker's public methods check their input as `apply` does: an
+/// invalid start, batch, abort or scheduler record changes nothing and comes
+/// back as one `invalid_record` rejection naming its record kind.
+#[test]
+fn public_methods_validate_like_apply() {
+    use vllm_otel_metrics::protocol::RecordKind;
+    let (bridge, mut tracker) = pipeline();
+    let before = bridge.encode(Format::Text);
+    let invalid = |rejections: Vec<vllm_otel_metrics::tracker::Rejection>, kind: RecordKind| {
+        let [only] = &rejections[..] else {
+            panic!("one rejection, not {rejections:?}");
+        };
+        assert_eq!(
+            (only.reason, only.record),
+            (RejectReason::InvalidRecord, kind)
+        );
+        only.detail.clone()
+    };
+    let detail = invalid(
+        tracker.start_request(&start("r", 0, f64::NAN, 5, None)),
+        RecordKind::Request,
+    );
+    assert!(detail.starts_with("arrival_time "), "{detail}");
+    let long_id = "x".repeat(600);
+    let detail = invalid(
+        tracker.start_request(&start(&long_id, 0, 1.0, 5, None)),
+        RecordKind::Request,
+    );
+    assert!(detail.starts_with("request_id is 600 bytes"), "{detail}");
+    assert_eq!(tracker.in_flight(), 0, "nothing started");
+    invalid(
+        tracker.observe_batch(&batch(0, f64::INFINITY, 2.0, vec![output("r", 1)])),
+        RecordKind::Outputs,
+    );
+    invalid(
+        tracker.abort(&Abort {
+            request_id: "r".into(),
+            received_at: -1.0,
+        }),
+        RecordKind::Abort,
+    );
+    invalid(
+        tracker.record_scheduler_stats(&SchedulerStats {
+            model_name: "m".into(),
+            kv_cache_usage: 1.5,
+            ..SchedulerStats::default()
+        }),
+        RecordKind::SchedulerStats,
+    );
+    // Only the rejections were counted.
+    let counted = |text: &str| {
+        common::samples(text)
+            .get(r#"vllm_otel_metrics_rejected_inputs_total{reason="invalid_record"}"#)
+            .copied()
+    };
+    assert_eq!(counted(&before), Some(0.0));
+    assert_eq!(counted(&bridge.encode(Format::Text)), Some(5.0));
 }

@@ -23,18 +23,18 @@
 //! use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
 //! use vllm_otel_metrics::instruments::Instruments;
 //! use vllm_otel_metrics::protocol::{Abort, RequestStart};
-//! use vllm_otel_metrics::spans::RequestSpans;
+//! use vllm_otel_metrics::instruments::spans::RequestSpans;
 //! use vllm_otel_metrics::tracker::Tracker;
 //!
 //! let exporter = InMemorySpanExporter::default();
 //! let provider = SdkTracerProvider::builder().with_simple_exporter(exporter.clone()).build();
 //! let mut tracker = Tracker::new(Instruments::builder().build()).with_spans(RequestSpans::new(&provider));
-//! tracker.start_request(&RequestStart {
+//! assert!(tracker.start_request(&RequestStart {
 //!     request_id: "r1".into(), model_name: "m".into(), engine: 0, arrival_time: 100.0,
 //!     prompt_len: 8, max_tokens: None, n: 1,
 //!     traceparent: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into()), operation_name: None,
-//! }).unwrap();
-//! tracker.abort(&Abort { request_id: "r1".into(), received_at: 101.0 }).unwrap();
+//! }).is_empty());
+//! assert!(tracker.abort(&Abort { request_id: "r1".into(), received_at: 101.0 }).is_empty());
 //! let spans = exporter.get_finished_spans().unwrap();
 //! assert_eq!(spans[0].name, "llm_request");
 //! assert_eq!(spans[0].span_context.trace_id().to_string(), "0af7651916cd43dd8448eb211c80319c");

@@ -333,7 +333,7 @@ impl SchedulerStats {
         }
     }
 
-    pub(super) fn validate(&self, max_label_bytes: usize) -> Result<(), InvalidRecord> {
+    pub(crate) fn validate(&self, max_label_bytes: usize) -> Result<(), InvalidRecord> {
         bounded("model_name", &self.model_name, max_label_bytes)?;
         finite("kv_cache_usage", self.kv_cache_usage)?;
         if !(0.0..=1.0).contains(&self.kv_cache_usage) {
@@ -486,7 +486,7 @@ fn is_config_label(key: &str) -> bool {
 }
 
 impl EngineConfig {
-    pub(super) fn validate(&self, max_label_bytes: usize) -> Result<(), InvalidRecord> {
+    pub(crate) fn validate(&self, max_label_bytes: usize) -> Result<(), InvalidRecord> {
         bounded("model_name", &self.model_name, max_label_bytes)?;
         if self.cache_config.len() > MAX_CACHE_CONFIG_KEYS {
             return Err(InvalidRecord(format!(
@@ -509,7 +509,7 @@ impl EngineConfig {
 }
 
 impl SleepState {
-    pub(super) fn validate(&self, max_label_bytes: usize) -> Result<(), InvalidRecord> {
+    pub(crate) fn validate(&self, max_label_bytes: usize) -> Result<(), InvalidRecord> {
         bounded("model_name", &self.model_name, max_label_bytes)?;
         if self.level > 2 {
             return Err(InvalidRecord(format!(

@@ -415,7 +415,115 @@ fn finite(what: &str, value: f64) -> Result<(), InvalidRecord> {
     }
 }
 
+impl RequestStart {
+    /// [`Record::validate`] of a `request` record.
+    pub fn validate(&self, limits: &InputLimits) -> Result<(), InvalidRecord> {
+        bounded("request_id", &self.request_id, limits.max_request_id_bytes)?;
+        bounded("model_name", &self.model_name, limits.max_label_bytes)?;
+        if let Some(traceparent) = &self.traceparent {
+            bounded("traceparent", traceparent, limits.max_label_bytes)?;
+        }
+        time("arrival_time", self.arrival_time)
+    }
+}
+
+impl OutputBatch {
+    /// [`Record::validate`] of an `outputs` record.
+    pub fn validate(&self, limits: &InputLimits) -> Result<(), InvalidRecord> {
+        time("timestamp", self.timestamp)?;
+        time("received_at", self.received_at)?;
+        for output in &self.outputs {
+            bounded(
+                "request_id",
+                &output.request_id,
+                limits.max_request_id_bytes,
+            )?;
+            for event in &output.events {
+                time("event timestamp", event.timestamp).map_err(|e| {
+                    InvalidRecord(format!("request {}: {e}", shown(&output.request_id)))
+                })?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Abort {
+    /// [`Record::validate`] of an `abort` record.
+    pub fn validate(&self, limits: &InputLimits) -> Result<(), InvalidRecord> {
+        bounded("request_id", &self.request_id, limits.max_request_id_bytes)?;
+        time("received_at", self.received_at)
+    }
+}
+
+/// What kind of record (or part of one) an input was: a record's `type`,
+/// or one engine-core output inside an `outputs` record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RecordKind {
+    /// A `request` record.
+    Request,
+    /// An `outputs` record, as a whole.
+    Outputs,
+    /// One engine-core output of an `outputs` record.
+    Output,
+    /// An `abort` record.
+    Abort,
+    /// A `scheduler_stats` record.
+    SchedulerStats,
+    /// An `engine_config` record.
+    EngineConfig,
+    /// A `sleep_state` record.
+    SleepState,
+    /// An `operation` record.
+    Operation,
+    /// An `iteration_stats` record.
+    IterationStats,
+    /// A `plugin_drops` record.
+    PluginDrops,
+}
+
+impl RecordKind {
+    /// The record's `type` (`output` for one output of a batch).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecordKind::Request => "request",
+            RecordKind::Outputs => "outputs",
+            RecordKind::Output => "output",
+            RecordKind::Abort => "abort",
+            RecordKind::SchedulerStats => "scheduler_stats",
+            RecordKind::EngineConfig => "engine_config",
+            RecordKind::SleepState => "sleep_state",
+            RecordKind::Operation => "operation",
+            RecordKind::IterationStats => "iteration_stats",
+            RecordKind::PluginDrops => "plugin_drops",
+        }
+    }
+}
+
+impl std::fmt::Display for RecordKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl Record {
+    /// The record's kind, and the request id it names (empty for the kinds
+    /// that name none).
+    pub fn kind(&self) -> (RecordKind, &str) {
+        match self {
+            Record::Request(r) => (RecordKind::Request, &r.request_id),
+            Record::Outputs(_) => (RecordKind::Outputs, ""),
+            Record::Abort(a) => (RecordKind::Abort, &a.request_id),
+            Record::SchedulerStats(_) => (RecordKind::SchedulerStats, ""),
+            Record::EngineConfig(_) => (RecordKind::EngineConfig, ""),
+            Record::SleepState(_) => (RecordKind::SleepState, ""),
+            Record::Operation(_) => (RecordKind::Operation, ""),
+            Record::IterationStats(_) => (RecordKind::IterationStats, ""),
+            Record::PluginDrops(_) => (RecordKind::PluginDrops, ""),
+        }
+    }
+
     /// Checks what the wire format cannot: every time is a finite,
     /// non-negative number, the KV-cache usage a fraction between 0 and 1,
     /// counts that are parts of others are not larger than them (or add up
@@ -431,34 +539,10 @@ impl Record {
     /// assert!(long.validate(&limits).unwrap_err().0.starts_with("request_id is 600 bytes"));
     /// ```
     pub fn validate(&self, limits: &InputLimits) -> Result<(), InvalidRecord> {
-        let id = |id: &str| bounded("request_id", id, limits.max_request_id_bytes);
-        let label = |name: &str| bounded("model_name", name, limits.max_label_bytes);
         match self {
-            Record::Request(r) => {
-                id(&r.request_id)?;
-                label(&r.model_name)?;
-                if let Some(traceparent) = &r.traceparent {
-                    bounded("traceparent", traceparent, limits.max_label_bytes)?;
-                }
-                time("arrival_time", r.arrival_time)
-            }
-            Record::Outputs(b) => {
-                time("timestamp", b.timestamp)?;
-                time("received_at", b.received_at)?;
-                for output in &b.outputs {
-                    id(&output.request_id)?;
-                    for event in &output.events {
-                        time("event timestamp", event.timestamp).map_err(|e| {
-                            InvalidRecord(format!("request {}: {e}", shown(&output.request_id)))
-                        })?;
-                    }
-                }
-                Ok(())
-            }
-            Record::Abort(a) => {
-                id(&a.request_id)?;
-                time("received_at", a.received_at)
-            }
+            Record::Request(r) => r.validate(limits),
+            Record::Outputs(b) => b.validate(limits),
+            Record::Abort(a) => a.validate(limits),
             Record::SchedulerStats(s) => s.validate(limits.max_label_bytes),
             Record::EngineConfig(c) => c.validate(limits.max_label_bytes),
             Record::SleepState(s) => s.validate(limits.max_label_bytes),

@@ -5,7 +5,7 @@
 /// whether it had some.
 ///
 /// ```
-/// use vllm_otel_metrics::redact::userinfo;
+/// use vllm_otel_metrics::support::redact::userinfo;
 /// assert_eq!(userinfo("https://u:pw@collector:4318/v1/metrics"), ("https://***@collector:4318/v1/metrics".to_owned(), true));
 /// assert_eq!(userinfo("http://collector:4317"), ("http://collector:4317".to_owned(), false));
 /// ```

@@ -29,7 +29,7 @@
 mod engine;
 mod plugin;
 
-pub use crate::catalog::{EvictReason, RejectReason};
+use crate::catalog::{EvictReason, RejectReason};
 use crate::support::clock::unix_now;
 
 use std::collections::{HashMap, VecDeque};
@@ -42,7 +42,7 @@ use crate::instruments::{
 };
 use crate::protocol::{
     shown, Abort, EngineCoreEvent, EngineCoreOutput, EventType, FinishReason, GenAiOperation,
-    InputLimits, OutputBatch, Record, RequestStart, SchedulerStats,
+    InputLimits, OutputBatch, Record, RecordKind, RequestStart, SchedulerStats,
 };
 
 /// The request parameters the terminal histograms report.
@@ -471,8 +471,8 @@ impl Drop for RequestMetrics {
 pub struct Rejection {
     /// Why.
     pub reason: RejectReason,
-    /// Which record kind carried it (`output`, `abort`, `request`).
-    pub record: &'static str,
+    /// Which record (or output of one) carried it.
+    pub record: RecordKind,
     /// The request id it named (shortened when long).
     pub request_id: String,
     /// What is wrong, for an invalid record.
@@ -486,7 +486,7 @@ impl Rejection {
     pub fn refuse_whole_record(rejections: &[Rejection]) -> bool {
         matches!(
             rejections,
-            [only] if only.reason == RejectReason::InvalidRecord && only.record != "output"
+            [only] if only.reason == RejectReason::InvalidRecord && only.record != RecordKind::Output
         )
     }
 }
@@ -629,28 +629,15 @@ impl Tracker {
     /// checked.
     pub fn apply(&mut self, record: &Record) -> Vec<Rejection> {
         if let Err(error) = record.validate(&self.limits) {
-            let (kind, id) = match record {
-                Record::Request(r) => ("request", r.request_id.as_str()),
-                Record::Outputs(_) => ("outputs", ""),
-                Record::Abort(a) => ("abort", a.request_id.as_str()),
-                Record::SchedulerStats(_) => ("scheduler_stats", ""),
-                Record::EngineConfig(_) => ("engine_config", ""),
-                Record::SleepState(_) => ("sleep_state", ""),
-                Record::Operation(_) => ("operation", ""),
-                Record::IterationStats(_) => ("iteration_stats", ""),
-                Record::PluginDrops(_) => ("plugin_drops", ""),
-            };
+            let (kind, id) = record.kind();
             return vec![self.invalid(kind, id, error.0)];
         }
         match record {
-            Record::Request(start) => match self.start_request(start) {
-                Ok(rejection) => rejection.into_iter().collect(),
-                Err(rejection) => vec![rejection],
-            },
-            Record::Outputs(batch) => self.observe_batch(batch),
-            Record::Abort(abort) => self.abort(abort).err().into_iter().collect(),
+            Record::Request(start) => self.start_valid(start),
+            Record::Outputs(batch) => self.batch_valid(batch),
+            Record::Abort(abort) => self.abort_valid(abort).err().into_iter().collect(),
             Record::SchedulerStats(stats) => {
-                self.record_scheduler_stats(stats);
+                self.engines.scheduler_stats(&self.instruments, stats);
                 Vec::new()
             }
             Record::EngineConfig(config) => {
@@ -676,7 +663,7 @@ impl Tracker {
         }
     }
 
-    fn reject(&self, reason: RejectReason, record: &'static str, request_id: &str) -> Rejection {
+    fn reject(&self, reason: RejectReason, record: RecordKind, request_id: &str) -> Rejection {
         self.instruments.count_rejected(reason);
         Rejection {
             reason,
@@ -686,19 +673,32 @@ impl Tracker {
         }
     }
 
-    fn invalid(&self, record: &'static str, request_id: &str, detail: String) -> Rejection {
+    fn invalid(&self, record: RecordKind, request_id: &str, detail: String) -> Rejection {
         Rejection {
             detail,
             ..self.reject(RejectReason::InvalidRecord, record, request_id)
         }
     }
 
-    /// Starts a request; a start for a live id changes nothing and is
-    /// rejected. A started request comes back with a rejection of its
-    /// `traceparent` alone when that is not a W3C trace context.
-    pub fn start_request(&mut self, start: &RequestStart) -> Result<Option<Rejection>, Rejection> {
+    /// Starts a request, as [`Tracker::apply`] does a `request` record:
+    /// an invalid start ([`RequestStart::validate`]) or a start for a live
+    /// id changes nothing and is rejected. A started request comes back with
+    /// a rejection of its `traceparent` alone when that is not a W3C trace
+    /// context.
+    pub fn start_request(&mut self, start: &RequestStart) -> Vec<Rejection> {
+        match start.validate(&self.limits) {
+            Ok(()) => self.start_valid(start),
+            Err(e) => vec![self.invalid(RecordKind::Request, &start.request_id, e.0)],
+        }
+    }
+
+    fn start_valid(&mut self, start: &RequestStart) -> Vec<Rejection> {
         if self.requests.contains_key(&start.request_id) {
-            return Err(self.reject(RejectReason::DuplicateRequest, "request", &start.request_id));
+            return vec![self.reject(
+                RejectReason::DuplicateRequest,
+                RecordKind::Request,
+                &start.request_id,
+            )];
         }
         let mut metrics = RequestMetrics::start(
             &self.instruments,
@@ -724,7 +724,7 @@ impl Tracker {
             detail: invalid.to_string(),
             ..self.reject(
                 RejectReason::InvalidTraceparent,
-                "request",
+                RecordKind::Request,
                 &start.request_id,
             )
         });
@@ -745,7 +745,7 @@ impl Tracker {
                 last_seen: self.now,
             },
         );
-        Ok(rejection)
+        rejection.into_iter().collect()
     }
 
     /// Applies one engine step: every output of a live request, terminal
@@ -753,15 +753,23 @@ impl Tracker {
     /// once per label set with at least one applied output, zero included
     /// (docs/SEMANTICS.md §3, "Per batch"). Outputs of unknown requests are
     /// rejected one by one and have no label set: a batch of only those
-    /// observes nothing.
+    /// observes nothing. An invalid batch ([`OutputBatch::validate`])
+    /// changes nothing and is rejected whole, as [`Tracker::apply`] does.
     pub fn observe_batch(&mut self, batch: &OutputBatch) -> Vec<Rejection> {
+        match batch.validate(&self.limits) {
+            Ok(()) => self.batch_valid(batch),
+            Err(e) => vec![self.invalid(RecordKind::Outputs, "", e.0)],
+        }
+    }
+
+    fn batch_valid(&mut self, batch: &OutputBatch) -> Vec<Rejection> {
         let mut rejections = Vec::new();
         self.batch_counts.clear();
         for output in &batch.outputs {
             let Some(live) = self.requests.get_mut(output.request_id.as_str()) else {
                 rejections.push(self.reject(
                     RejectReason::UnknownRequest,
-                    "output",
+                    RecordKind::Output,
                     &output.request_id,
                 ));
                 continue;
@@ -776,7 +784,7 @@ impl Tracker {
                     .state
                     .out_of_order(batch.timestamp, batch.received_at)
                     .unwrap_or_default();
-                rejections.push(self.invalid("output", &output.request_id, detail));
+                rejections.push(self.invalid(RecordKind::Output, &output.request_id, detail));
                 continue;
             }
             live.last_seen = self.now;
@@ -816,15 +824,24 @@ impl Tracker {
         rejections
     }
 
-    /// Terminates a request as `abort`.
-    pub fn abort(&mut self, abort: &Abort) -> Result<(), Rejection> {
+    /// Terminates a request as `abort`; an invalid abort
+    /// ([`Abort::validate`]), one for an unknown request or one received
+    /// before the request's arrival is rejected.
+    pub fn abort(&mut self, abort: &Abort) -> Vec<Rejection> {
+        match abort.validate(&self.limits) {
+            Ok(()) => self.abort_valid(abort).err().into_iter().collect(),
+            Err(e) => vec![self.invalid(RecordKind::Abort, &abort.request_id, e.0)],
+        }
+    }
+
+    fn abort_valid(&mut self, abort: &Abort) -> Result<(), Rejection> {
         let arrival = self
             .requests
             .get(abort.request_id.as_str())
             .map(|live| live.metrics.state.params.arrival_time);
         match arrival {
             Some(arrival) if abort.received_at < arrival => Err(self.invalid(
-                "abort",
+                RecordKind::Abort,
                 &abort.request_id,
                 format!(
                     "received_at {} is earlier than the request's arrival_time {arrival}",
@@ -839,7 +856,11 @@ impl Tracker {
                 live.metrics.abort(abort.received_at);
                 Ok(())
             }
-            None => Err(self.reject(RejectReason::UnknownRequest, "abort", &abort.request_id)),
+            None => Err(self.reject(
+                RejectReason::UnknownRequest,
+                RecordKind::Abort,
+                &abort.request_id,
+            )),
         }
     }
 
@@ -892,10 +913,17 @@ impl Tracker {
         idle.len()
     }
 
-    /// Applies one engine step's scheduler stats (already validated: see
-    /// [`Record::validate`]).
-    pub fn record_scheduler_stats(&mut self, stats: &SchedulerStats) {
-        self.engines.scheduler_stats(&self.instruments, stats);
+    /// Applies one engine step's scheduler stats, as [`Tracker::apply`]
+    /// does a `scheduler_stats` record: invalid ones change nothing and are
+    /// rejected.
+    pub fn record_scheduler_stats(&mut self, stats: &SchedulerStats) -> Vec<Rejection> {
+        match stats.validate(self.limits.max_label_bytes) {
+            Ok(()) => {
+                self.engines.scheduler_stats(&self.instruments, stats);
+                Vec::new()
+            }
+            Err(e) => vec![self.invalid(RecordKind::SchedulerStats, "", e.0)],
+        }
     }
 
     /// Counts an input that could not be decoded at all.

@@ -19,10 +19,11 @@ use tokio::net::TcpListener;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::proto::{pb, record_from_proto};
+use crate::catalog::RejectReason;
 use crate::protocol::Record;
 use crate::support::clock::unix_now;
 use crate::support::listen::{self, BearerToken, ListenerLimits, ServerTls};
-use crate::tracker::{RejectReason, Rejection, Tracker};
+use crate::tracker::{Rejection, Tracker};
 
 /// How many rejection messages a summary carries.
 pub const FIRST_REJECTIONS: usize = 10;

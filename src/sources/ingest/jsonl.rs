@@ -7,7 +7,7 @@
 //! request ids, duplicate starts) are counted and warned about once per kind.
 //!
 //! ```
-//! use vllm_otel_metrics::ingest::jsonl;
+//! use vllm_otel_metrics::sources::ingest::jsonl;
 //! use vllm_otel_metrics::instruments::Instruments;
 //! use vllm_otel_metrics::tracker::Tracker;
 //!
@@ -25,8 +25,8 @@
 use std::io::{self, BufRead, Write};
 
 use super::RecordSink;
+use crate::catalog::RejectReason;
 use crate::protocol::Record;
-use crate::tracker::RejectReason;
 
 /// What a replay did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -40,7 +40,7 @@ pub struct ReplayReport {
     /// Engine-core outputs carried by the valid records.
     pub outputs: u64,
     /// Inputs that changed no metric, by [`RejectReason`] index.
-    pub rejected: [u64; 4],
+    pub rejected: [u64; RejectReason::ALL.len()],
 }
 
 impl ReplayReport {

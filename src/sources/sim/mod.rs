@@ -8,7 +8,7 @@
 //!
 //! ```
 //! use vllm_otel_metrics::protocol::Record;
-//! use vllm_otel_metrics::sim::{simulate, SimConfig};
+//! use vllm_otel_metrics::sources::sim::{simulate, SimConfig};
 //!
 //! let config = SimConfig { duration: 5.0, ..SimConfig::default() };
 //! let mut outputs = 0;
