@@ -11,6 +11,7 @@ use crate::support::listen::ListenConfigError;
 
 /// Why a subcommand stopped before its work was done.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum CliError {
     /// The OTLP settings (flags or `OTEL_EXPORTER_OTLP_*` variables).
     #[error(transparent)]

@@ -48,6 +48,7 @@ pub struct ListenerLimits {
 /// A file a flag names, read with the flag in its error.
 /// Why a listener's TLS or token files cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ListenConfigError {
     /// A file cannot be read.
     #[error("{flag}: cannot read {}: {reason}", path.display())]

@@ -136,6 +136,7 @@ impl Protocol {
 /// Why the OTLP settings (flags and `OTEL_EXPORTER_OTLP_*` variables)
 /// cannot be used; the text names the setting and its value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum OtlpError {
     /// Not a transport this crate speaks.
     #[error("unsupported OTLP protocol '{0}' (expected grpc or http/protobuf)")]

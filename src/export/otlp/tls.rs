@@ -61,6 +61,7 @@ fn path_from(
 
 /// Why the OTLP client's TLS settings cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum TlsError {
     /// A certificate or key file cannot be read.
     #[error("{setting}: cannot read {}: {reason}", path.display())]

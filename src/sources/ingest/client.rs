@@ -49,6 +49,7 @@ type Client = pb::ingest_client::IngestClient<InterceptedService<Channel, Token>
 
 /// Why streaming to a `serve` process (`--target`) failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum TargetError {
     /// The target URL carries credentials.
     #[error(transparent)]

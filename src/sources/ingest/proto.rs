@@ -19,6 +19,7 @@ pub mod pb {
 /// Why a wire record cannot become a [`Record`]: what is missing or
 /// unknown, and the request it belongs to.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConversionError {
     /// No field of the record's oneof is set.
     #[error("empty record (no field of the oneof set)")]

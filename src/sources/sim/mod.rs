@@ -418,6 +418,7 @@ impl SimConfig {
 
 /// Why a simulator configuration cannot run; names the setting (flag).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SimConfigError {
     /// A setting outside what a run can work with.
     #[error("{setting} must be {requirement}")]
