@@ -2,6 +2,15 @@
 //! compiler (protox), so no system `protoc` is needed.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // Only the `grpc` feature has generated code.
+    if std::env::var_os("CARGO_FEATURE_GRPC").is_none() {
+        return Ok(());
+    }
+    compile()
+}
+
+#[cfg(feature = "grpc")]
+fn compile() -> Result<(), Box<dyn std::error::Error>> {
     let proto = "proto/vllm_otel_metrics/v1/ingest.proto";
     println!("cargo:rerun-if-changed={proto}");
     let descriptors = protox::compile([proto], ["proto"])?;
@@ -10,4 +19,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_server(true)
         .compile_fds(descriptors)?;
     Ok(())
+}
+
+#[cfg(not(feature = "grpc"))]
+fn compile() -> Result<(), Box<dyn std::error::Error>> {
+    unreachable!("CARGO_FEATURE_GRPC is set only with the grpc feature")
 }

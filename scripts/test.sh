@@ -49,3 +49,6 @@ echo "==> plugin tests (pytest, in the vLLM environment)"
 echo "==> cargo test"
 cargo test --all-targets
 cargo test --doc
+echo "==> the minimal feature set (--no-default-features: catalog, protocol, tracker, instruments, bridge)"
+cargo clippy --no-default-features --all-targets --quiet -- -D warnings
+cargo test --no-default-features

@@ -30,9 +30,33 @@
 //! let text = bridge.encode(Format::Text);
 //! assert!(text.contains("vllm:request_num_preemptions_count{model_name=\"m\",engine=\"0\"} 1\n"));
 //! ```
+//!
+//! # Feature flags
+//!
+//! The default features build the command line and everything it uses. A
+//! host that embeds only the tracker and the Prometheus bridge takes
+//! `default-features = false`: the catalog, the records ([`protocol`], JSONL
+//! replay included), the [`tracker`], the [`instruments`] and the bridge's
+//! encoder, on the product's OpenTelemetry stack and nothing else.
+//!
+//! - `otlp`: OTLP push (`export::otlp`, over `opentelemetry-otlp`) and one
+//!   aggregation for two readers (`export::shared`, which needs the SDK's
+//!   `experimental_metrics_custom_reader`).
+//! - `grpc`: the gRPC ingest server and client (`sources::ingest::grpc`,
+//!   `::client`, `::proto`) and the proto compile in `build.rs`.
+//! - `http`: the bridge's own `/metrics` server (`export::prometheus::http`).
+//! - `sim`: the engine simulator (`sources::sim`).
+//! - `cli` (default): the command line and the binary; turns on all of the
+//!   above.
+//! - `listen`: the bounded TCP/TLS listeners the servers use (turned on by
+//!   `grpc` and `http`).
+//!
+//! The SDK's `experimental_metrics_bound_instruments` feature is always on:
+//! recording goes through its bound handles.
 
 // The layers, in the order data flows through them (see docs/SEMANTICS.md §1).
 pub mod catalog;
+#[cfg(feature = "cli")]
 pub mod cli;
 pub mod export;
 pub mod instruments;

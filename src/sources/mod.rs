@@ -8,4 +8,5 @@
 //! none of them records a metric itself.
 
 pub mod ingest;
+#[cfg(feature = "sim")]
 pub mod sim;

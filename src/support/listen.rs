@@ -428,6 +428,8 @@ impl AsyncWrite for Conn {
     }
 }
 
+// tonic's server asks each connection for its peer.
+#[cfg(feature = "grpc")]
 impl tonic::transport::server::Connected for Conn {
     type ConnectInfo = Option<std::net::SocketAddr>;
 

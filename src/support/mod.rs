@@ -3,5 +3,6 @@
 //! messages.
 
 pub mod clock;
+#[cfg(feature = "listen")]
 pub mod listen;
 pub mod redact;

@@ -23,8 +23,10 @@
 //! ```
 
 mod encode;
+#[cfg(feature = "http")]
 pub mod http;
 mod layout;
+#[cfg(feature = "http")]
 mod process;
 mod snapshot;
 

@@ -1,8 +1,11 @@
 //! Sources: they only translate their input into tracker calls.
 
+#[cfg(feature = "grpc")]
 pub mod client;
+#[cfg(feature = "grpc")]
 pub mod grpc;
 pub mod jsonl;
+#[cfg(feature = "grpc")]
 pub mod proto;
 
 use crate::protocol::Record;
