@@ -12,7 +12,8 @@
 //! readers feed the exporters ([`export`]): `opentelemetry-prometheus` under
 //! the Prometheus bridge, `opentelemetry-otlp` for OTLP. The [`catalog`] is
 //! the single table every name, HELP text and bucket list comes from, at
-//! the bottom with [`support`]; [`cli`] is the command line on top.
+//! the bottom with the shared plumbing (`support`); the command line
+//! (`cli`, the binary's) is on top.
 //!
 //! ```
 //! use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
@@ -56,12 +57,19 @@
 
 // The layers, in the order data flows through them (see docs/SEMANTICS.md §1).
 pub mod catalog;
+// The command line is the binary's. It is public, but hidden, because
+// `main.rs` is a separate crate and the tests read its summary; it is no
+// API for hosts and may change with any release.
 #[cfg(feature = "cli")]
+#[doc(hidden)]
 pub mod cli;
 pub mod export;
 pub mod instruments;
 pub mod protocol;
 pub mod sources;
+// Plumbing the layers share (clocks, bounded listeners, redaction). Hidden
+// for the same reason: public for the binary and the tests, no API.
+#[doc(hidden)]
 pub mod support;
 pub mod tracker;
 

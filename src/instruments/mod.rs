@@ -108,7 +108,7 @@ pub enum NameStyle {
     Prometheus,
 }
 
-/// What the [`views`] and the instruments are built for.
+/// What the Views and the instruments are built for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InstrumentsConfig {
     /// The model context length that bounds the token histograms' buckets.

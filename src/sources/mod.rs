@@ -2,7 +2,7 @@
 //!
 //! - [`ingest`]: a JSONL trace (`replay`) and the gRPC ingest service
 //!   (`serve`), plus the client that streams to it (`--target`);
-//! - [`sim`]: the engine simulator (`simulate`).
+//! - `sim` (feature `sim`): the engine simulator (`simulate`).
 //!
 //! Each turns its input into [`crate::protocol::Record`]s and hands them on;
 //! none of them records a metric itself.

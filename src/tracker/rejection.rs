@@ -17,7 +17,7 @@ pub struct Rejection {
 }
 
 impl Rejection {
-    /// Whether `rejections` (what [`Tracker::apply`] returned) refuse the
+    /// Whether `rejections` (what [`Tracker::apply`](super::Tracker::apply) returned) refuse the
     /// record as a whole: one invalid-record rejection naming the record
     /// itself, not one of its outputs.
     pub fn refuse_whole_record(rejections: &[Rejection]) -> bool {

@@ -9,7 +9,7 @@
 //! restores HELP texts and label order, and hands a [`Family`] snapshot to
 //! the encoders. The encoders ([`encode`]) are the project's own: the
 //! `prometheus` crate writes neither vLLM's `le` spelling (`le="1.0"`) nor
-//! OpenMetrics. [`http`] serves the result at `/metrics`.
+//! OpenMetrics. `http` (feature `http`) serves the result at `/metrics`.
 //!
 //! ```
 //! use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
