@@ -622,8 +622,6 @@ impl Engine {
 
     /// Schedules and runs one step starting at `now`; `token` draws token ids.
     pub(crate) fn step(&mut self, now: f64, mut token: impl FnMut() -> u32) -> StepResult {
-        let bs = self.limits.block_size;
-        let k = self.limits.num_speculative_tokens;
         let mut result = StepResult::default();
         let mut budget = self.limits.max_num_batched_tokens;
         // (index into running, tokens computed this step)
@@ -631,15 +629,41 @@ impl Engine {
         self.steps += 1;
         self.advance_stores(now);
         self.finish_loads(now);
+        self.schedule_running(now, &mut budget, &mut scheduled, &mut result);
+        self.load_blocked = false;
+        // As vLLM's scheduler, no admission in a step that preempted.
+        if result.preemptions == 0 {
+            self.admit_waiting(now, &mut budget, &mut scheduled, &mut result);
+        }
+        self.compute(&scheduled, &mut token, &mut result);
+        self.take_connector_steps(&mut result);
+        self.retire_finished(&mut result);
+        debug_assert!(self.free_blocks <= self.limits.kv_blocks);
+        debug_assert!(self.running.len() <= self.limits.max_num_seqs as usize);
+        debug_assert_eq!(self.residency.free_entries(), u64::from(self.free_blocks));
+        result
+    }
 
+    /// The running requests, in admission order, get their decode token or
+    /// next prefill chunk; one that needs a block when none is free preempts
+    /// (see [`Engine::preempt_for`]).
+    fn schedule_running(
+        &mut self,
+        now: f64,
+        budget: &mut u32,
+        scheduled: &mut Vec<(usize, u32)>,
+        result: &mut StepResult,
+    ) {
+        let bs = self.limits.block_size;
+        let k = self.limits.num_speculative_tokens;
         let mut i = 0;
-        while i < self.running.len() && budget > 0 {
+        while i < self.running.len() && *budget > 0 {
             let sequence = &self.running[i];
             let want = if sequence.decoding() {
                 // The decode token plus its draft tokens' slots.
-                (1 + k).min(budget)
+                (1 + k).min(*budget)
             } else {
-                (sequence.prefill_target() - sequence.computed).min(budget)
+                (sequence.prefill_target() - sequence.computed).min(*budget)
             };
             let needed = blocks_for(sequence.computed + want, bs).saturating_sub(sequence.blocks);
             while needed > self.free_blocks && i < self.running.len() {
@@ -652,109 +676,128 @@ impl Engine {
             let key = self.running[i].key;
             self.allocate(key, needed, now);
             self.running[i].blocks += needed;
-            budget -= want;
+            *budget -= want;
             scheduled.push((i, want));
             i += 1;
         }
+    }
 
-        self.load_blocked = false;
-        if result.preemptions == 0 {
-            // Requests whose offload lookup is pending, back at the
-            // queue's head after the step's admissions.
-            let mut skipped = Vec::new();
-            loop {
-                if self.running.len() >= self.limits.max_num_seqs as usize || budget == 0 {
-                    break;
-                }
-                let from_loaded = !self.loaded.is_empty();
-                if !from_loaded {
-                    match self.start_load(now, &mut result) {
-                        Load::Started => continue,
-                        Load::Blocked => {
-                            self.load_blocked = true;
-                            break;
-                        }
-                        Load::NotNeeded => {}
+    /// Waiting requests are admitted while seats, blocks and the token
+    /// budget allow: KV-connector loads first, a request whose offload
+    /// lookup is pending skipped for the step.
+    fn admit_waiting(
+        &mut self,
+        now: f64,
+        budget: &mut u32,
+        scheduled: &mut Vec<(usize, u32)>,
+        result: &mut StepResult,
+    ) {
+        let bs = self.limits.block_size;
+        // Requests whose offload lookup is pending, back at the
+        // queue's head after the step's admissions.
+        let mut skipped = Vec::new();
+        loop {
+            if self.running.len() >= self.limits.max_num_seqs as usize || *budget == 0 {
+                break;
+            }
+            let from_loaded = !self.loaded.is_empty();
+            if !from_loaded {
+                match self.start_load(now, result) {
+                    Load::Started => continue,
+                    Load::Blocked => {
+                        self.load_blocked = true;
+                        break;
                     }
+                    Load::NotNeeded => {}
                 }
-                if !from_loaded && self.lookup_pending(now) {
-                    skipped.push(self.waiting.pop_front().expect("pending head"));
-                    continue;
-                }
-                let front = if from_loaded {
-                    self.loaded.front()
+            }
+            if !from_loaded && self.lookup_pending(now) {
+                skipped.push(self.waiting.pop_front().expect("pending head"));
+                continue;
+            }
+            let front = if from_loaded {
+                self.loaded.front()
+            } else {
+                self.waiting.front()
+            };
+            let Some(front) = front else {
+                break;
+            };
+            let target = front.prefill_target();
+            let prompt = front.request.prompt_len;
+            let cached = local_hit(prompt, self.limits.prefix_hit_rate, bs);
+            // Offloaded KV comes back instead of being recomputed (at
+            // least one token is still computed, to produce the next).
+            let restored = front.offloaded.min(target.saturating_sub(1));
+            let ready = (cached + front.external).max(restored);
+            if self.limits.offload_blocks > 0 {
+                self.offload_step
+                    .lookups
+                    .push(lookup_seconds(blocks_for(target, bs)));
+            }
+            let chunk = (target - ready).min(*budget);
+            let needed = blocks_for(ready + chunk, bs).saturating_sub(front.blocks);
+            if needed > self.free_blocks {
+                break;
+            }
+            let mut sequence = if from_loaded {
+                self.loaded.pop_front()
+            } else {
+                self.waiting.pop_front()
+            }
+            .expect("front exists");
+            sequence.lookups += 1;
+            if sequence.offload_blocks > 0 {
+                let loaded = if restored > cached + sequence.external {
+                    restored
                 } else {
-                    self.waiting.front()
+                    0
                 };
-                let Some(front) = front else {
-                    break;
-                };
-                let target = front.prefill_target();
-                let prompt = front.request.prompt_len;
-                let cached = local_hit(prompt, self.limits.prefix_hit_rate, bs);
-                // Offloaded KV comes back instead of being recomputed (at
-                // least one token is still computed, to produce the next).
-                let restored = front.offloaded.min(target.saturating_sub(1));
-                let ready = (cached + front.external).max(restored);
-                if self.limits.offload_blocks > 0 {
-                    self.offload_step
-                        .lookups
-                        .push(lookup_seconds(blocks_for(target, bs)));
-                }
-                let chunk = (target - ready).min(budget);
-                let needed = blocks_for(ready + chunk, bs).saturating_sub(front.blocks);
-                if needed > self.free_blocks {
-                    break;
-                }
-                let mut sequence = if from_loaded {
-                    self.loaded.pop_front()
-                } else {
-                    self.waiting.pop_front()
-                }
-                .expect("front exists");
-                sequence.lookups += 1;
-                if sequence.offload_blocks > 0 {
-                    let loaded = if restored > cached + sequence.external {
-                        restored
-                    } else {
-                        0
-                    };
-                    self.load_offloaded(&mut sequence, loaded);
-                }
-                self.residency.hit(sequence.key, cached / bs, now);
-                self.allocate(sequence.key, needed, now);
-                sequence.blocks += needed;
-                sequence.computed = ready;
-                if sequence.preemptions == 0 {
-                    sequence.prefill_stats = Some(PrefillStats {
-                        num_prompt_tokens: prompt,
-                        num_computed_tokens: prompt - ready,
-                        num_cached_tokens: ready,
-                        num_local_cached_tokens: cached,
-                        num_external_cached_tokens: sequence.external,
-                    });
-                }
-                sequence.events.push(EngineCoreEvent {
-                    kind: EventType::Scheduled,
-                    timestamp: now,
-                    reason: None,
+                self.load_offloaded(&mut sequence, loaded);
+            }
+            self.residency.hit(sequence.key, cached / bs, now);
+            self.allocate(sequence.key, needed, now);
+            sequence.blocks += needed;
+            sequence.computed = ready;
+            if sequence.preemptions == 0 {
+                sequence.prefill_stats = Some(PrefillStats {
+                    num_prompt_tokens: prompt,
+                    num_computed_tokens: prompt - ready,
+                    num_cached_tokens: ready,
+                    num_local_cached_tokens: cached,
+                    num_external_cached_tokens: sequence.external,
                 });
-                result.prefix_queries += u64::from(prompt);
-                result.prefix_hits += u64::from(cached);
-                budget -= chunk;
-                self.running.push(sequence);
-                scheduled.push((self.running.len() - 1, chunk));
             }
-            for sequence in skipped.into_iter().rev() {
-                self.waiting.push_front(sequence);
-            }
+            sequence.events.push(EngineCoreEvent {
+                kind: EventType::Scheduled,
+                timestamp: now,
+                reason: None,
+            });
+            result.prefix_queries += u64::from(prompt);
+            result.prefix_hits += u64::from(cached);
+            *budget -= chunk;
+            self.running.push(sequence);
+            scheduled.push((self.running.len() - 1, chunk));
         }
+        for sequence in skipped.into_iter().rev() {
+            self.waiting.push_front(sequence);
+        }
+    }
 
+    /// The scheduled requests compute: prefill chunks, decode tokens (with
+    /// speculative drafts), and an output for each request with a token.
+    fn compute(
+        &mut self,
+        scheduled: &[(usize, u32)],
+        token: &mut impl FnMut() -> u32,
+        result: &mut StepResult,
+    ) {
+        let k = self.limits.num_speculative_tokens;
         let mut spec = (k > 0).then(|| SpecDecodingStats {
             num_accepted_tokens_per_pos: vec![0; k as usize],
             ..SpecDecodingStats::default()
         });
-        for &(index, tokens) in &scheduled {
+        for &(index, tokens) in scheduled {
             let sequence = &mut self.running[index];
             result.tokens += tokens;
             result.context_tokens_read += u64::from(sequence.computed);
@@ -795,6 +838,10 @@ impl Engine {
             });
         }
         result.spec = spec;
+    }
+
+    /// The step's KV-connector stats, with the offload pool's state at its end.
+    fn take_connector_steps(&mut self, result: &mut StepResult) {
         if self.limits.offload_blocks > 0 {
             let mut offload = std::mem::take(&mut self.offload_step);
             offload.used_blocks = self.offload_used;
@@ -804,8 +851,10 @@ impl Engine {
         if self.limits.nixl {
             result.nixl = Some(std::mem::take(&mut self.nixl_step));
         }
+    }
 
-        // Finished requests leave the batch and free their blocks.
+    /// Finished requests leave the batch and free their blocks.
+    fn retire_finished(&mut self, result: &mut StepResult) {
         let mut kept = Vec::with_capacity(self.running.len());
         for sequence in std::mem::take(&mut self.running) {
             if sequence.generated >= sequence.request.output_len {
@@ -816,10 +865,6 @@ impl Engine {
             }
         }
         self.running = kept;
-        debug_assert!(self.free_blocks <= self.limits.kv_blocks);
-        debug_assert!(self.running.len() <= self.limits.max_num_seqs as usize);
-        debug_assert_eq!(self.residency.free_entries(), u64::from(self.free_blocks));
-        result
     }
 }
 
