@@ -62,6 +62,7 @@ const fn gauge_with(
         labels,
         buckets: Buckets::None,
         value_type,
+        label_values: &[],
     }
 }
 
@@ -104,7 +105,8 @@ pub const NUM_REQUESTS_WAITING_BY_REASON: MetricDef = gauge_with(
     "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for scheduling capacity; 'deferred' = deferred by transient constraints (LoRA budget, KV transfer, blocked status). Sum of all reasons equals vllm:num_requests_waiting.",
     WAITING_REASON_LABELS,
     ValueType::Integer,
-);
+)
+.with_label_values(&WAITING_REASONS);
 /// Waiting requests by async KV load stage (`loggers.py`,
 /// `gauge_kv_fetch_by_stage`; registered on KV consumers only).
 pub const NUM_REQUESTS_KV_FETCH_BY_STAGE: MetricDef = gauge_with(
@@ -114,7 +116,8 @@ pub const NUM_REQUESTS_KV_FETCH_BY_STAGE: MetricDef = gauge_with(
     "Number of waiting requests by async KV load stage. Stage labels: 'waiting_to_start' = needs an async KV load that has not started; 'in_progress' = load started and not yet reported finished; 'completed_waiting' = load finished, request not running yet.",
     KV_FETCH_STAGE_LABELS,
     ValueType::Integer,
-);
+)
+.with_label_values(&KV_FETCH_STAGES);
 /// The engine's sleep level as three flags (`loggers.py`,
 /// `gauge_engine_sleep_state`, `record_sleep_state`).
 pub const ENGINE_SLEEP_STATE: MetricDef = gauge_with(
@@ -124,7 +127,8 @@ pub const ENGINE_SLEEP_STATE: MetricDef = gauge_with(
     "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.",
     SLEEP_STATE_LABELS,
     ValueType::Integer,
-);
+)
+.with_label_values(&SLEEP_STATES);
 /// Prefix-cache hit tokens by tier (`loggers.py`,
 /// `counter_prompt_tokens_cached_by_source`).
 pub const PROMPT_TOKENS_CACHED_BY_SOURCE: MetricDef = counter(
@@ -133,7 +137,8 @@ pub const PROMPT_TOKENS_CACHED_BY_SOURCE: MetricDef = counter(
     "{token}",
     "Prefix-cache hit tokens by the cache tier that supplied them: device (local HBM), host (offloaded to DRAM), disk, p2p (transferred from another vLLM instance) or external_unspecified. Counted at admission; sums to vllm:prefix_cache_hits + vllm:external_prefix_cache_hits.",
     CACHE_HIT_SOURCE_LABELS,
-);
+)
+.with_label_values(&CACHE_HIT_SOURCES);
 /// Tokens queried in the KV connector's cache (`loggers.py`,
 /// `counter_connector_prefix_cache_queries`).
 pub const EXTERNAL_PREFIX_CACHE_QUERIES: MetricDef = counter(
@@ -250,7 +255,8 @@ pub const SPEC_DECODE_NUM_ACCEPTED_TOKENS_PER_POS: MetricDef = counter(
     "{token}",
     "Accepted tokens per draft position.",
     POSITION_LABELS,
-);
+)
+.with_label_values(&SPEC_POSITIONS);
 /// The engine's cache configuration as labels, value 1 (`loggers.py`,
 /// `log_metrics_info("cache_config", …)` of `CacheConfig.metrics_info()`).
 pub const CACHE_CONFIG_INFO: MetricDef = gauge_with(

@@ -256,7 +256,8 @@ pub const SIMPLE_KV_OFFLOAD_SAVE_OUTCOMES: MetricDef = counter(
     "{store}",
     "Store admission decisions in SimpleCPUOffloadConnector, by outcome. Outcomes classify eager-mode boundary hand-off stores; lazy-mode stores are not classified.",
     SAVE_OUTCOME_LABELS,
-);
+)
+.with_label_values(&SAVE_OUTCOMES);
 /// Blocks restored to GPU from the offload pool.
 pub const SIMPLE_KV_OFFLOAD_LOAD_BLOCKS: MetricDef = counter(
     "vllm:simple_kv_offload_load_blocks",

@@ -18,11 +18,17 @@
 mod engine;
 mod kv_connector;
 mod reasons;
+mod request;
+mod scheduler;
 pub mod semconv;
+mod telemetry;
 
 pub use engine::*;
 pub use kv_connector::*;
 pub use reasons::{EvictReason, RejectReason};
+pub use request::*;
+pub use scheduler::*;
+pub use telemetry::*;
 
 /// How a family aggregates, which decides its instrument and exposition type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,6 +158,20 @@ pub struct MetricDef {
     pub buckets: Buckets,
     /// How sample values are written.
     pub value_type: ValueType,
+    /// The values of its label beyond `model_name` and `engine`, when the
+    /// catalog fixes them (a series each per label set); empty when it has
+    /// no such label or its values are open.
+    pub label_values: &'static [&'static str],
+}
+
+impl MetricDef {
+    /// The family with the values of its further label fixed.
+    pub(crate) const fn with_label_values(self, label_values: &'static [&'static str]) -> Self {
+        MetricDef {
+            label_values,
+            ..self
+        }
+    }
 }
 
 /// Label names shared by every vLLM family.
@@ -219,6 +239,7 @@ pub(crate) const fn counter(
         labels,
         buckets: Buckets::None,
         value_type: ValueType::Integer,
+        label_values: &[],
     }
 }
 
@@ -238,6 +259,7 @@ pub(crate) const fn histogram(
         labels: ENGINE_LABELS,
         buckets,
         value_type: ValueType::Float,
+        label_values: &[],
     }
 }
 
@@ -257,383 +279,9 @@ pub(crate) const fn gauge(
         labels: ENGINE_LABELS,
         buckets: Buckets::None,
         value_type,
+        label_values: &[],
     }
 }
-
-// ---- per-request tier ----
-
-/// Engine-wide preemption events.
-pub const NUM_PREEMPTIONS: MetricDef = counter(
-    "vllm:num_preemptions",
-    "vllm.num_preemptions",
-    "{preemption}",
-    "Cumulative number of preemption events.",
-    ENGINE_LABELS,
-);
-/// Preemption events by reason (vLLM PR #58037); the reasons sum to
-/// `vllm:num_preemptions`.
-pub const NUM_PREEMPTIONS_BY_REASON: MetricDef = counter(
-    "vllm:num_preemptions_by_reason",
-    "vllm.num_preemptions_by_reason",
-    "{preemption}",
-    "Cumulative number of preemption events, by reason.",
-    PREEMPTION_REASON_LABELS,
-);
-/// Prompt tokens, cache hits included.
-pub const PROMPT_TOKENS: MetricDef = counter(
-    "vllm:prompt_tokens",
-    "vllm.prompt_tokens",
-    "{token}",
-    "Prompt tokens summed over sequences, including prefix-cache hits; each parallel-sampling child counts its prompt separately. Equals the sum of vllm:prompt_tokens_by_source_total.",
-    ENGINE_LABELS,
-);
-/// Prompt tokens by where their KV came from.
-pub const PROMPT_TOKENS_BY_SOURCE: MetricDef = counter(
-    "vllm:prompt_tokens_by_source",
-    "vllm.prompt_tokens_by_source",
-    "{token}",
-    "Number of prompt tokens by source.",
-    SOURCE_LABELS,
-);
-/// Prompt tokens served from the prefix cache.
-pub const PROMPT_TOKENS_CACHED: MetricDef = counter(
-    "vllm:prompt_tokens_cached",
-    "vllm.prompt_tokens_cached",
-    "{token}",
-    "Number of prompt tokens with prefix cache hits.",
-    ENGINE_LABELS,
-);
-/// Generated tokens.
-pub const GENERATION_TOKENS: MetricDef = counter(
-    "vllm:generation_tokens",
-    "vllm.generation_tokens",
-    "{token}",
-    "Number of generation tokens processed.",
-    ENGINE_LABELS,
-);
-/// Terminated requests by finish reason.
-pub const REQUEST_SUCCESS: MetricDef = counter(
-    "vllm:request_success",
-    "vllm.request_success",
-    "{request}",
-    "Count of successfully processed requests.",
-    FINISHED_REASON_LABELS,
-);
-/// Tokens per engine output batch.
-pub const ITERATION_TOKENS: MetricDef = histogram(
-    "vllm:iteration_tokens_total",
-    "vllm.iteration_tokens_total",
-    "{token}",
-    "Histogram of computed prompt and generated tokens per nonempty engine output batch.",
-    Buckets::Fixed(ITERATION_BUCKETS),
-);
-/// Prompt length per finished request.
-pub const REQUEST_PROMPT_TOKENS: MetricDef = histogram(
-    "vllm:request_prompt_tokens",
-    "vllm.request_prompt_tokens",
-    "{token}",
-    "Prompt length of each finished sequence; each parallel-sampling child is one observation.",
-    Buckets::Tokens,
-);
-/// Generated tokens per finished request.
-pub const REQUEST_GENERATION_TOKENS: MetricDef = histogram(
-    "vllm:request_generation_tokens",
-    "vllm.request_generation_tokens",
-    "{token}",
-    "Number of generation tokens processed.",
-    Buckets::Tokens,
-);
-/// Maximum generated tokens per finished request.
-pub const REQUEST_MAX_NUM_GENERATION_TOKENS: MetricDef = histogram(
-    "vllm:request_max_num_generation_tokens",
-    "vllm.request_max_num_generation_tokens",
-    "{token}",
-    "Histogram of maximum number of requested generation tokens.",
-    Buckets::Tokens,
-);
-/// The `max_tokens` request parameter.
-pub const REQUEST_PARAMS_MAX_TOKENS: MetricDef = histogram(
-    "vllm:request_params_max_tokens",
-    "vllm.request_params_max_tokens",
-    "{token}",
-    "Histogram of the max_tokens request parameter.",
-    Buckets::Tokens,
-);
-/// The `n` request parameter.
-pub const REQUEST_PARAMS_N: MetricDef = histogram(
-    "vllm:request_params_n",
-    "vllm.request_params_n",
-    "{sequence}",
-    "Histogram of the n request parameter.",
-    Buckets::Fixed(N_BUCKETS),
-);
-/// Preemptions per terminated request, zero included: the headline family.
-pub const REQUEST_NUM_PREEMPTIONS: MetricDef = histogram(
-    "vllm:request_num_preemptions",
-    "vllm.request_num_preemptions",
-    "{preemption}",
-    "Histogram of the number of times a request was preempted.",
-    Buckets::Fixed(PREEMPTION_BUCKETS),
-);
-/// KV tokens computed during prefill (cache hits excluded).
-pub const REQUEST_PREFILL_KV_COMPUTED_TOKENS: MetricDef = histogram(
-    "vllm:request_prefill_kv_computed_tokens",
-    "vllm.request_prefill_kv_computed_tokens",
-    "{token}",
-    "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
-    Buckets::Tokens,
-);
-/// Time to first token.
-pub const TIME_TO_FIRST_TOKEN: MetricDef = histogram(
-    "vllm:time_to_first_token_seconds",
-    "vllm.time_to_first_token_seconds",
-    "s",
-    "Histogram of time to first token in seconds.",
-    Buckets::Fixed(TTFT_BUCKETS),
-);
-/// Inter-token latency.
-pub const INTER_TOKEN_LATENCY: MetricDef = histogram(
-    "vllm:inter_token_latency_seconds",
-    "vllm.inter_token_latency_seconds",
-    "s",
-    "Histogram of inter-token latency in seconds.",
-    Buckets::Fixed(ITL_BUCKETS),
-);
-/// End-to-end latency.
-pub const E2E_REQUEST_LATENCY: MetricDef = histogram(
-    "vllm:e2e_request_latency_seconds",
-    "vllm.e2e_request_latency_seconds",
-    "s",
-    "Histogram of e2e request latency in seconds.",
-    Buckets::Fixed(LATENCY_BUCKETS),
-);
-/// Time in the WAITING phase.
-pub const REQUEST_QUEUE_TIME: MetricDef = histogram(
-    "vllm:request_queue_time_seconds",
-    "vllm.request_queue_time_seconds",
-    "s",
-    "Histogram of time spent in WAITING phase for request.",
-    Buckets::Fixed(LATENCY_BUCKETS),
-);
-/// Time in the PREFILL phase.
-pub const REQUEST_PREFILL_TIME: MetricDef = histogram(
-    "vllm:request_prefill_time_seconds",
-    "vllm.request_prefill_time_seconds",
-    "s",
-    "Histogram of time spent in PREFILL phase for request.",
-    Buckets::Fixed(LATENCY_BUCKETS),
-);
-/// Time in the DECODE phase.
-pub const REQUEST_DECODE_TIME: MetricDef = histogram(
-    "vllm:request_decode_time_seconds",
-    "vllm.request_decode_time_seconds",
-    "s",
-    "Histogram of time spent in DECODE phase for request.",
-    Buckets::Fixed(LATENCY_BUCKETS),
-);
-/// Time in the RUNNING phase.
-pub const REQUEST_INFERENCE_TIME: MetricDef = histogram(
-    "vllm:request_inference_time_seconds",
-    "vllm.request_inference_time_seconds",
-    "s",
-    "Histogram of time spent in RUNNING phase for request.",
-    Buckets::Fixed(LATENCY_BUCKETS),
-);
-/// Decode time per output token after the first.
-pub const REQUEST_TIME_PER_OUTPUT_TOKEN: MetricDef = histogram(
-    "vllm:request_time_per_output_token_seconds",
-    "vllm.request_time_per_output_token_seconds",
-    "s",
-    "Histogram of time_per_output_token_seconds per request.",
-    Buckets::Fixed(ITL_BUCKETS),
-);
-
-// ---- scheduler tier ----
-
-/// Requests in the running batch.
-pub const NUM_REQUESTS_RUNNING: MetricDef = gauge(
-    "vllm:num_requests_running",
-    "vllm.num_requests_running",
-    "{request}",
-    "Number of requests in model execution batches.",
-    ValueType::Integer,
-);
-/// Requests in the waiting queue.
-pub const NUM_REQUESTS_WAITING: MetricDef = gauge(
-    "vllm:num_requests_waiting",
-    "vllm.num_requests_waiting",
-    "{request}",
-    "Number of requests waiting to be processed.",
-    ValueType::Integer,
-);
-/// KV-cache usage as a fraction.
-pub const KV_CACHE_USAGE: MetricDef = gauge(
-    "vllm:kv_cache_usage_perc",
-    "vllm.kv_cache_usage_perc",
-    // Not UCUM "1": OTLP-to-Prometheus translators append `_ratio` for it,
-    // which would break vLLM's name.
-    "",
-    "KV-cache usage. 1 means 100 percent usage.",
-    ValueType::Float,
-);
-/// Tokens looked up in the prefix cache.
-pub const PREFIX_CACHE_QUERIES: MetricDef = counter(
-    "vllm:prefix_cache_queries",
-    "vllm.prefix_cache_queries",
-    "{token}",
-    "Prefix cache queries, in terms of number of queried tokens.",
-    ENGINE_LABELS,
-);
-/// Tokens found in the prefix cache.
-pub const PREFIX_CACHE_HITS: MetricDef = counter(
-    "vllm:prefix_cache_hits",
-    "vllm.prefix_cache_hits",
-    "{token}",
-    "Prefix cache hits, in terms of number of cached tokens.",
-    ENGINE_LABELS,
-);
-
-// ---- self-telemetry ----
-
-/// Input that changed no vLLM metric (this crate's own family, never `vllm:`).
-pub const REJECTED_INPUTS: MetricDef = counter(
-    "vllm_otel_metrics_rejected_inputs",
-    "vllm_otel_metrics.rejected_inputs",
-    "{input}",
-    "Input records or outputs that changed no vLLM metric, by reason.",
-    REASON_LABELS,
-);
-
-/// Requests the tracker terminated itself (in-flight limit, time-to-live).
-pub const EVICTED_REQUESTS: MetricDef = counter(
-    "vllm_otel_metrics_evicted_requests",
-    "vllm_otel_metrics.evicted_requests",
-    "{request}",
-    "Live requests terminated as abort by the tracker itself, by reason.",
-    REASON_LABELS,
-);
-
-/// Records the vLLM stat-logger plugin reported dropping (this crate's own
-/// family, never `vllm:`; no labels).
-pub const PLUGIN_DROPPED_RECORDS: MetricDef = counter(
-    "vllm_otel_metrics_plugin_dropped_records",
-    "vllm_otel_metrics.plugin_dropped_records",
-    "{record}",
-    "Records the vLLM stat-logger plugin dropped because its queue was full or the sidecar unreachable.",
-    &[],
-);
-
-// ---- process (served on /metrics only) ----
-
-const fn process_gauge(
-    name: &'static str,
-    otel_name: &'static str,
-    help: &'static str,
-) -> MetricDef {
-    MetricDef {
-        vllm_name: name,
-        otel_name,
-        kind: Kind::Gauge,
-        unit: "",
-        help,
-        labels: &[],
-        buckets: Buckets::None,
-        value_type: ValueType::Float,
-    }
-}
-
-/// Virtual memory of the process.
-pub const PROCESS_VIRTUAL_MEMORY: MetricDef = process_gauge(
-    "process_virtual_memory_bytes",
-    "process.virtual_memory_bytes",
-    "Virtual memory size in bytes.",
-);
-/// Resident memory of the process.
-pub const PROCESS_RESIDENT_MEMORY: MetricDef = process_gauge(
-    "process_resident_memory_bytes",
-    "process.resident_memory_bytes",
-    "Resident memory size in bytes.",
-);
-/// When the process started.
-pub const PROCESS_START_TIME: MetricDef = process_gauge(
-    "process_start_time_seconds",
-    "process.start_time_seconds",
-    "Start time of the process since unix epoch in seconds.",
-);
-/// CPU time of the process.
-pub const PROCESS_CPU: MetricDef = MetricDef {
-    kind: Kind::Counter,
-    ..process_gauge(
-        "process_cpu_seconds",
-        "process.cpu_seconds",
-        "Total user and system CPU time spent in seconds.",
-    )
-};
-/// Open file descriptors.
-pub const PROCESS_OPEN_FDS: MetricDef = process_gauge(
-    "process_open_fds",
-    "process.open_fds",
-    "Number of open file descriptors.",
-);
-/// The file descriptor limit.
-pub const PROCESS_MAX_FDS: MetricDef = process_gauge(
-    "process_max_fds",
-    "process.max_fds",
-    "Maximum number of open file descriptors.",
-);
-
-/// The process families `/metrics` serves after the catalog's, with the
-/// names and HELP texts of Prometheus client libraries (vLLM's dashboards
-/// query `process_start_time_seconds`). They are read from the operating
-/// system at each scrape, not recorded, so they are not OTel instruments.
-pub const PROCESS: [&MetricDef; 6] = [
-    &PROCESS_VIRTUAL_MEMORY,
-    &PROCESS_RESIDENT_MEMORY,
-    &PROCESS_START_TIME,
-    &PROCESS_CPU,
-    &PROCESS_OPEN_FDS,
-    &PROCESS_MAX_FDS,
-];
-
-/// The per-request tier, in exposition order.
-pub const PER_REQUEST: [&MetricDef; 23] = [
-    &NUM_PREEMPTIONS,
-    &NUM_PREEMPTIONS_BY_REASON,
-    &PROMPT_TOKENS,
-    &PROMPT_TOKENS_BY_SOURCE,
-    &PROMPT_TOKENS_CACHED,
-    &GENERATION_TOKENS,
-    &REQUEST_SUCCESS,
-    &ITERATION_TOKENS,
-    &REQUEST_PROMPT_TOKENS,
-    &REQUEST_GENERATION_TOKENS,
-    &REQUEST_MAX_NUM_GENERATION_TOKENS,
-    &REQUEST_PARAMS_MAX_TOKENS,
-    &REQUEST_PARAMS_N,
-    &REQUEST_NUM_PREEMPTIONS,
-    &REQUEST_PREFILL_KV_COMPUTED_TOKENS,
-    &TIME_TO_FIRST_TOKEN,
-    &INTER_TOKEN_LATENCY,
-    &E2E_REQUEST_LATENCY,
-    &REQUEST_QUEUE_TIME,
-    &REQUEST_PREFILL_TIME,
-    &REQUEST_DECODE_TIME,
-    &REQUEST_INFERENCE_TIME,
-    &REQUEST_TIME_PER_OUTPUT_TOKEN,
-];
-
-/// The scheduler tier, in exposition order.
-pub const SCHEDULER: [&MetricDef; 5] = [
-    &NUM_REQUESTS_RUNNING,
-    &NUM_REQUESTS_WAITING,
-    &KV_CACHE_USAGE,
-    &PREFIX_CACHE_QUERIES,
-    &PREFIX_CACHE_HITS,
-];
-
-/// This crate's own families.
-pub const SELF_TELEMETRY: [&MetricDef; 3] =
-    [&REJECTED_INPUTS, &EVICTED_REQUESTS, &PLUGIN_DROPPED_RECORDS];
 
 /// Every family, in exposition order: per-request tier, scheduler tier,
 /// engine tier, self-telemetry.
@@ -649,18 +297,7 @@ pub fn all() -> impl Iterator<Item = &'static MetricDef> {
 /// How many series one `(model_name, engine)` label set has in `def`: one,
 /// or one per value of its further label.
 pub fn series_per_label_set(def: &MetricDef) -> usize {
-    match def.vllm_name {
-        name if name == REQUEST_SUCCESS.vllm_name => FINISHED_REASONS.len(),
-        name if name == NUM_PREEMPTIONS_BY_REASON.vllm_name => PREEMPTION_REASONS.len(),
-        name if name == SIMPLE_KV_OFFLOAD_SAVE_OUTCOMES.vllm_name => SAVE_OUTCOMES.len(),
-        name if name == PROMPT_TOKENS_BY_SOURCE.vllm_name => PROMPT_TOKEN_SOURCES.len(),
-        name if name == NUM_REQUESTS_WAITING_BY_REASON.vllm_name => WAITING_REASONS.len(),
-        name if name == NUM_REQUESTS_KV_FETCH_BY_STAGE.vllm_name => KV_FETCH_STAGES.len(),
-        name if name == ENGINE_SLEEP_STATE.vllm_name => SLEEP_STATES.len(),
-        name if name == PROMPT_TOKENS_CACHED_BY_SOURCE.vllm_name => CACHE_HIT_SOURCES.len(),
-        name if name == SPEC_DECODE_NUM_ACCEPTED_TOKENS_PER_POS.vllm_name => SPEC_POSITIONS.len(),
-        _ => 1,
-    }
+    def.label_values.len().max(1)
 }
 
 /// The family whose OpenTelemetry name is `otel_name`.

@@ -89,6 +89,7 @@ const fn histogram(
         labels: LABELS,
         buckets: Buckets::Fixed(buckets),
         value_type: ValueType::Float,
+        label_values: &[],
     }
 }
 

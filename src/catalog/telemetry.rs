@@ -1,0 +1,109 @@
+//! This crate's own families (self-telemetry), and the process families
+//! served on `/metrics` only.
+
+use super::{counter, Buckets, Kind, MetricDef, ValueType, REASON_LABELS};
+
+/// Input that changed no vLLM metric (this crate's own family, never `vllm:`).
+pub const REJECTED_INPUTS: MetricDef = counter(
+    "vllm_otel_metrics_rejected_inputs",
+    "vllm_otel_metrics.rejected_inputs",
+    "{input}",
+    "Input records or outputs that changed no vLLM metric, by reason.",
+    REASON_LABELS,
+);
+
+/// Requests the tracker terminated itself (in-flight limit, time-to-live).
+pub const EVICTED_REQUESTS: MetricDef = counter(
+    "vllm_otel_metrics_evicted_requests",
+    "vllm_otel_metrics.evicted_requests",
+    "{request}",
+    "Live requests terminated as abort by the tracker itself, by reason.",
+    REASON_LABELS,
+);
+
+/// Records the vLLM stat-logger plugin reported dropping (this crate's own
+/// family, never `vllm:`; no labels).
+pub const PLUGIN_DROPPED_RECORDS: MetricDef = counter(
+    "vllm_otel_metrics_plugin_dropped_records",
+    "vllm_otel_metrics.plugin_dropped_records",
+    "{record}",
+    "Records the vLLM stat-logger plugin dropped because its queue was full or the sidecar unreachable.",
+    &[],
+);
+
+// ---- process (served on /metrics only) ----
+
+const fn process_gauge(
+    name: &'static str,
+    otel_name: &'static str,
+    help: &'static str,
+) -> MetricDef {
+    MetricDef {
+        vllm_name: name,
+        otel_name,
+        kind: Kind::Gauge,
+        unit: "",
+        help,
+        labels: &[],
+        buckets: Buckets::None,
+        value_type: ValueType::Float,
+        label_values: &[],
+    }
+}
+
+/// Virtual memory of the process.
+pub const PROCESS_VIRTUAL_MEMORY: MetricDef = process_gauge(
+    "process_virtual_memory_bytes",
+    "process.virtual_memory_bytes",
+    "Virtual memory size in bytes.",
+);
+/// Resident memory of the process.
+pub const PROCESS_RESIDENT_MEMORY: MetricDef = process_gauge(
+    "process_resident_memory_bytes",
+    "process.resident_memory_bytes",
+    "Resident memory size in bytes.",
+);
+/// When the process started.
+pub const PROCESS_START_TIME: MetricDef = process_gauge(
+    "process_start_time_seconds",
+    "process.start_time_seconds",
+    "Start time of the process since unix epoch in seconds.",
+);
+/// CPU time of the process.
+pub const PROCESS_CPU: MetricDef = MetricDef {
+    kind: Kind::Counter,
+    ..process_gauge(
+        "process_cpu_seconds",
+        "process.cpu_seconds",
+        "Total user and system CPU time spent in seconds.",
+    )
+};
+/// Open file descriptors.
+pub const PROCESS_OPEN_FDS: MetricDef = process_gauge(
+    "process_open_fds",
+    "process.open_fds",
+    "Number of open file descriptors.",
+);
+/// The file descriptor limit.
+pub const PROCESS_MAX_FDS: MetricDef = process_gauge(
+    "process_max_fds",
+    "process.max_fds",
+    "Maximum number of open file descriptors.",
+);
+
+/// The process families `/metrics` serves after the catalog's, with the
+/// names and HELP texts of Prometheus client libraries (vLLM's dashboards
+/// query `process_start_time_seconds`). They are read from the operating
+/// system at each scrape, not recorded, so they are not OTel instruments.
+pub const PROCESS: [&MetricDef; 6] = [
+    &PROCESS_VIRTUAL_MEMORY,
+    &PROCESS_RESIDENT_MEMORY,
+    &PROCESS_START_TIME,
+    &PROCESS_CPU,
+    &PROCESS_OPEN_FDS,
+    &PROCESS_MAX_FDS,
+];
+
+/// This crate's own families.
+pub const SELF_TELEMETRY: [&MetricDef; 3] =
+    [&REJECTED_INPUTS, &EVICTED_REQUESTS, &PLUGIN_DROPPED_RECORDS];
