@@ -57,6 +57,7 @@
 
 // The layers, in the order data flows through them (see docs/SEMANTICS.md §1).
 pub mod catalog;
+pub mod error;
 // The command line is the binary's. It is public, but hidden, because
 // `main.rs` is a separate crate and the tests read its summary; it is no
 // API for hosts and may change with any release.

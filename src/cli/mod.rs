@@ -112,7 +112,8 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Serve(args) => run_serve(args),
     };
     result.unwrap_or_else(|e| {
-        report::line(format_args!("error: {e}"));
+        // The error and each cause under it, one after the other.
+        report::line(format_args!("error: {}", crate::error::chain(&e)));
         e.exit_code()
     })
 }

@@ -12,6 +12,7 @@
 //! client certificates required when a client CA is given; [`BearerToken`]
 //! checks an `Authorization: Bearer` header in constant time.
 
+use crate::error::Cause;
 use std::future::Future;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -51,24 +52,26 @@ pub struct ListenerLimits {
 #[non_exhaustive]
 pub enum ListenConfigError {
     /// A file cannot be read.
-    #[error("{flag}: cannot read {}: {reason}", path.display())]
+    #[error("{flag}: cannot read {}", path.display())]
     Unreadable {
         /// The flag that named it.
         flag: &'static str,
         /// The file.
         path: PathBuf,
-        /// The operating system's reason.
-        reason: String,
+        /// The operating system's error.
+        #[source]
+        cause: Cause,
     },
     /// A file's contents are not what the flag needs.
-    #[error("{flag}: {}: {reason}", path.display())]
+    #[error("{flag}: {}", path.display())]
     Invalid {
         /// The flag that named it.
         flag: &'static str,
         /// The file.
         path: PathBuf,
-        /// What is wrong.
-        reason: String,
+        /// What is wrong, as the TLS library says.
+        #[source]
+        cause: Cause,
     },
     /// A certificate file without any certificate.
     #[error("--tls-cert: {} holds no certificate", path.display())]
@@ -98,15 +101,19 @@ fn read_file(path: &Path, flag: &'static str) -> Result<Vec<u8>, ListenConfigErr
     std::fs::read(path).map_err(|e| ListenConfigError::Unreadable {
         flag,
         path: path.to_owned(),
-        reason: e.to_string(),
+        cause: Cause::new(e),
     })
 }
 
-fn invalid(flag: &'static str, path: &Path, reason: impl std::fmt::Display) -> ListenConfigError {
+fn invalid(
+    flag: &'static str,
+    path: &Path,
+    cause: impl std::error::Error + Send + Sync + 'static,
+) -> ListenConfigError {
     ListenConfigError::Invalid {
         flag,
         path: path.to_owned(),
-        reason: reason.to_string(),
+        cause: Cause::new(cause),
     }
 }
 

@@ -19,6 +19,7 @@
 
 pub mod tls;
 
+use crate::error::Cause;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -69,7 +70,7 @@ fn configure_tonic<B: WithExportConfig + WithTonicConfig>(
         let key = tonic::metadata::MetadataKey::from_bytes(key.to_ascii_lowercase().as_bytes())
             .map_err(|e| OtlpError::InvalidHeaderName {
                 name: key.clone(),
-                reason: e.to_string(),
+                cause: Cause::new(e),
             })?;
         let value = value.parse().map_err(|_| OtlpError::InvalidHeaderValue {
             name: key.to_string(),
@@ -151,7 +152,7 @@ fn build_failed(
 ) -> impl Fn(opentelemetry_otlp::ExporterBuildError) -> OtlpError + '_ {
     move |e| OtlpError::Build {
         destination: destination.to_string(),
-        reason: e.to_string(),
+        cause: Cause::new(e),
     }
 }
 
@@ -415,8 +416,11 @@ mod tests {
                 source: Box::new(OtlpError::UnknownProtocol("http/json".into())),
             }
         );
+        // The variable in the error, the reason in its cause, as the
+        // command line prints them.
+        assert_eq!(error.to_string(), "OTEL_EXPORTER_OTLP_PROTOCOL='http/json'");
         assert_eq!(
-            error.to_string(),
+            crate::error::chain(&error),
             "OTEL_EXPORTER_OTLP_PROTOCOL='http/json': unsupported OTLP protocol 'http/json' (expected grpc or http/protobuf)"
         );
     }

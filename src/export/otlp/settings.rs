@@ -3,6 +3,7 @@
 //! signal goes ([`Destination`]).
 
 use super::tls;
+use crate::error::Cause;
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
@@ -120,7 +121,7 @@ pub enum OtlpError {
         reason: String,
     },
     /// A variable with a value that is not valid for it.
-    #[error("{name}='{value}': {source}")]
+    #[error("{name}='{value}'")]
     InvalidVariable {
         /// The variable.
         name: String,
@@ -130,12 +131,13 @@ pub enum OtlpError {
         source: Box<OtlpError>,
     },
     /// A header name that is not valid in gRPC metadata.
-    #[error("invalid OTLP header name '{name}': {reason}")]
+    #[error("invalid OTLP header name '{name}'")]
     InvalidHeaderName {
         /// The header.
         name: String,
-        /// Why.
-        reason: String,
+        /// Why, as gRPC metadata says.
+        #[source]
+        cause: Cause,
     },
     /// A header value that is not valid in gRPC metadata (never shown).
     #[error("invalid OTLP header value for '{name}'")]
@@ -150,12 +152,13 @@ pub enum OtlpError {
     #[error(transparent)]
     Tls(#[from] tls::TlsError),
     /// The exporter refused its configuration.
-    #[error("cannot build the OTLP exporter for {destination}: {reason}")]
+    #[error("cannot build the OTLP exporter for {destination}")]
     Build {
         /// Where it would have sent (transport and endpoint).
         destination: String,
-        /// The exporter's reason.
-        reason: String,
+        /// The exporter's error.
+        #[source]
+        cause: Cause,
     },
 }
 

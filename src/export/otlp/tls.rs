@@ -9,6 +9,7 @@
 //! `ClientTlsConfig` for gRPC, and for HTTP a `reqwest` blocking client
 //! handed to the exporter. Both use rustls with the ring provider.
 
+use crate::error::Cause;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -64,14 +65,15 @@ fn path_from(
 #[non_exhaustive]
 pub enum TlsError {
     /// A certificate or key file cannot be read.
-    #[error("{setting}: cannot read {}: {reason}", path.display())]
+    #[error("{setting}: cannot read {}", path.display())]
     Unreadable {
         /// The flag or variable that named the file.
         setting: String,
         /// The file.
         path: PathBuf,
-        /// The operating system's reason.
-        reason: String,
+        /// The operating system's error.
+        #[source]
+        cause: Cause,
     },
     /// A file is not PEM.
     #[error("{setting}: {} is not a PEM file", path.display())]
@@ -102,7 +104,7 @@ fn read_pem(path: &Path, setting: &str) -> Result<Pem, TlsError> {
     let bytes = std::fs::read(path).map_err(|e| TlsError::Unreadable {
         setting: setting.to_owned(),
         path: path.to_owned(),
-        reason: e.to_string(),
+        cause: Cause::new(e),
     })?;
     if !bytes.windows(11).any(|w| w == b"-----BEGIN ") {
         return Err(TlsError::NotPem {

@@ -2,6 +2,7 @@
 //! `simulate`): a bounded channel feeds one client-streaming call, so a
 //! slow server slows the producer down instead of filling memory.
 
+use crate::error::Cause;
 use std::path::PathBuf;
 
 use prost::Message;
@@ -55,22 +56,26 @@ pub enum TargetError {
     #[error(transparent)]
     CredentialsInUrl(#[from] crate::support::redact::CredentialsInUrl),
     /// The target is not a usable URL, or its TLS setup failed.
-    #[error("--target {target}: {reason}")]
+    #[error("--target {target}{context}")]
     InvalidTarget {
         /// The target.
         target: String,
-        /// Why.
-        reason: String,
+        /// What was being set up (`: TLS`), or nothing.
+        context: &'static str,
+        /// The transport's error.
+        #[source]
+        cause: Cause,
     },
     /// `--target-ca` or `--target-token-file` cannot be read.
-    #[error("{flag}: cannot read {}: {reason}", path.display())]
+    #[error("{flag}: cannot read {}", path.display())]
     Unreadable {
         /// The flag.
         flag: &'static str,
         /// The file.
         path: std::path::PathBuf,
-        /// The operating system's reason.
-        reason: String,
+        /// The operating system's error.
+        #[source]
+        cause: Cause,
     },
     /// The token file's contents cannot be a header value (never shown).
     #[error("--target-token-file: {} is not a valid token", path.display())]
@@ -79,12 +84,13 @@ pub enum TargetError {
         path: std::path::PathBuf,
     },
     /// No connection.
-    #[error("cannot connect to {target}: {reason}")]
+    #[error("cannot connect to {target}")]
     Connect {
         /// The target.
         target: String,
-        /// Why.
-        reason: String,
+        /// The transport's error.
+        #[source]
+        cause: Cause,
     },
     /// The server ended the stream with an error status; `applied` is the
     /// summary it sent of what it had applied, if any.
@@ -100,31 +106,33 @@ pub enum TargetError {
         applied: Option<String>,
     },
     /// The stream's task failed.
-    #[error("the stream to {target} failed: {reason}")]
+    #[error("the stream to {target} failed")]
     Failed {
         /// The target.
         target: String,
-        /// Why.
-        reason: String,
+        /// The task's error.
+        #[source]
+        cause: Cause,
     },
 }
 
 /// Connects to `target` as `security` says.
 async fn connect(target: &str, security: &TargetSecurity) -> Result<Client, TargetError> {
     crate::support::redact::refuse_userinfo("--target", target)?;
-    let invalid = |reason: String| TargetError::InvalidTarget {
+    let invalid = |context: &'static str, cause: Cause| TargetError::InvalidTarget {
         target: target.to_owned(),
-        reason,
+        context,
+        cause,
     };
     let mut endpoint =
-        Endpoint::from_shared(target.to_owned()).map_err(|e| invalid(e.to_string()))?;
+        Endpoint::from_shared(target.to_owned()).map_err(|e| invalid("", Cause::new(e)))?;
     if target.starts_with("https://") || security.ca.is_some() {
         let tls = match &security.ca {
             Some(ca) => {
                 let pem = std::fs::read(ca).map_err(|e| TargetError::Unreadable {
                     flag: "--target-ca",
                     path: ca.clone(),
-                    reason: e.to_string(),
+                    cause: Cause::new(e),
                 })?;
                 ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem))
             }
@@ -132,14 +140,14 @@ async fn connect(target: &str, security: &TargetSecurity) -> Result<Client, Targ
         };
         endpoint = endpoint
             .tls_config(tls)
-            .map_err(|e| invalid(format!("TLS: {e}")))?;
+            .map_err(|e| invalid(": TLS", Cause::new(e)))?;
     }
     let token = match &security.token_file {
         Some(path) => {
             let text = std::fs::read_to_string(path).map_err(|e| TargetError::Unreadable {
                 flag: "--target-token-file",
                 path: path.clone(),
-                reason: e.to_string(),
+                cause: Cause::new(e),
             })?;
             let value = MetadataValue::try_from(format!("Bearer {}", text.trim()))
                 .map_err(|_| TargetError::InvalidToken { path: path.clone() })?;
@@ -149,7 +157,7 @@ async fn connect(target: &str, security: &TargetSecurity) -> Result<Client, Targ
     };
     let channel = endpoint.connect().await.map_err(|e| TargetError::Connect {
         target: target.to_owned(),
-        reason: e.to_string(),
+        cause: Cause::new(e),
     })?;
     Ok(pb::ingest_client::IngestClient::with_interceptor(
         channel,
@@ -231,7 +239,7 @@ impl RemoteSink {
             }
             Err(e) => Err(TargetError::Failed {
                 target,
-                reason: e.to_string(),
+                cause: Cause::new(e),
             }),
         }
     }
