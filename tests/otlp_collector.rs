@@ -393,10 +393,7 @@ fn sigterm_during_a_long_run_delivers_the_final_counts() {
 fn tls_collector(pki: &Pki) -> Collector {
     let path = |p: &std::path::Path| p.to_str().unwrap().to_owned();
     let (cert, key, ca) = (path(&pki.server_cert), path(&pki.server_key), path(&pki.ca));
-    Collector::start_with(
-        common::free_port(),
-        common::free_port(),
-        common::free_port(),
+    Collector::start_on_free_ports(
         &["tls.yaml"],
         &[
             ("OTELCOL_TLS_CERT_FILE", &cert),

@@ -19,7 +19,7 @@ pub(crate) fn collector_binary() -> PathBuf {
 
 /// A Collector running the shipped config on free ports.
 pub(crate) struct Collector {
-    _process: Guard,
+    process: Guard,
     pub(crate) grpc: u16,
     pub(crate) http: u16,
     pub(crate) prometheus: u16,
@@ -28,8 +28,20 @@ pub(crate) struct Collector {
 
 impl Collector {
     pub(crate) fn start() -> Collector {
-        let (grpc, http, prometheus) = (super::free_port(), super::free_port(), super::free_port());
-        Collector::start_on(grpc, http, prometheus)
+        Collector::start_on_free_ports(&[], &[])
+    }
+
+    /// On free ports; started again on others when a port chosen free was
+    /// taken by another test before the Collector bound it.
+    pub(crate) fn start_on_free_ports(overlays: &[&str], env: &[(&str, &str)]) -> Collector {
+        for _ in 0..3 {
+            let (grpc, http, prometheus) =
+                (super::free_port(), super::free_port(), super::free_port());
+            if let Some(collector) = Collector::try_start(grpc, http, prometheus, overlays, env) {
+                return collector;
+            }
+        }
+        panic!("the Collector exited at start three times; see its logs above")
     }
 
     pub(crate) fn start_on(grpc: u16, http: u16, prometheus: u16) -> Collector {
@@ -38,10 +50,7 @@ impl Collector {
 
     /// The shipped config on free ports, its traces pipeline sending to `jaeger`.
     pub(crate) fn start_tracing_to(jaeger: &super::jaeger::Jaeger) -> Collector {
-        Collector::start_with(
-            super::free_port(),
-            super::free_port(),
-            super::free_port(),
+        Collector::start_on_free_ports(
             &[],
             &[(
                 "TRACES_ENDPOINT",
@@ -59,6 +68,19 @@ impl Collector {
         overlays: &[&str],
         env: &[(&str, &str)],
     ) -> Collector {
+        Collector::try_start(grpc, http, prometheus, overlays, env)
+            .expect("the Collector exited at start (a port in use?); see its log")
+    }
+
+    /// Starts it and waits for its Prometheus endpoint; `None` when it
+    /// exits first (its log, in its directory, says why).
+    fn try_start(
+        grpc: u16,
+        http: u16,
+        prometheus: u16,
+        overlays: &[&str],
+        env: &[(&str, &str)],
+    ) -> Option<Collector> {
         let dir = super::tempdir("collector");
         // The shipped config as it is; its ports come from these variables.
         let mut command = Command::new(collector_binary());
@@ -80,17 +102,29 @@ impl Collector {
             &dir.join("collector.log"),
             "the Collector",
         );
-        let collector = Collector {
-            _process: process,
+        let mut collector = Collector {
+            process,
             grpc,
             http,
             prometheus,
             dir,
         };
-        super::wait_for(30, "the Collector's Prometheus endpoint", || {
-            super::http_get(prometheus, "/metrics")
+        let mut exited = false;
+        super::wait_for(60, "the Collector's Prometheus endpoint", || {
+            if matches!(collector.process.0.try_wait(), Ok(Some(_))) {
+                exited = true;
+                return Some(());
+            }
+            super::http_get(prometheus, "/metrics").map(|_| ())
         });
-        collector
+        if exited {
+            eprintln!(
+                "the Collector exited at start; log: {}",
+                collector.dir.join("collector.log").display()
+            );
+            return None;
+        }
+        Some(collector)
     }
 
     pub(crate) fn endpoint(&self, protocol: &str) -> String {
