@@ -14,8 +14,12 @@ benchmark.
 
 import functools
 import json
-import math
+import sys
 import types
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "reference"))
+import reference  # noqa: E402  (the independent reference: which lines are valid)
 
 from vllm.config import CacheConfig, KVTransferConfig, ObservabilityConfig
 from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
@@ -159,15 +163,6 @@ _NIXL_EVENTS = {
     "num_kv_expired_reqs": NixlKVConnectorStats.record_kv_expired_req,
     "num_notifications_after_expiry": NixlKVConnectorStats.record_notification_after_expiry,
 }
-_SAVE_OUTCOMES = (
-    "stored",
-    "dropped_cpu_full",
-    "dropped_request_gone",
-    "dropped_null_block",
-    "dropped_not_hashed",
-    "skipped_already_cached",
-    "skipped_in_flight",
-)
 
 
 def kv_connector_stats(k) -> dict | None:
@@ -226,99 +221,6 @@ def kv_connector_stats(k) -> dict | None:
         if not stats.is_empty():
             multi[stats_key(SIMPLE_CPU_OFFLOAD)] = stats
     return multi.to_dict() if multi.data else None
-
-
-# What the sidecar accepts of a scheduler_stats record's kv_connector_stats
-# and num_kv_fetch_reqs_by_stage (src/protocol/kv_connector.rs and
-# engine.rs: serde with unknown fields denied, then validate()); a record
-# failing it is rejected whole, so vLLM must not see it either.
-_U64_MAX = 2**64 - 1
-MAX_KV_CONNECTOR_ENTRIES = 65_536
-_NIXL_FIELDS = {**dict.fromkeys(_NIXL_LISTS, "measures"), **dict.fromkeys(_NIXL_EVENTS, "u64")}
-_OFFLOADING_FIELDS = {
-    "load_bytes": "u64",
-    "store_bytes": "u64",
-    "allocation_failures": "u64",
-    "stores_skipped": "u64",
-    "load_time": "measure",
-    "store_time": "measure",
-    **dict.fromkeys(_OFFLOADING_HISTOGRAMS, "measures"),
-    **dict.fromkeys(_OFFLOADING_GAUGES, "fraction"),
-}
-_SIMPLE_FIELDS = {
-    "save_outcomes": "outcomes",
-    "load_blocks": "u64",
-    "used_blocks": "u64",
-    "pending_store_blocks": "u64",
-}
-_KV_CONNECTOR_FIELDS = {
-    "nixl": _NIXL_FIELDS,
-    "offloading": _OFFLOADING_FIELDS,
-    "simple_cpu_offload": _SIMPLE_FIELDS,
-}
-
-
-def _u64(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _U64_MAX
-
-
-def _measure(value) -> bool:
-    """A finite, non-negative number (serde's f64 takes integers too)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    try:
-        return math.isfinite(value) and value >= 0
-    except OverflowError:
-        return False
-
-
-def _valid_field(kind, value) -> bool:
-    if value is None:  # an Option: null is no data
-        return True
-    if kind == "u64":
-        return _u64(value)
-    if kind == "measure":
-        return _measure(value)
-    if kind == "measures":
-        return (
-            isinstance(value, list)
-            and len(value) <= MAX_KV_CONNECTOR_ENTRIES
-            and all(_measure(v) for v in value)
-        )
-    if kind == "fraction":
-        return _measure(value) and value <= 1
-    # save_outcomes: the known outcomes only, each a u64 or null.
-    return isinstance(value, dict) and all(
-        outcome in _SAVE_OUTCOMES and (count is None or _u64(count))
-        for outcome, count in value.items()
-    )
-
-
-def _valid_object(value, fields) -> bool:
-    if value is None:
-        return True
-    return isinstance(value, dict) and all(
-        key in fields and _valid_field(fields[key], v) for key, v in value.items()
-    )
-
-
-def valid_kv_connector_stats(k) -> bool:
-    """Whether the sidecar accepts a record's ``kv_connector_stats``."""
-    if k is None:
-        return True
-    return isinstance(k, dict) and all(
-        kind in _KV_CONNECTOR_FIELDS and _valid_object(part, _KV_CONNECTOR_FIELDS[kind])
-        for kind, part in k.items()
-    )
-
-
-def valid_kv_fetch_stages(stages) -> bool:
-    """Whether the sidecar accepts ``num_kv_fetch_reqs_by_stage``: the known
-    stages only, each a u64 (an absent stage is 0)."""
-    return stages is None or (
-        isinstance(stages, dict)
-        and all(stage in KV_FETCH_STAGES and _u64(n) for stage, n in stages.items())
-    )
 
 
 class Request:
@@ -405,40 +307,19 @@ def scheduler_stats(r, kv_fetch_counts=None, kv_connector=False) -> tuple:
     return stats, mm
 
 
-def _not_json(token):
-    raise ValueError(f"{token} is not JSON")
-
-
-def _finite(text):
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"{text} is out of range")  # serde_json refuses it too
-    return value
-
-
 def records(path, model):
-    """The trace's valid records of one model, in order (lines that are not
-    JSON objects are skipped: the sidecar's replay rejects them too, and so a
-    number out of a double's range, or NaN and Infinity, which Python's json
-    alone would take; so is a scheduler_stats record whose kv_connector_stats
-    or num_kv_fetch_reqs_by_stage the sidecar refuses)."""
+    """The trace's valid records of one model, in order. A line is valid as
+    the independent reference (``tests/reference/reference.py``, whose
+    verdicts on the golden traces' invalid lines are the sidecar's) parses
+    it: a line the sidecar rejects reaches neither side."""
     with open(path, encoding="utf-8-sig") as f:
         for line in f:
             try:
-                r = json.loads(line, parse_constant=_not_json, parse_float=_finite)
-            except ValueError:
+                reference.parse_line(line)
+            except reference.Invalid:
                 continue
-            if not isinstance(r, dict):
-                continue
-            engine = r.get("engine", 0)
-            if not isinstance(engine, int) or isinstance(engine, bool) or engine < 0:
-                continue  # invalid (the golden traces have some); the sidecar rejects it too
-            kind = r.get("type")
-            if kind == "scheduler_stats" and not (
-                valid_kv_connector_stats(r.get("kv_connector_stats"))
-                and valid_kv_fetch_stages(r.get("num_kv_fetch_reqs_by_stage"))
-            ):
-                continue
+            r = json.loads(line)
+            kind = r["type"]
             if kind in ("outputs", "abort") or (
                 kind in ("request", "scheduler_stats") and r.get("model_name") == model
             ):
@@ -461,20 +342,14 @@ def steps(trace, model, counts=None, kv_connector=False):
     for r in records(trace, model):
         kind = r["type"]
         if kind == "request":
-            try:
-                if r["request_id"] not in live and math.isfinite(r["arrival_time"]):
-                    live[r["request_id"]] = Request(r)
-            except (KeyError, TypeError, ValueError):
-                continue  # an invalid start (the golden traces have some)
+            if r["request_id"] not in live:
+                live[r["request_id"]] = Request(r)
         elif kind == "abort":
             # The Python frontend forgets an aborted request without stats.
             live.pop(r.get("request_id"), None)
         elif kind == "scheduler_stats":
             fetch = kv_fetch_counts.setdefault(r["engine"], dict.fromkeys(KV_FETCH_STAGES, 0))
-            try:
-                stats, mm = scheduler_stats(r, dict(fetch), kv_connector)
-            except (KeyError, TypeError, ValueError):
-                continue
+            stats, mm = scheduler_stats(r, dict(fetch), kv_connector)
             fetch.update(stats.num_kv_fetch_reqs_by_stage)
             yield stats, None, mm, r["engine"]
         else:  # outputs
@@ -485,10 +360,7 @@ def steps(trace, model, counts=None, kv_connector=False):
             iteration.iteration_timestamp = r["received_at"]
             for o in outputs:
                 req = live[o["request_id"]]
-                try:
-                    output = engine_core_output(o)
-                except (KeyError, TypeError, ValueError):
-                    continue
+                output = engine_core_output(o)
                 iteration.update_from_output(
                     output, r["timestamp"], req.is_prefilling, req.stats, lora_states, None
                 )
