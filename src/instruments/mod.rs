@@ -202,10 +202,20 @@ impl InstrumentsBuilder {
 
     /// Builds the provider with the catalog's Views, and every instrument.
     pub fn build(self) -> Instruments {
-        let provider = self.provider.with_view(views(self.config)).build();
-        let meter = provider.meter_with_scope(scope());
+        let (provider, meter) = with_views(self.provider, self.config);
         Instruments::new(&meter, self.config, &self.server, Some(provider))
     }
+}
+
+/// The provider `builder` makes with the catalog's Views for `config`, and
+/// the crate's meter on it: where the Views and the instruments' config meet.
+fn with_views(
+    builder: MeterProviderBuilder,
+    config: InstrumentsConfig,
+) -> (SdkMeterProvider, Meter) {
+    let provider = builder.with_view(views(config)).build();
+    let meter = provider.meter_with_scope(scope());
+    (provider, meter)
 }
 
 /// The crate's instrumentation scope: its name and version.
@@ -448,13 +458,8 @@ impl Instruments {
         builder: MeterProviderBuilder,
         config: InstrumentsConfig,
     ) -> (SdkMeterProvider, Instruments) {
-        let provider = builder.with_view(views(config)).build();
-        let instruments = Instruments::new(
-            &provider.meter_with_scope(scope()),
-            config,
-            &SemconvServer::default(),
-            None,
-        );
+        let (provider, meter) = with_views(builder, config);
+        let instruments = Instruments::new(&meter, config, &SemconvServer::default(), None);
         (provider, instruments)
     }
 
