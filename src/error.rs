@@ -1,6 +1,8 @@
-//! The cause under an error of this crate: the operating system's, the
-//! exporter's or the TLS library's own error, kept as the wrapping error's
-//! `source()` instead of flattened into its text.
+//! What an error of this crate is made of beyond its text: the cause under
+//! it (the operating system's, the exporter's or the TLS library's own
+//! error, kept as its `source()` instead of flattened into its text), and
+//! the settings it is about ([`Setting`], named as a host sets them, and
+//! renamed by a front end that exposes them under other names).
 //!
 //! ```
 //! use std::error::Error as _;
@@ -15,6 +17,147 @@
 use std::error::Error;
 use std::fmt;
 use std::sync::Arc;
+
+/// Which setting: a field of one of the crate's configuration types (or a
+/// named argument of a constructor), or an environment variable that the
+/// OpenTelemetry specification defines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SettingKey {
+    /// `scope` is the type or function (`"SimConfig"`,
+    /// `"BearerToken::from_file"`), `name` the field or argument.
+    Field {
+        /// The configuration type or constructor.
+        scope: &'static str,
+        /// The field or argument.
+        name: &'static str,
+    },
+    /// An environment variable (`OTEL_EXPORTER_OTLP_ENDPOINT`).
+    Variable(&'static str),
+}
+
+/// A setting an error is about. It shows as the field's name
+/// (`kv_blocks`) or the variable's, which is what a host that fills the
+/// configuration sets; a front end that exposes the fields under names of
+/// its own shows those instead with [`Settings::rename`] (the command line
+/// shows its flags).
+///
+/// ```
+/// use vllm_otel_metrics::error::{Setting, SettingKey};
+///
+/// let mut setting = Setting::field("SimConfig::kv_blocks");
+/// assert_eq!(setting.to_string(), "kv_blocks");
+/// assert_eq!(setting.key(), SettingKey::Field { scope: "SimConfig", name: "kv_blocks" });
+/// // A front end whose configuration file has a `[simulator]` table.
+/// setting.show_as(&|key| match key {
+///     SettingKey::Field { scope: "SimConfig", name } => Some(format!("simulator.{name}")),
+///     _ => None,
+/// });
+/// assert_eq!(setting.to_string(), "simulator.kv_blocks");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Setting {
+    /// `Scope::name` for a field, the name for a variable (which has no
+    /// `::`): one pointer, so that errors holding several stay small.
+    path: &'static str,
+    shown: Option<Box<str>>,
+}
+
+impl Setting {
+    /// The field or argument at `path`, `Scope::name`
+    /// (`"ServerTlsFiles::cert"`, `"BearerToken::from_file::token_file"`).
+    ///
+    /// # Panics
+    ///
+    /// When `path` has no `::` (at compile time, for a constant).
+    pub const fn field(path: &'static str) -> Setting {
+        assert!(separator(path).is_some(), "a field's path is Scope::name");
+        Setting { path, shown: None }
+    }
+
+    /// Environment variable `name`.
+    pub const fn variable(name: &'static str) -> Setting {
+        assert!(separator(name).is_none(), "a variable's name has no ::");
+        Setting {
+            path: name,
+            shown: None,
+        }
+    }
+
+    /// Which setting this is.
+    pub fn key(&self) -> SettingKey {
+        match separator(self.path) {
+            Some(at) => SettingKey::Field {
+                scope: &self.path[..at],
+                name: &self.path[at + 2..],
+            },
+            None => SettingKey::Variable(self.path),
+        }
+    }
+
+    /// Shows the setting as `name` calls it, when `name` has a name for it.
+    pub fn show_as(&mut self, name: &dyn Fn(SettingKey) -> Option<String>) {
+        if let Some(shown) = name(self.key()) {
+            self.shown = Some(shown.into_boxed_str());
+        }
+    }
+}
+
+/// Where the last `::` of `path` starts.
+const fn separator(path: &str) -> Option<usize> {
+    let bytes = path.as_bytes();
+    let mut at = bytes.len();
+    while at >= 2 {
+        at -= 1;
+        if bytes[at] == b':' && bytes[at - 1] == b':' {
+            return Some(at - 1);
+        }
+    }
+    None
+}
+
+impl fmt::Display for Setting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.shown, self.key()) {
+            (Some(shown), _) => f.write_str(shown),
+            (None, SettingKey::Field { name, .. } | SettingKey::Variable(name)) => {
+                f.write_str(name)
+            }
+        }
+    }
+}
+
+/// The [`Setting`] naming field `$field` of configuration type `$scope`,
+/// which must have it (so a renamed field cannot leave a stale name).
+#[allow(unused_macros)] // Only the optional features' configurations use it.
+macro_rules! setting {
+    ($scope:ident . $field:ident) => {{
+        let _must_exist = |config: &$scope| {
+            let _ = &config.$field;
+        };
+        $crate::error::Setting::field(concat!(stringify!($scope), "::", stringify!($field)))
+    }};
+}
+#[allow(unused_imports)]
+pub(crate) use setting;
+
+/// An error that names settings, so that a front end can show them under
+/// its own names.
+pub trait Settings {
+    /// Calls `visit` on every setting the error names (its causes
+    /// included, when they are errors of this crate).
+    fn visit_settings(&mut self, visit: &mut dyn FnMut(&mut Setting));
+
+    /// The error with every setting shown as `name` calls it (those `name`
+    /// has no name for keep theirs).
+    fn rename(mut self, name: &dyn Fn(SettingKey) -> Option<String>) -> Self
+    where
+        Self: Sized,
+    {
+        self.visit_settings(&mut |setting| setting.show_as(name));
+        self
+    }
+}
 
 /// An underlying error, shared so that the error holding it stays `Clone`,
 /// and compared by its message so that it stays `PartialEq`.

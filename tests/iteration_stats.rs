@@ -666,7 +666,7 @@ fn a_different_max_model_len_is_warned_about_once_per_engine() {
     let (dir, trace) = write_trace("max-model-len", &text);
     let (code, stdout, stderr) = common::replay(&trace);
     let warning = |engine: u32, len: u32| {
-        format!(" WARN engine {engine} of model 'm' has max_model_len {len}, but the token histograms' buckets are built for --max-model-len 131072; start the sidecar with --max-model-len {len} for vLLM's buckets\n")
+        format!(" WARN engine {engine} of model 'm' has max_model_len {len}, but the token histograms' buckets are built for max_model_len 131072; configure max_model_len {len} (the command line's --max-model-len) for vLLM's buckets\n")
     };
     assert_eq!(
         (code, stderr),

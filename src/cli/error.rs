@@ -15,16 +15,16 @@ use crate::support::listen::ListenConfigError;
 pub enum CliError {
     /// The OTLP settings (flags or `OTEL_EXPORTER_OTLP_*` variables).
     #[error(transparent)]
-    Otlp(#[from] OtlpError),
+    Otlp(OtlpError),
     /// A listener's TLS or token files.
     #[error(transparent)]
-    Listener(#[from] ListenConfigError),
+    Listener(ListenConfigError),
     /// Streaming to `--target`.
     #[error(transparent)]
-    Target(#[from] TargetError),
+    Target(TargetError),
     /// The simulator's settings.
     #[error(transparent)]
-    Simulation(#[from] SimConfigError),
+    Simulation(SimConfigError),
     /// A flag whose value cannot be used (`reason` reads on from the flag).
     #[error("{flag} {reason}")]
     Usage {
@@ -36,6 +36,25 @@ pub enum CliError {
     /// Reading, writing, binding or connecting.
     #[error(transparent)]
     Io(#[from] io::Error),
+}
+
+/// The library's errors name settings by field; the command line's show its
+/// flags.
+macro_rules! from_library_error {
+    ($($error:ty => $variant:ident),* $(,)?) => {
+        $(impl From<$error> for CliError {
+            fn from(error: $error) -> Self {
+                CliError::$variant(super::flags::with_flags(error))
+            }
+        })*
+    };
+}
+
+from_library_error! {
+    OtlpError => Otlp,
+    ListenConfigError => Listener,
+    TargetError => Target,
+    SimConfigError => Simulation,
 }
 
 impl CliError {

@@ -3,6 +3,7 @@
 
 mod args;
 mod error;
+mod flags;
 mod pipeline;
 mod replay;
 mod report;

@@ -84,7 +84,7 @@ impl Pipeline {
                 "pushing metrics over OTLP ({}) to {} ({}){}",
                 push.destination.protocol,
                 push.destination,
-                push.destination.source,
+                super::flags::source(push.destination.source.as_ref()),
                 options
                     .interval
                     .map(|i| format!(" every {} ms", i.as_millis()))
@@ -125,7 +125,9 @@ impl Pipeline {
             let push = otlp::build_traces(&options, &env, runtime.handle(), resource)?;
             report::line(format_args!(
                 "pushing llm_request spans over OTLP ({}) to {} ({})",
-                push.destination.protocol, push.destination, push.destination.source,
+                push.destination.protocol,
+                push.destination,
+                super::flags::source(push.destination.source.as_ref()),
             ));
             traces = Some((
                 push.provider,
@@ -149,7 +151,14 @@ impl Pipeline {
                 token,
                 ..http::MetricsServer::default()
             };
-            let (local, _task) = runtime.block_on(http::spawn(addr, bridge.clone(), server))?;
+            let (local, _task) = runtime
+                .block_on(http::spawn(addr, bridge.clone(), server))
+                .map_err(|e| {
+                    io::Error::new(
+                        e.kind(),
+                        format!("{e} (choose another --metrics-addr, or none)"),
+                    )
+                })?;
             report::line(format_args!(
                 "serving Prometheus metrics at {scheme}://{local}{}",
                 http::METRICS_PATH
@@ -293,10 +302,11 @@ impl Tee {
         common: &CommonArgs,
     ) -> Result<Tee, CliError> {
         let remote = match &target.target {
-            Some(url) => Some(
-                RemoteSink::connect(url, &target.security(), pipeline.runtime.handle())
-                    .map_err(|e| io::Error::new(io::ErrorKind::ConnectionRefused, e))?,
-            ),
+            Some(url) => Some(RemoteSink::connect(
+                url,
+                &target.security(),
+                pipeline.runtime.handle(),
+            )?),
             None => None,
         };
         Ok(Tee {

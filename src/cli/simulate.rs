@@ -63,9 +63,7 @@ pub(super) fn run_sweep(args: &SimulateArgs) -> Result<ExitCode, CliError> {
             realtime: false,
             ..args.config()
         };
-        config
-            .validate()
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        config.validate()?;
         let (bridge, reader) = PrometheusBridge::builder().build();
         let mut tracker = Tracker::new(
             Instruments::builder()
@@ -100,9 +98,7 @@ pub(super) fn run_simulate(args: SimulateArgs) -> Result<ExitCode, CliError> {
         return run_sweep(&args);
     }
     let config = args.config();
-    config
-        .validate()
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    config.validate()?;
     let linger = seconds("--linger", args.linger)?;
     let mut recorder = match &args.record {
         Some(path) => Some(io::BufWriter::new(File::create(path).map_err(|e| {

@@ -12,7 +12,7 @@
 //! client certificates required when a client CA is given; [`BearerToken`]
 //! checks an `Authorization: Bearer` header in constant time.
 
-use crate::error::Cause;
+use crate::error::{setting, Cause, Setting, Settings};
 use std::future::Future;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -47,26 +47,27 @@ pub struct ListenerLimits {
 }
 
 /// A file a flag names, read with the flag in its error.
-/// Why a listener's TLS or token files cannot be used.
+/// Why a listener's TLS or token files cannot be used; names the settings
+/// ([`ServerTlsFiles`]' fields, `BearerToken::from_file`'s `token_file`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ListenConfigError {
     /// A file cannot be read.
-    #[error("{flag}: cannot read {}", path.display())]
+    #[error("{setting}: cannot read {}", path.display())]
     Unreadable {
-        /// The flag that named it.
-        flag: &'static str,
+        /// The setting that named it.
+        setting: Setting,
         /// The file.
         path: PathBuf,
         /// The operating system's error.
         #[source]
         cause: Cause,
     },
-    /// A file's contents are not what the flag needs.
-    #[error("{flag}: {}", path.display())]
+    /// A file's contents are not what the setting needs.
+    #[error("{setting}: {}", path.display())]
     Invalid {
-        /// The flag that named it.
-        flag: &'static str,
+        /// The setting that named it.
+        setting: Setting,
         /// The file.
         path: PathBuf,
         /// What is wrong, as the TLS library says.
@@ -74,44 +75,87 @@ pub enum ListenConfigError {
         cause: Cause,
     },
     /// A certificate file without any certificate.
-    #[error("--tls-cert: {} holds no certificate", path.display())]
+    #[error("{setting}: {} holds no certificate", path.display())]
     NoCertificate {
+        /// The certificate setting.
+        setting: Setting,
         /// The file.
         path: PathBuf,
     },
     /// A token file with nothing in it.
-    #[error("--auth-token-file: {} is empty", path.display())]
+    #[error("{setting}: {} is empty", path.display())]
     EmptyToken {
+        /// The token setting.
+        setting: Setting,
         /// The file.
         path: PathBuf,
     },
-    /// `--tls-cert` without `--tls-key` (or the other way round), or a client
+    /// A certificate without a key (or the other way round), or a client
     /// CA without a server certificate.
-    #[error("--tls-cert and --tls-key go together (and --tls-client-ca needs them)")]
-    Unpaired,
+    #[error("{cert} and {key} go together (and {client_ca} needs them)")]
+    Unpaired {
+        /// The certificate setting.
+        cert: Setting,
+        /// The key setting.
+        key: Setting,
+        /// The client CA setting.
+        client_ca: Setting,
+    },
     /// The certificate and key do not make a TLS configuration.
-    #[error("--tls-cert/--tls-key: {0}")]
-    KeyPair(String),
+    #[error("{cert}/{key}: {reason}")]
+    KeyPair {
+        /// The certificate setting.
+        cert: Setting,
+        /// The key setting.
+        key: Setting,
+        /// Why, as the TLS library says.
+        reason: String,
+    },
     /// The TLS library refused its defaults.
     #[error("TLS: {0}")]
     Tls(String),
 }
 
-fn read_file(path: &Path, flag: &'static str) -> Result<Vec<u8>, ListenConfigError> {
+impl Settings for ListenConfigError {
+    fn visit_settings(&mut self, visit: &mut dyn FnMut(&mut Setting)) {
+        match self {
+            ListenConfigError::Unreadable { setting, .. }
+            | ListenConfigError::Invalid { setting, .. }
+            | ListenConfigError::NoCertificate { setting, .. }
+            | ListenConfigError::EmptyToken { setting, .. } => visit(setting),
+            ListenConfigError::Unpaired {
+                cert,
+                key,
+                client_ca,
+            } => {
+                visit(cert);
+                visit(key);
+                visit(client_ca);
+            }
+            ListenConfigError::KeyPair { cert, key, .. } => {
+                visit(cert);
+                visit(key);
+            }
+            ListenConfigError::Tls(_) => {}
+        }
+    }
+}
+
+fn read_file(path: &Path, setting: Setting) -> Result<Vec<u8>, ListenConfigError> {
     std::fs::read(path).map_err(|e| ListenConfigError::Unreadable {
-        flag,
+        setting,
         path: path.to_owned(),
         cause: Cause::new(e),
     })
 }
 
 fn invalid(
-    flag: &'static str,
+    setting: Setting,
     path: &Path,
     cause: impl std::error::Error + Send + Sync + 'static,
 ) -> ListenConfigError {
     ListenConfigError::Invalid {
-        flag,
+        setting,
         path: path.to_owned(),
         cause: Cause::new(cause),
     }
@@ -120,11 +164,11 @@ fn invalid(
 /// The files of a TLS server.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ServerTlsFiles {
-    /// `--tls-cert`: PEM certificate chain.
+    /// PEM certificate chain (the command line's `--tls-cert`).
     pub cert: Option<PathBuf>,
-    /// `--tls-key`: PEM private key.
+    /// PEM private key (`--tls-key`).
     pub key: Option<PathBuf>,
-    /// `--tls-client-ca`: PEM CA that client certificates must chain to.
+    /// PEM CA that client certificates must chain to (`--tls-client-ca`).
     pub client_ca: Option<PathBuf>,
 }
 
@@ -142,16 +186,27 @@ impl ServerTls {
         let (cert, key) = match (&files.cert, &files.key) {
             (None, None) if files.client_ca.is_none() => return Ok(None),
             (Some(cert), Some(key)) => (cert, key),
-            _ => return Err(ListenConfigError::Unpaired),
+            _ => {
+                return Err(ListenConfigError::Unpaired {
+                    cert: setting!(ServerTlsFiles.cert),
+                    key: setting!(ServerTlsFiles.key),
+                    client_ca: setting!(ServerTlsFiles.client_ca),
+                })
+            }
         };
-        let chain = CertificateDer::pem_slice_iter(&read_file(cert, "--tls-cert")?)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| invalid("--tls-cert", cert, e))?;
+        let chain =
+            CertificateDer::pem_slice_iter(&read_file(cert, setting!(ServerTlsFiles.cert))?)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| invalid(setting!(ServerTlsFiles.cert), cert, e))?;
         if chain.is_empty() {
-            return Err(ListenConfigError::NoCertificate { path: cert.clone() });
+            return Err(ListenConfigError::NoCertificate {
+                setting: setting!(ServerTlsFiles.cert),
+                path: cert.clone(),
+            });
         }
-        let private_key = PrivateKeyDer::from_pem_slice(&read_file(key, "--tls-key")?)
-            .map_err(|e| invalid("--tls-key", key, e))?;
+        let private_key =
+            PrivateKeyDer::from_pem_slice(&read_file(key, setting!(ServerTlsFiles.key))?)
+                .map_err(|e| invalid(setting!(ServerTlsFiles.key), key, e))?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
             .with_safe_default_protocol_versions()
@@ -160,26 +215,32 @@ impl ServerTls {
             None => builder.with_no_client_auth(),
             Some(ca) => {
                 let mut roots = rustls::RootCertStore::empty();
-                for certificate in
-                    CertificateDer::pem_slice_iter(&read_file(ca, "--tls-client-ca")?)
-                {
-                    let certificate = certificate.map_err(|e| invalid("--tls-client-ca", ca, e))?;
+                for certificate in CertificateDer::pem_slice_iter(&read_file(
+                    ca,
+                    setting!(ServerTlsFiles.client_ca),
+                )?) {
+                    let certificate = certificate
+                        .map_err(|e| invalid(setting!(ServerTlsFiles.client_ca), ca, e))?;
                     roots
                         .add(certificate)
-                        .map_err(|e| invalid("--tls-client-ca", ca, e))?;
+                        .map_err(|e| invalid(setting!(ServerTlsFiles.client_ca), ca, e))?;
                 }
                 let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
                     Arc::new(roots),
                     provider,
                 )
                 .build()
-                .map_err(|e| invalid("--tls-client-ca", ca, e))?;
+                .map_err(|e| invalid(setting!(ServerTlsFiles.client_ca), ca, e))?;
                 builder.with_client_cert_verifier(verifier)
             }
         };
-        let mut config = builder
-            .with_single_cert(chain, private_key)
-            .map_err(|e| ListenConfigError::KeyPair(e.to_string()))?;
+        let mut config = builder.with_single_cert(chain, private_key).map_err(|e| {
+            ListenConfigError::KeyPair {
+                cert: setting!(ServerTlsFiles.cert),
+                key: setting!(ServerTlsFiles.key),
+                reason: e.to_string(),
+            }
+        })?;
         config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         Ok(Some(ServerTls(Arc::new(config))))
     }
@@ -197,13 +258,18 @@ impl std::fmt::Debug for BearerToken {
 }
 
 impl BearerToken {
-    /// The token in `path` (`--auth-token-file`); an empty file is an error.
-    pub fn from_file(path: &Path) -> Result<BearerToken, ListenConfigError> {
-        let bytes = read_file(path, "--auth-token-file")?;
+    /// The setting errors about the token file name.
+    pub const TOKEN_FILE: Setting = Setting::field("BearerToken::from_file::token_file");
+
+    /// The token in `token_file` (the command line's `--auth-token-file`); an
+    /// empty file is an error.
+    pub fn from_file(token_file: &Path) -> Result<BearerToken, ListenConfigError> {
+        let bytes = read_file(token_file, BearerToken::TOKEN_FILE)?;
         let token = bytes.trim_ascii();
         if token.is_empty() {
             return Err(ListenConfigError::EmptyToken {
-                path: path.to_owned(),
+                setting: BearerToken::TOKEN_FILE,
+                path: token_file.to_owned(),
             });
         }
         Ok(BearerToken(token.into()))
@@ -506,4 +572,27 @@ pub fn incoming(
         }
     });
     ReceiverStream::new(receiver)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_name_the_fields() {
+        let files = ServerTlsFiles {
+            key: Some(PathBuf::from("key.pem")),
+            ..ServerTlsFiles::default()
+        };
+        assert_eq!(
+            ServerTls::from_files(&files, &[]).unwrap_err().to_string(),
+            "cert and key go together (and client_ca needs them)"
+        );
+        let missing = std::env::temp_dir().join("vllm-otel-metrics-no-such-token");
+        let error = BearerToken::from_file(&missing).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            format!("token_file: cannot read {}", missing.display())
+        );
+    }
 }

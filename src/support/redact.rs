@@ -1,6 +1,8 @@
 //! Keeping secrets out of messages: credentials in URLs and header values
 //! are never printed.
 
+use crate::error::{Setting, Settings};
+
 /// `url` with any userinfo (`user:password@`) replaced by `***@`, and
 /// whether it had some.
 ///
@@ -31,21 +33,36 @@ pub fn userinfo(url: &str) -> (String, bool) {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "{setting} {shown} carries credentials in the URL, which would not be sent; \
-     put them in a header instead (for OTLP: --otlp-header authorization=…)"
+     give them with {instead} instead"
 )]
 pub struct CredentialsInUrl {
-    /// The flag or variable that gave the URL.
-    pub setting: String,
+    /// The setting that gave the URL.
+    pub setting: Setting,
     /// The URL with its credentials replaced by `***`.
     pub shown: String,
+    /// The setting that carries credentials (a header, a token file).
+    pub instead: Setting,
 }
 
-/// Refuses a URL that carries credentials.
-pub fn refuse_userinfo(setting: &str, url: &str) -> Result<(), CredentialsInUrl> {
+impl Settings for CredentialsInUrl {
+    fn visit_settings(&mut self, visit: &mut dyn FnMut(&mut Setting)) {
+        visit(&mut self.setting);
+        visit(&mut self.instead);
+    }
+}
+
+/// Refuses a URL that carries credentials; `instead` is the setting that
+/// carries them.
+pub fn refuse_userinfo(
+    setting: Setting,
+    url: &str,
+    instead: Setting,
+) -> Result<(), CredentialsInUrl> {
     match userinfo(url) {
         (shown, true) => Err(CredentialsInUrl {
-            setting: setting.to_owned(),
+            setting,
             shown,
+            instead,
         }),
         _ => Ok(()),
     }

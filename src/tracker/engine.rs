@@ -184,7 +184,7 @@ impl EngineRecords {
                 .is_none_or(|state| !std::mem::replace(&mut state.warned_max_model_len, true));
             if first {
                 tracing::warn!(
-                    "engine {} of model '{}' has max_model_len {theirs}, but the token histograms' buckets are built for --max-model-len {ours}; start the sidecar with --max-model-len {theirs} for vLLM's buckets",
+                    "engine {} of model '{}' has max_model_len {theirs}, but the token histograms' buckets are built for max_model_len {ours}; configure max_model_len {theirs} (the command line's --max-model-len) for vLLM's buckets",
                     config.engine,
                     crate::protocol::shown(&config.model_name),
                 );

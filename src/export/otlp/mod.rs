@@ -269,6 +269,7 @@ pub fn resource() -> Resource {
 mod tests {
     use super::settings::with_signal_path;
     use super::*;
+    use crate::error::Setting;
     use opentelemetry_otlp::Compression;
     use opentelemetry_sdk::metrics::Temporality;
 
@@ -319,7 +320,7 @@ mod tests {
                 signal: Signal::Metrics,
                 protocol: Protocol::HttpProtobuf,
                 endpoint: "http://127.0.0.1:4318/v1/metrics".into(),
-                source: "--otlp-endpoint"
+                source: Some(Setting::field("OtlpOptions::endpoint"))
             }
         );
     }
@@ -340,7 +341,7 @@ mod tests {
             (
                 Protocol::Grpc,
                 "http://collector:4317",
-                "OTEL_EXPORTER_OTLP_ENDPOINT"
+                Some(Setting::variable("OTEL_EXPORTER_OTLP_ENDPOINT"))
             )
         );
         let d = OtlpOptions::default()
@@ -369,7 +370,7 @@ mod tests {
             (
                 Protocol::HttpProtobuf,
                 "http://localhost:4318/v1/metrics",
-                "default"
+                None
             )
         );
     }
@@ -389,7 +390,10 @@ mod tests {
         assert!(OtlpOptions::default().enabled(Signal::Traces, &env(&asked)));
         assert_eq!(
             (d.endpoint.as_str(), d.source),
-            ("http://c:4318", "OTEL_EXPORTER_OTLP_ENDPOINT")
+            (
+                "http://c:4318",
+                Some(Setting::variable("OTEL_EXPORTER_OTLP_ENDPOINT"))
+            )
         );
         let options = OtlpOptions {
             traces_endpoint: Some("http://tempo:4318".into()),

@@ -1,9 +1,9 @@
-//! What OTLP is configured to do: the signals, transports, the
-//! `--otlp-*` flags ([`OtlpOptions`]) and their errors, and where each
-//! signal goes ([`Destination`]).
+//! What OTLP is configured to do: the signals, transports, the options
+//! ([`OtlpOptions`], the command line's `--otlp-*` flags) and their errors,
+//! and where each signal goes ([`Destination`]).
 
 use super::tls;
-use crate::error::Cause;
+use crate::error::{setting, Cause, Setting, Settings};
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
@@ -37,11 +37,11 @@ impl Signal {
         }
     }
 
-    /// The flag that sets the endpoint.
-    fn flag(self) -> &'static str {
+    /// The option that sets the endpoint.
+    fn setting(self) -> Setting {
         match self {
-            Signal::Metrics => "--otlp-endpoint",
-            Signal::Traces => "--otlp-traces-endpoint",
+            Signal::Metrics => setting!(OtlpOptions.endpoint),
+            Signal::Traces => setting!(OtlpOptions.traces_endpoint),
         }
     }
 
@@ -162,6 +162,22 @@ pub enum OtlpError {
     },
 }
 
+impl Settings for OtlpError {
+    fn visit_settings(&mut self, visit: &mut dyn FnMut(&mut Setting)) {
+        match self {
+            OtlpError::InvalidVariable { source, .. } => source.visit_settings(visit),
+            OtlpError::CredentialsInUrl(e) => e.visit_settings(visit),
+            OtlpError::Tls(e) => e.visit_settings(visit),
+            OtlpError::UnknownProtocol(_)
+            | OtlpError::UnknownTemporality(_)
+            | OtlpError::UnknownCompression { .. }
+            | OtlpError::InvalidHeaderName { .. }
+            | OtlpError::InvalidHeaderValue { .. }
+            | OtlpError::Build { .. } => {}
+        }
+    }
+}
+
 impl FromStr for Protocol {
     type Err = OtlpError;
 
@@ -204,8 +220,9 @@ pub fn parse_compression(s: &str) -> Result<Compression, OtlpError> {
         )
 }
 
-/// The command line's OTLP settings; `None` (or empty) leaves a setting to
-/// the exporter, which reads its variable or takes its default.
+/// The OTLP settings (the command line's `--otlp-*` flags); `None` (or
+/// empty) leaves a setting to the exporter, which reads its variable or
+/// takes its default.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct OtlpOptions {
     /// `--otlp-endpoint`: for gRPC the URL, for HTTP a base URL that takes
@@ -253,8 +270,8 @@ pub struct Destination {
     /// `OTEL_EXPORTER_OTLP_ENDPOINT`, to which the HTTP exporter appends
     /// `/v1/metrics`).
     pub endpoint: String,
-    /// The flag or variable it came from, or `default`.
-    pub source: &'static str,
+    /// The option or variable it came from; `None` for the default.
+    pub source: Option<Setting>,
 }
 
 impl fmt::Display for Destination {
@@ -316,16 +333,24 @@ impl OtlpOptions {
         };
         let (endpoint, source) = match self.endpoint_flag(signal) {
             Some(url) if protocol == Protocol::HttpProtobuf => {
-                (with_signal_path(url, signal), signal.flag())
+                (with_signal_path(url, signal), Some(signal.setting()))
             }
-            Some(url) => (url.clone(), signal.flag()),
+            Some(url) => (url.clone(), Some(signal.setting())),
             None => signal
                 .endpoint_variables()
                 .into_iter()
-                .find_map(|name| env(name).map(|v| (v.trim().to_owned(), name)))
-                .unwrap_or_else(|| (protocol.default_endpoint(signal), "default")),
+                .find_map(|name| {
+                    env(name).map(|v| (v.trim().to_owned(), Some(Setting::variable(name))))
+                })
+                .unwrap_or_else(|| (protocol.default_endpoint(signal), None)),
         };
-        crate::support::redact::refuse_userinfo(source, &endpoint)?;
+        if let Some(source) = &source {
+            crate::support::redact::refuse_userinfo(
+                source.clone(),
+                &endpoint,
+                setting!(OtlpOptions.headers),
+            )?;
+        }
         Ok(Destination {
             signal,
             protocol,

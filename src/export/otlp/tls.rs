@@ -5,11 +5,11 @@
 //! (the CA that verifies the Collector; without it, the system's roots),
 //! `OTEL_EXPORTER_OTLP_[METRICS_]CLIENT_CERTIFICATE` and
 //! `…_CLIENT_KEY` (a client identity for mutual TLS), each overridden by its
-//! `--otlp-*` flag. The files go where the exporter takes TLS: a tonic
+//! [`TlsFiles`] field (the command line's `--otlp-*` flags). The files go where the exporter takes TLS: a tonic
 //! `ClientTlsConfig` for gRPC, and for HTTP a `reqwest` blocking client
 //! handed to the exporter. Both use rustls with the ring provider.
 
-use crate::error::Cause;
+use crate::error::{setting, Cause, Setting, Settings};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -19,14 +19,14 @@ use opentelemetry_otlp::tonic_types::transport::{Certificate, ClientTlsConfig, I
 /// flag nor a variable sets one.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Certificate files named on the command line.
+/// Certificate files, each winning over its variables.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TlsFiles {
-    /// `--otlp-certificate`: PEM CA bundle that verifies the Collector.
+    /// PEM CA bundle that verifies the Collector (`--otlp-certificate`).
     pub certificate: Option<PathBuf>,
-    /// `--otlp-client-certificate`: PEM client certificate (mutual TLS).
+    /// PEM client certificate, for mutual TLS (`--otlp-client-certificate`).
     pub client_certificate: Option<PathBuf>,
-    /// `--otlp-client-key`: PEM private key of the client certificate.
+    /// PEM private key of the client certificate (`--otlp-client-key`).
     pub client_key: Option<PathBuf>,
 }
 
@@ -43,20 +43,21 @@ pub struct TlsSettings {
     identity: Option<(Pem, Pem)>,
 }
 
-/// The first set of `variables`, or the flag.
+/// The field when set, else the first set of `variables`, with the setting
+/// it came from.
 fn path_from(
-    flag: &Option<PathBuf>,
-    flag_name: &'static str,
+    field: &Option<PathBuf>,
+    field_setting: Setting,
     variables: [&'static str; 2],
     env: &impl Fn(&str) -> Option<String>,
-) -> Option<(PathBuf, &'static str)> {
-    if let Some(path) = flag {
-        return Some((path.clone(), flag_name));
+) -> Option<(PathBuf, Setting)> {
+    if let Some(path) = field {
+        return Some((path.clone(), field_setting));
     }
     variables.into_iter().find_map(|name| {
         env(name)
             .filter(|v| !v.trim().is_empty())
-            .map(|v| (PathBuf::from(v.trim()), name))
+            .map(|v| (PathBuf::from(v.trim()), Setting::variable(name)))
     })
 }
 
@@ -67,8 +68,8 @@ pub enum TlsError {
     /// A certificate or key file cannot be read.
     #[error("{setting}: cannot read {}", path.display())]
     Unreadable {
-        /// The flag or variable that named the file.
-        setting: String,
+        /// The field or variable that named the file.
+        setting: Setting,
         /// The file.
         path: PathBuf,
         /// The operating system's error.
@@ -78,16 +79,16 @@ pub enum TlsError {
     /// A file is not PEM.
     #[error("{setting}: {} is not a PEM file", path.display())]
     NotPem {
-        /// The flag or variable that named the file.
-        setting: String,
+        /// The field or variable that named the file.
+        setting: Setting,
         /// The file.
         path: PathBuf,
     },
     /// A client certificate without its key, or the other way round.
     #[error("{setting} needs its pair: a client certificate and a client key go together")]
     Unpaired {
-        /// The flag or variable given alone.
-        setting: String,
+        /// The field or variable given alone.
+        setting: Setting,
     },
     /// The CA certificate is not usable.
     #[error("the OTLP CA certificate: {0}")]
@@ -100,15 +101,26 @@ pub enum TlsError {
     HttpClient(String),
 }
 
-fn read_pem(path: &Path, setting: &str) -> Result<Pem, TlsError> {
+impl Settings for TlsError {
+    fn visit_settings(&mut self, visit: &mut dyn FnMut(&mut Setting)) {
+        match self {
+            TlsError::Unreadable { setting, .. }
+            | TlsError::NotPem { setting, .. }
+            | TlsError::Unpaired { setting } => visit(setting),
+            TlsError::Ca(_) | TlsError::Identity(_) | TlsError::HttpClient(_) => {}
+        }
+    }
+}
+
+fn read_pem(path: &Path, setting: Setting) -> Result<Pem, TlsError> {
     let bytes = std::fs::read(path).map_err(|e| TlsError::Unreadable {
-        setting: setting.to_owned(),
+        setting: setting.clone(),
         path: path.to_owned(),
         cause: Cause::new(e),
     })?;
     if !bytes.windows(11).any(|w| w == b"-----BEGIN ") {
         return Err(TlsError::NotPem {
-            setting: setting.to_owned(),
+            setting,
             path: path.to_owned(),
         });
     }
@@ -122,14 +134,14 @@ pub fn install_crypto_provider() {
 }
 
 impl TlsSettings {
-    /// Reads the files the flags or variables name.
+    /// Reads the files the fields or variables name.
     pub fn resolve(
         files: &TlsFiles,
         env: &impl Fn(&str) -> Option<String>,
     ) -> Result<TlsSettings, TlsError> {
         let ca = path_from(
             &files.certificate,
-            "--otlp-certificate",
+            setting!(TlsFiles.certificate),
             [
                 "OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE",
                 "OTEL_EXPORTER_OTLP_CERTIFICATE",
@@ -138,7 +150,7 @@ impl TlsSettings {
         );
         let cert = path_from(
             &files.client_certificate,
-            "--otlp-client-certificate",
+            setting!(TlsFiles.client_certificate),
             [
                 "OTEL_EXPORTER_OTLP_METRICS_CLIENT_CERTIFICATE",
                 "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
@@ -147,7 +159,7 @@ impl TlsSettings {
         );
         let key = path_from(
             &files.client_key,
-            "--otlp-client-key",
+            setting!(TlsFiles.client_key),
             [
                 "OTEL_EXPORTER_OTLP_METRICS_CLIENT_KEY",
                 "OTEL_EXPORTER_OTLP_CLIENT_KEY",
@@ -163,9 +175,7 @@ impl TlsSettings {
             }
             (None, None) => None,
             (Some((_, setting)), None) | (None, Some((_, setting))) => {
-                return Err(TlsError::Unpaired {
-                    setting: setting.to_owned(),
-                })
+                return Err(TlsError::Unpaired { setting })
             }
         };
         Ok(TlsSettings { ca, identity })

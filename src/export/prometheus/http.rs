@@ -202,12 +202,7 @@ pub async fn spawn(
     config: MetricsServer,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = TcpListener::bind(addr).await.map_err(|e| {
-        std::io::Error::new(
-            e.kind(),
-            format!(
-                "cannot serve /metrics on {addr}: {e} (choose another --metrics-addr, or none)"
-            ),
-        )
+        std::io::Error::new(e.kind(), format!("cannot serve /metrics on {addr}: {e}"))
     })?;
     let local = listener.local_addr()?;
     Ok((local, tokio::spawn(serve(listener, bridge, config))))

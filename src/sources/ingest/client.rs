@@ -2,7 +2,7 @@
 //! `simulate`): a bounded channel feeds one client-streaming call, so a
 //! slow server slows the producer down instead of filling memory.
 
-use crate::error::Cause;
+use crate::error::{setting, Cause, Setting, Settings};
 use std::path::PathBuf;
 
 use prost::Message;
@@ -21,10 +21,10 @@ use crate::protocol::Record;
 /// How to reach a `serve` that requires TLS or a token.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TargetSecurity {
-    /// `--target-ca`: PEM CA that verifies the server (else the system's
-    /// roots, for an `https://` target).
+    /// PEM CA that verifies the server (else the system's roots, for an
+    /// `https://` target; the command line's `--target-ca`).
     pub ca: Option<PathBuf>,
-    /// `--target-token-file`: the bearer token the server requires.
+    /// The bearer token the server requires (`--target-token-file`).
     pub token_file: Option<PathBuf>,
 }
 
@@ -48,7 +48,8 @@ impl tonic::service::Interceptor for Token {
 
 type Client = pb::ingest_client::IngestClient<InterceptedService<Channel, Token>>;
 
-/// Why streaming to a `serve` process (`--target`) failed.
+/// Why streaming to a `serve` process failed; names the settings
+/// ([`RemoteSink::TARGET`], [`TargetSecurity`]'s fields).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum TargetError {
@@ -56,8 +57,10 @@ pub enum TargetError {
     #[error(transparent)]
     CredentialsInUrl(#[from] crate::support::redact::CredentialsInUrl),
     /// The target is not a usable URL, or its TLS setup failed.
-    #[error("--target {target}{context}")]
+    #[error("{setting} {target}{context}")]
     InvalidTarget {
+        /// The target setting.
+        setting: Setting,
         /// The target.
         target: String,
         /// What was being set up (`: TLS`), or nothing.
@@ -66,11 +69,11 @@ pub enum TargetError {
         #[source]
         cause: Cause,
     },
-    /// `--target-ca` or `--target-token-file` cannot be read.
-    #[error("{flag}: cannot read {}", path.display())]
+    /// The CA or token file cannot be read.
+    #[error("{setting}: cannot read {}", path.display())]
     Unreadable {
-        /// The flag.
-        flag: &'static str,
+        /// The setting that named it.
+        setting: Setting,
         /// The file.
         path: std::path::PathBuf,
         /// The operating system's error.
@@ -78,8 +81,10 @@ pub enum TargetError {
         cause: Cause,
     },
     /// The token file's contents cannot be a header value (never shown).
-    #[error("--target-token-file: {} is not a valid token", path.display())]
+    #[error("{setting}: {} is not a valid token", path.display())]
     InvalidToken {
+        /// The token setting.
+        setting: Setting,
         /// The file.
         path: std::path::PathBuf,
     },
@@ -116,10 +121,29 @@ pub enum TargetError {
     },
 }
 
+impl Settings for TargetError {
+    fn visit_settings(&mut self, visit: &mut dyn FnMut(&mut Setting)) {
+        match self {
+            TargetError::CredentialsInUrl(e) => e.visit_settings(visit),
+            TargetError::InvalidTarget { setting, .. }
+            | TargetError::Unreadable { setting, .. }
+            | TargetError::InvalidToken { setting, .. } => visit(setting),
+            TargetError::Connect { .. }
+            | TargetError::Ended { .. }
+            | TargetError::Failed { .. } => {}
+        }
+    }
+}
+
 /// Connects to `target` as `security` says.
 async fn connect(target: &str, security: &TargetSecurity) -> Result<Client, TargetError> {
-    crate::support::redact::refuse_userinfo("--target", target)?;
+    crate::support::redact::refuse_userinfo(
+        RemoteSink::TARGET,
+        target,
+        setting!(TargetSecurity.token_file),
+    )?;
     let invalid = |context: &'static str, cause: Cause| TargetError::InvalidTarget {
+        setting: RemoteSink::TARGET,
         target: target.to_owned(),
         context,
         cause,
@@ -130,7 +154,7 @@ async fn connect(target: &str, security: &TargetSecurity) -> Result<Client, Targ
         let tls = match &security.ca {
             Some(ca) => {
                 let pem = std::fs::read(ca).map_err(|e| TargetError::Unreadable {
-                    flag: "--target-ca",
+                    setting: setting!(TargetSecurity.ca),
                     path: ca.clone(),
                     cause: Cause::new(e),
                 })?;
@@ -145,12 +169,17 @@ async fn connect(target: &str, security: &TargetSecurity) -> Result<Client, Targ
     let token = match &security.token_file {
         Some(path) => {
             let text = std::fs::read_to_string(path).map_err(|e| TargetError::Unreadable {
-                flag: "--target-token-file",
+                setting: setting!(TargetSecurity.token_file),
                 path: path.clone(),
                 cause: Cause::new(e),
             })?;
-            let value = MetadataValue::try_from(format!("Bearer {}", text.trim()))
-                .map_err(|_| TargetError::InvalidToken { path: path.clone() })?;
+            let value =
+                MetadataValue::try_from(format!("Bearer {}", text.trim())).map_err(|_| {
+                    TargetError::InvalidToken {
+                        setting: setting!(TargetSecurity.token_file),
+                        path: path.clone(),
+                    }
+                })?;
             Some(value)
         }
         None => None,
@@ -178,6 +207,10 @@ pub struct RemoteSink {
 }
 
 impl RemoteSink {
+    /// The setting errors about the target URL name (the command line's
+    /// `--target`).
+    pub const TARGET: Setting = Setting::field("RemoteSink::connect::target");
+
     /// Connects to `target` (e.g. `http://127.0.0.1:50051`) and opens the stream.
     /// Call from outside the runtime: it blocks on the connection.
     pub fn connect(

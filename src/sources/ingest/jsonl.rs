@@ -131,7 +131,7 @@ pub fn replay<R: BufRead, S: RecordSink + ?Sized, W: Write>(
             sink.invalid();
             writeln!(
                 diagnostics,
-                "{source}:{}: line is {length} bytes, more than the limit of {max_line_bytes} (--max-line-bytes)",
+                "{source}:{}: line is {length} bytes, more than the limit of {max_line_bytes}",
                 report.lines
             )?;
             continue;

@@ -30,6 +30,7 @@ mod workload;
 use std::collections::BTreeMap;
 
 use crate::catalog::DEFAULT_MAX_MODEL_LEN;
+use crate::error::{setting, Setting, Settings};
 use crate::protocol::{PerfStats, Record};
 
 /// Engine clock at simulated time 0 (a monotonic clock reads an arbitrary origin).
@@ -299,14 +300,17 @@ impl SimConfig {
     /// Checks values a run cannot work with.
     pub fn validate(&self) -> Result<(), SimConfigError> {
         let positive = [
-            ("--duration", self.duration),
-            ("--rate", self.rate),
-            ("--prompt-len", self.prompt_len),
-            ("--output-len", self.output_len),
-            ("--kv-load-gbps", self.kv_load_gbps),
-            ("--model-params-b", self.model_params_b),
-            ("--host-transfer-gbps", self.host_transfer_gbps),
-            ("--weight-sync-gbps", self.weight_sync_gbps),
+            (setting!(SimConfig.duration), self.duration),
+            (setting!(SimConfig.rate), self.rate),
+            (setting!(SimConfig.prompt_len), self.prompt_len),
+            (setting!(SimConfig.output_len), self.output_len),
+            (setting!(SimConfig.kv_load_gbps), self.kv_load_gbps),
+            (setting!(SimConfig.model_params_b), self.model_params_b),
+            (
+                setting!(SimConfig.host_transfer_gbps),
+                self.host_transfer_gbps,
+            ),
+            (setting!(SimConfig.weight_sync_gbps), self.weight_sync_gbps),
         ];
         for (name, value) in positive {
             if !(value.is_finite() && value > 0.0) {
@@ -315,68 +319,98 @@ impl SimConfig {
         }
         let without_pool = [
             (
-                "--kv-offload-connector",
+                setting!(SimConfig.kv_offload_connector),
                 self.kv_offload_connector != KvOffloadConnector::Offloading,
             ),
             (
-                "--kv-offload-store-threshold",
+                setting!(SimConfig.kv_offload_store_threshold),
                 self.kv_offload_store_threshold > 0,
             ),
         ];
         for (name, set) in without_pool {
             if set && self.kv_offload_blocks == 0 {
-                return Err(invalid(
-                    name,
-                    "used with a CPU offload pool (--kv-offload-blocks above 0)".to_owned(),
-                ));
+                return Err(SimConfigError::Needs {
+                    setting: name,
+                    what: "used with a CPU offload pool",
+                    other: setting!(SimConfig.kv_offload_blocks),
+                    value: "above 0",
+                });
             }
         }
         if self.kv_offload_store_threshold > 0
             && self.kv_offload_connector != KvOffloadConnector::Offloading
         {
-            return Err(invalid(
-                "--kv-offload-store-threshold",
-                "an OffloadingConnector setting (--kv-offload-connector offloading)".to_owned(),
-            ));
+            return Err(SimConfigError::Needs {
+                setting: setting!(SimConfig.kv_offload_store_threshold),
+                what: "an OffloadingConnector setting",
+                other: setting!(SimConfig.kv_offload_connector),
+                value: "offloading",
+            });
         }
         if self.nixl && self.external_prefix_hit_rate <= 0.0 {
-            return Err(invalid(
-                "--nixl",
-                "used with a KV connector (--external-prefix-hit-rate above 0)".to_owned(),
-            ));
+            return Err(SimConfigError::Needs {
+                setting: setting!(SimConfig.nixl),
+                what: "used with a KV connector",
+                other: setting!(SimConfig.external_prefix_hit_rate),
+                value: "above 0",
+            });
         }
         for (name, value) in [
-            ("--prefix-hit-rate", self.prefix_hit_rate),
-            ("--abort-rate", self.abort_rate),
-            ("--priority-fraction", self.priority_fraction),
-            ("--nixl-failure-rate", self.nixl_failure_rate),
-            ("--kv-cache-metrics-sample", self.kv_cache_metrics_sample),
-            ("--external-prefix-hit-rate", self.external_prefix_hit_rate),
-            ("--spec-acceptance-rate", self.spec_acceptance_rate),
+            (setting!(SimConfig.prefix_hit_rate), self.prefix_hit_rate),
+            (setting!(SimConfig.abort_rate), self.abort_rate),
+            (
+                setting!(SimConfig.priority_fraction),
+                self.priority_fraction,
+            ),
+            (
+                setting!(SimConfig.nixl_failure_rate),
+                self.nixl_failure_rate,
+            ),
+            (
+                setting!(SimConfig.kv_cache_metrics_sample),
+                self.kv_cache_metrics_sample,
+            ),
+            (
+                setting!(SimConfig.external_prefix_hit_rate),
+                self.external_prefix_hit_rate,
+            ),
+            (
+                setting!(SimConfig.spec_acceptance_rate),
+                self.spec_acceptance_rate,
+            ),
         ] {
             if !(0.0..=1.0).contains(&value) {
                 return Err(invalid(name, format!("between 0 and 1, not {value}")));
             }
         }
         for (name, value) in [
-            ("--step-base-ms", self.step_base_ms),
-            ("--step-per-token-us", self.step_per_token_us),
+            (setting!(SimConfig.step_base_ms), self.step_base_ms),
+            (
+                setting!(SimConfig.step_per_token_us),
+                self.step_per_token_us,
+            ),
         ] {
             if !(value.is_finite() && value >= 0.0) {
                 return Err(invalid(name, format!("zero or positive, not {value}")));
             }
         }
         if self.step_base_ms == 0.0 && self.step_per_token_us == 0.0 {
-            return Err(SimConfigError::StepTakesNoTime);
+            return Err(SimConfigError::StepTakesNoTime {
+                base: setting!(SimConfig.step_base_ms),
+                per_token: setting!(SimConfig.step_per_token_us),
+            });
         }
         let counts = [
-            ("--kv-blocks", self.kv_blocks),
-            ("--block-size", self.block_size),
-            ("--max-num-seqs", self.max_num_seqs),
-            ("--max-num-batched-tokens", self.max_num_batched_tokens),
-            ("--models", self.models),
-            ("--engines", self.engines),
-            ("--max-model-len", self.max_model_len),
+            (setting!(SimConfig.kv_blocks), self.kv_blocks),
+            (setting!(SimConfig.block_size), self.block_size),
+            (setting!(SimConfig.max_num_seqs), self.max_num_seqs),
+            (
+                setting!(SimConfig.max_num_batched_tokens),
+                self.max_num_batched_tokens,
+            ),
+            (setting!(SimConfig.models), self.models),
+            (setting!(SimConfig.engines), self.engines),
+            (setting!(SimConfig.max_model_len), self.max_model_len),
         ];
         for (name, value) in counts {
             if value == 0 {
@@ -387,56 +421,108 @@ impl SimConfig {
             return Err(SimConfigError::KvCacheTooSmall);
         }
         if self.concurrency == Some(0) {
-            return Err(invalid("--concurrency", "at least 1".to_owned()));
+            return Err(invalid(
+                setting!(SimConfig.concurrency),
+                "at least 1".to_owned(),
+            ));
         }
         if self.num_speculative_tokens as usize > crate::protocol::MAX_SPEC_POSITIONS {
             return Err(invalid(
-                "--num-speculative-tokens",
+                setting!(SimConfig.num_speculative_tokens),
                 format!("at most {}", crate::protocol::MAX_SPEC_POSITIONS),
             ));
         }
         if !(1..=2).contains(&self.sleep_level) {
-            return Err(invalid("--sleep-level", "1 or 2".to_owned()));
+            return Err(invalid(
+                setting!(SimConfig.sleep_level),
+                "1 or 2".to_owned(),
+            ));
         }
         for (name, value) in [
-            ("--sleep-when-idle", self.sleep_when_idle),
-            ("--weight-update-interval", self.weight_update_interval),
+            (setting!(SimConfig.sleep_when_idle), self.sleep_when_idle),
+            (
+                setting!(SimConfig.weight_update_interval),
+                self.weight_update_interval,
+            ),
         ] {
             if value.is_some_and(|v| !(v.is_finite() && v > 0.0)) {
                 return Err(invalid(name, "a positive number of seconds".to_owned()));
             }
         }
-        if self.kv_bytes_per_token == 0 || self.tensor_parallel_size == 0 {
-            return Err(invalid(
-                "--kv-bytes-per-token and --tensor-parallel-size",
-                "at least 1".to_owned(),
-            ));
+        for (name, value) in [
+            (
+                setting!(SimConfig.kv_bytes_per_token),
+                self.kv_bytes_per_token,
+            ),
+            (
+                setting!(SimConfig.tensor_parallel_size),
+                u64::from(self.tensor_parallel_size),
+            ),
+        ] {
+            if value == 0 {
+                return Err(invalid(name, "at least 1".to_owned()));
+            }
         }
         Ok(())
     }
 }
 
-/// Why a simulator configuration cannot run; names the setting (flag).
+/// Why a simulator configuration cannot run; names the settings (the
+/// [`SimConfig`] fields, which the command line shows as its flags).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SimConfigError {
     /// A setting outside what a run can work with.
     #[error("{setting} must be {requirement}")]
     Invalid {
-        /// The flag.
-        setting: &'static str,
+        /// The setting.
+        setting: Setting,
         /// What it must be (and what it was).
         requirement: String,
     },
+    /// A setting that means something only with another one set.
+    #[error("{setting} must be {what} ({other} {value})")]
+    Needs {
+        /// The setting given.
+        setting: Setting,
+        /// What it needs.
+        what: &'static str,
+        /// The other setting.
+        other: Setting,
+        /// What the other setting must be.
+        value: &'static str,
+    },
     /// Both step costs are zero.
-    #[error("a step must take time: --step-base-ms or --step-per-token-us above 0")]
-    StepTakesNoTime,
+    #[error("a step must take time: {base} or {per_token} above 0")]
+    StepTakesNoTime {
+        /// The fixed cost of a step.
+        base: Setting,
+        /// The cost per token.
+        per_token: Setting,
+    },
     /// Fewer than two tokens of KV cache.
     #[error("the KV cache must hold at least 2 tokens")]
     KvCacheTooSmall,
 }
 
-fn invalid(setting: &'static str, requirement: String) -> SimConfigError {
+impl Settings for SimConfigError {
+    fn visit_settings(&mut self, visit: &mut dyn FnMut(&mut Setting)) {
+        match self {
+            SimConfigError::Invalid { setting, .. } => visit(setting),
+            SimConfigError::Needs { setting, other, .. } => {
+                visit(setting);
+                visit(other);
+            }
+            SimConfigError::StepTakesNoTime { base, per_token } => {
+                visit(base);
+                visit(per_token);
+            }
+            SimConfigError::KvCacheTooSmall => {}
+        }
+    }
+}
+
+fn invalid(setting: Setting, requirement: String) -> SimConfigError {
     SimConfigError::Invalid {
         setting,
         requirement,
@@ -502,4 +588,43 @@ pub fn simulate(
         }
     }
     run.finish(progress)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A host that fills the struct reads its fields' names; the command
+    /// line renames them to its flags (tests/settings.rs).
+    #[test]
+    fn errors_name_the_fields() {
+        let cases = [
+            (
+                SimConfig {
+                    rate: 0.0,
+                    ..SimConfig::default()
+                },
+                "rate must be a positive number, not 0",
+            ),
+            (
+                SimConfig {
+                    kv_offload_store_threshold: 2,
+                    ..SimConfig::default()
+                },
+                "kv_offload_store_threshold must be used with a CPU offload pool \
+                 (kv_offload_blocks above 0)",
+            ),
+            (
+                SimConfig {
+                    step_base_ms: 0.0,
+                    step_per_token_us: 0.0,
+                    ..SimConfig::default()
+                },
+                "a step must take time: step_base_ms or step_per_token_us above 0",
+            ),
+        ];
+        for (config, expected) in cases {
+            assert_eq!(config.validate().unwrap_err().to_string(), expected);
+        }
+    }
 }

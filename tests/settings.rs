@@ -1,0 +1,162 @@
+//! A setting that cannot be used is named as the user gave it: the
+//! library's errors name its configuration fields, and the command line
+//! shows each as the flag that fills it (`--tls-cert`, not `cert`), or as
+//! the environment variable it came from.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+/// Runs the binary with `args` and `env`; returns (exit code, stderr).
+fn run(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
+    let output = Command::new(common::binary())
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("the binary runs");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8(output.stderr).expect("utf-8 stderr"),
+    )
+}
+
+fn path(p: &Path) -> String {
+    p.to_str().expect("a UTF-8 path").to_owned()
+}
+
+/// A command line, its environment and the error it must print.
+type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, String);
+
+/// `replay` of `trace` without `/metrics`, with `extra`.
+fn replay_args<'a>(trace: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["replay", trace, "--metrics-addr", "none"];
+    args.extend_from_slice(extra);
+    args
+}
+
+#[test]
+fn every_rejected_setting_is_shown_as_its_flag_or_variable() {
+    let dir = common::tempdir("settings");
+    let empty = dir.join("empty");
+    std::fs::write(&empty, "").unwrap();
+    let empty = path(&empty);
+    let missing = path(&dir.join("missing"));
+    let trace = path(&common::repo().join("tests/data/lifecycle.jsonl"));
+    let no_file = "No such file or directory (os error 2)";
+    let cases: Vec<Case> = vec![
+        (
+            vec!["serve", "--metrics-addr", "none", "--tls-cert", &empty],
+            vec![],
+            "--tls-cert and --tls-key go together (and --tls-client-ca needs them)".into(),
+        ),
+        (
+            vec![
+                "serve",
+                "--metrics-addr",
+                "none",
+                "--tls-cert",
+                &empty,
+                "--tls-key",
+                &empty,
+            ],
+            vec![],
+            format!("--tls-cert: {empty} holds no certificate"),
+        ),
+        (
+            vec![
+                "serve",
+                "--metrics-addr",
+                "none",
+                "--auth-token-file",
+                &empty,
+            ],
+            vec![],
+            format!("--auth-token-file: {empty} is empty"),
+        ),
+        (
+            replay_args(
+                &trace,
+                &["--target", "http://127.0.0.1:1", "--target-ca", &missing],
+            ),
+            vec![],
+            format!("--target-ca: cannot read {missing}: {no_file}"),
+        ),
+        (
+            replay_args(&trace, &["--target", "http://user:pw@127.0.0.1:1"]),
+            vec![],
+            "--target http://***@127.0.0.1:1 carries credentials in the URL, which would \
+             not be sent; give them with --target-token-file instead"
+                .into(),
+        ),
+        (
+            replay_args(&trace, &["--otlp-endpoint", "http://user:pw@127.0.0.1:1"]),
+            vec![],
+            "--otlp-endpoint http://***@127.0.0.1:1/v1/metrics carries credentials in the \
+             URL, which would not be sent; give them with --otlp-header instead"
+                .into(),
+        ),
+        (
+            replay_args(
+                &trace,
+                &[
+                    "--otlp-endpoint",
+                    "http://127.0.0.1:1",
+                    "--otlp-client-key",
+                    &empty,
+                ],
+            ),
+            vec![],
+            "--otlp-client-key needs its pair: a client certificate and a client key go \
+             together"
+                .into(),
+        ),
+        (
+            replay_args(
+                &trace,
+                &[
+                    "--otlp-endpoint",
+                    "http://127.0.0.1:1",
+                    "--otlp-certificate",
+                    &empty,
+                ],
+            ),
+            vec![],
+            format!("--otlp-certificate: {empty} is not a PEM file"),
+        ),
+        (
+            replay_args(&trace, &["--otlp-endpoint", "http://127.0.0.1:1"]),
+            vec![("OTEL_EXPORTER_OTLP_CERTIFICATE", missing.as_str())],
+            format!("OTEL_EXPORTER_OTLP_CERTIFICATE: cannot read {missing}: {no_file}"),
+        ),
+        (
+            vec![
+                "simulate",
+                "--step-base-ms",
+                "0",
+                "--step-per-token-us",
+                "0",
+            ],
+            vec![],
+            "a step must take time: --step-base-ms or --step-per-token-us above 0".into(),
+        ),
+        (
+            vec!["simulate", "--tensor-parallel-size", "0"],
+            vec![],
+            "--tensor-parallel-size must be at least 1".into(),
+        ),
+        (
+            vec!["simulate", "--nixl"],
+            vec![],
+            "--nixl must be used with a KV connector (--external-prefix-hit-rate above 0)".into(),
+        ),
+    ];
+    for (args, env, expected) in cases {
+        let (code, stderr) = run(&args, &env);
+        assert_eq!(
+            (code, stderr),
+            (1, format!("error: {expected}\n")),
+            "{args:?} {env:?}"
+        );
+    }
+}
