@@ -187,13 +187,10 @@ struct Sdk {
 
 impl Sdk {
     fn new(readers: Readers, runtime: &tokio::runtime::Runtime) -> Sdk {
-        let config = InstrumentsConfig {
-            semconv: match readers {
-                Readers::BridgeSemconv => Semconv::GenAi,
-                _ => Semconv::None,
-            },
-            ..InstrumentsConfig::default()
-        };
+        let mut config = InstrumentsConfig::default();
+        if let Readers::BridgeSemconv = readers {
+            config.semconv = Semconv::GenAi;
+        }
         let (bridge, reader) = PrometheusBridge::builder().build();
         let mut builder = SdkMeterProvider::builder().with_view(views(config));
         if matches!(readers, Readers::Bridge | Readers::BridgeSemconv) {

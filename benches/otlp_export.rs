@@ -128,17 +128,11 @@ fn otlp_export(c: &mut Criterion) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let last_body = Arc::new(AtomicU64::new(0));
     let port = start_sink(&runtime, Arc::clone(&last_body));
-    let push = otlp::build(
-        &OtlpOptions {
-            endpoint: Some(format!("http://127.0.0.1:{port}")),
-            protocol: Some(Protocol::HttpProtobuf),
-            interval: Some(Duration::from_secs(3600)),
-            ..OtlpOptions::default()
-        },
-        &|_| None,
-        runtime.handle(),
-    )
-    .unwrap();
+    let mut options = OtlpOptions::default();
+    options.endpoint = Some(format!("http://127.0.0.1:{port}"));
+    options.protocol = Some(Protocol::HttpProtobuf);
+    options.interval = Some(Duration::from_secs(3600));
+    let push = otlp::build(&options, &|_| None, runtime.handle()).unwrap();
     let (reader, health) = (push.reader, push.health);
     let (bridge, bridge_reader) = PrometheusBridge::builder().build();
     let instruments = Instruments::builder()

@@ -30,10 +30,8 @@ use vllm_otel_metrics::tracker::Tracker;
 fn trace(duration: f64) -> (Vec<u8>, usize) {
     let mut jsonl = Vec::new();
     let mut outputs = 0;
-    let config = SimConfig {
-        duration,
-        ..SimConfig::default()
-    };
+    let mut config = SimConfig::default();
+    config.duration = duration;
     simulate(
         &config,
         &mut |record: &Record| {

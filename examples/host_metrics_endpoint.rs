@@ -41,10 +41,8 @@ pub(crate) fn serve(
     scrapes: Option<usize>,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let (bridge, reader) = PrometheusBridge::builder().build();
-    let config = InstrumentsConfig {
-        max_model_len: 8192,
-        ..InstrumentsConfig::default()
-    };
+    let mut config = InstrumentsConfig::default();
+    config.max_model_len = 8192;
     let (provider, instruments) =
         Instruments::install(SdkMeterProvider::builder().with_reader(reader), config);
     // The host's own instrument, on the same provider.

@@ -91,9 +91,10 @@ fn endpoint_negotiates_formats_and_both_parse_to_the_same_samples() {
             "127.0.0.1:0".parse().unwrap(),
             bridge.clone(),
             // The process families change between scrapes; this test compares two.
-            http::MetricsServer {
-                process_metrics: false,
-                ..http::MetricsServer::default()
+            {
+                let mut server = http::MetricsServer::default();
+                server.process_metrics = false;
+                server
             },
         ))
         .unwrap();

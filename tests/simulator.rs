@@ -13,6 +13,13 @@ use vllm_otel_metrics::cli::summary::MergedHistogram;
 use vllm_otel_metrics::protocol::{EventType, Record};
 use vllm_otel_metrics::sources::sim::{simulate, SimConfig, SimOutcome};
 
+/// `base` with `change` made: `SimConfig` is `#[non_exhaustive]`, so a
+/// configuration starts from a default and changes fields.
+fn changed(mut base: SimConfig, change: impl FnOnce(&mut SimConfig)) -> SimConfig {
+    change(&mut base);
+    base
+}
+
 fn run(config: &SimConfig) -> (Vec<Record>, SimOutcome) {
     let mut records = Vec::new();
     let outcome = simulate(
@@ -159,22 +166,21 @@ fn check_invariants(config: &SimConfig, records: &[Record], outcome: &SimOutcome
 /// engine did.
 #[test]
 fn engine_tier_records_agree_with_the_engine() {
-    let config = SimConfig {
-        seed: 3,
-        duration: 40.0,
-        rate: 4.0,
-        engines: 2,
-        models: 3,
-        kv_blocks: 160,
-        kv_cache_metrics_sample: 0.3,
-        external_prefix_hit_rate: 0.5,
-        kv_load_gbps: 0.5,
-        num_speculative_tokens: 3,
-        lora_adapters: true,
-        sleep_when_idle: Some(0.5),
-        weight_update_interval: Some(10.0),
-        ..SimConfig::default()
-    };
+    let config = changed(SimConfig::default(), |c| {
+        c.seed = 3;
+        c.duration = 40.0;
+        c.rate = 4.0;
+        c.engines = 2;
+        c.models = 3;
+        c.kv_blocks = 160;
+        c.kv_cache_metrics_sample = 0.3;
+        c.external_prefix_hit_rate = 0.5;
+        c.kv_load_gbps = 0.5;
+        c.num_speculative_tokens = 3;
+        c.lora_adapters = true;
+        c.sleep_when_idle = Some(0.5);
+        c.weight_update_interval = Some(10.0);
+    });
     let (records, outcome) = run(&config);
     check_invariants(&config, &records, &outcome);
 
@@ -283,31 +289,28 @@ fn engine_tier_records_agree_with_the_engine() {
 #[test]
 fn scheduler_invariants_hold_across_configurations() {
     let configs = [
-        SimConfig {
-            duration: 60.0,
-            ..SimConfig::default()
-        },
-        SimConfig {
-            seed: 5,
-            duration: 30.0,
-            kv_blocks: 96,
-            max_num_seqs: 8,
-            max_num_batched_tokens: 256,
-            prefix_hit_rate: 0.6,
-            abort_rate: 0.2,
-            engines: 3,
-            models: 2,
-            rate: 9.0,
-            ..SimConfig::default()
-        },
-        SimConfig {
-            seed: 9,
-            duration: 30.0,
-            concurrency: Some(24),
-            kv_blocks: 300,
-            block_size: 32,
-            ..SimConfig::default()
-        },
+        changed(SimConfig::default(), |c| {
+            c.duration = 60.0;
+        }),
+        changed(SimConfig::default(), |c| {
+            c.seed = 5;
+            c.duration = 30.0;
+            c.kv_blocks = 96;
+            c.max_num_seqs = 8;
+            c.max_num_batched_tokens = 256;
+            c.prefix_hit_rate = 0.6;
+            c.abort_rate = 0.2;
+            c.engines = 3;
+            c.models = 2;
+            c.rate = 9.0;
+        }),
+        changed(SimConfig::default(), |c| {
+            c.seed = 9;
+            c.duration = 30.0;
+            c.concurrency = Some(24);
+            c.kv_blocks = 300;
+            c.block_size = 32;
+        }),
     ];
     for config in &configs {
         let (records, outcome) = run(config);
@@ -332,14 +335,13 @@ fn priority_scheduling_preempts_for_priority_and_the_reasons_sum_up() {
     use vllm_otel_metrics::tracker::Tracker;
 
     for priority_fraction in [0.0, 0.3] {
-        let config = SimConfig {
-            seed: 7,
-            duration: 60.0,
-            kv_blocks: 256,
-            engines: 2,
-            priority_fraction,
-            ..SimConfig::default()
-        };
+        let config = changed(SimConfig::default(), |c| {
+            c.seed = 7;
+            c.duration = 60.0;
+            c.kv_blocks = 256;
+            c.engines = 2;
+            c.priority_fraction = priority_fraction;
+        });
         let (records, outcome) = run(&config);
         check_invariants(&config, &records, &outcome);
         let mut by_reason: HashMap<Option<PreemptionReason>, u64> = HashMap::new();
@@ -421,15 +423,14 @@ fn cpu_offloading_stores_preempted_kv_and_loads_it_back() {
     use vllm_otel_metrics::tracker::Tracker;
 
     for (pool, expect_failures) in [(4096, false), (8, true)] {
-        let config = SimConfig {
-            seed: 3,
-            duration: 40.0,
-            kv_blocks: 256,
-            prompt_len: 128.0,
-            output_len: 256.0,
-            kv_offload_blocks: pool,
-            ..SimConfig::default()
-        };
+        let config = changed(SimConfig::default(), |c| {
+            c.seed = 3;
+            c.duration = 40.0;
+            c.kv_blocks = 256;
+            c.prompt_len = 128.0;
+            c.output_len = 256.0;
+            c.kv_offload_blocks = pool;
+        });
         let (records, outcome) = run(&config);
         check_invariants(&config, &records, &outcome);
         assert!(outcome.preemptions > 0);
@@ -477,10 +478,9 @@ fn cpu_offloading_stores_preempted_kv_and_loads_it_back() {
         assert_eq!(samples[key], stored as f64);
     }
     // Without a pool, no connector stats at all.
-    let (records, _) = run(&SimConfig {
-        duration: 10.0,
-        ..SimConfig::default()
-    });
+    let (records, _) = run(&changed(SimConfig::default(), |c| {
+        c.duration = 10.0;
+    }));
     assert!(records
         .iter()
         .all(|r| !matches!(r, Record::SchedulerStats(s) if s.kv_connector_stats.is_some())));
@@ -547,15 +547,14 @@ fn offload_totals(records: &[Record]) -> OffloadTotals {
 #[test]
 fn offload_lookups_wait_for_stores_and_both_connectors_report_the_pool() {
     use vllm_otel_metrics::sources::sim::KvOffloadConnector;
-    let base = SimConfig {
-        seed: 3,
-        duration: 40.0,
-        kv_blocks: 256,
-        prompt_len: 128.0,
-        output_len: 256.0,
-        kv_offload_blocks: 4096,
-        ..SimConfig::default()
-    };
+    let base = changed(SimConfig::default(), |c| {
+        c.seed = 3;
+        c.duration = 40.0;
+        c.kv_blocks = 256;
+        c.prompt_len = 128.0;
+        c.output_len = 256.0;
+        c.kv_offload_blocks = 4096;
+    });
     let (records, outcome) = run(&base);
     check_invariants(&base, &records, &outcome);
     let offloading = offload_totals(&records);
@@ -574,10 +573,9 @@ fn offload_lookups_wait_for_stores_and_both_connectors_report_the_pool() {
         "no threshold, no skipped stores"
     );
 
-    let threshold = SimConfig {
-        kv_offload_store_threshold: 2,
-        ..base.clone()
-    };
+    let threshold = changed(base.clone(), |c| {
+        c.kv_offload_store_threshold = 2;
+    });
     let (records, outcome) = run(&threshold);
     check_invariants(&threshold, &records, &outcome);
     let filtered = offload_totals(&records);
@@ -589,10 +587,9 @@ fn offload_lookups_wait_for_stores_and_both_connectors_report_the_pool() {
     assert!(filtered.stores < offloading.stores, "{filtered:?}");
 
     // The same decisions (every store fits), counted in blocks.
-    let simple = SimConfig {
-        kv_offload_connector: KvOffloadConnector::Simple,
-        ..base.clone()
-    };
+    let simple = changed(base.clone(), |c| {
+        c.kv_offload_connector = KvOffloadConnector::Simple;
+    });
     let (records, outcome) = run(&simple);
     check_invariants(&simple, &records, &outcome);
     let blocks = offload_totals(&records);
@@ -612,10 +609,9 @@ fn offload_lookups_wait_for_stores_and_both_connectors_report_the_pool() {
     }));
 
     // A small pool: the simple connector drops what does not fit.
-    let small = SimConfig {
-        kv_offload_blocks: 8,
-        ..simple
-    };
+    let small = changed(simple.clone(), |c| {
+        c.kv_offload_blocks = 8;
+    });
     let (records, _) = run(&small);
     let dropped = offload_totals(&records);
     assert!(
@@ -629,15 +625,14 @@ fn offload_lookups_wait_for_stores_and_both_connectors_report_the_pool() {
 /// are counted (their requests compute their prompts).
 #[test]
 fn nixl_transfers_are_the_connector_loads() {
-    let config = SimConfig {
-        seed: 4,
-        duration: 30.0,
-        external_prefix_hit_rate: 0.8,
-        nixl: true,
-        nixl_failure_rate: 0.2,
-        abort_rate: 0.0,
-        ..SimConfig::default()
-    };
+    let config = changed(SimConfig::default(), |c| {
+        c.seed = 4;
+        c.duration = 30.0;
+        c.external_prefix_hit_rate = 0.8;
+        c.nixl = true;
+        c.nixl_failure_rate = 0.2;
+        c.abort_rate = 0.0;
+    });
     let (records, outcome) = run(&config);
     check_invariants(&config, &records, &outcome);
     let (mut hits, mut bytes, mut transfers, mut failures) = (0u64, 0.0, 0usize, 0u64);
@@ -679,17 +674,18 @@ fn nixl_transfers_are_the_connector_loads() {
 
 #[test]
 fn a_seed_gives_the_same_run() {
-    let config = SimConfig {
-        seed: 42,
-        duration: 30.0,
-        engines: 2,
-        ..SimConfig::default()
-    };
+    let config = changed(SimConfig::default(), |c| {
+        c.seed = 42;
+        c.duration = 30.0;
+        c.engines = 2;
+    });
     let (a, outcome_a) = run(&config);
     let (b, outcome_b) = run(&config);
     assert_eq!(a, b);
     assert_eq!(outcome_a, outcome_b);
-    let (c, _) = run(&SimConfig { seed: 43, ..config });
+    let (c, _) = run(&changed(config.clone(), |c| {
+        c.seed = 43;
+    }));
     assert_ne!(a, c);
 }
 
@@ -701,14 +697,13 @@ fn fewer_kv_blocks_never_yield_fewer_preemptions() {
     for (seed, engines, rate) in [(1, 1, 6.0), (2, 1, 6.0), (3, 1, 6.0), (4, 2, 12.0)] {
         let mut previous: Option<(u32, u64)> = None;
         for kv_blocks in [512, 1024, 2048, 4096] {
-            let config = SimConfig {
-                seed,
-                engines,
-                rate,
-                kv_blocks,
-                duration: 60.0,
-                ..SimConfig::default()
-            };
+            let config = changed(SimConfig::default(), |c| {
+                c.seed = seed;
+                c.engines = engines;
+                c.rate = rate;
+                c.kv_blocks = kv_blocks;
+                c.duration = 60.0;
+            });
             let (_, outcome) = run(&config);
             if let Some((fewer_blocks, more_preemptions)) = previous {
                 assert!(

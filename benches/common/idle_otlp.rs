@@ -8,15 +8,9 @@ use vllm_otel_metrics::export::otlp::{self, OtlpOptions, OtlpPush, Protocol};
 
 /// An HTTP/protobuf push to a closed port that exports once an hour.
 pub(crate) fn idle_push(runtime: &tokio::runtime::Runtime) -> OtlpPush {
-    otlp::build(
-        &OtlpOptions {
-            endpoint: Some("http://127.0.0.1:9".into()),
-            protocol: Some(Protocol::HttpProtobuf),
-            interval: Some(Duration::from_secs(3600)),
-            ..OtlpOptions::default()
-        },
-        &|_| None,
-        runtime.handle(),
-    )
-    .expect("an OTLP exporter")
+    let mut options = OtlpOptions::default();
+    options.endpoint = Some("http://127.0.0.1:9".into());
+    options.protocol = Some(Protocol::HttpProtobuf);
+    options.interval = Some(Duration::from_secs(3600));
+    otlp::build(&options, &|_| None, runtime.handle()).expect("an OTLP exporter")
 }

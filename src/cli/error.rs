@@ -77,6 +77,7 @@ impl CliError {
 /// recorded is not there.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("final OTLP export to {destination} {outcome}: {reason}")]
+#[non_exhaustive]
 pub struct FinalExportFailed {
     /// The transport and endpoint.
     pub destination: String,

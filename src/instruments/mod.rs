@@ -110,6 +110,7 @@ pub enum NameStyle {
 
 /// What the Views and the instruments are built for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct InstrumentsConfig {
     /// The model context length that bounds the token histograms' buckets.
     pub max_model_len: u32,
@@ -441,7 +442,8 @@ impl Instruments {
     /// use vllm_otel_metrics::tracker::{RequestMetrics, RequestParams};
     ///
     /// let (bridge, reader) = PrometheusBridge::builder().build();
-    /// let config = InstrumentsConfig { max_model_len: 32_768, ..InstrumentsConfig::default() };
+    /// let mut config = InstrumentsConfig::default();
+/// config.max_model_len = 32_768;
     /// let (provider, instruments) =
     ///     Instruments::install(SdkMeterProvider::builder().with_reader(reader), config);
     /// // The host's own instruments, on the same provider.

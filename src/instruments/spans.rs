@@ -163,6 +163,7 @@ fn at(seconds: f64) -> SystemTime {
 /// A `traceparent` that is not a W3C trace context (shown shortened).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("'{shown}' is not a W3C trace context")]
+#[non_exhaustive]
 pub struct InvalidTraceparent {
     /// The value, shortened when long.
     pub shown: String,

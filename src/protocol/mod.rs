@@ -334,6 +334,7 @@ pub struct Abort {
 
 /// A record whose values cannot be applied (non-finite numbers).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct InvalidRecord(pub String);
 
 impl std::fmt::Display for InvalidRecord {
@@ -347,6 +348,7 @@ impl std::error::Error for InvalidRecord {}
 /// Bounds on what one record may carry, so that no single record can grow
 /// the process's memory, every later scrape or every later export.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct InputLimits {
     /// Longest label value (`model_name`), bytes.
     pub max_label_bytes: usize,

@@ -36,6 +36,7 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// Bounds of one listener.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ListenerLimits {
     /// Connections open at once; further ones wait in the backlog.
     pub max_connections: usize,
@@ -163,6 +164,7 @@ fn invalid(
 
 /// The files of a TLS server.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ServerTlsFiles {
     /// PEM certificate chain (the command line's `--tls-cert`).
     pub cert: Option<PathBuf>,

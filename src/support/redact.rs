@@ -35,6 +35,7 @@ pub fn userinfo(url: &str) -> (String, bool) {
     "{setting} {shown} carries credentials in the URL, which would not be sent; \
      give them with {instead} instead"
 )]
+#[non_exhaustive]
 pub struct CredentialsInUrl {
     /// The setting that gave the URL.
     pub setting: Setting,

@@ -224,6 +224,7 @@ pub fn parse_compression(s: &str) -> Result<Compression, OtlpError> {
 /// empty) leaves a setting to the exporter, which reads its variable or
 /// takes its default.
 #[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
 pub struct OtlpOptions {
     /// `--otlp-endpoint`: for gRPC the URL, for HTTP a base URL that takes
     /// `/v1/metrics` when it has no path (as `OTEL_EXPORTER_OTLP_ENDPOINT`).

@@ -21,6 +21,7 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Certificate files, each winning over its variables.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TlsFiles {
     /// PEM CA bundle that verifies the Collector (`--otlp-certificate`).
     pub certificate: Option<PathBuf>,

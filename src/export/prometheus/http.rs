@@ -43,6 +43,7 @@ pub const DEFAULT_LIMITS: ListenerLimits = ListenerLimits {
 
 /// The `/metrics` server's configuration.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct MetricsServer {
     /// Listener bounds.
     pub limits: ListenerLimits,

@@ -20,6 +20,7 @@ use crate::protocol::Record;
 
 /// How to reach a `serve` that requires TLS or a token.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TargetSecurity {
     /// PEM CA that verifies the server (else the system's roots, for an
     /// `https://` target; the command line's `--target-ca`).

@@ -30,6 +30,7 @@ pub const FIRST_REJECTIONS: usize = 10;
 
 /// Limits of the ingest service.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct IngestLimits {
     /// Most requests in flight; beyond it the oldest is terminated as `abort`.
     pub max_inflight_requests: usize,

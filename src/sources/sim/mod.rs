@@ -10,7 +10,8 @@
 //! use vllm_otel_metrics::protocol::Record;
 //! use vllm_otel_metrics::sources::sim::{simulate, SimConfig};
 //!
-//! let config = SimConfig { duration: 5.0, ..SimConfig::default() };
+//! let mut config = SimConfig::default();
+//! config.duration = 5.0;
 //! let mut outputs = 0;
 //! let outcome = simulate(&config, &mut |record: &Record| {
 //!     if let Record::Outputs(batch) = record {
@@ -43,6 +44,7 @@ const TRANSPORT_DELAY: f64 = 0.0005;
 
 /// Everything a simulation run is made of.
 #[derive(Debug, Clone, PartialEq, clap::Args)]
+#[non_exhaustive]
 pub struct SimConfig {
     /// Simulated seconds during which requests arrive (the run then drains).
     #[arg(long, default_value_t = SimConfig::default().duration, value_name = "SECS")]
