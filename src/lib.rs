@@ -4,16 +4,11 @@
 //! `vllm:request_num_preemptions` — recorded through OpenTelemetry instruments
 //! and exposed under vLLM's own Prometheus names.
 //!
-//! Data flows one way, and the modules are its layers: a source
-//! ([`sources`]: the JSONL and gRPC [`ingest`](sources::ingest), the simulator) turns input
-//! into [`protocol`] records; the [`tracker`] applies vLLM's semantics and records into the
-//! [`instruments`]: OpenTelemetry API instruments on an `opentelemetry_sdk`
-//! meter provider, whose Views set every histogram's buckets. The SDK's
-//! readers feed the exporters ([`export`]): `opentelemetry-prometheus` under
-//! the Prometheus bridge, `opentelemetry-otlp` for OTLP. The [`catalog`] is
-//! the single table every name, HELP text and bucket list comes from, at
-//! the bottom with the shared plumbing (`support`); the command line
-//! (`cli`, the binary's) is on top.
+//! Data flows one way through the modules: [`sources`] → [`protocol`]
+//! records → [`tracker`] → [`instruments`] (OpenTelemetry instruments on an
+//! `opentelemetry_sdk` provider) → [`export`]; the [`catalog`] of names,
+//! HELP texts and buckets is at the bottom. Each module's page says its
+//! job; the rules of the flow are the repository's docs/SEMANTICS.md §1.
 //!
 //! ```
 //! use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
