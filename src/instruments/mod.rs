@@ -443,7 +443,7 @@ impl Instruments {
     ///
     /// let (bridge, reader) = PrometheusBridge::builder().build();
     /// let mut config = InstrumentsConfig::default();
-/// config.max_model_len = 32_768;
+    /// config.max_model_len = 32_768;
     /// let (provider, instruments) =
     ///     Instruments::install(SdkMeterProvider::builder().with_reader(reader), config);
     /// // The host's own instruments, on the same provider.
