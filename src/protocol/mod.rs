@@ -486,8 +486,29 @@ pub enum RecordKind {
 }
 
 impl RecordKind {
+    /// The kinds a record's `type` names, in the wire format's order (every
+    /// kind but [`RecordKind::Output`], which is part of a record).
+    pub const RECORD_TYPES: [RecordKind; 9] = [
+        RecordKind::Request,
+        RecordKind::Outputs,
+        RecordKind::Abort,
+        RecordKind::SchedulerStats,
+        RecordKind::EngineConfig,
+        RecordKind::SleepState,
+        RecordKind::Operation,
+        RecordKind::IterationStats,
+        RecordKind::PluginDrops,
+    ];
+
+    /// The kind whose `type` is `name`, if a record can have it.
+    pub fn from_type(name: &str) -> Option<RecordKind> {
+        RecordKind::RECORD_TYPES
+            .into_iter()
+            .find(|kind| kind.as_str() == name)
+    }
+
     /// The record's `type` (`output` for one output of a batch).
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             RecordKind::Request => "request",
             RecordKind::Outputs => "outputs",

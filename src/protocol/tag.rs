@@ -15,38 +15,34 @@ use serde::de::value::MapAccessDeserializer;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 
-use super::Record;
+use super::{Record, RecordKind};
 
-/// The variant names, as the `"type"` field spells them.
-#[derive(Deserialize)]
-#[serde(rename_all = "snake_case")]
-enum Kind {
-    Request,
-    Outputs,
-    Abort,
-    SchedulerStats,
-    EngineConfig,
-    SleepState,
-    Operation,
-    IterationStats,
-    PluginDrops,
-}
-
-impl Kind {
-    /// Reads the variant's fields from `from`.
-    fn read<'de, D: Deserializer<'de>>(self, from: D) -> Result<Record, D::Error> {
-        Ok(match self {
-            Kind::Request => Record::Request(Deserialize::deserialize(from)?),
-            Kind::Outputs => Record::Outputs(Deserialize::deserialize(from)?),
-            Kind::Abort => Record::Abort(Deserialize::deserialize(from)?),
-            Kind::SchedulerStats => Record::SchedulerStats(Deserialize::deserialize(from)?),
-            Kind::EngineConfig => Record::EngineConfig(Deserialize::deserialize(from)?),
-            Kind::SleepState => Record::SleepState(Deserialize::deserialize(from)?),
-            Kind::Operation => Record::Operation(Deserialize::deserialize(from)?),
-            Kind::IterationStats => Record::IterationStats(Deserialize::deserialize(from)?),
-            Kind::PluginDrops => Record::PluginDrops(Deserialize::deserialize(from)?),
-        })
+/// The `type` names, for the error that names an unknown one.
+const TYPE_NAMES: [&str; RecordKind::RECORD_TYPES.len()] = {
+    let mut names = [""; RecordKind::RECORD_TYPES.len()];
+    let mut at = 0;
+    while at < names.len() {
+        names[at] = RecordKind::RECORD_TYPES[at].as_str();
+        at += 1;
     }
+    names
+};
+
+/// Reads the fields of a record of `kind` from `from`.
+fn read<'de, D: Deserializer<'de>>(kind: RecordKind, from: D) -> Result<Record, D::Error> {
+    Ok(match kind {
+        RecordKind::Request => Record::Request(Deserialize::deserialize(from)?),
+        RecordKind::Outputs => Record::Outputs(Deserialize::deserialize(from)?),
+        RecordKind::Abort => Record::Abort(Deserialize::deserialize(from)?),
+        RecordKind::SchedulerStats => Record::SchedulerStats(Deserialize::deserialize(from)?),
+        RecordKind::EngineConfig => Record::EngineConfig(Deserialize::deserialize(from)?),
+        RecordKind::SleepState => Record::SleepState(Deserialize::deserialize(from)?),
+        RecordKind::Operation => Record::Operation(Deserialize::deserialize(from)?),
+        RecordKind::IterationStats => Record::IterationStats(Deserialize::deserialize(from)?),
+        RecordKind::PluginDrops => Record::PluginDrops(Deserialize::deserialize(from)?),
+        // Not a record's type: `KindName` never yields it.
+        RecordKind::Output => return Err(de::Error::unknown_variant("output", &TYPE_NAMES)),
+    })
 }
 
 impl<'de> Deserialize<'de> for Record {
@@ -69,7 +65,7 @@ impl<'de> Visitor<'de> for RecordVisitor {
             None => return Err(de::Error::missing_field("type")),
             Some(FirstKey::Tag) => {
                 let kind = map.next_value_seed(KindName)?;
-                return kind.read(MapAccessDeserializer::new(map));
+                return read(kind, MapAccessDeserializer::new(map));
             }
             Some(FirstKey::Other(key)) => key,
         };
@@ -81,9 +77,8 @@ impl<'de> Visitor<'de> for RecordVisitor {
         let tag = object
             .remove("type")
             .ok_or_else(|| de::Error::missing_field("type"))?;
-        let kind = Kind::deserialize(tag).map_err(de::Error::custom)?;
-        kind.read(serde_json::Value::Object(object))
-            .map_err(de::Error::custom)
+        let kind = KindName.deserialize(tag).map_err(de::Error::custom)?;
+        read(kind, serde_json::Value::Object(object)).map_err(de::Error::custom)
     }
 }
 
@@ -92,22 +87,22 @@ impl<'de> Visitor<'de> for RecordVisitor {
 struct KindName;
 
 impl<'de> DeserializeSeed<'de> for KindName {
-    type Value = Kind;
+    type Value = RecordKind;
 
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Kind, D::Error> {
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<RecordKind, D::Error> {
         deserializer.deserialize_str(self)
     }
 }
 
 impl<'de> Visitor<'de> for KindName {
-    type Value = Kind;
+    type Value = RecordKind;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a record type name")
     }
 
-    fn visit_str<E: de::Error>(self, name: &str) -> Result<Kind, E> {
-        Kind::deserialize(de::value::StrDeserializer::<E>::new(name))
+    fn visit_str<E: de::Error>(self, name: &str) -> Result<RecordKind, E> {
+        RecordKind::from_type(name).ok_or_else(|| E::unknown_variant(name, &TYPE_NAMES))
     }
 }
 
