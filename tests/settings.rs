@@ -5,6 +5,8 @@
 
 mod common;
 
+use common::pki::make_pki;
+
 use std::path::Path;
 use std::process::Command;
 
@@ -149,6 +151,78 @@ fn every_rejected_setting_is_shown_as_its_flag_or_variable() {
             vec!["simulate", "--nixl"],
             vec![],
             "--nixl must be used with a KV connector (--external-prefix-hit-rate above 0)".into(),
+        ),
+    ];
+    for (args, env, expected) in cases {
+        let (code, stderr) = run(&args, &env);
+        assert_eq!(
+            (code, stderr),
+            (1, format!("error: {expected}\n")),
+            "{args:?} {env:?}"
+        );
+    }
+}
+
+/// Under an error about a setting, the library's own reason (the TLS
+/// library's, the HTTP client's) follows as its cause, on the same line.
+#[test]
+fn the_cause_follows_the_setting() {
+    let dir = common::tempdir("settings-causes");
+    let pki = make_pki();
+    let garbled = dir.join("garbled.pem");
+    std::fs::write(
+        &garbled,
+        "-----BEGIN CERTIFICATE-----\nZm9v\n-----END CERTIFICATE-----\n",
+    )
+    .unwrap();
+    let garbled = path(&garbled);
+    let (server_cert, other_key) = (path(&pki.server_cert), path(&pki.client_key));
+    let trace = path(&common::repo().join("tests/data/lifecycle.jsonl"));
+    let cases: Vec<Case> = vec![
+        (
+            vec![
+                "serve",
+                "--metrics-addr",
+                "none",
+                "--tls-cert",
+                &server_cert,
+                "--tls-key",
+                &other_key,
+            ],
+            vec![],
+            "--tls-cert/--tls-key: keys may not be consistent: KeyMismatch".into(),
+        ),
+        (
+            replay_args(
+                &trace,
+                &[
+                    "--otlp-endpoint",
+                    "https://127.0.0.1:1",
+                    "--otlp-certificate",
+                    &garbled,
+                ],
+            ),
+            vec![],
+            "cannot build the OTLP HTTP client: builder error: invalid peer certificate: \
+             BadEncoding"
+                .into(),
+        ),
+        (
+            replay_args(
+                &trace,
+                &[
+                    "--otlp-endpoint",
+                    "https://127.0.0.1:1",
+                    "--otlp-client-certificate",
+                    &garbled,
+                    "--otlp-client-key",
+                    &garbled,
+                ],
+            ),
+            vec![],
+            "the OTLP client certificate and key cannot be used: builder error: unexpected \
+             error: private key or certificate not found"
+                .into(),
         ),
     ];
     for (args, env, expected) in cases {

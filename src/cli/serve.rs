@@ -36,6 +36,10 @@ pub(super) fn run_serve(args: ServeArgs) -> Result<ExitCode, CliError> {
         request_ttl: (!request_ttl.is_zero()).then_some(request_ttl),
         max_message_bytes: args.max_message_bytes,
     };
+    // The TLS and token files are read before the port is taken: a
+    // configuration error is reported as such, whatever holds the port.
+    let (tls, token) = args.common.listen.security(&[b"h2"])?;
+    let listener_limits = args.common.listen.limits(args.ingest_max_connections)?;
     let tracker = pipeline.tracker(args.common.input_limits());
     let service = IngestService::new(tracker, limits);
     let listener = pipeline
@@ -47,14 +51,13 @@ pub(super) fn run_serve(args: ServeArgs) -> Result<ExitCode, CliError> {
                 format!("cannot listen on {}: {e}", args.ingest_addr),
             )
         })?;
-    let (tls, token) = args.common.listen.security(&[b"h2"])?;
     report::line(format_args!(
         "accepting gRPC ingest streams on {}{}",
         listener.local_addr()?,
         if tls.is_some() { " (TLS)" } else { "" }
     ));
     let how = IngestListener {
-        limits: args.common.listen.limits(args.ingest_max_connections)?,
+        limits: listener_limits,
         tls,
         token,
     };

@@ -103,18 +103,19 @@ pub enum ListenConfigError {
         client_ca: Setting,
     },
     /// The certificate and key do not make a TLS configuration.
-    #[error("{cert}/{key}: {reason}")]
+    #[error("{cert}/{key}")]
     KeyPair {
         /// The certificate setting.
         cert: Setting,
         /// The key setting.
         key: Setting,
         /// Why, as the TLS library says.
-        reason: String,
+        #[source]
+        cause: Cause,
     },
     /// The TLS library refused its defaults.
-    #[error("TLS: {0}")]
-    Tls(String),
+    #[error("TLS cannot be set up")]
+    Tls(#[source] Cause),
 }
 
 impl Settings for ListenConfigError {
@@ -212,7 +213,7 @@ impl ServerTls {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
             .with_safe_default_protocol_versions()
-            .map_err(|e| ListenConfigError::Tls(e.to_string()))?;
+            .map_err(|e| ListenConfigError::Tls(Cause::new(e)))?;
         let builder = match &files.client_ca {
             None => builder.with_no_client_auth(),
             Some(ca) => {
@@ -240,7 +241,7 @@ impl ServerTls {
             ListenConfigError::KeyPair {
                 cert: setting!(ServerTlsFiles.cert),
                 key: setting!(ServerTlsFiles.key),
-                reason: e.to_string(),
+                cause: Cause::new(e),
             }
         })?;
         config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();

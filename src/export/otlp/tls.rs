@@ -92,14 +92,14 @@ pub enum TlsError {
         setting: Setting,
     },
     /// The CA certificate is not usable.
-    #[error("the OTLP CA certificate: {0}")]
-    Ca(String),
+    #[error("the OTLP CA certificate cannot be used")]
+    Ca(#[source] Cause),
     /// The client certificate and key are not usable together.
-    #[error("the OTLP client certificate and key: {0}")]
-    Identity(String),
+    #[error("the OTLP client certificate and key cannot be used")]
+    Identity(#[source] Cause),
     /// The HTTP client cannot be built.
-    #[error("cannot build the OTLP HTTP client: {0}")]
-    HttpClient(String),
+    #[error("cannot build the OTLP HTTP client")]
+    HttpClient(#[source] Cause),
 }
 
 impl Settings for TlsError {
@@ -231,7 +231,7 @@ impl TlsSettings {
         let mut builder = reqwest::blocking::Client::builder().timeout(timeout);
         if let Some(ca) = &self.ca {
             let certificates = reqwest::Certificate::from_pem_bundle(&ca.bytes)
-                .map_err(|e| TlsError::Ca(e.to_string()))?;
+                .map_err(|e| TlsError::Ca(Cause::new(e)))?;
             builder = builder.tls_certs_only(certificates);
         }
         if let Some((cert, key)) = &self.identity {
@@ -239,7 +239,7 @@ impl TlsSettings {
             pem.push(b'\n');
             pem.extend_from_slice(&key.bytes);
             let identity =
-                reqwest::Identity::from_pem(&pem).map_err(|e| TlsError::Identity(e.to_string()))?;
+                reqwest::Identity::from_pem(&pem).map_err(|e| TlsError::Identity(Cause::new(e)))?;
             builder = builder.identity(identity);
         }
         install_crypto_provider();
@@ -247,7 +247,9 @@ impl TlsSettings {
         // inside another one.
         std::thread::spawn(move || builder.build())
             .join()
-            .map_err(|_| TlsError::HttpClient("its builder panicked".to_owned()))?
-            .map_err(|e| TlsError::HttpClient(e.to_string()))
+            .map_err(|_| {
+                TlsError::HttpClient(Cause::new(std::io::Error::other("its builder panicked")))
+            })?
+            .map_err(|e| TlsError::HttpClient(Cause::new(e)))
     }
 }
