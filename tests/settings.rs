@@ -30,6 +30,18 @@ fn path(p: &Path) -> String {
 /// A command line, its environment and the error it must print.
 type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, String);
 
+/// Runs each case; each must exit 1 printing exactly its error line.
+fn fails_with(cases: Vec<Case>) {
+    for (args, env, expected) in cases {
+        let (code, stderr) = run(&args, &env);
+        assert_eq!(
+            (code, stderr),
+            (1, format!("error: {expected}\n")),
+            "{args:?} {env:?}"
+        );
+    }
+}
+
 /// `replay` of `trace` without `/metrics`, with `extra`.
 fn replay_args<'a>(trace: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec!["replay", trace, "--metrics-addr", "none"];
@@ -153,14 +165,7 @@ fn every_rejected_setting_is_shown_as_its_flag_or_variable() {
             "--nixl must be used with a KV connector (--external-prefix-hit-rate above 0)".into(),
         ),
     ];
-    for (args, env, expected) in cases {
-        let (code, stderr) = run(&args, &env);
-        assert_eq!(
-            (code, stderr),
-            (1, format!("error: {expected}\n")),
-            "{args:?} {env:?}"
-        );
-    }
+    fails_with(cases);
 }
 
 /// Under an error about a setting, the library's own reason (the TLS
@@ -225,12 +230,5 @@ fn the_cause_follows_the_setting() {
                 .into(),
         ),
     ];
-    for (args, env, expected) in cases {
-        let (code, stderr) = run(&args, &env);
-        assert_eq!(
-            (code, stderr),
-            (1, format!("error: {expected}\n")),
-            "{args:?} {env:?}"
-        );
-    }
+    fails_with(cases);
 }
