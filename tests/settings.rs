@@ -8,20 +8,6 @@ mod common;
 use common::pki::make_pki;
 
 use std::path::Path;
-use std::process::Command;
-
-/// Runs the binary with `args` and `env`; returns (exit code, stderr).
-fn run(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
-    let output = Command::new(common::binary())
-        .args(args)
-        .envs(env.iter().copied())
-        .output()
-        .expect("the binary runs");
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8(output.stderr).expect("utf-8 stderr"),
-    )
-}
 
 fn path(p: &Path) -> String {
     p.to_str().expect("a UTF-8 path").to_owned()
@@ -33,7 +19,7 @@ type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, String);
 /// Runs each case; each must exit 1 printing exactly its error line.
 fn fails_with(cases: Vec<Case>) {
     for (args, env, expected) in cases {
-        let (code, stderr) = run(&args, &env);
+        let (code, _, stderr) = common::run_with_env(&args, &env);
         assert_eq!(
             (code, stderr),
             (1, format!("error: {expected}\n")),

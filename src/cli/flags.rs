@@ -32,9 +32,9 @@ const ARGUMENTS: &[((&str, &str), &str)] = &[
     (("TlsFiles", "client_key"), "otlp_client_key"),
 ];
 
-/// The flag that fills `key` (`--kv-blocks`); `None` for a variable, which
-/// keeps its own name.
-pub(super) fn flag(key: SettingKey) -> Option<String> {
+/// The flag of `command` that fills `key` (`--kv-blocks`); `None` for a
+/// variable, which keeps its own name.
+fn flag(command: &clap::Command, key: SettingKey) -> Option<String> {
     let SettingKey::Field { scope, name } = key else {
         return None;
     };
@@ -45,7 +45,7 @@ pub(super) fn flag(key: SettingKey) -> Option<String> {
             .find(|(setting, _)| *setting == (scope, name))
             .map(|(_, id)| *id)?,
     };
-    long_of(&Cli::command(), id).map(|long| format!("--{long}"))
+    long_of(command, id).map(|long| format!("--{long}"))
 }
 
 /// The long name of the argument `id` in `command` or its subcommands.
@@ -63,7 +63,8 @@ fn long_of(command: &clap::Command, id: &str) -> Option<String> {
 
 /// `error` with its settings shown as flags.
 pub(super) fn with_flags<E: Settings>(error: E) -> E {
-    error.rename(&flag)
+    let command = Cli::command();
+    error.rename(&|key| flag(&command, key))
 }
 
 /// Where a setting came from, for a start-up line: its flag or variable, or
@@ -71,8 +72,9 @@ pub(super) fn with_flags<E: Settings>(error: E) -> E {
 pub(super) fn source(setting: Option<&Setting>) -> String {
     match setting {
         Some(setting) => {
+            let command = Cli::command();
             let mut setting = setting.clone();
-            setting.show_as(&flag);
+            setting.show_as(&|key| flag(&command, key));
             setting.to_string()
         }
         None => "default".to_owned(),
@@ -89,27 +91,35 @@ mod tests {
 
     #[test]
     fn every_setting_the_table_names_has_a_flag() {
+        let command = Cli::command();
         for ((scope, name), id) in ARGUMENTS {
-            let shown = flag(SettingKey::Field { scope, name });
+            let shown = flag(&command, SettingKey::Field { scope, name });
             assert!(
                 shown.as_deref().is_some_and(|f| f.starts_with("--")),
                 "{scope}::{name} (argument {id}) has no flag"
             );
         }
         for setting in [BearerToken::TOKEN_FILE, RemoteSink::TARGET] {
-            assert!(flag(setting.key()).is_some(), "{setting:?} has no flag");
+            assert!(
+                flag(&command, setting.key()).is_some(),
+                "{setting:?} has no flag"
+            );
         }
     }
 
     #[test]
     fn every_simulator_setting_is_its_own_flag() {
+        let command = Cli::command();
         let simulator = SimConfig::augment_args(clap::Command::new("simulate"));
         for argument in simulator.get_arguments() {
             let name = argument.get_id().as_str().to_owned().leak();
-            let shown = flag(SettingKey::Field {
-                scope: "SimConfig",
-                name,
-            });
+            let shown = flag(
+                &command,
+                SettingKey::Field {
+                    scope: "SimConfig",
+                    name,
+                },
+            );
             assert_eq!(
                 shown.as_deref(),
                 Some(format!("--{}", name.replace('_', "-")).as_str())
@@ -117,10 +127,13 @@ mod tests {
         }
         // The one SimConfig field the simulator does not take as its own
         // argument is the common --max-model-len.
-        let shown = flag(SettingKey::Field {
-            scope: "SimConfig",
-            name: "max_model_len",
-        });
+        let shown = flag(
+            &command,
+            SettingKey::Field {
+                scope: "SimConfig",
+                name: "max_model_len",
+            },
+        );
         assert_eq!(shown.as_deref(), Some("--max-model-len"));
     }
 

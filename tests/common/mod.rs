@@ -78,8 +78,14 @@ pub(crate) fn python_with_prometheus_client() -> PathBuf {
 
 /// Runs the binary with `args`; returns (exit code, stdout, stderr).
 pub(crate) fn run(args: &[&str]) -> (i32, String, String) {
+    run_with_env(args, &[])
+}
+
+/// [`run`] with `env` added to the environment.
+pub(crate) fn run_with_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
     let output = Command::new(binary())
         .args(args)
+        .envs(env.iter().copied())
         .output()
         .expect("the binary runs");
     (
