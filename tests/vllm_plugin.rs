@@ -12,6 +12,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use common::serve::Server;
+use common::ONLY_VLLM;
 use serde_json::Value;
 
 /// The tests of this file run one at a time: each starts processes of its
@@ -108,11 +109,6 @@ fn strings(value: &Value) -> Vec<String> {
         .collect()
 }
 
-/// The families only vLLM's logger has, each for a reason docs/SEMANTICS.md gives.
-const ONLY_VLLM: &[&str] = &[
-    // Frontend admission control is not an engine stat; the plugin never sees it.
-    "vllm:admission_rejections",
-];
 /// With the MultiConnector configured, the families only vLLM's logger has
 /// besides [`ONLY_VLLM`]: the OffloadingConnector's deprecated transfer
 /// metrics (labelled by `transfer_type`, kept by vLLM beside the flat
@@ -553,4 +549,180 @@ fn plugin_streams_over_tls_with_a_token() {
         !log.contains("not-the-token") && !log.contains("plugin-s3cret"),
         "{log}"
     );
+}
+
+/// A plugin process of `tests/vllm/supervise.py`, its log lines collected.
+struct PluginProcess {
+    child: std::process::Child,
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl PluginProcess {
+    fn start(env: &[(&str, String)]) -> PluginProcess {
+        use std::io::BufRead;
+        let mut child = Command::new(vllm_python())
+            .arg(common::repo().join("tests/vllm/supervise.py"))
+            .env("PYTHONPATH", common::repo().join("tests/vllm"))
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python runs");
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let stdout = child.stdout.take().expect("piped stdout");
+        let sink = lines.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let process = PluginProcess { child, lines };
+        process.wait_line(60, "ready");
+        process
+    }
+
+    /// The pid of the `nth` sidecar this process says it started, waiting
+    /// up to `secs` for the line.
+    fn started_sidecar(&self, nth: usize, secs: u64) -> u32 {
+        common::wait_for(secs, "the plugin's 'started the sidecar' line", || {
+            let lines = self.lines.lock().unwrap();
+            lines
+                .iter()
+                .filter_map(|l| l.split("started the sidecar (pid ").nth(1))
+                .nth(nth)
+                .map(|rest| rest.split(')').next().unwrap().parse().expect("a pid"))
+        })
+    }
+
+    fn count(&self, needle: &str) -> usize {
+        let lines = self.lines.lock().unwrap();
+        lines.iter().filter(|l| l.contains(needle)).count()
+    }
+
+    fn wait_line(&self, secs: u64, needle: &str) {
+        common::wait_for(secs, needle, || (self.count(needle) > 0).then_some(()));
+    }
+}
+
+impl Drop for PluginProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Whether `pid` is a live process (a zombie is not).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| stat.rsplit(')').next().unwrap().split_whitespace().next() != Some("Z"))
+        .unwrap_or(false)
+}
+
+/// The plugin starts its sidecar itself (`VLLM_OTEL_METRICS_SIDECAR=auto`,
+/// the default): two plugin processes on one host share one sidecar; when
+/// the process that started it is killed (SIGKILL) that sidecar ends, and
+/// the other plugin starts one; a sidecar that dies is started again; when
+/// the last plugin process ends, no sidecar is left.
+#[test]
+fn plugin_supervises_one_sidecar_per_host() {
+    let _serial = serial();
+    let dir = common::tempdir("vllm-plugin-supervise");
+    let (ingest, metrics) = (common::free_port(), common::free_port());
+    // The plugin finds the sidecar binary on PATH (this environment's plugin
+    // is installed without one): the one cargo built for the tests.
+    let path = std::env::join_paths(
+        std::iter::once(common::binary().parent().unwrap().to_path_buf()).chain(
+            std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
+        ),
+    )
+    .unwrap()
+    .into_string()
+    .unwrap();
+    let env = [
+        ("PATH", path),
+        ("VLLM_OTEL_METRICS_SIDECAR", "auto".to_owned()),
+        (
+            "VLLM_OTEL_METRICS_TARGET",
+            format!("http://127.0.0.1:{ingest}"),
+        ),
+        (
+            "VLLM_OTEL_METRICS_METRICS_ADDR",
+            format!("127.0.0.1:{metrics}"),
+        ),
+        (
+            "VLLM_OTEL_METRICS_SIDECAR_LOG",
+            dir.join("sidecar.log").display().to_string(),
+        ),
+    ];
+    let first = PluginProcess::start(&env);
+    let sidecar = first.started_sidecar(0, 30);
+    let second = PluginProcess::start(&env);
+    // Both stream to the one sidecar: the steps of both add up.
+    common::wait_for(30, "steps of both plugins on the sidecar", || {
+        let text = common::http_get(metrics, "/metrics")?;
+        let steps = common::samples(&text)
+            .iter()
+            .filter(|(k, _)| k.starts_with("vllm:iteration_tokens_total_count"))
+            .map(|(_, v)| *v)
+            .sum::<f64>();
+        (steps >= 6.0).then_some(())
+    });
+    assert_eq!(
+        second.count("started the sidecar"),
+        0,
+        "one sidecar per host"
+    );
+
+    // The holder is killed: its sidecar ends with it, the other plugin takes
+    // the lock and starts a new one.
+    send_signal(first.child.id(), "KILL");
+    common::wait_for(10, "the killed plugin's sidecar to end", || {
+        (!alive(sidecar)).then_some(())
+    });
+    let replacement = second.started_sidecar(0, 30);
+    assert_ne!(replacement, sidecar);
+
+    // A sidecar that dies is started again.
+    send_signal(replacement, "KILL");
+    second.wait_line(10, "the sidecar ended");
+    let restarted = second.started_sidecar(1, 30);
+    common::wait_for(30, "the restarted sidecar's /metrics", || {
+        common::http_get(metrics, "/metrics")
+    });
+
+    // The last plugin process ends: no sidecar is left.
+    drop(first);
+    let mut second = second;
+    use std::io::Write;
+    second
+        .child
+        .stdin
+        .as_mut()
+        .unwrap()
+        .write_all(b"stop\n")
+        .unwrap();
+    let status = second.child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    common::wait_for(10, "the last sidecar to end", || {
+        (!alive(restarted)).then_some(())
+    });
+    let log = std::fs::read_to_string(dir.join("sidecar.log")).unwrap();
+    assert!(
+        log.contains("the parent process") || log.contains("received SIGTERM"),
+        "{log}"
+    );
+}
+
+/// `kill -SIGNAL pid`.
+fn send_signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
 }

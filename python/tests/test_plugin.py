@@ -40,7 +40,7 @@ def test_records_from_vllms_classes_become_messages():
 
 def test_a_wrong_setting_is_one_log_line_and_vllm_goes_on(monkeypatch, caplog):
     monkeypatch.setenv("VLLM_OTEL_METRICS_QUEUE", "lots")
-    with caplog.at_level(logging.ERROR, logger="vllm_otel_metrics"):
+    with caplog.at_level(logging.ERROR, logger="vllm.vllm_otel_metrics"):
         plugin = OtelMetricsStatLogger(vllm_steps.vllm_config("m", 4096), [0])
     assert [r.getMessage() for r in caplog.records] == [
         "vllm-otel-metrics: VLLM_OTEL_METRICS_QUEUE='lots' is not a whole number from 1 to 1000000; "

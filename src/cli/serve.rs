@@ -23,8 +23,37 @@ pub(super) struct ServeArgs {
     /// Most ingest connections open at once.
     #[arg(long, default_value_t = grpc::DEFAULT_LIMITS.max_connections, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub(super) ingest_max_connections: usize,
+    /// Shut down as on SIGTERM when the process that started this one ends
+    /// (for a supervisor such as the vLLM plugin: no sidecar outlives it,
+    /// however it ends).
+    #[arg(long)]
+    pub(super) exit_with_parent: bool,
     #[command(flatten)]
     pub(super) common: CommonArgs,
+}
+
+/// Resolves when this process's parent is no longer `parent` (the kernel
+/// gives an orphan a new parent); never when `parent` is None.
+async fn parent_ended(parent: Option<u32>) -> u32 {
+    let Some(parent) = parent else {
+        return std::future::pending().await;
+    };
+    // A quarter second bounds how long a sidecar outlives its supervisor.
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    loop {
+        tick.tick().await;
+        if current_parent() != Some(parent) {
+            return parent;
+        }
+    }
+}
+
+/// This process's parent; None where the platform does not say.
+fn current_parent() -> Option<u32> {
+    #[cfg(unix)]
+    return Some(std::os::unix::process::parent_id());
+    #[cfg(not(unix))]
+    None
 }
 
 pub(super) fn run_serve(args: ServeArgs) -> Result<ExitCode, CliError> {
@@ -61,6 +90,7 @@ pub(super) fn run_serve(args: ServeArgs) -> Result<ExitCode, CliError> {
         tls,
         token,
     };
+    let parent = args.exit_with_parent.then(current_parent).flatten();
     let served = pipeline.runtime.block_on(async {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let mut server = tokio::spawn(grpc::serve(listener, service.clone(), how, async {
@@ -70,6 +100,9 @@ pub(super) fn run_serve(args: ServeArgs) -> Result<ExitCode, CliError> {
             result = &mut server => return result,
             name = wait_for_signal() => {
                 report::line(format_args!("received {name}: accepting no new streams, draining open ones (up to {} s)", drain.as_secs_f64()));
+            }
+            pid = parent_ended(parent) => {
+                report::line(format_args!("the parent process (pid {pid}) ended: accepting no new streams, draining open ones (up to {} s)", drain.as_secs_f64()));
             }
         }
         let _ = stop.send(());

@@ -11,6 +11,14 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// The `vllm:` families only vLLM's own logger has, beside the plugin-fed
+/// sidecar's, each for a reason docs/SEMANTICS.md §3b gives.
+pub(crate) const ONLY_VLLM: &[&str] = &[
+    // Frontend admission control: vLLM hands it to plugins through
+    // `record_admission_rejection`, which no record type carries yet.
+    "vllm:admission_rejections",
+];
+
 /// The built command-line binary.
 pub(crate) fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_vllm-otel-metrics"))

@@ -27,38 +27,10 @@ import sys
 import urllib.request
 
 from prometheus_client import REGISTRY, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 from vllm.v1.metrics.loggers import PrometheusStatLogger, load_stat_logger_plugin_factories
 
 import vllm_steps
-
-def bound(le: str) -> str:
-    """A bucket's ``le`` as one spelling of its number: vLLM's Python client
-    writes ``1e+06`` and ``1e-05`` where the sidecar writes ``1000000.0`` and
-    ``0.00001`` (docs/SEMANTICS.md §6), the same bound."""
-    return repr(float(le))
-
-
-def samples(text, model):
-    """``{(name, labels): value}`` of every ``vllm:`` sample of the model
-    (``_created`` samples are prometheus_client's own, not vLLM's metrics)."""
-    out = {}
-    families = {}
-    for family in text_string_to_metric_families(text):
-        if not family.name.startswith("vllm:"):
-            continue
-        for s in family.samples:
-            if s.name.endswith("_created"):
-                continue
-            if s.labels.get("model_name", model) != model:
-                continue
-            labels = dict(s.labels)
-            if s.name.endswith("_bucket") and "le" in labels:
-                labels["le"] = bound(labels["le"])
-            key = (s.name, tuple(sorted(labels.items())))
-            out[key] = s.value
-            families.setdefault(family.name, set()).add(key)
-    return out, families
+from expositions import compare, samples
 
 
 def main():
@@ -72,6 +44,8 @@ def main():
     p.add_argument("--kv-connector", action="store_true")
     args = p.parse_args()
     os.environ["VLLM_OTEL_METRICS_TARGET"] = args.target
+    # The test runs the sidecar itself.
+    os.environ["VLLM_OTEL_METRICS_SIDECAR"] = "off"
     # The trace is fed far faster than an engine steps: room for all of it.
     os.environ["VLLM_OTEL_METRICS_QUEUE"] = "1000000"
 
@@ -111,15 +85,7 @@ def main():
     plugin.streamer.close(timeout=120)
     vllm_text = generate_latest(REGISTRY).decode()
     ours_text = urllib.request.urlopen(args.metrics_url, timeout=10).read().decode()
-    theirs, theirs_families = samples(vllm_text, args.model)
-    mine, mine_families = samples(ours_text, args.model)
-    shared = sorted(set(theirs_families) & set(mine_families))
-    differing = []
-    for family in shared:
-        for key in sorted(theirs_families[family] | mine_families[family]):
-            a, b = theirs.get(key), mine.get(key)
-            if a != b:
-                differing.append({"sample": key[0], "labels": dict(key[1]), "vllm": a, "ours": b})
+    result = compare(samples(vllm_text, args.model), samples(ours_text, args.model))
     report = {
         "trace": args.trace,
         "model": args.model,
@@ -131,11 +97,7 @@ def main():
         "finished_requests": counts["finished"],
         "plugin_sent": plugin.streamer.sent,
         "plugin_dropped": plugin.streamer.dropped + plugin.streamer.unsendable,
-        "shared_families": shared,
-        "shared_samples": sum(len(theirs_families[f]) for f in shared),
-        "differing_samples": differing,
-        "only_vllm": sorted(set(theirs_families) - set(mine_families)),
-        "only_ours": sorted(set(mine_families) - set(theirs_families)),
+        **result,
     }
     with open(args.report, "w") as f:
         json.dump(report, f, indent=1)

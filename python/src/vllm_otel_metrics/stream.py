@@ -30,7 +30,7 @@ import grpc
 
 from . import convert
 
-log = logging.getLogger("vllm_otel_metrics")
+log = logging.getLogger("vllm.vllm_otel_metrics")
 
 #: How often an idle stream looks at the queue, seconds.
 POLL_SECONDS = 0.05

