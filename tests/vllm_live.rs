@@ -212,12 +212,16 @@ fn check_run(report: &Value, dir: &Path) -> String {
     assert_eq!(report["load"]["errors"], serde_json::json!([]));
     let preemptions = total(vllm, "vllm:num_preemptions_total");
     assert!(preemptions > 0.0, "the KV cache is small enough to preempt");
-    // vLLM counts a request the client dropped in no finished reason: the
-    // finished requests are the ones answered whole.
+    // vLLM counts a request the client dropped in no finished reason, unless
+    // it finished before the drop reached the engine.
     let dropped = report["load"]["dropped_by_client"].as_u64().unwrap();
     assert!(dropped > 0, "the client drops streams");
     let finished = total(vllm, "vllm:request_success_total");
-    assert_eq!(finished, report["load"]["completed"].as_f64().unwrap());
+    let completed = report["load"]["completed"].as_f64().unwrap();
+    assert!(
+        (completed..=completed + dropped as f64).contains(&finished),
+        "{finished} finished, {completed} answered whole, {dropped} dropped"
+    );
     assert!(!report["sidecar_pids"].as_array().unwrap().is_empty());
     assert_eq!(
         report["sidecars_alive_after_vllm"],

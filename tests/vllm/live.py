@@ -31,6 +31,7 @@ import time
 import urllib.request
 
 import aiohttp
+from vllm_otel_metrics.sidecar import alive
 
 from expositions import compare, samples
 
@@ -66,19 +67,6 @@ def wait(what: str, check, timeout: float, process=None, log=None):
         time.sleep(0.2)
     tail = open(log).read()[-6000:] if log else ""
     raise SystemExit(f"timed out after {timeout} s waiting for {what}\n{tail}")
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie is gone for every purpose but its exit status.
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 class Load:

@@ -9,13 +9,17 @@ supervises the sidecar:
 - **one sidecar per host**: ``vllm serve --api-server-count N`` loads the
   plugin in N processes; the lock is ``flock``'d, so one holds it and the
   others connect to the sidecar it started. When the holder's process ends,
-  the kernel releases the lock and another plugin's thread takes over;
+  the kernel releases the lock and another plugin's thread takes over. The
+  lock file holds the pid of the sidecar its holder started, so the next
+  holder waits for that one to finish draining (it still holds the
+  ``/metrics`` port) before it starts its own;
 - **a sidecar is started only when nothing answers**: a sidecar the user
   runs on that port (or one left by a holder that just ended) is used, not
   doubled;
-- **no orphans**: the sidecar runs with ``serve --exit-with-parent``, so it
-  drains and ends as soon as the process that started it ends, however that
-  process ends (even ``SIGKILL``); at interpreter exit it is terminated;
+- **no orphans**: the sidecar runs with ``serve --exit-with-parent
+  --drain-timeout 2``, so it drains and ends within about 2 s of the process
+  that started it, however that process ends (even ``SIGKILL``); at
+  interpreter exit it is terminated;
 - **a sidecar that dies is started again**, after a back-off (0.5 s, doubling
   to 10 s while it keeps failing within a minute of its start);
 - its output goes to a log file, which vLLM's log names.
@@ -48,6 +52,8 @@ RESTART_MIN, RESTART_MAX = 0.5, 10.0
 HEALTHY_SECONDS = 60.0
 #: How long a terminated sidecar gets to drain before it is killed, seconds.
 STOP_SECONDS = 5.0
+#: ``serve --drain-timeout`` of a started sidecar, seconds.
+DRAIN_SECONDS = 2
 
 
 def binary() -> "str | None":
@@ -59,6 +65,15 @@ def binary() -> "str | None":
     return shutil.which("vllm-otel-metrics", path=sysconfig.get_path("scripts")) or shutil.which(
         "vllm-otel-metrics"
     )
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a running process (a zombie is not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def answers(address: str, timeout: float = 0.5) -> bool:
@@ -77,13 +92,17 @@ def command(executable: str, settings, max_model_len) -> list:
     >>> from vllm_otel_metrics.config import SidecarSettings
     >>> command("bin", SidecarSettings("127.0.0.1:50051", "none", ("--otlp-interval-ms", "5000"), "l"), 4096)
     ... # doctest: +NORMALIZE_WHITESPACE
-    ['bin', 'serve', '--exit-with-parent', '--ingest-addr', '127.0.0.1:50051', '--metrics-addr', 'none',
-     '--token-buckets', 'python', '--max-model-len', '4096', '--otlp-interval-ms', '5000']
+    ['bin', 'serve', '--exit-with-parent', '--drain-timeout', '2', '--ingest-addr', '127.0.0.1:50051',
+     '--metrics-addr', 'none', '--token-buckets', 'python', '--max-model-len', '4096', '--otlp-interval-ms', '5000']
     """
     argv = [
         executable,
         "serve",
         "--exit-with-parent",
+        # Streams still open when the plugin that started it ended are other
+        # API servers' plugins: they reconnect to the next holder's sidecar.
+        "--drain-timeout",
+        str(DRAIN_SECONDS),
         "--ingest-addr",
         settings.ingest_addr,
         "--metrics-addr",
@@ -141,6 +160,24 @@ class Supervisor:
         except OSError:
             return False
 
+    def _wait_for_previous_sidecar(self) -> None:
+        """Waits (up to a minute) for the sidecar the lock's previous holder
+        started, whose pid the lock file holds, to end."""
+        self._lock_file.seek(0)
+        try:
+            pid = int(self._lock_file.read().decode() or 0)
+        except ValueError:
+            pid = 0
+        deadline = time.monotonic() + 60
+        while pid and alive(pid) and time.monotonic() < deadline and not self._stop.is_set():
+            self._stop.wait(0.1)
+
+    def _record_pid(self, pid: int) -> None:
+        self._lock_file.seek(0)
+        self._lock_file.truncate()
+        self._lock_file.write(str(pid).encode())
+        self._lock_file.flush()
+
     def _run(self) -> None:
         while not self._stop.is_set():
             if self._take_lock():
@@ -148,6 +185,7 @@ class Supervisor:
             self._stop.wait(POLL_SECONDS)
         else:
             return
+        self._wait_for_previous_sidecar()
         executable = binary()
         backoff = RESTART_MIN
         warned_missing = False
@@ -198,6 +236,7 @@ class Supervisor:
                 # not cut the sidecar short; it drains when vLLM has ended.
                 start_new_session=True,
             )
+        self._record_pid(self.process.pid)
         self.started += 1
         log.info(
             "vllm-otel-metrics: started the sidecar (pid %d) on %s, /metrics on %s; its log: %s",
