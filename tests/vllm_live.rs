@@ -232,8 +232,12 @@ fn check_run(report: &Value, dir: &Path) -> String {
     format!(
         "{} API server(s): {samples} samples in {shared} shared families, 0 differ \
          ({rounded} sums in the last bits); \
-         {preemptions} preemptions, {finished} requests finished, {dropped} dropped by the client; vLLM up in {} s",
-        report["api_servers"], report["startup_seconds"]
+         {preemptions} preemptions, {finished} requests finished, {dropped} dropped by the client; \
+         TTFT p50 {} s, p99 {} s; vLLM up in {} s",
+        report["api_servers"],
+        report["load"]["ttft_p50"],
+        report["load"]["ttft_p99"],
+        report["startup_seconds"]
     )
 }
 
@@ -340,25 +344,69 @@ fn live_engine_one_api_server_to_the_collector_and_jaeger() {
     );
 }
 
-/// Two API servers (two plugins, one sidecar), then the sidecar killed under
-/// load: vLLM answers every request, the plugin starts the sidecar again and
-/// the new one receives what was queued meanwhile.
+/// Two API servers (two plugins, one sidecar), then two more loads: during
+/// the first the sidecar is stopped (SIGTERM), during the second killed
+/// (SIGKILL). vLLM answers every request with no error, and the plugin
+/// starts the sidecar again each time. A stopped sidecar loses nothing
+/// uncounted: its last export (at the Collector), the new sidecar and the
+/// plugins' drop counter add up to vLLM's steps exactly.
 #[test]
-fn live_engine_two_api_servers_and_a_sidecar_restart() {
+fn live_engine_two_api_servers_and_sidecar_restarts() {
     let _serial = serial();
-    let (report, dir) = run_live("vllm-live-2", &["--api-servers", "2", "--restart"], &[]);
-    let summary = check_run(&report, &dir);
-    let restart = &report["restart"];
-    assert_eq!(restart["load"]["errors"], serde_json::json!([]));
-    let pids = report["sidecar_pids"].as_array().unwrap();
-    assert_eq!(pids.len(), 2, "one sidecar, then one restarted: {pids:?}");
-    let steps = restart["steps_during_load"].as_f64().unwrap();
-    let on_new = restart["steps_on_new_sidecar"].as_f64().unwrap();
-    assert!(
-        on_new > 0.0 && on_new <= steps,
-        "{on_new} of {steps} steps on the new sidecar"
+    let collector = Collector::start();
+    let (report, dir) = run_live(
+        "vllm-live-2",
+        &[
+            "--api-servers",
+            "2",
+            "--restart",
+            "--collector-metrics",
+            &format!("http://127.0.0.1:{}/metrics", collector.prometheus),
+        ],
+        &[
+            (
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                format!("http://127.0.0.1:{}", collector.grpc),
+            ),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc".into()),
+            ("OTEL_SERVICE_NAME", "vllm-live-2".into()),
+            ("OTEL_METRIC_EXPORT_INTERVAL", "1000".into()),
+            (
+                "VLLM_OTEL_METRICS_SIDECAR_ARGS",
+                "--otlp-names prometheus".into(),
+            ),
+            // Small enough to overflow while no sidecar listens.
+            ("VLLM_OTEL_METRICS_QUEUE", "32".into()),
+        ],
     );
-    eprintln!("{summary}; restart: {restart}");
+    let summary = check_run(&report, &dir);
+    let pids = report["sidecar_pids"].as_array().unwrap();
+    assert_eq!(pids.len(), 3, "one sidecar, then two restarted: {pids:?}");
+
+    let stopped = &report["restart"]["SIGTERM"];
+    assert_eq!(stopped["load"]["errors"], serde_json::json!([]));
+    let number = |key: &str| {
+        stopped[key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{key}: {stopped}"))
+    };
+    assert_eq!(
+        number("vllm_steps"),
+        number("steps_on_stopped_sidecar")
+            + number("steps_on_new_sidecar")
+            + number("plugin_drops_on_new_sidecar"),
+        "vLLM's steps against the stopped sidecar's, the new one's and the drops: {stopped}"
+    );
+
+    let killed = &report["restart"]["SIGKILL"];
+    assert_eq!(killed["load"]["errors"], serde_json::json!([]));
+    let on_new = killed["steps_on_new_sidecar"].as_f64().unwrap();
+    let during = killed["vllm_steps_during_load"].as_f64().unwrap();
+    assert!(
+        on_new > 0.0 && on_new <= during,
+        "{on_new} of the load's {during} steps on the new sidecar"
+    );
+    eprintln!("{summary}; stopped: {stopped}; killed: {killed}");
 }
 
 /// The wheel is `py3-none-manylinux_…_x86_64`, and a fresh virtual

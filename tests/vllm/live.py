@@ -181,6 +181,7 @@ def main():
     p.add_argument("--concurrency", type=int, default=10)
     p.add_argument("--drop-every", type=int, default=5)
     p.add_argument("--restart", action="store_true")
+    p.add_argument("--collector-metrics", help="the Collector's Prometheus exporter (with --restart)")
     p.add_argument("--report", required=True)
     p.add_argument("--log-dir", required=True)
     args = p.parse_args()
@@ -265,44 +266,83 @@ def main():
         json.dump(report, f, indent=1)
 
 
-def restart(args, base, vllm_metrics, sidecar_metrics, vllm_log) -> dict:
-    """A second load during which the sidecar is killed (SIGKILL) once the
-    load is under way; the plugin starts it again."""
-    before = samples(get(vllm_metrics), MODEL_NAME)[0]
-    load = Load(f"{base}/v1/completions", args.requests, args.concurrency, args.drop_every, seed=2)
-    log_before = open(vllm_log).read()
-    (old_pid,) = [int(m) for m in SIDECAR_PID.findall(log_before)][-1:]
+STEPS = "vllm:iteration_tokens_total_count"
+DROPPED = "vllm_otel_metrics_plugin_dropped_records_total"
 
-    async def run_and_kill():
+
+def total(text: str, name: str, labels: str = "") -> float:
+    """The sum of the samples ``name{…labels…}`` of an exposition."""
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if (line.startswith(name + "{") or line.startswith(name + " ")) and labels in line
+    )
+
+
+def instances(text: str, service: str) -> set:
+    """The ``instance`` labels the Collector's Prometheus exporter shows
+    for ``service``'s steps (one per sidecar process)."""
+    found = set()
+    for line in text.splitlines():
+        if line.startswith(STEPS + "{") and f'job="{service}"' in line:
+            found.add(line.split('instance="', 1)[1].split('"', 1)[0])
+    return found
+
+
+def restart(args, base, vllm_metrics, sidecar_metrics, vllm_log) -> dict:
+    """Two more loads: during the first the sidecar is stopped (SIGTERM, as a
+    service manager stops it), during the second killed (SIGKILL). The plugin
+    starts it again each time."""
+    service = os.environ["OTEL_SERVICE_NAME"]
+    first = wait("the sidecar's first export at the Collector",
+                 lambda: instances(get(args.collector_metrics) or "", service), 30)
+    report = {"SIGTERM": restart_once(args, base, vllm_metrics, sidecar_metrics, vllm_log, signal.SIGTERM, 2)}
+    # The stopped sidecar's last export is exact: it drained, then exported.
+    (stopped,) = first
+    report["SIGTERM"]["steps_on_stopped_sidecar"] = total(
+        get(args.collector_metrics), STEPS, f'instance="{stopped}"'
+    )
+    report["SIGKILL"] = restart_once(args, base, vllm_metrics, sidecar_metrics, vllm_log, signal.SIGKILL, 3)
+    return report
+
+
+def restart_once(args, base, vllm_metrics, sidecar_metrics, vllm_log, sig, seed) -> dict:
+    """One load during which the sidecar gets ``sig`` once a quarter of the
+    requests are answered; returns what vLLM, the new sidecar and the load
+    saw, once vLLM is idle again and the old sidecar has ended."""
+    before = get(vllm_metrics)
+    load = Load(f"{base}/v1/completions", args.requests, args.concurrency, args.drop_every, seed=seed)
+    log_before = open(vllm_log).read()
+    started_before = len(SIDECAR_PID.findall(log_before))
+    old_pid = int(SIDECAR_PID.findall(log_before)[-1])
+
+    async def run_and_signal():
         task = asyncio.create_task(load.run())
-        # Under way: a quarter of the requests answered or at least 3 s in.
         began = time.monotonic()
         while load.completed + load.dropped < args.requests // 4 and time.monotonic() - began < 30:
             await asyncio.sleep(0.1)
-        os.kill(old_pid, signal.SIGKILL)
-        killed_at = time.monotonic()
+        os.kill(old_pid, sig)
+        signalled = time.monotonic()
         await task
-        return killed_at - began
+        return signalled - began
 
-    killed_after = asyncio.run(run_and_kill())
-    wait("a new sidecar", lambda: len(SIDECAR_PID.findall(open(vllm_log).read())) > len(SIDECAR_PID.findall(log_before)), 60)
-    result, vllm_text, sidecar_text = settle(vllm_metrics, sidecar_metrics, args.api_servers, equal=False)
-    after = samples(vllm_text, MODEL_NAME)[0]
-    ours = samples(sidecar_text, MODEL_NAME)[0]
-    increase = {k: after.get(k, 0) - before.get(k, 0) for k in after}
-    steps_key = next(k for k in after if k[0] == "vllm:iteration_tokens_total_count")
-    dropped = [float(line.rsplit(" ", 1)[1]) for line in sidecar_text.splitlines()
-               if line.startswith("vllm_otel_metrics_plugin_dropped_records_total")]
+    signalled_after = asyncio.run(run_and_signal())
+    wait("a new sidecar", lambda: len(SIDECAR_PID.findall(open(vllm_log).read())) > started_before, 60)
+    wait("the old sidecar to end", lambda: not alive(old_pid), 30)
+    _, vllm_text, sidecar_text = settle(vllm_metrics, sidecar_metrics, args.api_servers, equal=False)
+    # A drop report travels within a second of the drop.
+    time.sleep(1.5)
+    sidecar_text = get(sidecar_metrics)
     return {
-        "killed_after_seconds": round(killed_after, 2),
-        "load": {"completed": load.completed, "dropped_by_client": load.dropped, "errors": load.errors},
-        "ttft_p50": percentile(load.ttft, 0.5),
-        "ttft_p99": percentile(load.ttft, 0.99),
-        "steps_during_load": increase[steps_key],
-        "steps_on_new_sidecar": ours.get(steps_key, 0),
-        "sidecar_dropped_records": dropped[0] if dropped else None,
-        "requests_during_load": sum(v for k, v in increase.items() if k[0] == "vllm:request_success_total"),
-        "requests_on_new_sidecar": sum(v for k, v in ours.items() if k[0] == "vllm:request_success_total"),
+        "signalled_after_seconds": round(signalled_after, 2),
+        "load": {
+            "completed": load.completed, "dropped_by_client": load.dropped, "errors": load.errors,
+            "ttft_p50": percentile(load.ttft, 0.5), "ttft_p99": percentile(load.ttft, 0.99),
+        },
+        "vllm_steps": total(vllm_text, STEPS),
+        "vllm_steps_during_load": total(vllm_text, STEPS) - total(before, STEPS),
+        "steps_on_new_sidecar": total(sidecar_text, STEPS),
+        "plugin_drops_on_new_sidecar": total(sidecar_text, DROPPED),
     }
 
 

@@ -16,9 +16,16 @@ item). Everything else happens on the thread:
   the count changed, sends the drops not yet reported as a ``plugin_drops``
   record, which the sidecar adds to
   ``vllm_otel_metrics_plugin_dropped_records_total``;
-- records already handed to a stream that then breaks may be lost: gRPC
-  acknowledges a client stream only at its end. The loss is bounded by what
-  one stream had in flight and is logged with the stream's status.
+- a sidecar that shuts down (SIGTERM) ends each open call with the summary
+  of what it applied (the ``ingest-summary-bin`` trailer): the records after
+  those are sent again, first, on the next call — to the sidecar that
+  replaces it, nothing lost, nothing twice;
+  (the last :data:`RESEND_WINDOW` records handed over are kept for this;
+  beyond them, unread records are counted as lost);
+- a call that breaks without a summary (the sidecar killed) may lose what
+  it had in flight, uncounted: gRPC acknowledges a client stream only at its
+  end, so the records the sidecar read before it died cannot be told from
+  the others. The loss is logged with the stream's status.
 """
 
 import collections
@@ -40,6 +47,11 @@ BACKOFF_MIN, BACKOFF_MAX = 0.1, 5.0
 CONNECT_TIMEOUT = 2.0
 #: Largest message the client sends (the sidecar's default limit is 16 MiB).
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+#: Records handed to a call that are kept, to be sent again when a
+#: shutting-down sidecar ends the call before reading them.
+RESEND_WINDOW = 4096
+#: The trailer in which a shutting-down sidecar says what a call applied.
+SUMMARY_TRAILER = "ingest-summary-bin"
 
 
 def _messages():
@@ -112,7 +124,13 @@ class Streamer:
         #: Records the thread could not send: not convertible, or a number
         #: that is not finite (only the thread writes it).
         self.unsendable = 0
+        #: Records a shutting-down sidecar did not read and that were no
+        #: longer kept to be sent again (only the thread writes it).
+        self.lost = 0
         self._dropped_reported = 0
+        #: Messages converted and not yet handed to a call, or handed to a
+        #: call that a shutting-down sidecar ended before applying them.
+        self._unsent = collections.deque()
         #: Records handed to a stream (for tests and the benchmark).
         self.sent = 0
         #: Whether a stream to the sidecar is open (for tests and the benchmark).
@@ -136,14 +154,14 @@ class Streamer:
 
     @property
     def pending(self) -> int:
-        """Items waiting to be sent."""
-        return len(self._queue)
+        """Items and messages waiting to be sent."""
+        return len(self._queue) + len(self._unsent)
 
     def close(self, timeout: float = 2.0) -> None:
         """Sends what is queued (waiting at most ``timeout`` seconds), then
         ends the stream and the thread."""
         deadline = time.monotonic() + timeout
-        while self._queue and time.monotonic() < deadline:
+        while self.pending and time.monotonic() < deadline:
             time.sleep(POLL_SECONDS / 5)
         self._stop.set()
         self._thread.join(max(deadline - time.monotonic(), 0.1))
@@ -194,46 +212,72 @@ class Streamer:
             failures = 0
             backoff = BACKOFF_MIN
             stub = services.IngestStub(channel)
-            done = threading.Event()
             self.connected = True
             try:
-                call = stub.Stream.future(self._requests(pb, done), metadata=metadata)
-                call.add_done_callback(lambda _f: done.set())
-                summary = call.result()
-                if summary.records_rejected:
-                    log.warning(
-                        "vllm-otel-metrics: the sidecar rejected %d records: %s",
-                        summary.records_rejected,
-                        "; ".join(summary.first_rejections),
-                    )
-            except grpc.RpcError as e:
-                code = e.code() if hasattr(e, "code") else None
-                log.warning(
-                    "vllm-otel-metrics: stream to %s ended (%s: %s); reconnecting",
-                    self.settings.address,
-                    getattr(code, "name", code),
-                    e.details() if hasattr(e, "details") else e,
-                )
-                if code == grpc.StatusCode.UNAUTHENTICATED:
+                if self._one_call(stub, pb, metadata) == grpc.StatusCode.UNAUTHENTICATED:
                     backoff = BACKOFF_MAX
             finally:
                 self.connected = False
-                done.set()
                 channel.close()
             self._stop.wait(backoff)
 
+    def _one_call(self, stub, pb, metadata):
+        """One client-streaming call, until it breaks or close(). Returns
+        the status code it broke with, or None when it ended at close()."""
+        done = threading.Event()
+        handed = Handed()
+        call = stub.Stream.future(self._requests(pb, done, handed), metadata=metadata)
+        call.add_done_callback(lambda _f: done.set())
+        try:
+            summary = call.result()
+        except grpc.RpcError as e:
+            code = e.code() if hasattr(e, "code") else None
+            summary = _summary_trailer(e, pb)
+            if summary is not None:
+                again = self._send_unread_again(handed, summary)
+                outcome = f"the {again} records it had not read are sent again"
+            else:
+                outcome = "what it had in flight may be lost"
+            log.warning(
+                "vllm-otel-metrics: stream to %s ended (%s: %s); %s; reconnecting",
+                self.settings.address,
+                getattr(code, "name", code),
+                e.details() if hasattr(e, "details") else e,
+                outcome,
+            )
+            return code
+        finally:
+            done.set()
+        if summary.records_rejected:
+            log.warning(
+                "vllm-otel-metrics: the sidecar rejected %d records: %s",
+                summary.records_rejected,
+                "; ".join(summary.first_rejections),
+            )
+        return None
+
+    def _send_unread_again(self, handed: "Handed", summary) -> int:
+        """Puts the records a shutting-down sidecar did not read first in
+        line for the next call; counts as lost those no longer kept."""
+        unread = handed.count - (summary.records_applied + summary.records_rejected)
+        kept = list(handed.last)[-unread:] if unread > 0 else []
+        self._unsent.extendleft(reversed(kept))
+        self.lost += max(unread - len(kept), 0)
+        return len(kept)
+
     def _drops_record(self, pb):
-        dropped = self.dropped + self.unsendable
+        dropped = self.dropped + self.unsendable + self.lost
         if dropped == self._dropped_reported:
             return None
         delta = dropped - self._dropped_reported
         self._dropped_reported = dropped
         return pb.Record(plugin_drops=pb.PluginDrops(dropped=delta))
 
-    def _requests(self, pb, done: threading.Event):
-        """The request iterator of one stream (gRPC consumes it on a thread
-        of its own); it ends when the call does or on close()."""
-        queue = self._queue
+    def _requests(self, pb, done: threading.Event, handed: "Handed"):
+        """The request iterator of one call (gRPC consumes it on a thread of
+        its own); each message it yields is noted in ``handed``. It ends when
+        the call does or on close()."""
+        queue, unsent = self._queue, self._unsent
         last_drops_check = 0.0
         while not done.is_set():
             now = time.monotonic()
@@ -241,7 +285,13 @@ class Streamer:
                 last_drops_check = now
                 drops = self._drops_record(pb)
                 if drops is not None:
-                    yield drops
+                    unsent.append(drops)
+            if unsent:
+                message = unsent.popleft()
+                handed.note(message)
+                self.sent += 1
+                yield message
+                continue
             try:
                 item = queue.popleft()
             except IndexError:
@@ -250,11 +300,9 @@ class Streamer:
                 done.wait(POLL_SECONDS)
                 continue
             try:
-                records = self._to_records(item)
-                messages = []
-                for record in records:
+                for record in self._to_records(item):
                     if convert.finite(record):
-                        messages.append(to_message(record, pb))
+                        unsent.append(to_message(record, pb))
                     else:
                         self.unsendable += 1
                         log.warning(
@@ -266,7 +314,29 @@ class Streamer:
             except Exception:  # noqa: BLE001 — a bad item must not end the stream
                 log.exception("vllm-otel-metrics: cannot convert one stats record; dropped")
                 self.unsendable += 1
-                continue
-            for message in messages:
-                self.sent += 1
-                yield message
+
+
+class Handed:
+    """The records handed to one call: how many, and the last
+    :data:`RESEND_WINDOW` of them."""
+
+    def __init__(self):
+        self.count = 0
+        self.last = collections.deque(maxlen=RESEND_WINDOW)
+
+    def note(self, message) -> None:
+        self.count += 1
+        self.last.append(message)
+
+
+def _summary_trailer(error, pb):
+    """The ``IngestSummary`` a shutting-down sidecar put in the trailer of a
+    call it ended, or None."""
+    trailing = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
+    for key, value in trailing or ():
+        if key == SUMMARY_TRAILER:
+            try:
+                return pb.IngestSummary.FromString(value)
+            except Exception:  # noqa: BLE001 — a garbled trailer is no summary
+                return None
+    return None
