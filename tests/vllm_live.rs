@@ -14,7 +14,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -279,68 +278,19 @@ fn live_engine_one_api_server_to_the_collector_and_jaeger() {
 
     // The Collector holds the sidecar's last export (made as it drained when
     // vLLM ended): exactly the samples the sidecar served.
-    let sidecar = report["sidecar_exposition"].as_str().unwrap();
-    let served = common::normalized_samples(
-        &sidecar
-            .lines()
-            .filter(|l| l.starts_with("vllm:"))
-            .map(|l| format!("{}\n", l.replace("{_", "{key_").replace(",_", ",key_")))
-            .collect::<String>(),
-        &[],
-    );
-    let mut pushed = BTreeMap::new();
-    let arrived = common::wait_for_optional(20, || {
-        pushed = collector.samples_of(instance);
-        (pushed == served).then_some(())
-    });
-    assert!(
-        arrived.is_some(),
-        "the Collector shows {} samples, the sidecar {}; first differences: {:?}\nlogs in {}",
-        pushed.len(),
-        served.len(),
-        served
-            .iter()
-            .filter(|(k, v)| pushed.get(*k) != Some(v))
-            .take(5)
-            .collect::<Vec<_>>(),
-        dir.display()
-    );
+    let served = common::collector::as_exported(report["sidecar_exposition"].as_str().unwrap());
+    collector.assert_shows(instance, &served);
 
     let vllm = report["vllm_exposition"].as_str().unwrap();
     let finished = total(vllm, "vllm:request_success_total") as usize;
-    let mut spans = Vec::new();
-    let all = common::wait_for_optional(30, || {
-        spans = jaeger.spans(service)?;
-        (spans.len() >= finished).then_some(())
-    });
-    assert!(
-        all.is_some(),
-        "{} spans for {finished} finished requests\n{}",
-        spans.len(),
-        jaeger.log()
-    );
-    assert_eq!(spans.len(), finished);
-    let preemptions: u64 = spans
-        .iter()
-        .map(|span| {
-            assert_eq!(span["operationName"], "llm_request");
-            span["tags"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|t| t["key"] == "vllm.request.num_preemptions")
-                .and_then(|t| t["value"].as_u64())
-                .expect("vllm.request.num_preemptions on every span")
-        })
-        .sum();
+    let preemptions = jaeger.request_spans_preemptions(service, finished);
     assert_eq!(
         preemptions as f64,
         total(vllm, "vllm:request_num_preemptions_sum")
     );
     eprintln!(
-        "{summary}; {} samples at the Collector; {} spans in Jaeger carrying {preemptions} preemptions",
-        pushed.len(),
-        spans.len()
+        "{summary}; {} samples at the Collector; {finished} spans in Jaeger carrying {preemptions} preemptions",
+        served.len()
     );
 }
 

@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -392,59 +391,12 @@ fn plugin_fed_sidecar_reaches_the_collector_and_jaeger() {
     // The Collector's Prometheus exporter prefixes a label name that starts
     // with one `_` with `key` (vLLM's cache configuration has
     // `_block_size_resolved`); the sidecar's /metrics keeps vLLM's name.
-    let served = common::normalized_samples(
-        &exposition
-            .lines()
-            .filter(|l| l.starts_with("vllm:"))
-            .map(|l| format!("{}\n", l.replace("{_", "{key_").replace(",_", ",key_")))
-            .collect::<String>(),
-        &[],
-    );
+    let served = common::collector::as_exported(&exposition);
     assert!(served.len() > 500, "{} samples", served.len());
-    let mut pushed = BTreeMap::new();
-    let arrived = common::wait_for_optional(20, || {
-        pushed = collector.samples_of(&instance);
-        (pushed == served).then_some(())
-    });
-    assert!(
-        arrived.is_some(),
-        "the Collector shows {} samples, the sidecar {}; first differences: {:?}\ncollector log:\n{}",
-        pushed.len(),
-        served.len(),
-        served
-            .iter()
-            .filter(|(k, v)| pushed.get(*k) != Some(v))
-            .take(5)
-            .collect::<Vec<_>>(),
-        collector.log()
-    );
+    collector.assert_shows(&instance, &served);
 
     // One span per finished request, carrying the histogram's preemptions.
-    let mut spans = Vec::new();
-    let all = common::wait_for_optional(30, || {
-        spans = jaeger.spans(&service)?;
-        (spans.len() >= finished).then_some(())
-    });
-    assert!(
-        all.is_some(),
-        "{} spans for {finished} finished requests\n{}",
-        spans.len(),
-        jaeger.log()
-    );
-    assert_eq!(spans.len(), finished);
-    let preemptions: u64 = spans
-        .iter()
-        .map(|span| {
-            assert_eq!(span["operationName"], "llm_request");
-            span["tags"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|t| t["key"] == "vllm.request.num_preemptions")
-                .and_then(|t| t["value"].as_u64())
-                .expect("vllm.request.num_preemptions on every span")
-        })
-        .sum();
+    let preemptions = jaeger.request_spans_preemptions(&service, finished);
     let histogram_sum: f64 = served
         .iter()
         .filter(|(k, _)| k.starts_with("vllm:request_num_preemptions_sum"))
@@ -453,9 +405,8 @@ fn plugin_fed_sidecar_reaches_the_collector_and_jaeger() {
     assert!(preemptions > 0, "the trace preempts");
     assert_eq!(preemptions as f64, histogram_sum);
     eprintln!(
-        "{} samples at the Collector, {} spans in Jaeger carrying {preemptions} preemptions",
-        pushed.len(),
-        spans.len()
+        "{} samples at the Collector, {finished} spans in Jaeger carrying {preemptions} preemptions",
+        served.len()
     );
 }
 

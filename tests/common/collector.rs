@@ -155,3 +155,42 @@ impl Collector {
         super::normalized_samples(&own, &["job", "instance"])
     }
 }
+
+/// A sidecar's `vllm:` samples as the Collector's Prometheus exporter
+/// shows them: it prefixes a label name that starts with one `_` with `key`
+/// (vLLM's cache configuration has `_block_size_resolved`); the sidecar's
+/// `/metrics` keeps vLLM's name.
+pub(crate) fn as_exported(exposition: &str) -> BTreeMap<String, f64> {
+    super::normalized_samples(
+        &exposition
+            .lines()
+            .filter(|l| l.starts_with("vllm:"))
+            .map(|l| format!("{}\n", l.replace("{_", "{key_").replace(",_", ",key_")))
+            .collect::<String>(),
+        &[],
+    )
+}
+
+impl Collector {
+    /// Waits up to 20 s for the Collector to show exactly `expected` (see
+    /// [`as_exported`]) for `instance`; panics with the first differences.
+    pub(crate) fn assert_shows(&self, instance: &str, expected: &BTreeMap<String, f64>) {
+        let mut pushed = BTreeMap::new();
+        let arrived = super::wait_for_optional(20, || {
+            pushed = self.samples_of(instance);
+            (&pushed == expected).then_some(())
+        });
+        assert!(
+            arrived.is_some(),
+            "the Collector shows {} samples, the sidecar {}; first differences: {:?}\ncollector log:\n{}",
+            pushed.len(),
+            expected.len(),
+            expected
+                .iter()
+                .filter(|(k, v)| pushed.get(*k) != Some(v))
+                .take(5)
+                .collect::<Vec<_>>(),
+            self.log()
+        );
+    }
+}

@@ -78,3 +78,36 @@ impl Jaeger {
         std::fs::read_to_string(self.dir.join("jaeger.log")).unwrap_or_default()
     }
 }
+
+impl Jaeger {
+    /// Waits up to 30 s for `count` spans of `service`, checks that there
+    /// are exactly that many, each an `llm_request` carrying
+    /// `vllm.request.num_preemptions`, and returns the sum of those counts.
+    pub(crate) fn request_spans_preemptions(&self, service: &str, count: usize) -> u64 {
+        let mut spans = Vec::new();
+        let all = super::wait_for_optional(30, || {
+            spans = self.spans(service)?;
+            (spans.len() >= count).then_some(())
+        });
+        assert!(
+            all.is_some(),
+            "{} spans for {count} finished requests\n{}",
+            spans.len(),
+            self.log()
+        );
+        assert_eq!(spans.len(), count);
+        spans
+            .iter()
+            .map(|span| {
+                assert_eq!(span["operationName"], "llm_request");
+                span["tags"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|t| t["key"] == "vllm.request.num_preemptions")
+                    .and_then(|t| t["value"].as_u64())
+                    .expect("vllm.request.num_preemptions on every span")
+            })
+            .sum()
+    }
+}
