@@ -1,14 +1,17 @@
 # Sourced by build.sh and build-jaeger.sh: builds one Go binary into
 # otel-collector/bin, cached.
 #
-#   build_go_binary NAME MODULE_DIR PACKAGE
+#   build_go_binary NAME MODULE_DIR PACKAGE [TAGS]
+#
+# TAGS: build tags, comma-separated, as the project's own release builds set
+# them (Thanos: netgo,slicelabels).
 #
 # Does nothing when bin/NAME is newer than every go.mod, go.sum and *.go
-# file of MODULE_DIR. Needs Go 1.26 or newer (the collector release
+# file of MODULE_DIR and than the build script that calls this. Needs Go 1.26 or newer (the collector release
 # v0.161.0 requires it).
 
 build_go_binary() {
-    local name="$1" src="$2" package="$3"
+    local name="$1" src="$2" package="$3" tags="${4:-}"
     local bin_dir
     bin_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/bin"
     local bin="$bin_dir/$name"
@@ -17,7 +20,8 @@ build_go_binary() {
     if [[ -x "$bin" ]]; then
         local newer
         newer="$(find "$src" -maxdepth 1 -type f \( -name go.mod -o -name go.sum -o -name '*.go' \) -newer "$bin" -print -quit)"
-        if [[ -z "$newer" ]]; then
+        # The build script that called (its tags, its toolchain) counts too.
+        if [[ -z "$newer" && ! "${BASH_SOURCE[1]}" -nt "$bin" ]]; then
             echo "$name is up to date"
             return 0
         fi
@@ -41,7 +45,7 @@ build_go_binary() {
     # Build to a temporary name and move it into place, so that an
     # interrupted build never leaves a binary that looks up to date.
     local tmp="$bin_dir/.$name.tmp.$$"
-    (cd "$src" && CGO_ENABLED=0 go build -mod=readonly -buildvcs=false -trimpath -ldflags='-s -w' -o "$tmp" "$package") || {
+    (cd "$src" && CGO_ENABLED=0 go build -mod=readonly -buildvcs=false -trimpath -tags="$tags" -ldflags='-s -w' -o "$tmp" "$package") || {
         rm -f "$tmp"
         return 1
     }

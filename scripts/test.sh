@@ -3,8 +3,8 @@
 # tests need (Prometheus/promtool from Debian, Python packages from PyPI, vLLM
 # 0.33.0 with the plugin in a cached virtual environment, vLLM's CPU build for
 # the live engine in another, the plugin's wheel with the sidecar binary, the
-# OpenTelemetry Collector and the Jaeger traces backend built from their Go
-# modules), then
+# OpenTelemetry Collector, the Jaeger traces backend and Thanos built from their
+# Go modules), then
 # checks formatting and lints, and runs every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,6 +43,8 @@ echo "==> building the OpenTelemetry Collector (otel-collector/build.sh)"
 bash otel-collector/build.sh
 echo "==> building the Jaeger traces backend (otel-collector/build-jaeger.sh)"
 bash otel-collector/build-jaeger.sh
+echo "==> building Thanos, the distributed store of the scale-out test (otel-collector/build-thanos.sh)"
+bash otel-collector/build-thanos.sh
 
 echo "==> cargo fmt --check"
 cargo fmt --all -- --check

@@ -29,8 +29,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::collector::collector_binary;
 use common::serve::Server;
+use common::tier::{start_agent, Gateway};
 use common::{prometheus, Guard};
 use serde_json::Value;
 
@@ -39,72 +39,6 @@ const TRACES: [&str; 3] = ["generated-seed11", "generated-seed12", "generated-se
 const GATEWAYS: [&str; 2] = ["a", "b"];
 /// The producers' OTLP export interval.
 const EXPORT_INTERVAL_MS: u64 = 1000;
-
-/// A gateway Collector on fixed ports (so it can be restarted on them).
-struct Gateway {
-    name: &'static str,
-    grpc: u16,
-    health: u16,
-    telemetry: u16,
-    process: Option<Guard>,
-}
-
-impl Gateway {
-    fn start(&mut self, dir: &Path, remote_write: &str) {
-        self.process = Some(common::spawn_logged(
-            Command::new(collector_binary())
-                .arg("--config")
-                .arg(config("gateway.yaml"))
-                .arg("--config")
-                .arg(format!(
-                    "yaml:exporters::prometheus_remote_write::external_labels::gateway: {}",
-                    self.name
-                ))
-                .env("GATEWAY_OTLP_GRPC_PORT", self.grpc.to_string())
-                .env("GATEWAY_HEALTH_PORT", self.health.to_string())
-                .env("GATEWAY_TELEMETRY_PORT", self.telemetry.to_string())
-                .env("REMOTE_WRITE_URL", remote_write),
-            &dir.join(format!("gateway-{}.log", self.name)),
-            "the gateway",
-        ));
-        let health = self.health;
-        common::wait_for(30, &format!("gateway {} to be healthy", self.name), || {
-            common::http_get(health, "/")
-        });
-    }
-
-    fn stop(&mut self) {
-        self.process = None;
-    }
-}
-
-fn config(name: &str) -> PathBuf {
-    common::repo().join("otel-collector").join(name)
-}
-
-fn start_agent(dir: &Path, grpc: u16, gateways: &[Gateway]) -> Guard {
-    let endpoints: Vec<String> = gateways
-        .iter()
-        .map(|g| format!("127.0.0.1:{}", g.grpc))
-        .collect();
-    let health = common::free_port();
-    let agent = common::spawn_logged(
-        Command::new(collector_binary())
-            .arg("--config")
-            .arg(config("agent.yaml"))
-            .env("AGENT_OTLP_GRPC_PORT", grpc.to_string())
-            .env("AGENT_OTLP_HTTP_PORT", common::free_port().to_string())
-            .env("AGENT_HEALTH_PORT", health.to_string())
-            .env("AGENT_TELEMETRY_PORT", common::free_port().to_string())
-            .env("GATEWAYS", format!("[{}]", endpoints.join(","))),
-        &dir.join("agent.log"),
-        "the agent",
-    );
-    common::wait_for(30, "the agent to be healthy", || {
-        common::http_get(health, "/")
-    });
-    agent
-}
 
 fn start_producer(index: usize, agent_grpc: u16) -> Server {
     let endpoint = format!("http://127.0.0.1:{agent_grpc}");
@@ -337,13 +271,7 @@ fn start_tier() -> Tier {
     let remote_write = format!("http://127.0.0.1:{prom}/api/v1/write");
     let mut gateways: Vec<Gateway> = GATEWAYS
         .iter()
-        .map(|name| Gateway {
-            name,
-            grpc: common::free_port(),
-            health: common::free_port(),
-            telemetry: common::free_port(),
-            process: None,
-        })
+        .map(|name| Gateway::on_free_ports(name))
         .collect();
     for gateway in &mut gateways {
         gateway.start(&dir, &remote_write);

@@ -6,6 +6,8 @@ pub(crate) mod jaeger;
 pub(crate) mod pki;
 pub(crate) mod prometheus;
 pub(crate) mod serve;
+pub(crate) mod thanos;
+pub(crate) mod tier;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
