@@ -6,11 +6,14 @@
 #
 #   bash scripts/bench-scale.sh                     # N = 1,2,3,4 every 5 s
 #   bash scripts/bench-scale.sh --producers 1,2 --interval 10 --window 60
+#   bash scripts/bench-scale.sh --store thanos      # into a Thanos Receive hashring
 #
-# Needs Prometheus (Debian's `prometheus`), Go (for the Collector) and Python 3.
+# Needs Prometheus (Debian's `prometheus`), Go (for the Collector and Thanos)
+# and Python 3.
 # docs/SCALING.md turns the figures into a sizing table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet
 bash otel-collector/build.sh
+case " $* " in *" --store thanos "* | *" --store=thanos "*) bash otel-collector/build-thanos.sh ;; esac
 exec python3 scripts/bench_scale.py "$@"

@@ -23,6 +23,12 @@ seconds:
 
 The gateway is saturated when written stays below offered or its CPU reaches
 a core. Standard library only; Linux only (/proc).
+
+With --store thanos the storage is a Thanos Receive hashring instead
+(otel-collector/bin/thanos): a routing receiver writing every series to three
+ingesters (replication factor 3); "written" is then what one ingester
+appended per second (each stores every series), and the store's cores are
+the router's and the three ingesters' together.
 """
 
 import argparse
@@ -40,6 +46,7 @@ import urllib.request
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BINARY = os.path.join(REPO, "target", "release", "vllm-otel-metrics")
 COLLECTOR = os.path.join(REPO, "otel-collector", "bin", "otelcol-vllm")
+THANOS = os.path.join(REPO, "otel-collector", "bin", "thanos")
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -160,9 +167,10 @@ def write_trace(out, count):
 
 
 class Tier:
-    def __init__(self, work, interval):
+    def __init__(self, work, interval, store):
         self.work = work
         self.interval = interval
+        self.store = store
         self.processes = {}
         self.producers = []
 
@@ -178,22 +186,64 @@ class Tier:
         self.processes[name] = process
         return process
 
-    def start(self):
-        self.prometheus = free_port()
+    def start_prometheus(self):
+        """Prometheus with its remote-write receiver; returns the write URL."""
+        self.store_metrics = [free_port()]
         config = os.path.join(self.work, "prometheus.yml")
         with open(config, "w") as f:
             f.write("global:\n  scrape_interval: 1m\n")
         self.spawn(
-            "prometheus",
+            "store-prometheus",
             [
                 "prometheus",
                 f"--config.file={config}",
                 f"--storage.tsdb.path={os.path.join(self.work, 'data')}",
-                f"--web.listen-address=127.0.0.1:{self.prometheus}",
+                f"--web.listen-address=127.0.0.1:{self.store_metrics[0]}",
                 "--web.enable-remote-write-receiver",
             ],
         )
-        wait_for("Prometheus", lambda: get(self.prometheus, "/-/ready"))
+        wait_for("Prometheus", lambda: get(self.store_metrics[0], "/-/ready"))
+        return f"http://127.0.0.1:{self.store_metrics[0]}/api/v1/write"
+
+    def start_thanos(self):
+        """Three ingesters and a router (replication factor 3); returns the
+        router's write URL. store_metrics are the ingesters' HTTP ports."""
+        self.store_metrics, endpoints = [], []
+        for i in range(3):
+            grpc, http = free_port(), free_port()
+            self.spawn(
+                f"store-ingester-r{i}",
+                [
+                    THANOS, "receive", f"--tsdb.path={os.path.join(self.work, f'tsdb-r{i}')}",
+                    f"--grpc-address=127.0.0.1:{grpc}", f"--http-address=127.0.0.1:{http}",
+                    f"--remote-write.address=127.0.0.1:{free_port()}",
+                    f"--receive.capnproto-address=127.0.0.1:{free_port()}",
+                    f'--label=receive_replica="r{i}"', "--tsdb.retention=1d",
+                ],
+            )
+            wait_for(f"ingester r{i}", lambda: get(http, "/-/ready"))
+            self.store_metrics.append(http)
+            endpoints.append(f'"127.0.0.1:{grpc}"')
+        hashring = os.path.join(self.work, "hashring.json")
+        with open(hashring, "w") as f:
+            f.write(f'[{{"hashring": "default", "endpoints": [{", ".join(endpoints)}]}}]\n')
+        router_http, write = free_port(), free_port()
+        self.spawn(
+            "store-router",
+            [
+                THANOS, "receive", f"--receive.hashrings-file={hashring}",
+                "--receive.replication-factor=3", '--label=receive="router"',
+                f"--tsdb.path={os.path.join(self.work, 'tsdb-router')}",
+                f"--grpc-address=127.0.0.1:{free_port()}", f"--http-address=127.0.0.1:{router_http}",
+                f"--remote-write.address=127.0.0.1:{write}",
+                f"--receive.capnproto-address=127.0.0.1:{free_port()}",
+            ],
+        )
+        wait_for("the router", lambda: get(router_http, "/-/ready"))
+        return f"http://127.0.0.1:{write}/api/v1/receive"
+
+    def start(self):
+        remote_write = self.start_thanos() if self.store == "thanos" else self.start_prometheus()
 
         self.gateway_grpc, gateway_health = free_port(), free_port()
         self.gateway_telemetry = free_port()
@@ -204,7 +254,7 @@ class Tier:
                 "GATEWAY_OTLP_GRPC_PORT": str(self.gateway_grpc),
                 "GATEWAY_HEALTH_PORT": str(gateway_health),
                 "GATEWAY_TELEMETRY_PORT": str(self.gateway_telemetry),
-                "REMOTE_WRITE_URL": f"http://127.0.0.1:{self.prometheus}/api/v1/write",
+                "REMOTE_WRITE_URL": remote_write,
             },
         )
         wait_for("the gateway", lambda: get(gateway_health, "/"))
@@ -256,17 +306,21 @@ class Tier:
         return get(metrics, "/metrics")
 
     def cpu(self):
-        out = {"gateway": 0.0, "agent": 0.0, "producers": 0.0, "prometheus": 0.0}
+        out = {"gateway": 0.0, "agent": 0.0, "producers": 0.0, "store": 0.0}
         for name, process in self.processes.items():
-            key = "producers" if name.startswith("producer-") else name
-            out[key] += cpu_seconds(process.pid)
+            key = name.split("-")[0] if name.startswith(("producer-", "store-")) else name
+            out[key.replace("producer", "producers")] += cpu_seconds(process.pid)
         return out
 
     def counters(self):
-        prometheus = get(self.prometheus, "/metrics")
         gateway = get(self.gateway_telemetry, "/metrics")
+        # One replica's appends: every ingester stores every series.
+        written = min(
+            samples(get(port, "/metrics"), "prometheus_tsdb_head_samples_appended_total")
+            for port in self.store_metrics
+        )
         return {
-            "written": samples(prometheus, "prometheus_tsdb_head_samples_appended_total"),
+            "written": written,
             "gateway_sent": samples(gateway, "otelcol_exporter_sent_metric_points"),
             "gateway_failed": samples(gateway, "otelcol_exporter_send_failed_metric_points"),
             "gateway_refused": samples(gateway, "otelcol_receiver_refused_metric_points"),
@@ -290,18 +344,20 @@ def main():
     parser.add_argument("--window", type=float, default=30.0, help="measured seconds per N")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--keep", action="store_true", help="keep the logs")
+    parser.add_argument("--store", choices=("prometheus", "thanos"), default="prometheus")
     args = parser.parse_args()
     counts = [int(n) for n in args.producers.split(",")]
-    for tool in ("prometheus",):
-        if shutil.which(tool) is None:
-            sys.exit(f"bench-scale: `{tool}` not found: apt-get install -y prometheus")
+    if args.store == "prometheus" and shutil.which("prometheus") is None:
+        sys.exit("bench-scale: `prometheus` not found: apt-get install -y prometheus")
+    if args.store == "thanos" and not os.path.isfile(THANOS):
+        sys.exit("bench-scale: Thanos not built: bash otel-collector/build-thanos.sh")
 
     work = tempfile.mkdtemp(prefix="bench-scale-")
     trace = os.path.join(work, "trace.jsonl")
     with open(trace, "w") as f:
         write_trace(f, args.label_sets)
 
-    tier = Tier(work, args.interval)
+    tier = Tier(work, args.interval, args.store)
     results = []
     try:
         tier.start()
@@ -327,7 +383,8 @@ def main():
                 "gateway_cores": cores["gateway"],
                 "agent_cores": cores["agent"],
                 "producer_cores": cores["producers"],
-                "prometheus_cores": cores["prometheus"],
+                "store": args.store,
+                "store_cores": cores["store"],
                 "series_per_gateway_cpu_second": written / cores["gateway"] if cores["gateway"] else 0.0,
                 "gateway_rss_mib": rss_mib(tier.processes["gateway"].pid),
                 "agent_rss_mib": rss_mib(tier.processes["agent"].pid),
@@ -339,7 +396,7 @@ def main():
                 f"N={n}: {sets} label sets x {series} series per producer every {args.interval:g} s; "
                 f"offered {row['offered_series_per_s']:,.0f} series/s, written {written:,.0f}/s; "
                 f"cores: gateway {cores['gateway']:.2f}, agent {cores['agent']:.2f}, "
-                f"producers {cores['producers']:.2f}, prometheus {cores['prometheus']:.2f}; "
+                f"producers {cores['producers']:.2f}, {args.store} {cores['store']:.2f}; "
                 f"{row['series_per_gateway_cpu_second']:,.0f} series per gateway CPU-second; "
                 f"RSS gateway {row['gateway_rss_mib']:.0f} MiB, agent {row['agent_rss_mib']:.0f} MiB; "
                 f"failed {row['gateway_failed_points']:.0f}, refused {row['gateway_refused_points']:.0f}",
