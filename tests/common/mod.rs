@@ -21,6 +21,56 @@ pub(crate) const ONLY_VLLM: &[&str] = &[
     "vllm:admission_rejections",
 ];
 
+/// The path `variable` names, or else the one `script` (run with bash)
+/// prints on its last line; fails saying how to get it (`what` the script
+/// needs).
+pub(crate) fn path_from_script(variable: &str, script: &str, what: &str) -> PathBuf {
+    if let Some(path) = std::env::var_os(variable) {
+        let path = PathBuf::from(path);
+        assert!(
+            path.is_file(),
+            "{variable}={} does not exist: run `bash {script}`",
+            path.display()
+        );
+        return path;
+    }
+    let output = Command::new("bash")
+        .arg(repo().join(script))
+        .output()
+        .expect("bash runs");
+    assert!(
+        output.status.success(),
+        "{script} failed ({what}):\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    PathBuf::from(
+        String::from_utf8(output.stdout)
+            .expect("utf-8")
+            .lines()
+            .last()
+            .expect("a path")
+            .trim(),
+    )
+}
+
+/// Holds the test binary's one lock: the tests that take it run one at a
+/// time (each starts processes that would blur the others' timing).
+pub(crate) fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The sum of the samples of `name` (any labels) in a text exposition.
+pub(crate) fn sum_of(exposition: &str, name: &str) -> f64 {
+    samples(exposition)
+        .iter()
+        .filter(|(key, _)| key.split('{').next() == Some(name))
+        .map(|(_, value)| value)
+        .sum()
+}
+
 /// The built command-line binary.
 pub(crate) fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_vllm-otel-metrics"))
