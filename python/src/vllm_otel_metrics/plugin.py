@@ -71,7 +71,7 @@ class OtelMetricsStatLogger(AggregateStatLoggerBase):
             # Registered first, so it runs after the streamer's close: the
             # sidecar is stopped once what was queued had its chance to arrive.
             atexit.register(self.supervisor.close)
-        self.streamer = Streamer(settings, self._to_records).start()
+        self.streamer = Streamer(settings, self._to_records, self._records_in).start()
         # At exit, what is queued gets up to 2 s to reach the sidecar.
         atexit.register(self.streamer.close)
         log.info(
@@ -98,6 +98,15 @@ class OtelMetricsStatLogger(AggregateStatLoggerBase):
 
     def log(self):
         """vLLM's periodic log call: nothing to print; the sidecar exports."""
+
+    def _records_in(self, item) -> int:
+        """How many records :meth:`_to_records` makes of ``item`` (counted
+        when the full queue drops it; the engine start's are at least its
+        configuration records)."""
+        kind = item[0]
+        if kind == "step":
+            return (item[2] is not None) + (item[3] is not None)
+        return len(self.engine_indexes)
 
     def _to_records(self, item) -> list:
         """Runs on the streaming thread."""

@@ -111,15 +111,19 @@ class Streamer:
     """A bounded queue of items and the thread that streams them.
 
     ``to_records(item)`` turns one queued item into records (dicts in JSONL
-    form); it runs on the thread, never in :meth:`submit`.
+    form); it runs on the thread, never in :meth:`submit`. ``weigh(item)``
+    says how many records an item would have become; it runs only for an
+    item the full queue refuses, so that drops are counted in records.
     """
 
-    def __init__(self, settings, to_records):
+    def __init__(self, settings, to_records, weigh=lambda item: 1):
         self.settings = settings
         self._to_records = to_records
+        self._weigh = weigh
         self._queue = collections.deque()
         self._bound = settings.queue
-        #: Items refused because the queue was full (only submit() writes it).
+        #: Records of the items refused because the queue was full (only
+        #: submit() writes it).
         self.dropped = 0
         #: Records the thread could not send: not convertible, or a number
         #: that is not finite (only the thread writes it).
@@ -148,7 +152,7 @@ class Streamer:
         """Enqueues one item, or drops and counts it when the queue is full.
         Never blocks."""
         if len(self._queue) >= self._bound:
-            self.dropped += 1
+            self.dropped += self._weigh(item)
         else:
             self._queue.append(item)
 
