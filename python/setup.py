@@ -88,9 +88,12 @@ class BuildPyWithProtoAndBinary(build_py):
         if status != 0:
             raise SystemExit(f"protoc failed on {PROTO_FILE} (status {status})")
         (out / "vllm_otel_metrics" / "v1" / "__init__.py").touch()
+        bin_dir = out / "vllm_otel_metrics" / "_bin"
+        # pip builds a local directory in place: a binary left in the build
+        # tree by an earlier build must not slip into a plugin-only wheel.
+        shutil.rmtree(bin_dir, ignore_errors=True)
         if with_binary():
-            bin_dir = out / "vllm_otel_metrics" / "_bin"
-            bin_dir.mkdir(exist_ok=True)
+            bin_dir.mkdir()
             shutil.copy2(sidecar_binary(), bin_dir / BINARY_NAME)
             os.chmod(bin_dir / BINARY_NAME, 0o755)
 

@@ -57,14 +57,27 @@ DRAIN_SECONDS = 2
 
 
 def binary() -> "str | None":
-    """The sidecar binary: the wheel's own, else one on this environment's
-    scripts directory, else one on ``PATH``."""
+    """The sidecar binary: the wheel's own, else the first native
+    ``vllm-otel-metrics`` executable in this environment's scripts directory
+    or on ``PATH``. A plugin-only install's ``vllm-otel-metrics`` command is a
+    Python script that has no binary to run: it is passed over."""
     packaged = pathlib.Path(__file__).resolve().parent / "_bin" / "vllm-otel-metrics"
     if packaged.is_file() and os.access(packaged, os.X_OK):
         return str(packaged)
-    return shutil.which("vllm-otel-metrics", path=sysconfig.get_path("scripts")) or shutil.which(
-        "vllm-otel-metrics"
-    )
+    directories = [sysconfig.get_path("scripts"), *os.environ.get("PATH", "").split(os.pathsep)]
+    for directory in directories:
+        candidate = shutil.which("vllm-otel-metrics", path=directory) if directory else None
+        if candidate and not _is_script(candidate):
+            return candidate
+    return None
+
+
+def _is_script(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(2) == b"#!"
+    except OSError:
+        return True
 
 
 def alive(pid: int) -> bool:
