@@ -1,4 +1,4 @@
-# Sourced by build.sh and build-jaeger.sh: builds one Go binary into
+# Sourced by build.sh, build-jaeger.sh and build-thanos.sh: builds one Go binary into
 # otel-collector/bin, cached.
 #
 #   build_go_binary NAME MODULE_DIR PACKAGE [TAGS]
@@ -7,8 +7,8 @@
 # them (Thanos: netgo,slicelabels).
 #
 # Does nothing when bin/NAME is newer than every go.mod, go.sum and *.go
-# file of MODULE_DIR and than the build script that calls this. Needs Go 1.26 or newer (the collector release
-# v0.161.0 requires it).
+# file of MODULE_DIR and than the build script that calls this. Needs Go
+# 1.26 or newer (the collector release v0.161.0 requires it).
 
 build_go_binary() {
     local name="$1" src="$2" package="$3" tags="${4:-}"

@@ -22,7 +22,7 @@ def test_a_plugin_only_installs_command_script_is_passed_over(tmp_path, monkeypa
     binary = _executable(native / "vllm-otel-metrics", b"\x7fELF\x02\x01\x01")
     monkeypatch.setattr(sidecar.sysconfig, "get_path", lambda name: str(scripts))
     monkeypatch.setenv("PATH", os.pathsep.join([str(scripts), str(native)]))
-    if (sidecar.pathlib.Path(sidecar.__file__).parent / "_bin").exists():
+    if sidecar.PACKAGED_BINARY.exists():
         # A wheel with the binary: that one wins, whatever else is on PATH.
         assert sidecar.binary().endswith("_bin/vllm-otel-metrics")
         return

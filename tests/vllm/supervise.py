@@ -9,7 +9,6 @@ until it is killed or told to stop (a line on stdin).
 import logging
 import sys
 import threading
-import time
 
 from vllm.v1.metrics.loggers import load_stat_logger_plugin_factories
 from vllm.v1.metrics.stats import IterationStats

@@ -57,14 +57,13 @@ class OtelMetricsStatLogger(AggregateStatLoggerBase):
         self.steps = convert.StepConverter(
             self.model_name, lora_config is not None, self.kv_consumer
         )
+        self.streamer = None
+        self.supervisor = None
         try:
             settings = config.from_env()
         except config.ConfigError as e:
             log.error("vllm-otel-metrics: %s; the plugin is off, vLLM goes on", e)
-            self.streamer = None
-            self.supervisor = None
             return
-        self.supervisor = None
         if settings.sidecar is not None:
             max_model_len = getattr(vllm_config.model_config, "max_model_len", None)
             self.supervisor = Supervisor(settings.sidecar, max_model_len).start()

@@ -54,6 +54,8 @@ HEALTHY_SECONDS = 60.0
 STOP_SECONDS = 5.0
 #: ``serve --drain-timeout`` of a started sidecar, seconds.
 DRAIN_SECONDS = 2
+#: Where a wheel built with the binary carries it (setup.py puts it there).
+PACKAGED_BINARY = pathlib.Path(__file__).resolve().parent / "_bin" / "vllm-otel-metrics"
 
 
 def binary() -> "str | None":
@@ -61,9 +63,8 @@ def binary() -> "str | None":
     ``vllm-otel-metrics`` executable in this environment's scripts directory
     or on ``PATH``. A plugin-only install's ``vllm-otel-metrics`` command is a
     Python script that has no binary to run: it is passed over."""
-    packaged = pathlib.Path(__file__).resolve().parent / "_bin" / "vllm-otel-metrics"
-    if packaged.is_file() and os.access(packaged, os.X_OK):
-        return str(packaged)
+    if PACKAGED_BINARY.is_file() and os.access(PACKAGED_BINARY, os.X_OK):
+        return str(PACKAGED_BINARY)
     directories = [sysconfig.get_path("scripts"), *os.environ.get("PATH", "").split(os.pathsep)]
     for directory in directories:
         candidate = shutil.which("vllm-otel-metrics", path=directory) if directory else None
@@ -265,10 +266,9 @@ def main() -> None:
     """The ``vllm-otel-metrics`` command of a wheel: runs the binary it carries."""
     import sys
 
-    packaged = pathlib.Path(__file__).resolve().parent / "_bin" / "vllm-otel-metrics"
-    if not packaged.is_file():
+    if not PACKAGED_BINARY.is_file():
         sys.exit(
             "vllm-otel-metrics: this install has no sidecar binary (a plugin-only build); "
             "install a wheel built by scripts/build-wheel.sh"
         )
-    os.execv(packaged, [str(packaged), *sys.argv[1:]])
+    os.execv(PACKAGED_BINARY, [str(PACKAGED_BINARY), *sys.argv[1:]])

@@ -19,9 +19,9 @@ item). Everything else happens on the thread:
 - a sidecar that shuts down (SIGTERM) ends each open call with the summary
   of what it applied (the ``ingest-summary-bin`` trailer): the records after
   those are sent again, first, on the next call — to the sidecar that
-  replaces it, nothing lost, nothing twice;
-  (the last :data:`RESEND_WINDOW` records handed over are kept for this;
-  beyond them, unread records are counted as lost);
+  replaces it, nothing lost, nothing twice. The last :data:`RESEND_WINDOW`
+  records handed over are kept for this; unread records beyond them are
+  counted as lost;
 - a call that breaks without a summary (the sidecar killed) may lose what
   it had in flight, uncounted: gRPC acknowledges a client stream only at its
   end, so the records the sidecar read before it died cannot be told from
