@@ -192,7 +192,7 @@ impl Sdk {
             config.semconv = Semconv::GenAi;
         }
         let (bridge, reader) = PrometheusBridge::builder().build();
-        let mut builder = SdkMeterProvider::builder().with_view(views(config));
+        let mut builder = SdkMeterProvider::builder().with_view(views(config.clone()));
         if matches!(readers, Readers::Bridge | Readers::BridgeSemconv) {
             builder = builder.with_reader(reader);
         } else {

@@ -12,9 +12,10 @@ use common::collector::collector_binary;
 use common::jaeger::jaeger_binary;
 
 /// The Collector configs of `otel-collector/`: (file, the config it overlays).
-const COLLECTOR_CONFIGS: [(&str, Option<&str>); 5] = [
+const COLLECTOR_CONFIGS: [(&str, Option<&str>); 6] = [
     ("config.yaml", None),
     ("tls.yaml", Some("config.yaml")),
+    ("remote-write.yaml", Some("config.yaml")),
     ("agent.yaml", None),
     ("gateway.yaml", None),
     ("gateway-tls.yaml", Some("gateway.yaml")),

@@ -15,6 +15,7 @@
 //! assert_eq!(def.buckets.boundaries(131_072), vec![1.0, 2.0, 3.0, 4.0, 5.0, 10.0, 20.0]);
 //! ```
 
+mod bucket_families;
 mod engine;
 mod kv_connector;
 mod reasons;
@@ -23,6 +24,7 @@ mod scheduler;
 pub mod semconv;
 mod telemetry;
 
+pub use bucket_families::*;
 pub use engine::*;
 pub use kv_connector::*;
 pub use reasons::{EvictReason, RejectReason};

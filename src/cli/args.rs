@@ -60,6 +60,12 @@ pub(super) struct CommonArgs {
     /// Also expose the OpenTelemetry resource as `target_info`.
     #[arg(long)]
     pub(super) target_info: bool,
+    /// Replace bucket boundaries, per bucket family: a JSON object as vLLM's
+    /// `--custom-histogram-buckets`, e.g. '{"request_latency": [0.1, 0.5, 1, 5]}'.
+    /// Keys: the bucket families of docs/CLI.md, or one histogram's vLLM
+    /// name (which wins over its family). Both /metrics and OTLP use them.
+    #[arg(long, value_name = "JSON")]
+    pub(super) custom_histogram_buckets: Option<String>,
     #[command(flatten)]
     pub(super) semconv: SemconvArgs,
     #[command(flatten)]
@@ -256,6 +262,27 @@ pub(super) struct OtlpArgs {
     /// `prometheus` (vLLM's own vllm:request_num_preemptions).
     #[arg(long, value_enum, default_value = "otel")]
     pub(super) otlp_names: OtlpNames,
+    /// How the latency histograms (TTFT, ITL, e2e, queue, prefill, decode,
+    /// inference, time per output token) go over OTLP: `explicit` (vLLM's
+    /// buckets) or `exponential` (base-2 exponential histograms, Prometheus
+    /// native histograms through remote write). /metrics keeps vLLM's buckets.
+    #[arg(long, value_enum, default_value = "explicit")]
+    pub(super) otlp_histograms: OtlpHistogramsArg,
+    /// Most buckets of an exponential histogram series.
+    #[arg(long, default_value_t = ExponentialHistograms::DEFAULT.max_size, value_name = "N", value_parser = clap::value_parser!(u32).range(i64::from(ExponentialHistograms::MIN_SIZE)..=16384))]
+    pub(super) otlp_histogram_max_size: u32,
+    /// Finest scale an exponential histogram series starts at (-10 to 20).
+    #[arg(long, default_value_t = ExponentialHistograms::DEFAULT.max_scale, value_name = "N", value_parser = clap::value_parser!(i8).range(i64::from(*ExponentialHistograms::SCALES.start())..=i64::from(*ExponentialHistograms::SCALES.end())), allow_negative_numbers = true)]
+    pub(super) otlp_histogram_max_scale: i8,
+}
+
+/// The values of `--otlp-histograms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(super) enum OtlpHistogramsArg {
+    /// vLLM's explicit buckets.
+    Explicit,
+    /// Base-2 exponential histograms for the latency families.
+    Exponential,
 }
 
 /// The values of `--token-buckets`.
@@ -308,6 +335,17 @@ pub(super) fn parse_header(n: usize, s: &str) -> Result<(String, String), Invali
 }
 
 impl CommonArgs {
+    /// `--custom-histogram-buckets`, parsed; none given, none overridden.
+    pub(super) fn bucket_overrides(&self) -> Result<BucketOverrides, CliError> {
+        match &self.custom_histogram_buckets {
+            None => Ok(BucketOverrides::default()),
+            Some(json) => BucketOverrides::parse(json).map_err(|e| CliError::Invalid {
+                flag: "--custom-histogram-buckets",
+                reason: e.to_string(),
+            }),
+        }
+    }
+
     pub(super) fn input_limits(&self) -> InputLimits {
         InputLimits {
             max_label_bytes: self.max_label_bytes,
@@ -340,6 +378,17 @@ impl OtlpArgs {
                 client_key: self.otlp_client_key.clone(),
             },
         })
+    }
+
+    /// The `--otlp-histograms` setting with its size and scale.
+    pub(super) fn histograms(&self) -> OtlpHistograms {
+        match self.otlp_histograms {
+            OtlpHistogramsArg::Explicit => OtlpHistograms::Explicit,
+            OtlpHistogramsArg::Exponential => OtlpHistograms::Exponential(ExponentialHistograms {
+                max_size: self.otlp_histogram_max_size,
+                max_scale: self.otlp_histogram_max_scale,
+            }),
+        }
     }
 
     pub(super) fn name_style(&self) -> NameStyle {

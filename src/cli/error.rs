@@ -33,6 +33,15 @@ pub enum CliError {
         /// Why.
         reason: String,
     },
+    /// A flag whose value was parsed and rejected (`reason` says why, naming
+    /// the part of the value at fault).
+    #[error("{flag}: {reason}")]
+    Invalid {
+        /// The flag.
+        flag: &'static str,
+        /// Why.
+        reason: String,
+    },
     /// Reading, writing, binding or connecting.
     #[error(transparent)]
     Io(#[from] io::Error),
@@ -68,6 +77,7 @@ impl CliError {
             | CliError::Target(_)
             | CliError::Simulation(_)
             | CliError::Usage { .. }
+            | CliError::Invalid { .. }
             | CliError::Io(_) => ExitCode::FAILURE,
         }
     }

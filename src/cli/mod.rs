@@ -40,7 +40,10 @@ use crate::export::otlp::{self, Destination, ExportHealth, OtlpOptions, Protocol
 use crate::export::prometheus::{http, Format, PrometheusBridge};
 use crate::export::shared::SharedAggregation;
 use crate::instruments::spans::RequestSpans;
-use crate::instruments::{Instruments, NameStyle, Semconv, SemconvServer, DEFAULT_MAX_LABEL_SETS};
+use crate::instruments::{
+    BucketOverrides, ExponentialHistograms, Instruments, NameStyle, OtlpHistograms, Semconv,
+    SemconvServer, DEFAULT_MAX_LABEL_SETS,
+};
 use crate::protocol::{InputLimits, Record};
 use crate::sources::ingest::client::{RemoteSink, TargetSecurity};
 use crate::sources::ingest::grpc::{self, IngestLimits, IngestListener, IngestService};

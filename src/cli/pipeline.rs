@@ -72,13 +72,27 @@ impl Pipeline {
             .with_max_label_sets(common.max_label_sets)
             .with_name_style(common.otlp.name_style())
             .with_semconv(common.semconv.semconv())
-            .with_semconv_server(common.semconv.server());
+            .with_semconv_server(common.semconv.server())
+            .with_bucket_overrides(common.bucket_overrides()?);
         let mut bridge_reader =
             (bridge_read || common.metrics_addr.0.is_some()).then_some(bridge_reader);
         let resource = otlp::resource();
         builder = builder.with_resource(resource.clone());
         let mut report = None;
+        let histograms = common.otlp.histograms();
         if options.enabled(Signal::Metrics, &env) {
+            if let OtlpHistograms::Exponential(e) = histograms {
+                // The latency histograms go out exponential; the bridge
+                // reads explicit copies of them from a provider of its own.
+                builder = builder.with_otlp_histograms(histograms);
+                if bridge_reader.is_some() {
+                    builder = builder.with_explicit_histogram_reader(bridge.latency_reader());
+                }
+                report::line(format_args!(
+                    "OTLP latency histograms: base-2 exponential (at most {} buckets, scale at most {}); /metrics keeps vLLM's buckets",
+                    e.max_size, e.max_scale
+                ));
+            }
             let push = otlp::build(&options, &env, runtime.handle())?;
             report::line(format_args!(
                 "pushing metrics over OTLP ({}) to {} ({}){}",
@@ -107,6 +121,10 @@ impl Pipeline {
                 destination: push.destination,
                 health: push.health,
             });
+        } else if histograms != OtlpHistograms::Explicit {
+            report::line(format_args!(
+                "--otlp-histograms exponential changes nothing: OTLP metrics are off"
+            ));
         }
         if let Some(bridge_reader) = bridge_reader {
             builder = builder.with_reader(bridge_reader);

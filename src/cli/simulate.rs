@@ -69,6 +69,7 @@ pub(super) fn run_sweep(args: &SimulateArgs) -> Result<ExitCode, CliError> {
             Instruments::builder()
                 .with_max_model_len(config.max_model_len)
                 .with_token_buckets(args.common.token_buckets.into())
+                .with_bucket_overrides(args.common.bucket_overrides()?)
                 .with_reader(reader)
                 .build(),
         );

@@ -4,12 +4,11 @@
 
 use std::sync::OnceLock;
 
-use opentelemetry::metrics::{
-    BoundCounter, BoundGauge, BoundHistogram, Counter, Gauge, Histogram, Meter,
-};
+use opentelemetry::metrics::{BoundCounter, BoundGauge, BoundHistogram, Counter, Gauge, Histogram};
 use opentelemetry::KeyValue;
 
 use super::kv_connector::{KvConnectorHandles, KvConnectorInstruments};
+use super::Meters;
 use super::{f64_counter, f64_gauge, f64_histogram, u64_counter, u64_gauge, with_label};
 use crate::catalog;
 use crate::protocol::{OperationKind, MAX_SPEC_POSITIONS};
@@ -53,7 +52,7 @@ pub(crate) struct EngineInstruments {
 }
 
 impl EngineInstruments {
-    pub(crate) fn new(meter: &Meter) -> Self {
+    pub(crate) fn new(meter: &Meters) -> Self {
         use catalog::*;
         EngineInstruments {
             num_requests_running: u64_gauge(meter, &NUM_REQUESTS_RUNNING),

@@ -7,11 +7,10 @@
 
 use std::sync::OnceLock;
 
-use opentelemetry::metrics::{
-    BoundCounter, BoundGauge, BoundHistogram, Counter, Gauge, Histogram, Meter,
-};
+use opentelemetry::metrics::{BoundCounter, BoundGauge, BoundHistogram, Counter, Gauge, Histogram};
 use opentelemetry::KeyValue;
 
+use super::Meters;
 use super::{f64_counter, f64_gauge, f64_histogram, u64_counter, u64_gauge, with_label};
 use crate::catalog::{self, MetricDef};
 use crate::protocol::{KvConnectorStats, NixlStats, OffloadingStats, SimpleCpuOffloadStats};
@@ -75,7 +74,7 @@ pub(crate) struct KvConnectorInstruments {
 }
 
 impl KvConnectorInstruments {
-    pub(crate) fn new(meter: &Meter) -> Self {
+    pub(crate) fn new(meter: &Meters) -> Self {
         KvConnectorInstruments {
             nixl_histograms: NIXL_HISTOGRAMS.map(|d| f64_histogram(meter, d)),
             nixl_counters: NIXL_COUNTERS.map(|d| u64_counter(meter, d)),

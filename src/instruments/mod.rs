@@ -67,15 +67,18 @@ use opentelemetry_sdk::metrics::reader::MetricReader;
 use opentelemetry_sdk::metrics::{MeterProviderBuilder, SdkMeterProvider};
 use opentelemetry_sdk::Resource;
 
+mod buckets;
 mod engine;
 mod kv_connector;
 mod request;
 mod semconv;
 pub mod spans;
+mod tee;
 mod views;
 
 use crate::catalog::{self, MetricDef, TokenBuckets, DEFAULT_MAX_MODEL_LEN};
 use crate::catalog::{EvictReason, RejectReason};
+pub use buckets::{BucketOverrideError, BucketOverrides, ExponentialHistograms, OtlpHistograms};
 pub(crate) use engine::EngineHandles;
 use engine::EngineInstruments;
 use request::RequestInstruments;
@@ -109,7 +112,7 @@ pub enum NameStyle {
 }
 
 /// What the Views and the instruments are built for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct InstrumentsConfig {
     /// The model context length that bounds the token histograms' buckets.
@@ -126,6 +129,14 @@ pub struct InstrumentsConfig {
     /// Which semantic-convention streams are recorded besides vLLM's
     /// families (`--semconv`).
     pub semconv: Semconv,
+    /// Bucket boundaries that replace the catalog's
+    /// (`--custom-histogram-buckets`).
+    pub bucket_overrides: Arc<BucketOverrides>,
+    /// How the latency histograms aggregate (`--otlp-histograms`): with
+    /// [`OtlpHistograms::Exponential`], exponentially for every reader of
+    /// the provider except the explicit-bucket reader
+    /// ([`InstrumentsBuilder::with_explicit_histogram_reader`]).
+    pub otlp_histograms: OtlpHistograms,
 }
 
 impl Default for InstrumentsConfig {
@@ -136,16 +147,34 @@ impl Default for InstrumentsConfig {
             name_style: NameStyle::Otel,
             token_buckets: TokenBuckets::Rust,
             semconv: Semconv::None,
+            bucket_overrides: Arc::default(),
+            otlp_histograms: OtlpHistograms::Explicit,
         }
     }
 }
 
 /// Configures and builds [`Instruments`] on their own `SdkMeterProvider`.
-#[derive(Debug)]
 pub struct InstrumentsBuilder {
     provider: MeterProviderBuilder,
     config: InstrumentsConfig,
     server: SemconvServer,
+    resource: Option<Resource>,
+    /// Readers that keep explicit latency buckets when the others get
+    /// exponential ones, each added to the builder it is given.
+    explicit_readers: Vec<AddReader>,
+}
+
+/// Adds one reader to a provider builder.
+type AddReader = Box<dyn FnOnce(MeterProviderBuilder) -> MeterProviderBuilder + Send>;
+
+impl std::fmt::Debug for InstrumentsBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InstrumentsBuilder")
+            .field("provider", &self.provider)
+            .field("config", &self.config)
+            .field("explicit_readers", &self.explicit_readers.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl InstrumentsBuilder {
@@ -188,6 +217,20 @@ impl InstrumentsBuilder {
         self
     }
 
+    /// Bucket boundaries that replace the catalog's, per bucket family
+    /// (`--custom-histogram-buckets`), for every reader.
+    pub fn with_bucket_overrides(mut self, overrides: BucketOverrides) -> Self {
+        self.config.bucket_overrides = Arc::new(overrides);
+        self
+    }
+
+    /// How the latency histograms aggregate for the readers added with
+    /// [`with_reader`](Self::with_reader) (`--otlp-histograms`).
+    pub fn with_otlp_histograms(mut self, histograms: OtlpHistograms) -> Self {
+        self.config.otlp_histograms = histograms;
+        self
+    }
+
     /// Adds a reader (the Prometheus bridge's, an OTLP `PeriodicReader`, …).
     /// Each reader aggregates every measurement once more.
     pub fn with_reader<R: MetricReader>(mut self, reader: R) -> Self {
@@ -195,16 +238,98 @@ impl InstrumentsBuilder {
         self
     }
 
+    /// Adds a reader that reads the latency histograms with explicit
+    /// buckets even when [`with_otlp_histograms`](Self::with_otlp_histograms)
+    /// makes them exponential for the other readers: the Prometheus bridge's
+    /// [`PrometheusBridge::latency_reader`](crate::export::prometheus::PrometheusBridge::latency_reader),
+    /// so that `/metrics` keeps vLLM's buckets. It gets a provider of its
+    /// own, with only the latency histograms, which are then recorded into
+    /// both providers. With explicit OTLP histograms it is an ordinary
+    /// reader.
+    ///
+    /// ```
+    /// use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
+    /// use vllm_otel_metrics::instruments::{ExponentialHistograms, Instruments, OtlpHistograms};
+    /// use vllm_otel_metrics::tracker::{RequestMetrics, RequestParams};
+    ///
+    /// let (bridge, reader) = PrometheusBridge::builder().build();
+    /// let instruments = Instruments::builder()
+    ///     .with_otlp_histograms(OtlpHistograms::Exponential(ExponentialHistograms::DEFAULT))
+    ///     .with_reader(reader) // stands in for OTLP here: its latency histograms are exponential
+    ///     .with_explicit_histogram_reader(bridge.latency_reader())
+    ///     .build();
+    /// let params = RequestParams { arrival_time: 100.0, prompt_len: 16, max_tokens: None, n: 1 };
+    /// RequestMetrics::start(&instruments, "llama", 0, params).abort(101.0);
+    /// let text = bridge.encode(Format::Text);
+    /// assert!(text.contains("vllm:e2e_request_latency_seconds_bucket{model_name=\"llama\",engine=\"0\",le=\"1.0\"} 0\n"));
+    /// assert!(text.contains("vllm:e2e_request_latency_seconds_bucket{model_name=\"llama\",engine=\"0\",le=\"1.5\"} 1\n"));
+    /// # instruments.shutdown().unwrap();
+    /// ```
+    pub fn with_explicit_histogram_reader<R: MetricReader>(mut self, reader: R) -> Self {
+        self.explicit_readers
+            .push(Box::new(move |builder| builder.with_reader(reader)));
+        self
+    }
+
     /// Sets the OpenTelemetry resource.
     pub fn with_resource(mut self, resource: Resource) -> Self {
-        self.provider = self.provider.with_resource(resource);
+        self.resource = Some(resource);
         self
     }
 
     /// Builds the provider with the catalog's Views, and every instrument.
     pub fn build(self) -> Instruments {
-        let (provider, meter) = with_views(self.provider, self.config);
-        Instruments::new(&meter, self.config, &self.server, Some(provider))
+        let with_resource = |builder: MeterProviderBuilder| match &self.resource {
+            Some(resource) => builder.with_resource(resource.clone()),
+            None => builder,
+        };
+        let mut main = with_resource(self.provider);
+        let mut explicit = None;
+        if self.explicit_readers.is_empty()
+            || self.config.otlp_histograms == OtlpHistograms::Explicit
+        {
+            main = self
+                .explicit_readers
+                .into_iter()
+                .fold(main, |b, add| add(b));
+        } else {
+            let builder = with_resource(SdkMeterProvider::builder());
+            let builder = self
+                .explicit_readers
+                .into_iter()
+                .fold(builder, |b, add| add(b));
+            let config = InstrumentsConfig {
+                otlp_histograms: OtlpHistograms::Explicit,
+                ..self.config.clone()
+            };
+            explicit = Some(with_views(builder, config));
+        }
+        let (provider, meter) = with_views(main, self.config.clone());
+        let (explicit_provider, explicit_latency) = explicit.unzip();
+        let meters = Meters {
+            main: meter,
+            explicit_latency,
+        };
+        let providers = [Some(provider), explicit_provider].into_iter().flatten();
+        Instruments::new(&meters, self.config, &self.server, providers.collect())
+    }
+}
+
+/// The meters instruments are created on: the main one, and with
+/// exponential OTLP histograms and an explicit-bucket reader, the one
+/// whose provider keeps the latency histograms' explicit buckets
+/// ([`tee`]).
+pub(crate) struct Meters {
+    main: Meter,
+    explicit_latency: Option<Meter>,
+}
+
+impl Meters {
+    fn one(meter: &Meter) -> Meters {
+        Meters {
+            main: meter.clone(),
+            explicit_latency: None,
+        }
     }
 }
 
@@ -226,40 +351,52 @@ fn scope() -> InstrumentationScope {
         .build()
 }
 
-pub(crate) fn u64_counter(meter: &Meter, def: &'static MetricDef) -> Counter<u64> {
-    meter
+pub(crate) fn u64_counter(meters: &Meters, def: &'static MetricDef) -> Counter<u64> {
+    meters
+        .main
         .u64_counter(def.otel_name)
         .with_unit(def.unit)
         .with_description(def.help)
         .build()
 }
 
-pub(crate) fn f64_histogram(meter: &Meter, def: &'static MetricDef) -> Histogram<f64> {
-    meter
-        .f64_histogram(def.otel_name)
-        .with_unit(def.unit)
-        .with_description(def.help)
-        .build()
+pub(crate) fn f64_histogram(meters: &Meters, def: &'static MetricDef) -> Histogram<f64> {
+    let on = |meter: &Meter| {
+        meter
+            .f64_histogram(def.otel_name)
+            .with_unit(def.unit)
+            .with_description(def.help)
+            .build()
+    };
+    match &meters.explicit_latency {
+        Some(explicit) if catalog::is_latency_histogram(def) => {
+            tee::TeeHistogram::histogram(on(&meters.main), on(explicit))
+        }
+        _ => on(&meters.main),
+    }
 }
 
-pub(crate) fn u64_gauge(meter: &Meter, def: &'static MetricDef) -> Gauge<u64> {
-    meter
+pub(crate) fn u64_gauge(meters: &Meters, def: &'static MetricDef) -> Gauge<u64> {
+    meters
+        .main
         .u64_gauge(def.otel_name)
         .with_unit(def.unit)
         .with_description(def.help)
         .build()
 }
 
-pub(crate) fn f64_gauge(meter: &Meter, def: &'static MetricDef) -> Gauge<f64> {
-    meter
+pub(crate) fn f64_gauge(meters: &Meters, def: &'static MetricDef) -> Gauge<f64> {
+    meters
+        .main
         .f64_gauge(def.otel_name)
         .with_unit(def.unit)
         .with_description(def.help)
         .build()
 }
 
-pub(crate) fn f64_counter(meter: &Meter, def: &'static MetricDef) -> Counter<f64> {
-    meter
+pub(crate) fn f64_counter(meters: &Meters, def: &'static MetricDef) -> Counter<f64> {
+    meters
+        .main
         .f64_counter(def.otel_name)
         .with_unit(def.unit)
         .with_description(def.help)
@@ -382,8 +519,9 @@ impl<H> HandleCache<H> {
 }
 
 struct Inner {
-    /// The crate's own provider, or `None` for a host's meter.
-    provider: Option<SdkMeterProvider>,
+    /// The crate's own providers (the main one first, then the one of the
+    /// explicit-bucket readers if any); none for a host's meter.
+    providers: Vec<SdkMeterProvider>,
     request: RequestInstruments,
     /// With `--semconv gen_ai`.
     semconv: Option<SemconvInstruments>,
@@ -410,7 +548,7 @@ impl std::fmt::Debug for Instruments {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Instruments")
             .field("config", &self.inner.config)
-            .field("own_provider", &self.inner.provider.is_some())
+            .field("own_providers", &self.inner.providers.len())
             .finish_non_exhaustive()
     }
 }
@@ -423,6 +561,8 @@ impl Instruments {
             provider: SdkMeterProvider::builder(),
             config: InstrumentsConfig::default(),
             server: SemconvServer::default(),
+            resource: None,
+            explicit_readers: Vec::new(),
         }
     }
 
@@ -460,8 +600,9 @@ impl Instruments {
         builder: MeterProviderBuilder,
         config: InstrumentsConfig,
     ) -> (SdkMeterProvider, Instruments) {
-        let (provider, meter) = with_views(builder, config);
-        let instruments = Instruments::new(&meter, config, &SemconvServer::default(), None);
+        let (provider, meter) = with_views(builder, config.clone());
+        let meters = Meters::one(&meter);
+        let instruments = Instruments::new(&meters, config, &SemconvServer::default(), Vec::new());
         (provider, instruments)
     }
 
@@ -471,14 +612,19 @@ impl Instruments {
     /// their SDK floor on the very meter the instruments use.
     #[doc(hidden)]
     pub fn from_meter(meter: &Meter, config: InstrumentsConfig) -> Instruments {
-        Instruments::new(meter, config, &SemconvServer::default(), None)
+        Instruments::new(
+            &Meters::one(meter),
+            config,
+            &SemconvServer::default(),
+            Vec::new(),
+        )
     }
 
     fn new(
-        meter: &Meter,
+        meter: &Meters,
         config: InstrumentsConfig,
         server: &SemconvServer,
-        provider: Option<SdkMeterProvider>,
+        providers: Vec<SdkMeterProvider>,
     ) -> Self {
         let reason = |value: &'static str| [KeyValue::new(catalog::REASON_LABELS[0], value)];
         let rejected = u64_counter(meter, &catalog::REJECTED_INPUTS);
@@ -489,7 +635,7 @@ impl Instruments {
         plugin_dropped.add(0);
         Instruments {
             inner: Arc::new(Inner {
-                provider,
+                providers,
                 request: RequestInstruments::new(meter),
                 semconv: (config.semconv == Semconv::GenAi)
                     .then(|| SemconvInstruments::new(meter, server)),
@@ -507,12 +653,12 @@ impl Instruments {
     /// The meter provider the builder made; `None` on a host's provider
     /// ([`Instruments::install`]).
     pub fn meter_provider(&self) -> Option<&SdkMeterProvider> {
-        self.inner.provider.as_ref()
+        self.inner.providers.first()
     }
 
     /// What the instruments were built for.
-    pub fn config(&self) -> InstrumentsConfig {
-        self.inner.config
+    pub fn config(&self) -> &InstrumentsConfig {
+        &self.inner.config
     }
 
     /// The `max_model_len` the token buckets were built for.
@@ -570,21 +716,24 @@ impl Instruments {
     /// Exports everything recorded so far through every push reader of the
     /// instruments' own provider.
     pub fn force_flush(&self) -> OTelSdkResult {
-        match &self.inner.provider {
-            Some(provider) => provider.force_flush(),
-            None => Ok(()),
-        }
+        self.inner
+            .providers
+            .iter()
+            .try_for_each(SdkMeterProvider::force_flush)
     }
 
     /// Shuts the own provider down: every push reader exports a last time
     /// and stops. Later calls do nothing.
     pub fn shutdown(&self) -> OTelSdkResult {
-        match &self.inner.provider {
-            Some(provider) => match provider.shutdown() {
-                Err(OTelSdkError::AlreadyShutdown) => Ok(()),
-                result => result,
-            },
-            None => Ok(()),
+        // Every provider is shut down, even after one fails; the first
+        // failure is the outcome.
+        let mut outcome = Ok(());
+        for provider in &self.inner.providers {
+            match provider.shutdown() {
+                Ok(()) | Err(OTelSdkError::AlreadyShutdown) => {}
+                Err(e) => outcome = outcome.and(Err(e)),
+            }
         }
+        outcome
     }
 }

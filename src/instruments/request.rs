@@ -11,11 +11,12 @@
 
 use std::sync::OnceLock;
 
-use opentelemetry::metrics::{BoundCounter, BoundHistogram, Counter, Histogram, Meter};
+use opentelemetry::metrics::{BoundCounter, BoundHistogram, Counter, Histogram};
 use opentelemetry::KeyValue;
 
 use super::semconv::{SemconvEnd, SemconvHandles, SemconvInstruments};
 use super::with_label;
+use super::Meters;
 use crate::catalog::{self, MetricDef, PREEMPTION_REASONS, PROMPT_TOKEN_SOURCES};
 use crate::protocol::{FinishReason, PreemptionReason, PrefillStats};
 
@@ -82,7 +83,7 @@ pub(crate) struct RequestInstruments {
 }
 
 impl RequestInstruments {
-    pub(crate) fn new(meter: &Meter) -> Self {
+    pub(crate) fn new(meter: &Meters) -> Self {
         use catalog::*;
         RequestInstruments {
             num_preemptions: u64_counter(meter, &NUM_PREEMPTIONS),

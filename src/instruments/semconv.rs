@@ -11,12 +11,13 @@
 
 use std::sync::OnceLock;
 
-use opentelemetry::metrics::{BoundHistogram, Histogram, Meter};
+use opentelemetry::metrics::{BoundHistogram, Histogram};
 use opentelemetry::KeyValue;
 
 use crate::catalog::semconv::{self, ERROR_TYPE, OPERATION_NAME};
 use crate::protocol::{FinishReason, GenAiOperation};
 
+use super::Meters;
 use super::{f64_histogram, OVERFLOW_ATTRIBUTE};
 
 /// Which semantic conventions are recorded besides vLLM's families.
@@ -40,7 +41,7 @@ pub(crate) struct SemconvInstruments {
 }
 
 impl SemconvInstruments {
-    pub(crate) fn new(meter: &Meter, server: &SemconvServer) -> Self {
+    pub(crate) fn new(meter: &Meters, server: &SemconvServer) -> Self {
         let mut attributes = Vec::new();
         if let Some(address) = &server.address {
             attributes.push(KeyValue::new(semconv::SERVER_ADDRESS, address.clone()));

@@ -5,15 +5,18 @@
 //! vLLM's histograms have no min or max), every vLLM family a cardinality
 //! limit sized for [`InstrumentsConfig::max_label_sets`] label sets, and with
 //! [`NameStyle::Prometheus`] the stream takes vLLM's own name. The token
-//! histograms' buckets end as [`InstrumentsConfig::token_buckets`] says. A
-//! host program that brings its own `SdkMeterProvider` gets them registered
-//! by [`Instruments::install`](super::Instruments::install).
+//! histograms' buckets end as [`InstrumentsConfig::token_buckets`] says; a
+//! bucket family in [`InstrumentsConfig::bucket_overrides`] takes the
+//! boundaries given there, and with [`OtlpHistograms::Exponential`] the
+//! latency histograms aggregate into base-2 exponential histograms instead.
+//! A host program that brings its own `SdkMeterProvider` gets them
+//! registered by [`Instruments::install`](super::Instruments::install).
 
 use opentelemetry_sdk::metrics::{Aggregation, Instrument, Stream};
 
 use crate::catalog::{self, Kind, MetricDef};
 
-use super::{InstrumentsConfig, NameStyle};
+use super::{InstrumentsConfig, NameStyle, OtlpHistograms};
 
 /// The Views of every catalog family, for
 /// [`MeterProviderBuilder::with_view`](opentelemetry_sdk::metrics::MeterProviderBuilder::with_view).
@@ -56,17 +59,37 @@ fn stream(def: &'static MetricDef, config: &InstrumentsConfig) -> Option<Stream>
         stream = stream.with_cardinality_limit(config.max_label_sets);
     }
     if def.kind == Kind::Histogram {
-        stream = stream.with_aggregation(Aggregation::ExplicitBucketHistogram {
-            boundaries: def
-                .buckets
-                .boundaries_with(config.max_model_len, config.token_buckets),
-            record_min_max: false,
-        });
+        stream = stream.with_aggregation(histogram_aggregation(def, config));
     }
     if config.name_style == NameStyle::Prometheus {
         stream = stream.with_name(def.vllm_name);
     }
     stream.build().ok()
+}
+
+/// A catalog histogram's aggregation: exponential for a latency histogram
+/// when the config asks for it, else explicit buckets, overridden or the
+/// catalog's.
+fn histogram_aggregation(def: &MetricDef, config: &InstrumentsConfig) -> Aggregation {
+    if let OtlpHistograms::Exponential(exponential) = config.otlp_histograms {
+        if catalog::is_latency_histogram(def) {
+            return Aggregation::Base2ExponentialHistogram {
+                max_size: exponential.max_size,
+                max_scale: exponential.max_scale,
+                record_min_max: false,
+            };
+        }
+    }
+    let boundaries = match config.bucket_overrides.boundaries(def) {
+        Some(boundaries) => boundaries.to_vec(),
+        None => def
+            .buckets
+            .boundaries_with(config.max_model_len, config.token_buckets),
+    };
+    Aggregation::ExplicitBucketHistogram {
+        boundaries,
+        record_min_max: false,
+    }
 }
 
 /// A semantic-convention stream: the advised buckets, and room for every

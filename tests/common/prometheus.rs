@@ -19,18 +19,39 @@ pub(crate) fn start(
     rule_file: Option<&Path>,
     extra: &[&str],
 ) -> (Guard, u16) {
-    launch(dir, jobs, false, rule_file, extra)
+    launch(dir, super::free_port(), jobs, false, rule_file, extra)
+}
+
+/// Like [`start`], on `port`, chosen beforehand: for a sender (a Collector's
+/// remote write) that must be told the address before Prometheus starts.
+/// Remote write needs `--web.enable-remote-write-receiver` in `extra`.
+pub(crate) fn start_on(
+    dir: &Path,
+    port: u16,
+    jobs: &[(&str, u16)],
+    rule_file: Option<&Path>,
+    extra: &[&str],
+) -> (Guard, u16) {
+    launch(dir, port, jobs, false, rule_file, extra)
 }
 
 /// Starts Prometheus scraping `target` every second as job `target`, keeping
 /// the target's own `job` and `instance` labels (`honor_labels`), as for a
 /// Collector that serves several processes' series.
 pub(crate) fn start_honoring_labels(dir: &Path, target: u16) -> (Guard, u16) {
-    launch(dir, &[("target", target)], true, None, &[])
+    launch(
+        dir,
+        super::free_port(),
+        &[("target", target)],
+        true,
+        None,
+        &[],
+    )
 }
 
 fn launch(
     dir: &Path,
+    port: u16,
     jobs: &[(&str, u16)],
     honor_labels: bool,
     rule_file: Option<&Path>,
@@ -58,7 +79,6 @@ fn launch(
     }
     let config_path = dir.join("prometheus.yml");
     std::fs::write(&config_path, config).unwrap();
-    let port = super::free_port();
     let guard = super::spawn_logged(
         Command::new(binary)
             .arg(format!("--config.file={}", config_path.display()))

@@ -33,7 +33,7 @@ mod snapshot;
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use opentelemetry_prometheus::PrometheusExporter;
 use prometheus::proto::{Metric, MetricFamily, MetricType};
@@ -72,16 +72,7 @@ impl PrometheusBridgeBuilder {
     /// The bridge, and the reader to register with the meter provider.
     pub fn build(self) -> (PrometheusBridge, PrometheusExporter) {
         let registry = prometheus::Registry::new();
-        let mut exporter = opentelemetry_prometheus::exporter()
-            .with_registry(registry.clone())
-            .without_units()
-            .scope_info_enabled(false);
-        if !self.target_info {
-            exporter = exporter.without_target_info();
-        }
-        let exporter = exporter
-            .build()
-            .expect("a fresh registry accepts the exporter's collector");
+        let exporter = reader_on(&registry, self.target_info);
         let mut by_gathered_name = HashMap::new();
         for (index, def) in catalog::all().enumerate() {
             let suffix = if def.kind == Kind::Counter {
@@ -107,6 +98,7 @@ impl PrometheusBridgeBuilder {
         (
             PrometheusBridge {
                 registry,
+                latency_registries: Arc::default(),
                 by_gathered_name: Arc::new(by_gathered_name),
                 semconv: self.semconv,
                 overflow_label: Arc::from(metric_name(OVERFLOW_ATTRIBUTE)),
@@ -115,6 +107,22 @@ impl PrometheusBridgeBuilder {
             exporter,
         )
     }
+}
+
+/// An `opentelemetry-prometheus` reader collecting into `registry` (which
+/// takes one: the exporter's collector describes no metrics, so a registry
+/// holds one such collector at most).
+fn reader_on(registry: &prometheus::Registry, target_info: bool) -> PrometheusExporter {
+    let mut exporter = opentelemetry_prometheus::exporter()
+        .with_registry(registry.clone())
+        .without_units()
+        .scope_info_enabled(false);
+    if !target_info {
+        exporter = exporter.without_target_info();
+    }
+    exporter
+        .build()
+        .expect("a fresh registry accepts the exporter's collector")
 }
 
 /// A metric name as the Prometheus exporter writes it: `:` kept, every other
@@ -147,6 +155,8 @@ enum Place {
 #[derive(Clone)]
 pub struct PrometheusBridge {
     registry: prometheus::Registry,
+    /// The registries of [`PrometheusBridge::latency_reader`]s.
+    latency_registries: Arc<Mutex<Vec<prometheus::Registry>>>,
     /// Where each known family goes, by its gathered name.
     by_gathered_name: Arc<HashMap<String, Place>>,
     /// Whether the semantic-convention families are exposed.
@@ -266,7 +276,15 @@ impl PrometheusBridge {
     /// Gathers the registry (the SDK's collect and `opentelemetry-prometheus`'s
     /// families) and places each family in the exposition.
     fn gather(&self) -> Gathered {
-        let families = self.registry.gather();
+        let mut families = self.registry.gather();
+        for registry in self
+            .latency_registries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+        {
+            families.extend(registry.gather());
+        }
         let mut by_catalog = vec![None; catalog::all().count()];
         let mut by_semconv = match self.semconv {
             true => vec![None; catalog::semconv::ALL.len()],
@@ -311,6 +329,21 @@ impl PrometheusBridge {
                 meta
             })
             .collect()
+    }
+
+    /// One more reader whose families join this bridge's exposition: for
+    /// the provider that keeps the latency histograms' explicit buckets
+    /// when OTLP gets exponential ones
+    /// ([`InstrumentsBuilder::with_explicit_histogram_reader`](crate::instruments::InstrumentsBuilder::with_explicit_histogram_reader)).
+    /// It writes no `target_info` (the main reader does, when asked).
+    pub fn latency_reader(&self) -> PrometheusExporter {
+        let registry = prometheus::Registry::new();
+        let reader = reader_on(&registry, false);
+        self.latency_registries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(registry);
+        reader
     }
 
     /// The `prometheus::Registry` the bridge's reader collects into. A host
