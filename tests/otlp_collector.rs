@@ -139,6 +139,65 @@ fn collector_shows_the_bridge_samples_over_grpc_and_http_in_both_name_modes() {
     }
 }
 
+/// The `le` values of `family`'s bucket samples, in order, once each.
+fn bucket_bounds(samples: &BTreeMap<String, f64>, family: &str) -> Vec<f64> {
+    let prefix = format!("{family}_bucket{{");
+    let mut bounds: Vec<f64> = samples
+        .keys()
+        .filter_map(|k| k.strip_prefix(&prefix))
+        .filter_map(|labels| labels.split("le=\"").nth(1)?.split('"').next())
+        .filter(|le| *le != "+Inf")
+        .map(|le| le.parse().unwrap())
+        .collect();
+    bounds.sort_by(f64::total_cmp);
+    bounds.dedup();
+    bounds
+}
+
+#[test]
+fn bucket_overrides_reach_the_collector_as_on_metrics() {
+    let collector = Collector::start();
+    let overrides = r#"{"request_latency": [0.05, 0.2, 1, 4],
+                        "vllm:time_to_first_token_seconds": [0.01, 0.1, 1],
+                        "request_num_preemptions": [1, 3]}"#;
+    let output = replay_command(&collector.endpoint("grpc"), "grpc", "otel", "overrides")
+        .args(["--custom-histogram-buckets", overrides])
+        .arg(common::repo().join(TRACE))
+        .output()
+        .unwrap();
+    let bridge = clean_replay_samples(output, "overrides");
+    let expected = [
+        (
+            "vllm:e2e_request_latency_seconds",
+            vec![0.05, 0.2, 1.0, 4.0],
+        ),
+        (
+            "vllm:request_decode_time_seconds",
+            vec![0.05, 0.2, 1.0, 4.0],
+        ),
+        ("vllm:time_to_first_token_seconds", vec![0.01, 0.1, 1.0]),
+        ("vllm:request_num_preemptions", vec![1.0, 3.0]),
+        (
+            "vllm:inter_token_latency_seconds",
+            vllm_otel_metrics::catalog::ITL_BUCKETS.to_vec(),
+        ),
+    ];
+    for (family, bounds) in &expected {
+        assert_eq!(
+            &bucket_bounds(&bridge, family),
+            bounds,
+            "/metrics: {family}"
+        );
+    }
+    assert_collector_shows(
+        &collector,
+        "overrides",
+        &bridge,
+        BTreeMap::clone,
+        "the overridden buckets",
+    );
+}
+
 #[test]
 fn two_processes_sum_to_twice_one_in_promql() {
     let collector = Collector::start();

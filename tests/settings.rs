@@ -154,6 +154,86 @@ fn every_rejected_setting_is_shown_as_its_flag_or_variable() {
     fails_with(cases);
 }
 
+/// A `--custom-histogram-buckets` that cannot be used stops every
+/// subcommand before it starts (`serve` binds nothing), with one line that
+/// names the key at fault.
+#[test]
+fn bad_bucket_overrides_name_their_key_and_nothing_starts() {
+    let trace = path(&common::repo().join("tests/data/lifecycle.jsonl"));
+    let flag = "--custom-histogram-buckets";
+    let known = "known: iteration_tokens, request_tokens, request_params_n, \
+                 request_num_preemptions, time_to_first_token, inter_token_latency, \
+                 request_latency, kv_cache_residency, operation_duration, nixl_xfer_time, \
+                 nixl_post_time, nixl_bytes_transferred, nixl_num_descriptors, \
+                 kv_offload_transfer_size, kv_offload_lookup_sync_delay, \
+                 kv_offload_lookup_async_delay; or a histogram's vLLM name, such as \
+                 vllm:e2e_request_latency_seconds";
+    let values_and_errors = [
+        (
+            r#"{"request_latency": [0.1, 1], "e2e_latency": [1]}"#,
+            format!(r#""e2e_latency": not a bucket family ({known})"#),
+        ),
+        (
+            r#"{"vllm:num_preemptions": [1]}"#,
+            format!(r#""vllm:num_preemptions": not a bucket family ({known})"#),
+        ),
+        (
+            r#"{"time_to_first_token": []}"#,
+            r#""time_to_first_token": boundaries are empty"#.to_owned(),
+        ),
+        (
+            r#"{"request_latency": [0.1, 0.5, 0.5]}"#,
+            r#""request_latency": boundaries must be strictly increasing (0.5 follows 0.5)"#
+                .to_owned(),
+        ),
+        (
+            r#"{"inter_token_latency": [0.2, 0.1]}"#,
+            r#""inter_token_latency": boundaries must be strictly increasing (0.1 follows 0.2)"#
+                .to_owned(),
+        ),
+        (
+            r#"{"request_num_preemptions": [1, 2, "+Inf"]}"#,
+            r#""request_num_preemptions": boundaries must be finite, not "+Inf""#.to_owned(),
+        ),
+        (
+            r#"{"request_tokens": [1, "NaN"]}"#,
+            r#""request_tokens": boundaries must be finite, not "NaN""#.to_owned(),
+        ),
+        (
+            r#"{"request_tokens": 5}"#,
+            r#""request_tokens": boundaries must be a JSON array of numbers"#.to_owned(),
+        ),
+        (
+            r#"{"request_tokens": [1, "two"]}"#,
+            r#""request_tokens": boundaries must be a JSON array of numbers, not "two""#.to_owned(),
+        ),
+        (
+            r#"["request_latency"]"#,
+            "not a JSON object of bucket family to boundaries: invalid type: sequence, \
+             expected a map at line 1 column 0"
+                .to_owned(),
+        ),
+    ];
+    let port = common::free_port().to_string();
+    let metrics_addr = format!("127.0.0.1:{port}");
+    let mut cases: Vec<Case> = Vec::new();
+    for (value, error) in &values_and_errors {
+        let expected = format!("{flag}: {error}");
+        cases.push((
+            replay_args(&trace, &[flag, value]),
+            vec![],
+            expected.clone(),
+        ));
+        cases.push((vec!["simulate", flag, value], vec![], expected.clone()));
+        cases.push((
+            vec!["serve", "--metrics-addr", &metrics_addr, flag, value],
+            vec![],
+            expected,
+        ));
+    }
+    fails_with(cases);
+}
+
 /// Under an error about a setting, the library's own reason (the TLS
 /// library's, the HTTP client's) follows as its cause, on the same line.
 #[test]

@@ -3,6 +3,7 @@ vLLM's own stats classes, and a wrong setting leaves vLLM running."""
 
 import logging
 import os
+import types
 
 from vllm.v1.engine import FinishReason
 from vllm.v1.metrics.loggers import AggregateStatLoggerBase, load_stat_logger_plugin_factories
@@ -110,3 +111,46 @@ def vllm_steps_ns(**fields):
     import types
 
     return types.SimpleNamespace(**fields)
+
+
+def test_the_sidecar_gets_the_bucket_overrides_vllm_or_the_environment_gives(monkeypatch):
+    from vllm_otel_metrics import plugin as plugin_module
+    from vllm_otel_metrics import sidecar
+
+    started = []
+
+    class Recorded:
+        """Stands in for the supervisor: keeps the settings it was given."""
+
+        def __init__(self, settings, max_model_len):
+            started.append((settings, max_model_len))
+
+        def start(self):
+            return self
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(plugin_module, "Supervisor", Recorded)
+    monkeypatch.setenv("VLLM_OTEL_METRICS_SIDECAR", "auto")
+    # Nothing listens there; the streamer keeps trying in the background.
+    monkeypatch.setenv("VLLM_OTEL_METRICS_TARGET", "http://127.0.0.1:9")
+    from_env = '{"request_latency": [0.1, 1, 10]}'
+    monkeypatch.setenv("VLLM_OTEL_METRICS_CUSTOM_HISTOGRAM_BUCKETS", from_env)
+
+    # A vLLM without the flag: the environment's value.
+    first = OtelMetricsStatLogger(vllm_steps.vllm_config("m", 4096), [0])
+    # A vLLM with it (PR #48867's ObservabilityConfig.custom_histogram_buckets): vLLM's wins.
+    config = vllm_steps.vllm_config("m", 4096)
+    config.observability_config = types.SimpleNamespace(
+        custom_histogram_buckets={"time_to_first_token": [0.05, 0.5]}
+    )
+    second = OtelMetricsStatLogger(config, [0])
+    for plugin in (first, second):
+        plugin.streamer.close()
+
+    argvs = [sidecar.command("bin", settings, length) for settings, length in started]
+    assert [argv[argv.index("--custom-histogram-buckets") :] for argv in argvs] == [
+        ["--custom-histogram-buckets", from_env],
+        ["--custom-histogram-buckets", '{"time_to_first_token": [0.05, 0.5]}'],
+    ]

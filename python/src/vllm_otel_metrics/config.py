@@ -20,7 +20,10 @@ plugin is configured with environment variables:
 - ``VLLM_OTEL_METRICS_SIDECAR_ARGS``: more ``serve`` flags for the started
   sidecar, split as a shell would (``--otlp-interval-ms 5000``);
 - ``VLLM_OTEL_METRICS_SIDECAR_LOG``: the started sidecar's log file (default
-  ``vllm-otel-metrics-PORT.log`` in the temporary directory).
+  ``vllm-otel-metrics-PORT.log`` in the temporary directory);
+- ``VLLM_OTEL_METRICS_CUSTOM_HISTOGRAM_BUCKETS``: the started sidecar's
+  ``--custom-histogram-buckets`` JSON, for a vLLM without that flag of its
+  own (a vLLM that has it passes its own value, which wins).
 
 The started sidecar reads the standard ``OTEL_*`` variables itself (endpoint,
 protocol, headers, resource, traces exporter), as vLLM's environment passes
@@ -90,6 +93,8 @@ class SidecarSettings:
     args: tuple
     #: Where the sidecar's output goes.
     log_file: str
+    #: ``serve --custom-histogram-buckets``, or empty.
+    custom_histogram_buckets: str = ""
 
 
 def _read(variable: str, path: str, limit: int | None = None) -> bytes:
@@ -209,5 +214,9 @@ def _sidecar(env, scheme: str, host: str, port: int, address: str) -> "SidecarSe
     # `serve --ingest-addr` takes an address, not a name.
     ingest_addr = f"127.0.0.1:{port}" if host == "localhost" else address
     return SidecarSettings(
-        ingest_addr=ingest_addr, metrics_addr=metrics_addr, args=args, log_file=log_file
+        ingest_addr=ingest_addr,
+        metrics_addr=metrics_addr,
+        args=args,
+        log_file=log_file,
+        custom_histogram_buckets=env.get("VLLM_OTEL_METRICS_CUSTOM_HISTOGRAM_BUCKETS", "").strip(),
     )

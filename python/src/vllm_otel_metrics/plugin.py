@@ -14,13 +14,14 @@ logger's rules (``docs/SEMANTICS.md``, plugin path). With a loopback
 """
 
 import atexit
+import dataclasses
 import logging
 import time
 
 from vllm.v1.metrics.loggers import AggregateStatLoggerBase
 
 from . import config, convert
-from .sidecar import Supervisor
+from .sidecar import Supervisor, vllm_bucket_overrides
 from .stream import Streamer
 
 # Under vLLM's own logger, so that vLLM's log configuration shows the
@@ -66,7 +67,16 @@ class OtelMetricsStatLogger(AggregateStatLoggerBase):
             return
         if settings.sidecar is not None:
             max_model_len = getattr(vllm_config.model_config, "max_model_len", None)
-            self.supervisor = Supervisor(settings.sidecar, max_model_len).start()
+            sidecar = settings.sidecar
+            from_vllm = vllm_bucket_overrides(vllm_config)
+            if from_vllm is not None:
+                if sidecar.custom_histogram_buckets and sidecar.custom_histogram_buckets != from_vllm:
+                    log.warning(
+                        "vllm-otel-metrics: vLLM's --custom-histogram-buckets wins over "
+                        "VLLM_OTEL_METRICS_CUSTOM_HISTOGRAM_BUCKETS"
+                    )
+                sidecar = dataclasses.replace(sidecar, custom_histogram_buckets=from_vllm)
+            self.supervisor = Supervisor(sidecar, max_model_len).start()
             # Registered first, so it runs after the streamer's close: the
             # sidecar is stopped once what was queued had its chance to arrive.
             atexit.register(self.supervisor.close)

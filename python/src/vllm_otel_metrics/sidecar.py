@@ -30,6 +30,7 @@ variables, which it inherits from vLLM's environment.
 """
 
 import fcntl
+import json
 import logging
 import os
 import pathlib
@@ -127,7 +128,29 @@ def command(executable: str, settings, max_model_len) -> list:
     ]
     if max_model_len:
         argv += ["--max-model-len", str(max_model_len)]
+    if settings.custom_histogram_buckets:
+        argv += ["--custom-histogram-buckets", settings.custom_histogram_buckets]
     return argv + list(settings.args)
+
+
+def vllm_bucket_overrides(vllm_config):
+    """vLLM's own ``--custom-histogram-buckets`` (vLLM PR #48867) as JSON, or None.
+
+    A vLLM with the flag keeps it in ``observability_config``; the sidecar
+    takes the same value, so its buckets are the ones vLLM's ``/metrics`` has.
+
+    >>> import types
+    >>> observability = types.SimpleNamespace(custom_histogram_buckets={"request_latency": [0.1, 1]})
+    >>> vllm_bucket_overrides(types.SimpleNamespace(observability_config=observability))
+    '{"request_latency": [0.1, 1]}'
+    >>> vllm_bucket_overrides(types.SimpleNamespace()) is None
+    True
+    """
+    observability = getattr(vllm_config, "observability_config", None)
+    value = getattr(observability, "custom_histogram_buckets", None)
+    if not value:
+        return None
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 class Supervisor:
