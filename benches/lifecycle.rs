@@ -74,7 +74,8 @@ use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
 use vllm_otel_metrics::export::shared::SharedAggregation;
 use vllm_otel_metrics::instruments::spans::RequestSpans;
 use vllm_otel_metrics::instruments::{
-    views, Instruments, InstrumentsConfig, LabelSet, Semconv, SCOPE_NAME,
+    views, ExponentialHistograms, Instruments, InstrumentsConfig, LabelSet, OtlpHistograms,
+    Semconv, SCOPE_NAME,
 };
 use vllm_otel_metrics::protocol::{
     EngineCoreEvent, EngineCoreOutput, EventType, FinishReason, PrefillStats,
@@ -171,6 +172,11 @@ enum Readers {
     BothSinks,
     /// The bridge's alone, with the GenAI semantic-convention streams on.
     BridgeSemconv,
+    /// Both sinks as the CLI registers them with `--otlp-histograms
+    /// exponential`: OTLP and the bridge read one aggregation in which the
+    /// latency histograms are exponential; the bridge's second reader, on a
+    /// provider of its own, reads their explicit twins.
+    BothSinksExponential,
 }
 
 /// One SDK pipeline as the CLI builds it: the catalog's Views, the
@@ -187,6 +193,9 @@ struct Sdk {
 
 impl Sdk {
     fn new(readers: Readers, runtime: &tokio::runtime::Runtime) -> Sdk {
+        if readers == Readers::BothSinksExponential {
+            return Sdk::exponential(runtime);
+        }
         let mut config = InstrumentsConfig::default();
         if let Readers::BridgeSemconv = readers {
             config.semconv = Semconv::GenAi;
@@ -208,6 +217,30 @@ impl Sdk {
         let provider = builder.build();
         let meter = provider.meter(SCOPE_NAME);
         let instruments = Instruments::from_meter(&meter, config);
+        Sdk {
+            label_set: instruments.label_set(MODEL, ENGINE),
+            floor: floor::Handles::bind(&meter, MODEL, ENGINE),
+            _instruments: instruments,
+            bridge,
+            provider,
+        }
+    }
+}
+
+impl Sdk {
+    /// [`Readers::BothSinksExponential`], built as the CLI builds it.
+    fn exponential(runtime: &tokio::runtime::Runtime) -> Sdk {
+        let (bridge, reader) = PrometheusBridge::builder().build();
+        let push = idle_otlp::idle_push(runtime);
+        let shared = SharedAggregation::try_new(push.reader, reader)
+            .expect("cumulative OTLP and the bridge share");
+        let instruments = Instruments::builder()
+            .with_otlp_histograms(OtlpHistograms::Exponential(ExponentialHistograms::DEFAULT))
+            .with_reader(shared)
+            .with_explicit_histogram_reader(bridge.latency_reader())
+            .build();
+        let provider = instruments.meter_provider().unwrap().clone();
+        let meter = provider.meter(SCOPE_NAME);
         Sdk {
             label_set: instruments.label_set(MODEL, ENGINE),
             floor: floor::Handles::bind(&meter, MODEL, ENGINE),
@@ -269,6 +302,7 @@ struct Setup {
     sdk_two_readers: Sdk,
     sdk_both_sinks: Sdk,
     sdk_semconv: Sdk,
+    sdk_exponential: Sdk,
     traced: Traced,
     pc_handles: prometheus_client_tracker::Handles,
     atomic_handles: prometheus_client_tracker::Handles<atomic_histogram::AtomicHistogram>,
@@ -297,6 +331,7 @@ impl Setup {
             sdk_two_readers: Sdk::new(Readers::BridgeAndOtlpApart, &runtime),
             sdk_both_sinks: Sdk::new(Readers::BothSinks, &runtime),
             sdk_semconv: Sdk::new(Readers::BridgeSemconv, &runtime),
+            sdk_exponential: Sdk::new(Readers::BothSinksExponential, &runtime),
             traced: Traced::new(),
             pc_handles: prometheus_client_tracker::Handles::resolve(&pc, &labels),
             atomic_handles: prometheus_client_tracker::Handles::resolve(&atomic, &labels),
@@ -352,6 +387,10 @@ fn both_sinks(s: &Setup) {
 
 fn otel_sdk_semconv(s: &Setup) {
     shipped_request(&s.sdk_semconv.label_set, &s.canonical);
+}
+
+fn both_sinks_exponential(s: &Setup) {
+    shipped_request(&s.sdk_exponential.label_set, &s.canonical);
 }
 
 fn sdk_floor(s: &Setup) {
@@ -418,7 +457,7 @@ const VARIANTS: [Variant; 3] = [
 ];
 
 /// Reference points, timed alongside but not part of the summary line.
-const REFERENCES: [Variant; 9] = [
+const REFERENCES: [Variant; 10] = [
     Variant {
         name: "vllm_rust_atomic",
         run: vllm_rust_atomic,
@@ -430,6 +469,10 @@ const REFERENCES: [Variant; 9] = [
     Variant {
         name: "both_sinks",
         run: both_sinks,
+    },
+    Variant {
+        name: "both_sinks_exponential",
+        run: both_sinks_exponential,
     },
     Variant {
         name: "otel_sdk_two_readers",
@@ -626,7 +669,9 @@ fn main() {
     };
     let (otel_sdk, sdk_floor, both_sinks) = (0, 1, position("both_sinks"));
     let semconv = position("otel_sdk_semconv");
+    let exponential = position("both_sinks_exponential");
     let mut samples = vec![Vec::with_capacity(rounds); all.len()];
+    let mut exponential_off = Vec::with_capacity(rounds);
     let mut one_reader = Vec::with_capacity(rounds);
     let mut semconv_off = Vec::with_capacity(rounds);
     for round in 0..rounds {
@@ -639,8 +684,11 @@ fn main() {
         let (a, b) = paired(otel_sdk, semconv);
         semconv_off.push(a);
         samples[semconv].push(b);
+        let (a, b) = paired(both_sinks, exponential);
+        exponential_off.push(a);
+        samples[exponential].push(b);
         let others: Vec<usize> = (2..all.len())
-            .filter(|&i| i != both_sinks && i != semconv)
+            .filter(|&i| ![both_sinks, semconv, exponential].contains(&i))
             .collect();
         for k in 0..others.len() {
             let index = others[(round + k) % others.len()];
@@ -650,6 +698,7 @@ fn main() {
     let medians: Vec<f64> = samples.iter_mut().map(|s| median(s)).collect();
     let one_reader = median(&mut one_reader);
     let semconv_off = median(&mut semconv_off);
+    let exponential_off = median(&mut exponential_off);
     let m = |name: &str| medians[position(name)];
     let (rounds, ops) = if bench_mode { (11, 200_000) } else { (3, 100) };
     let per_observation = per_observation::measure(
@@ -690,6 +739,13 @@ fn main() {
         m("otel_sdk_semconv"),
         m("otel_sdk_semconv") / semconv_off,
         m("otel_sdk_semconv") - semconv_off
+    );
+    println!(
+        "otlp_histograms: explicit={:.1} exponential={:.1} ns/request ratio={:.2} added={:.1} ns",
+        exponential_off,
+        m("both_sinks_exponential"),
+        m("both_sinks_exponential") / exponential_off,
+        m("both_sinks_exponential") - exponential_off
     );
     println!(
         "lifecycle: otel_sdk={:.1} sdk_floor={:.1} prometheus_client={:.1} ns/request overhead={:.2} ratio={:.2}",
