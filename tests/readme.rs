@@ -99,3 +99,36 @@ fn testing_doc_lists_every_test_file_and_the_fast_set() {
 fn print_catalog_table() {
     print!("{}", catalog::markdown_table(DEFAULT_MAX_MODEL_LEN));
 }
+
+/// docs/CLI.md's table of `--custom-histogram-buckets` keys is the
+/// catalog's bucket families, each with its histograms in catalog order.
+#[test]
+fn cli_doc_lists_every_bucket_family() {
+    let doc = read("docs/CLI.md");
+    let section = doc
+        .split("### Histogram buckets")
+        .nth(1)
+        .expect("docs/CLI.md has a Histogram buckets section");
+    let listed: Vec<(String, Vec<String>)> = section
+        .lines()
+        .skip_while(|l| !l.starts_with("| key |"))
+        .skip(2)
+        .take_while(|l| l.starts_with("| `"))
+        .map(|l| {
+            let cells: Vec<&str> = l.trim_matches('|').split(" | ").collect();
+            let names = cells[1]
+                .split(", ")
+                .map(|n| n.split('`').nth(1).unwrap().to_owned())
+                .collect();
+            (cells[0].trim().trim_matches('`').to_owned(), names)
+        })
+        .collect();
+    let expected: Vec<(String, Vec<String>)> = catalog::BUCKET_FAMILIES
+        .iter()
+        .map(|f| {
+            let names = f.members.iter().map(|d| d.vllm_name.to_owned()).collect();
+            (f.key.to_owned(), names)
+        })
+        .collect();
+    assert_eq!(listed, expected);
+}
