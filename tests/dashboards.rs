@@ -25,6 +25,11 @@
 //! HTTP), the shipped `otel-collector/config.yaml` renames them for
 //! Prometheus, and a real Prometheus scrapes the Collector.
 //!
+//! The native-histogram dashboard (`otel-collector/grafana/native/`, a
+//! directory of its own: its queries read native histograms only) is checked
+//! here for its structure; `tests/native_histograms.rs` runs its queries on a
+//! live Prometheus holding native histograms.
+//!
 //! The production rules alert after `for: 10m` on 5-minute windows, which would
 //! need more than a quarter of an hour of traffic. Prometheus therefore loads a
 //! copy of `rules.yml` in which every `for:` is `5s` and every `[5m]` window is
@@ -40,6 +45,7 @@ use std::time::Instant;
 
 use common::{prometheus, Guard};
 use serde_json::Value;
+use vllm_otel_metrics::catalog::LATENCY_HISTOGRAMS;
 
 const ALERTS: [&str; 3] = [
     "VllmHighPreemptionRate",
@@ -120,6 +126,11 @@ fn dashboards() -> Vec<(PathBuf, Value)> {
 /// The GenAI semantic-conventions dashboards: `otel-collector/grafana/genai/*.json`.
 fn genai_dashboards() -> Vec<(PathBuf, Value)> {
     dashboards_in(&common::repo().join("otel-collector/grafana/genai"))
+}
+
+/// The native-histogram dashboards: `otel-collector/grafana/native/*.json`.
+fn native_dashboards() -> Vec<(PathBuf, Value)> {
+    dashboards_in(&common::repo().join("otel-collector/grafana/native"))
 }
 
 fn dashboards_in(dir: &Path) -> Vec<(PathBuf, Value)> {
@@ -657,12 +668,18 @@ fn assert_layout(path: &Path, json: &Value) {
 /// The selectors `(metric name, matchers)` of every `gen_ai_server_*` series
 /// in `expr`; panics on one without matchers.
 fn genai_selectors(expr: &str) -> Vec<(String, String)> {
+    selectors(expr, "gen_ai_server_")
+}
+
+/// The selectors `(metric name, matchers)` of every series whose name
+/// starts with `prefix` in `expr`; panics on one without matchers.
+fn selectors(expr: &str, prefix: &str) -> Vec<(String, String)> {
     let mut out = Vec::new();
     let mut rest = expr;
-    while let Some(at) = rest.find("gen_ai_server_") {
+    while let Some(at) = rest.find(prefix) {
         let tail = &rest[at..];
         let end = tail
-            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
             .unwrap_or(tail.len());
         let metric = &tail[..end];
         let body = tail[end..]
@@ -869,6 +886,93 @@ fn every_alert_has_a_runbook_section() {
             anchors.iter().any(|a| a == anchor),
             "{alert}: no heading for #{anchor} in docs/OBSERVABILITY.md"
         );
+    }
+}
+
+#[test]
+fn native_dashboard_is_filtered_described_and_chained() {
+    let taken: Vec<Value> = dashboards()
+        .into_iter()
+        .chain(genai_dashboards())
+        .map(|(_, j)| j["uid"].clone())
+        .collect();
+    let native: Vec<&str> = LATENCY_HISTOGRAMS.iter().map(|def| def.vllm_name).collect();
+    for (path, json) in native_dashboards() {
+        let name = path.display();
+        assert!(json["uid"].is_string(), "{name}: uid");
+        assert!(!taken.contains(&json["uid"]), "{name}: uid taken");
+        assert_variable_chain(
+            &name,
+            &json,
+            &["job", "instance", "model_name", "engine"],
+            "vllm:e2e_request_latency_seconds",
+        );
+        let mut all = Vec::new();
+        for panel in panels(&json) {
+            if panel["type"] == "row" {
+                continue;
+            }
+            let (title, _, targets) = described_panel(&name, panel);
+            for target in targets {
+                assert_eq!(
+                    target["datasource"]["uid"], "${datasource}",
+                    "{name}: {title}"
+                );
+                let expr = target["expr"].as_str().unwrap_or_default();
+                // Native histograms only (no _bucket, _sum or _count series),
+                // each filtered by all four variables.
+                let selectors = selectors(expr, "vllm:");
+                assert!(
+                    !selectors.is_empty(),
+                    "{name}: {title}: no vllm: series in {expr}"
+                );
+                for (metric, matchers) in &selectors {
+                    assert!(
+                        native.contains(&metric.as_str()),
+                        "{name}: {title}: {metric} is not a native histogram (one of {native:?})"
+                    );
+                    for matcher in FILTER {
+                        assert!(
+                            matchers.contains(matcher),
+                            "{name}: {title}: {matcher} on {metric} in {expr}"
+                        );
+                    }
+                }
+                all.push(expr.to_owned());
+            }
+        }
+        assert_layout(&path, &json);
+        // The panels the dashboard promises: per model, the p99 of every
+        // native family and the p50 and p90 of TTFT and e2e, the rate of
+        // terminated requests and the mean e2e latency.
+        let has = |what: &str, check: &dyn Fn(&str) -> bool| {
+            assert!(all.iter().any(|e| check(e)), "{name}: no query for {what}");
+        };
+        let quantile = |q: &str, metric: &str| {
+            let q = format!("histogram_quantile({q}, sum by (model_name) (rate({metric}{{");
+            move |e: &str| e.starts_with(&q)
+        };
+        for family in &native {
+            has(&format!("{family} p99"), &quantile("0.99", family));
+        }
+        for family in [
+            "vllm:time_to_first_token_seconds",
+            "vllm:e2e_request_latency_seconds",
+        ] {
+            for q in ["0.5", "0.9"] {
+                has(&format!("{family} p{q}"), &quantile(q, family));
+            }
+        }
+        has("terminated requests per second", &|e| {
+            e.starts_with(
+                "sum by (model_name) (histogram_count(rate(vllm:e2e_request_latency_seconds{",
+            )
+        });
+        has("mean e2e latency", &|e| {
+            e.contains("histogram_sum(rate(vllm:e2e_request_latency_seconds{")
+                && e.contains(") / sum")
+                && e.contains("histogram_count(rate(vllm:e2e_request_latency_seconds{")
+        });
     }
 }
 
