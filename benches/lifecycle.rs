@@ -215,8 +215,14 @@ impl Sdk {
             };
         }
         let provider = builder.build();
+        let instruments = Instruments::from_meter(&provider.meter(SCOPE_NAME), config);
+        Sdk::on(provider, instruments, bridge)
+    }
+
+    /// The label set bound for both the tracker and the floor, on
+    /// `provider`'s meter.
+    fn on(provider: SdkMeterProvider, instruments: Instruments, bridge: PrometheusBridge) -> Sdk {
         let meter = provider.meter(SCOPE_NAME);
-        let instruments = Instruments::from_meter(&meter, config);
         Sdk {
             label_set: instruments.label_set(MODEL, ENGINE),
             floor: floor::Handles::bind(&meter, MODEL, ENGINE),
@@ -240,14 +246,7 @@ impl Sdk {
             .with_explicit_histogram_reader(bridge.latency_reader())
             .build();
         let provider = instruments.meter_provider().unwrap().clone();
-        let meter = provider.meter(SCOPE_NAME);
-        Sdk {
-            label_set: instruments.label_set(MODEL, ENGINE),
-            floor: floor::Handles::bind(&meter, MODEL, ENGINE),
-            _instruments: instruments,
-            bridge,
-            provider,
-        }
+        Sdk::on(provider, instruments, bridge)
     }
 }
 

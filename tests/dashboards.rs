@@ -153,7 +153,7 @@ fn dashboards_in(dir: &Path) -> Vec<(PathBuf, Value)> {
 /// Every expr of a dashboard (at least `min` of them).
 fn all_exprs(path: &Path, json: &Value, min: usize) -> Vec<String> {
     let mut all = Vec::new();
-    exprs(json, &mut all);
+    common::dashboard_exprs(json, &mut all);
     assert!(
         all.len() >= min,
         "{}: only {} queries",
@@ -161,22 +161,6 @@ fn all_exprs(path: &Path, json: &Value, min: usize) -> Vec<String> {
         all.len()
     );
     all
-}
-
-/// Every `expr` string anywhere in a dashboard (panels, rows, targets).
-fn exprs(json: &Value, out: &mut Vec<String>) {
-    match json {
-        Value::Object(map) => {
-            for (key, value) in map {
-                match (key.as_str(), value) {
-                    ("expr", Value::String(expr)) => out.push(expr.clone()),
-                    _ => exprs(value, out),
-                }
-            }
-        }
-        Value::Array(items) => items.iter().for_each(|item| exprs(item, out)),
-        _ => {}
-    }
 }
 
 /// Every panel, rows' nested panels included.
@@ -667,8 +651,46 @@ fn assert_layout(path: &Path, json: &Value) {
 
 /// The selectors `(metric name, matchers)` of every `gen_ai_server_*` series
 /// in `expr`; panics on one without matchers.
-fn genai_selectors(expr: &str) -> Vec<(String, String)> {
-    selectors(expr, "gen_ai_server_")
+/// Every query of the dashboard's described panels, each reading its own
+/// datasource and naming series with `prefix` only, every one of them
+/// matched by all of `filter`; `check` sees each series' name and query.
+fn filtered_exprs(
+    name: &impl std::fmt::Display,
+    json: &Value,
+    prefix: &str,
+    filter: &[&str],
+    check: impl Fn(&str, &str),
+) -> Vec<String> {
+    let mut all = Vec::new();
+    for panel in panels(json) {
+        if panel["type"] == "row" {
+            continue;
+        }
+        let (title, _, targets) = described_panel(name, panel);
+        for target in targets {
+            assert_eq!(
+                target["datasource"]["uid"], "${datasource}",
+                "{name}: {title}"
+            );
+            let expr = target["expr"].as_str().unwrap_or_default();
+            let selectors = selectors(expr, prefix);
+            assert!(
+                !selectors.is_empty(),
+                "{name}: {title}: no {prefix} series in {expr}"
+            );
+            for (metric, matchers) in &selectors {
+                check(metric, expr);
+                for matcher in filter {
+                    assert!(
+                        matchers.contains(matcher),
+                        "{name}: {title}: {matcher} on {metric} in {expr}"
+                    );
+                }
+            }
+            all.push(expr.to_owned());
+        }
+    }
+    all
 }
 
 /// The selectors `(metric name, matchers)` of every series whose name
@@ -706,39 +728,10 @@ fn genai_dashboard_is_filtered_described_and_chained() {
             &GENAI_CHAIN,
             "gen_ai_server_request_duration_seconds_count",
         );
-        let mut all = Vec::new();
-        for panel in panels(&json) {
-            if panel["type"] == "row" {
-                continue;
-            }
-            let (title, _, targets) = described_panel(&name, panel);
-            for target in targets {
-                assert_eq!(
-                    target["datasource"]["uid"], "${datasource}",
-                    "{name}: {title}"
-                );
-                let expr = target["expr"].as_str().unwrap_or_default();
-                // Semantic-convention series only, each filtered by all four variables.
-                assert!(
-                    !expr.contains("vllm:"),
-                    "{name}: {title}: vLLM family in {expr}"
-                );
-                let selectors = genai_selectors(expr);
-                assert!(
-                    !selectors.is_empty(),
-                    "{name}: {title}: no gen_ai_ series in {expr}"
-                );
-                for (metric, matchers) in &selectors {
-                    for matcher in GENAI_FILTER {
-                        assert!(
-                            matchers.contains(matcher),
-                            "{name}: {title}: {matcher} on {metric} in {expr}"
-                        );
-                    }
-                }
-                all.push(expr.to_owned());
-            }
-        }
+        // Semantic-convention series only, each filtered by all four variables.
+        let all = filtered_exprs(&name, &json, "gen_ai_server_", &GENAI_FILTER, |_, expr| {
+            assert!(!expr.contains("vllm:"), "{name}: vLLM family in {expr}");
+        });
         assert_layout(&path, &json);
         // The panels the dashboard promises.
         let has = |what: &str, check: &dyn Fn(&str) -> bool| {
@@ -907,40 +900,14 @@ fn native_dashboard_is_filtered_described_and_chained() {
             &["job", "instance", "model_name", "engine"],
             "vllm:e2e_request_latency_seconds",
         );
-        let mut all = Vec::new();
-        for panel in panels(&json) {
-            if panel["type"] == "row" {
-                continue;
-            }
-            let (title, _, targets) = described_panel(&name, panel);
-            for target in targets {
-                assert_eq!(
-                    target["datasource"]["uid"], "${datasource}",
-                    "{name}: {title}"
-                );
-                let expr = target["expr"].as_str().unwrap_or_default();
-                // Native histograms only (no _bucket, _sum or _count series),
-                // each filtered by all four variables.
-                let selectors = selectors(expr, "vllm:");
-                assert!(
-                    !selectors.is_empty(),
-                    "{name}: {title}: no vllm: series in {expr}"
-                );
-                for (metric, matchers) in &selectors {
-                    assert!(
-                        native.contains(&metric.as_str()),
-                        "{name}: {title}: {metric} is not a native histogram (one of {native:?})"
-                    );
-                    for matcher in FILTER {
-                        assert!(
-                            matchers.contains(matcher),
-                            "{name}: {title}: {matcher} on {metric} in {expr}"
-                        );
-                    }
-                }
-                all.push(expr.to_owned());
-            }
-        }
+        // Native histograms only (no _bucket, _sum or _count series), each
+        // filtered by all four variables.
+        let all = filtered_exprs(&name, &json, "vllm:", &FILTER, |metric, expr| {
+            assert!(
+                native.contains(&metric),
+                "{name}: {metric} in {expr} is not a native histogram (one of {native:?})"
+            );
+        });
         assert_layout(&path, &json);
         // The panels the dashboard promises: per model, the p99 of every
         // native family and the p50 and p90 of TTFT and e2e, the rate of

@@ -677,7 +677,7 @@ fn assert_dashboards_answer(port: u16, window: &str) -> usize {
     for (path, dashboard) in native_dashboards() {
         let name = path.display();
         let mut exprs = Vec::new();
-        collect_exprs(&dashboard, &mut exprs);
+        common::dashboard_exprs(&dashboard, &mut exprs);
         assert!(exprs.len() >= 10, "{name}: {} queries", exprs.len());
         for expr in exprs {
             let promql = substitute(&expr, window);
@@ -730,22 +730,6 @@ fn native_dashboards() -> Vec<(PathBuf, Value)> {
     out.sort_by(|a, b| a.0.cmp(&b.0));
     assert!(!out.is_empty(), "no dashboard in {}", dir.display());
     out
-}
-
-/// Every `expr` string anywhere in a dashboard.
-fn collect_exprs(json: &Value, out: &mut Vec<String>) {
-    match json {
-        Value::Object(map) => {
-            for (key, value) in map {
-                match (key.as_str(), value) {
-                    ("expr", Value::String(expr)) => out.push(expr.clone()),
-                    _ => collect_exprs(value, out),
-                }
-            }
-        }
-        Value::Array(items) => items.iter().for_each(|item| collect_exprs(item, out)),
-        _ => {}
-    }
 }
 
 /// A dashboard query as Grafana sends it with every variable at All (`.*`)

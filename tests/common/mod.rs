@@ -360,3 +360,21 @@ pub(crate) fn spawn_logged(command: &mut Command, log: &Path, what: &str) -> Gua
             .unwrap_or_else(|e| panic!("{what} does not start: {e}")),
     )
 }
+
+/// Every `expr` string anywhere in a Grafana dashboard (panels, rows,
+/// targets, variables).
+pub(crate) fn dashboard_exprs(json: &serde_json::Value, out: &mut Vec<String>) {
+    use serde_json::Value;
+    match json {
+        Value::Object(map) => {
+            for (key, value) in map {
+                match (key.as_str(), value) {
+                    ("expr", Value::String(expr)) => out.push(expr.clone()),
+                    _ => dashboard_exprs(value, out),
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|item| dashboard_exprs(item, out)),
+        _ => {}
+    }
+}
