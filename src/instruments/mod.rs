@@ -259,7 +259,7 @@ impl InstrumentsBuilder {
     ///     .with_explicit_histogram_reader(bridge.latency_reader())
     ///     .build();
     /// let params = RequestParams { arrival_time: 100.0, prompt_len: 16, max_tokens: None, n: 1 };
-    /// RequestMetrics::start(&instruments, "llama", 0, params).abort(101.0);
+    /// RequestMetrics::start(&instruments, "llama", 0, params).abort(101.2);
     /// let text = bridge.encode(Format::Text);
     /// assert!(text.contains("vllm:e2e_request_latency_seconds_bucket{model_name=\"llama\",engine=\"0\",le=\"1.0\"} 0\n"));
     /// assert!(text.contains("vllm:e2e_request_latency_seconds_bucket{model_name=\"llama\",engine=\"0\",le=\"1.5\"} 1\n"));
