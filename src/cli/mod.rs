@@ -93,13 +93,20 @@ fn init_diagnostics() {
     let registry = tracing_subscriber::registry();
     let installed = match EnvFilter::try_from_default_env() {
         Ok(filter) => registry.with(fmt.with_filter(filter)).try_init(),
+        // One filter with its level hint: the callsites below WARN (h2's,
+        // tonic's per-frame spans) are then never registered, instead of
+        // being created and checked on every message.
         Err(_) => registry
             .with(
-                fmt.with_filter(LevelFilter::WARN)
-                    .with_filter(filter_fn(|meta| {
+                fmt.with_filter(
+                    filter_fn(|meta| {
                         let name = meta.name();
-                        name != "PeriodicReader.ExportError" && !name.starts_with("Export.Failed")
-                    })),
+                        *meta.level() <= LevelFilter::WARN
+                            && name != "PeriodicReader.ExportError"
+                            && !name.starts_with("Export.Failed")
+                    })
+                    .with_max_level_hint(LevelFilter::WARN),
+                ),
             )
             .try_init(),
     };
