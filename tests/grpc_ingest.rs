@@ -229,16 +229,28 @@ fn malformed_records_and_garbage_frames_leave_the_server_serving() {
         "the server still serves: {}",
         lines[2]
     );
-    // a, b (started before the garbage frame, still in flight) and c.
+    // A batch message: its records are applied in order and counted one by
+    // one; the batch nested in it is refused at its own position.
+    assert_eq!(
+        lines[3]["batch"],
+        serde_json::json!({
+            "applied": 3,
+            "rejected": 1,
+            "by_reason": {"invalid_record": 1},
+            "first": ["record 2: a batch inside a batch"],
+        })
+    );
+    // a, c and d finished (b, started before the garbage frame, and e are
+    // still in flight).
     assert_eq!(
         server.sample(
             r#"vllm:request_success_total{model_name="m",engine="0",finished_reason="stop"}"#
         ),
-        Some(2.0)
+        Some(3.0)
     );
     assert_eq!(
         server.sample(r#"vllm_otel_metrics_rejected_inputs_total{reason="invalid_record"}"#),
-        Some(3.0)
+        Some(4.0)
     );
 }
 

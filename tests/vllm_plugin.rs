@@ -312,7 +312,7 @@ fn pip_install_in_a_fresh_environment() {
         .expect("python runs");
     assert_eq!(
         String::from_utf8_lossy(&probe.stdout),
-        "['vllm_otel_metrics.plugin:OtelMetricsStatLogger']\nplugin_drops\n",
+        "['vllm_otel_metrics.plugin:OtelMetricsStatLogger']\nbatch\n",
         "{}",
         String::from_utf8_lossy(&probe.stderr)
     );

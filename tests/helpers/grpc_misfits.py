@@ -5,7 +5,10 @@ Usage: grpc_misfits.py HOST:PORT
 1. a stream of valid records with an empty record, a NaN time and an unknown
    event type among them -> the summary;
 2. a stream whose second frame is not protobuf -> the error status;
-3. another valid stream afterwards -> its summary (the server still serves).
+3. another valid stream afterwards -> its summary (the server still serves);
+4. a batch message holding a start, a batch (refused: batches do not nest)
+   and a finish, then one more record -> the summary, positions counting the
+   records inside the batch.
 """
 
 import json
@@ -65,3 +68,11 @@ with grpc.insecure_channel(target) as channel:
         print(json.dumps({"garbage": {"code": error.code().name, "details": error.details()}}))
 
     print(json.dumps({"after": summary_json(stub.Stream(iter([start("c"), finish("c")])))}))
+
+    def batch(*records):
+        return pb.Record(batch=pb.RecordBatch(records=list(records)))
+
+    print(json.dumps({"batch": summary_json(stub.Stream(iter([
+        batch(start("d"), batch(finish("d")), finish("d")),
+        start("e"),
+    ])))}))

@@ -47,6 +47,9 @@ BACKOFF_MIN, BACKOFF_MAX = 0.1, 5.0
 CONNECT_TIMEOUT = 2.0
 #: Largest message the client sends (the sidecar's default limit is 16 MiB).
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+#: Most records in one batch message: a batch-256 engine step's stats are a
+#: few KiB, so 256 of them stay far below :data:`MAX_MESSAGE_BYTES`.
+MAX_BATCH = 256
 #: Records handed to a call that are kept, to be sent again when a
 #: shutting-down sidecar ends the call before reading them.
 RESEND_WINDOW = 4096
@@ -137,6 +140,8 @@ class Streamer:
         self._unsent = collections.deque()
         #: Records handed to a stream (for tests and the benchmark).
         self.sent = 0
+        #: Messages sent (a batch is one).
+        self.messages = 0
         #: Whether a stream to the sidecar is open (for tests and the benchmark).
         self.connected = False
         self._stop = threading.Event()
@@ -279,8 +284,9 @@ class Streamer:
 
     def _requests(self, pb, done: threading.Event, handed: "Handed"):
         """The request iterator of one call (gRPC consumes it on a thread of
-        its own); each message it yields is noted in ``handed``. It ends when
-        the call does or on close()."""
+        its own). It converts what is queued, then yields the records ready
+        as one message (a batch of up to :data:`MAX_BATCH`), each record
+        noted in ``handed``. It ends when the call does or on close()."""
         queue, unsent = self._queue, self._unsent
         last_drops_check = 0.0
         while not done.is_set():
@@ -290,15 +296,27 @@ class Streamer:
                 drops = self._drops_record(pb)
                 if drops is not None:
                     unsent.append(drops)
-            if unsent:
-                message = unsent.popleft()
-                handed.note(message)
-                self.sent += 1
-                yield message
-                continue
-            try:
-                item = queue.popleft()
-            except IndexError:
+            item = None
+            if len(unsent) < MAX_BATCH:
+                try:
+                    item = queue.popleft()
+                except IndexError:
+                    pass
+            if item is None:
+                if unsent:
+                    # Everything ready goes in one batch message: gRPC's cost
+                    # is per message, in this process (the GIL) and in the
+                    # sidecar.
+                    records = [unsent.popleft() for _ in range(min(len(unsent), MAX_BATCH))]
+                    for record in records:
+                        handed.note(record)
+                    self.sent += len(records)
+                    self.messages += 1
+                    if len(records) == 1:
+                        yield records[0]
+                    else:
+                        yield pb.Record(batch=pb.RecordBatch(records=records))
+                    continue
                 if self._stop.is_set():
                     return
                 done.wait(POLL_SECONDS)

@@ -227,8 +227,18 @@ impl pb::ingest_server::Ingest for IngestService {
                     )))
                 }
             };
-            position += 1;
-            self.apply(message, position, &mut summary);
+            match message.record {
+                Some(pb::record::Record::Batch(batch)) => {
+                    for record in batch.records {
+                        position += 1;
+                        self.apply(record, position, &mut summary);
+                    }
+                }
+                record => {
+                    position += 1;
+                    self.apply(pb::Record { record }, position, &mut summary);
+                }
+            }
         }
         Ok(Response::new(summary.finish()))
     }

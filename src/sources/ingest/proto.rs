@@ -42,6 +42,9 @@ pub enum ConversionError {
     /// A GenAI operation name this version does not know.
     #[error("unknown operation_name '{0}' (expected one of chat, create_agent, embeddings, execute_tool, generate_content, invoke_agent, text_completion)")]
     UnknownOperationName(String),
+    /// A batch inside a batch.
+    #[error("a batch inside a batch")]
+    NestedBatch,
     /// An operation whose kind is unset.
     #[error("operation without a kind")]
     UnkindedOperation,
@@ -217,6 +220,8 @@ pub fn record_from_proto(record: pb::Record, now: f64) -> Result<Record, Convers
         }),
         R::IterationStats(s) => Record::IterationStats(Box::new(iteration_stats_from_proto(s)?)),
         R::PluginDrops(d) => Record::PluginDrops(PluginDrops { dropped: d.dropped }),
+        // The server opens a batch before converting its records.
+        R::Batch(_) => return Err(ConversionError::NestedBatch),
     };
     Ok(record)
 }
