@@ -41,6 +41,8 @@ log = logging.getLogger("vllm.vllm_otel_metrics")
 
 #: How often an idle stream looks at the queue, seconds.
 POLL_SECONDS = 0.05
+#: How often the thread looks once the queue has been empty for a second.
+IDLE_POLL_SECONDS = 0.25
 #: Reconnection back-off, seconds.
 BACKOFF_MIN, BACKOFF_MAX = 0.1, 5.0
 #: How long to wait for a connection before backing off, seconds.
@@ -238,6 +240,8 @@ class Streamer:
         call = stub.Stream.future(self._requests(pb, done, handed), metadata=metadata)
         call.add_done_callback(lambda _f: done.set())
         try:
+            # gRPC's result() wakes every 100 ms to look; the event sleeps.
+            done.wait()
             summary = call.result()
         except grpc.RpcError as e:
             code = e.code() if hasattr(e, "code") else None
@@ -288,7 +292,7 @@ class Streamer:
         as one message (a batch of up to :data:`MAX_BATCH`), each record
         noted in ``handed``. It ends when the call does or on close()."""
         queue, unsent = self._queue, self._unsent
-        last_drops_check = 0.0
+        last_drops_check = last_busy = 0.0
         while not done.is_set():
             now = time.monotonic()
             if now - last_drops_check >= 1.0:
@@ -319,8 +323,11 @@ class Streamer:
                     continue
                 if self._stop.is_set():
                     return
-                done.wait(POLL_SECONDS)
+                # Idle for a while (vLLM waits for requests): look less often.
+                idle = now - last_busy >= 1.0
+                done.wait(IDLE_POLL_SECONDS if idle else POLL_SECONDS)
                 continue
+            last_busy = now
             try:
                 for record in self._to_records(item):
                     if convert.finite(record):
