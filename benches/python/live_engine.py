@@ -31,7 +31,6 @@ import argparse
 import asyncio
 import os
 import pathlib
-import signal
 import statistics
 import subprocess
 import sys
@@ -44,7 +43,9 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 VLLM_TESTS = REPO / "tests" / "vllm"
 sys.path.insert(0, str(VLLM_TESTS))
 
-from live import BLOCK_SIZE, MAX_MODEL_LEN, MODEL_NAME, free_port, get, percentile, wait  # noqa: E402
+from live import (  # noqa: E402
+    BLOCK_SIZE, MAX_MODEL_LEN, MODEL_NAME, free_port, get, percentile, stop, vllm_env, wait,
+)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -96,18 +97,7 @@ async def load(url: str, count: int, concurrency: int) -> dict:
 def run(args, variant: str, work: pathlib.Path) -> dict:
     port, ingest, metrics = free_port(), free_port(), free_port()
     log_path = work / f"{variant}-{time.monotonic_ns()}.log"
-    env = dict(os.environ)
-    env.update(
-        {
-            "VLLM_TARGET_DEVICE": "cpu",
-            "VLLM_CPU_KVCACHE_SPACE": "1",
-            "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-            "HF_HUB_OFFLINE": "1",
-            "VLLM_OTEL_METRICS_TARGET": f"http://127.0.0.1:{ingest}",
-            "VLLM_OTEL_METRICS_METRICS_ADDR": f"127.0.0.1:{metrics}",
-            "VLLM_OTEL_METRICS_SIDECAR_LOG": str(work / f"sidecar-{port}.log"),
-        }
-    )
+    env = vllm_env(ingest, metrics, str(work / f"sidecar-{port}.log"))
     if variant == "stock":
         # A name no plugin has: vLLM loads no stat-logger plugin.
         env["VLLM_PLUGINS"] = "none"
@@ -137,13 +127,7 @@ def run(args, variant: str, work: pathlib.Path) -> dict:
         result["api_cpu"] = (cpu_seconds(vllm.pid) - cpu_before) / args.requests
         result["api_idle_cpu"] = idle
     finally:
-        if vllm.poll() is None:
-            os.killpg(vllm.pid, signal.SIGINT)
-            try:
-                vllm.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(vllm.pid, signal.SIGKILL)
-                vllm.wait()
+        stop(vllm)
     figures = {
         "rps": result["rps"],
         "ttft_p50": percentile(result["ttft"], 0.5),

