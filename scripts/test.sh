@@ -32,6 +32,12 @@ timings() {
 }
 trap timings EXIT
 
+# Cargo's build outputs live in the cache too, so that a fresh clone on a
+# machine that ran the tests before compiles only this crate, not its
+# dependencies again (cargo keys every artifact by compiler, features and
+# Cargo.lock itself; `cargo clean` with this variable set empties it).
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/vllm-otel-metrics/cargo-target}"
+
 if ! command -v promtool >/dev/null 2>&1; then
   step "installing Prometheus (promtool) from Debian's packages"
   as_root apt-get update -qq

@@ -284,8 +284,15 @@ fn pip_install_in_a_fresh_environment() {
         ])
         .arg(common::repo().join("python"))
         // Its own target directory: this test runs while cargo may hold the
-        // tests' one, and a release build must not wait for it.
-        .env("CARGO_TARGET_DIR", common::repo().join("target/wheel"))
+        // tests' one, and a release build must not wait for it. Under the
+        // tests' one when that is set (the test command's cache), so that a
+        // fresh clone does not build the release binary from nothing.
+        .env(
+            "CARGO_TARGET_DIR",
+            std::env::var_os("CARGO_TARGET_DIR")
+                .map(|dir| std::path::PathBuf::from(dir).join("wheel"))
+                .unwrap_or_else(|| common::repo().join("target/wheel")),
+        )
         .output()
         .expect("pip runs");
     assert!(
