@@ -31,10 +31,12 @@ fi
 log "cargo build --release --locked"
 cargo build --release --locked --quiet >&2
 binary=${CARGO_TARGET_DIR:-target}/release/vllm-otel-metrics
+# A relative target directory is the checkout's.
+case "$binary" in /*) ;; *) binary="$PWD/$binary" ;; esac
 
 rm -rf "$OUT/build" && mkdir -p "$OUT/build"
 log "pip wheel ./python (with the sidecar binary)"
-VLLM_OTEL_METRICS_BINARY="$PWD/$binary" "$BUILD_ENV/bin/python" -m pip wheel \
+VLLM_OTEL_METRICS_BINARY="$binary" "$BUILD_ENV/bin/python" -m pip wheel \
   --disable-pip-version-check --quiet --no-deps ./python -w "$OUT/build" >&2
 built=$(ls "$OUT"/build/vllm_otel_metrics-*-py3-none-linux_x86_64.whl)
 
