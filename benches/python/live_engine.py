@@ -29,7 +29,6 @@ installed (``tests/vllm_live.rs`` installs it there).
 
 import argparse
 import asyncio
-import os
 import pathlib
 import statistics
 import subprocess
@@ -43,15 +42,10 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 VLLM_TESTS = REPO / "tests" / "vllm"
 sys.path.insert(0, str(VLLM_TESTS))
 
+from proc import cpu_seconds  # noqa: E402
 from live import (  # noqa: E402
     BLOCK_SIZE, MAX_MODEL_LEN, MODEL_NAME, free_port, get, percentile, stop, vllm_env, wait,
 )
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def one(session, url: str, index: int, ttft: list, itl: list) -> None:

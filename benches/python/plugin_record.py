@@ -47,6 +47,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "vllm"))
 
 import vllm_steps  # noqa: E402
+from proc import cpu_seconds  # noqa: E402
 from vllm.v1.metrics.loggers import PrometheusStatLogger, load_stat_logger_plugin_factories  # noqa: E402
 
 
@@ -131,13 +132,6 @@ def bench_batches(args, work, vllm_logger, plugin):
               f"plugin_convert={statistics.median(thread):,.0f} plugin_total={total:,.0f} ns/step "
               f"ratio={total / statistics.median(theirs):.2f} "
               f"(rounds {min(ratios):.2f}-{max(ratios):.2f})", flush=True)
-
-
-def cpu_seconds(pid) -> float:
-    """User plus system CPU time of a process so far (``/proc/PID/stat``)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def bench_sidecar(args, work, plugin, serve):

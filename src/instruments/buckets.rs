@@ -25,7 +25,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::catalog::{self, Kind, MetricDef};
+use crate::catalog::{self, MetricDef};
 
 /// Bucket boundaries that replace the catalog's, by bucket family
 /// ([`catalog::BUCKET_FAMILIES`]) or by a single histogram's vLLM name. A
@@ -83,22 +83,18 @@ impl BucketOverrides {
     pub fn boundaries(&self, def: &MetricDef) -> Option<&[f64]> {
         self.by_family.get(def.otel_name).map(Vec::as_slice)
     }
-
-    /// Whether nothing is overridden.
-    pub fn is_empty(&self) -> bool {
-        self.by_family.is_empty()
-    }
 }
 
 // Validated boundaries are finite, so equality is an equivalence.
 impl Eq for BucketOverrides {}
 
-/// The catalog histogram whose vLLM name is `name`.
+/// The catalog histogram whose vLLM name is `name` (every member of a
+/// bucket family is a histogram).
 fn histogram_named(name: &str) -> Option<&'static &'static MetricDef> {
     catalog::BUCKET_FAMILIES
         .iter()
         .flat_map(|family| family.members)
-        .find(|def| def.vllm_name == name && def.kind == Kind::Histogram)
+        .find(|def| def.vllm_name == name)
 }
 
 /// The keys a user may give, for the unknown-key error.

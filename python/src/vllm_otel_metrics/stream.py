@@ -142,8 +142,6 @@ class Streamer:
         self._unsent = collections.deque()
         #: Records handed to a stream (for tests and the benchmark).
         self.sent = 0
-        #: Messages sent (a batch is one).
-        self.messages = 0
         #: Whether a stream to the sidecar is open (for tests and the benchmark).
         self.connected = False
         self._stop = threading.Event()
@@ -315,7 +313,6 @@ class Streamer:
                     for record in records:
                         handed.note(record)
                     self.sent += len(records)
-                    self.messages += 1
                     if len(records) == 1:
                         yield records[0]
                     else:
