@@ -101,8 +101,9 @@ fn histogram_named(name: &str) -> Option<&'static &'static MetricDef> {
 fn known() -> String {
     let keys: Vec<&str> = catalog::BUCKET_FAMILIES.iter().map(|f| f.key).collect();
     format!(
-        "known: {}; or a histogram's vLLM name, such as vllm:e2e_request_latency_seconds",
-        keys.join(", ")
+        "known: {}; or a histogram's vLLM name, such as {}",
+        keys.join(", "),
+        catalog::E2E_REQUEST_LATENCY.vllm_name
     )
 }
 
