@@ -197,6 +197,12 @@ impl RequestHandles {
         }
     }
 
+    /// Adds an engine output's new tokens.
+    #[inline(always)]
+    pub(crate) fn add_generation_tokens(&self, new_tokens: u64) {
+        self.generation_tokens.add(new_tokens);
+    }
+
     /// Adds preemptions that carry no reason (the plugin path's).
     pub(crate) fn add_preemptions(&self, preemptions: u64) {
         self.num_preemptions.add(preemptions);

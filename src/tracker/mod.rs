@@ -79,9 +79,13 @@ struct BatchCounts {
 }
 
 impl CountSink for BatchCounts {
-    #[inline]
-    fn counts(&mut self, _: &RequestHandles, new_tokens: u64, preemptions: &Preemptions) {
+    #[inline(always)]
+    fn tokens(&mut self, _: &RequestHandles, new_tokens: u64) {
         self.new_tokens += new_tokens;
+    }
+
+    #[inline]
+    fn preemptions(&mut self, _: &RequestHandles, preemptions: &Preemptions) {
         for (sum, count) in self.preemptions.iter_mut().zip(preemptions) {
             *sum += count;
         }

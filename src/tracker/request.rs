@@ -56,6 +56,10 @@ pub(super) struct RequestState {
     scheduled_ts: f64,
     first_token_ts: f64,
     last_token_ts: f64,
+    /// Past the first token, with a token time to measure the next one
+    /// from, and not terminated: an output that carries only tokens takes
+    /// [`RequestState::observe_decoding`].
+    decoding: bool,
     /// The batch timestamp of the latest output (engine clock).
     last_batch_ts: f64,
     /// The time to first token recorded, for the span.
@@ -71,16 +75,24 @@ pub(super) struct RequestState {
 /// the label set's counters ([`RequestHandles`]), or into a batch's sums
 /// that a [`Tracker`] adds once per label set ([`BatchCounts`]).
 pub(super) trait CountSink {
-    fn counts(&mut self, handles: &RequestHandles, new_tokens: u64, preemptions: &Preemptions);
+    /// `new_tokens` (more than zero) generation tokens.
+    fn tokens(&mut self, handles: &RequestHandles, new_tokens: u64);
+    /// An output's preemptions, by reason.
+    fn preemptions(&mut self, handles: &RequestHandles, preemptions: &Preemptions);
 }
 
 /// Counts go straight to the label set's counters.
 struct Immediately;
 
 impl CountSink for Immediately {
+    #[inline(always)]
+    fn tokens(&mut self, handles: &RequestHandles, new_tokens: u64) {
+        handles.add_generation_tokens(new_tokens);
+    }
+
     #[inline]
-    fn counts(&mut self, handles: &RequestHandles, new_tokens: u64, preemptions: &Preemptions) {
-        handles.record_counts(new_tokens, preemptions);
+    fn preemptions(&mut self, handles: &RequestHandles, preemptions: &Preemptions) {
+        handles.record_counts(0, preemptions);
     }
 }
 
@@ -93,6 +105,7 @@ impl RequestState {
             scheduled_ts: 0.0,
             first_token_ts: 0.0,
             last_token_ts: 0.0,
+            decoding: false,
             last_batch_ts: 0.0,
             time_to_first_token: 0.0,
             num_generation_tokens: 0,
@@ -130,10 +143,46 @@ impl RequestState {
         }
     }
 
+    /// Whether `output` is the common case [`RequestState::observe_decoding`]
+    /// applies: a decoding request's output with no events, no prefill
+    /// stats and no finish reason.
+    #[inline(always)]
+    fn is_decoding_step(&self, output: &EngineCoreOutput) -> bool {
+        self.decoding
+            && output.events.is_empty()
+            && output.prefill_stats.is_none()
+            && output.finish_reason.is_none()
+    }
+
+    /// [`RequestState::observe_output`] for an output that
+    /// [`RequestState::is_decoding_step`] admits, with what cannot happen
+    /// there left out: its tokens, and the inter-token latency from the
+    /// previous token. Most outputs of a request take this path, so it
+    /// checks nothing the general one would have found irrelevant.
+    #[inline(always)]
+    fn observe_decoding(
+        &mut self,
+        h: &RequestHandles,
+        counts: &mut impl CountSink,
+        batch_timestamp: f64,
+        output: &EngineCoreOutput,
+    ) {
+        self.last_batch_ts = batch_timestamp;
+        let new_tokens = output.new_token_ids.len() as u64;
+        if new_tokens > 0 {
+            self.num_generation_tokens += new_tokens;
+            counts.tokens(h, new_tokens);
+            h.inter_token_latency
+                .record(batch_timestamp - self.last_token_ts);
+            self.last_token_ts = batch_timestamp;
+        }
+    }
+
     /// Mirrors vLLM's `RequestMetricsTracker::observe_output` (docs/SEMANTICS.md §3
     /// steps 1–4): updates the state and records what the output observes,
-    /// its counts into `counts`.
-    #[inline(always)]
+    /// its counts into `counts`. Kept out of line: the outputs that need it
+    /// (a request's first token, events, prefill stats) are few.
+    #[inline(never)]
     fn observe_output(
         &mut self,
         h: &RequestHandles,
@@ -148,12 +197,15 @@ impl RequestState {
         self.last_batch_ts = batch_timestamp;
         let new_tokens = output.new_token_ids.len() as u64;
         self.num_generation_tokens += new_tokens;
-        let preemptions = if output.events.is_empty() {
-            NO_PREEMPTIONS
-        } else {
-            self.observe_events(&output.events)
-        };
-        counts.counts(h, new_tokens, &preemptions);
+        if !output.events.is_empty() {
+            let preemptions = self.observe_events(&output.events);
+            if preemptions != NO_PREEMPTIONS {
+                counts.preemptions(h, &preemptions);
+            }
+        }
+        if new_tokens > 0 {
+            counts.tokens(h, new_tokens);
+        }
 
         // Only outputs that carry tokens drive token timing: a token-less
         // terminal output must not log a stray TTFT or ITL sample.
@@ -173,6 +225,7 @@ impl RequestState {
             }
             self.last_token_ts = batch_timestamp;
         }
+        self.decoding = !self.is_prefilling && self.last_token_ts > 0.0;
     }
 
     /// Applies the events' timestamps; returns the preemptions by reason.
@@ -356,6 +409,28 @@ impl RequestMetrics {
         received_at: f64,
         output: &EngineCoreOutput,
     ) -> bool {
+        // A terminated request is never `decoding`, so the common output
+        // needs no check of its own for it.
+        if self.state.is_decoding_step(output)
+            && !self.state.goes_back(batch_timestamp, received_at)
+        {
+            self.state
+                .observe_decoding(&self.handles, counts, batch_timestamp, output);
+            return false;
+        }
+        self.observe_output_general(counts, batch_timestamp, received_at, output)
+    }
+
+    /// [`RequestMetrics::observe_output_into`] for every output that is not
+    /// a plain decoding step.
+    #[inline(never)]
+    fn observe_output_general(
+        &mut self,
+        counts: &mut impl CountSink,
+        batch_timestamp: f64,
+        received_at: f64,
+        output: &EngineCoreOutput,
+    ) -> bool {
         if self.terminated {
             return true;
         }
@@ -387,6 +462,7 @@ impl RequestMetrics {
     pub fn finish(&mut self, received_at: f64, reason: FinishReason) {
         if !self.terminated {
             self.terminated = true;
+            self.state.decoding = false;
             let values = self
                 .state
                 .record_terminal(&self.handles, received_at, reason);
