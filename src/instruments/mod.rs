@@ -403,6 +403,11 @@ pub(crate) fn f64_counter(meters: &Meters, def: &'static MetricDef) -> Counter<f
         .build()
 }
 
+/// An attribute value whose clones share one string.
+pub(crate) fn shared_string(value: &str) -> opentelemetry::Value {
+    opentelemetry::Value::String(opentelemetry::StringValue::from(Arc::<str>::from(value)))
+}
+
 /// `base` plus one more label.
 pub(crate) fn with_label(
     base: &[KeyValue],
@@ -419,11 +424,18 @@ pub(crate) fn with_label(
 /// family whose limit is reached writes the SDK's own overflow series; one
 /// with a further label (`finished_reason`, `source`) has room for it and
 /// keeps that label.
+///
+/// The values are reference-counted: the SDK clones every series'
+/// attributes at every collect, and an owned string would be copied there
+/// (two allocations per series and scrape), a shared one is not.
 fn base_labels(label_set: Option<(&str, u32)>) -> Vec<KeyValue> {
     match label_set {
         Some((model_name, engine)) => vec![
-            KeyValue::new(catalog::ENGINE_LABELS[0], model_name.to_owned()),
-            KeyValue::new(catalog::ENGINE_LABELS[1], engine.to_string()),
+            KeyValue::new(catalog::ENGINE_LABELS[0], shared_string(model_name)),
+            KeyValue::new(
+                catalog::ENGINE_LABELS[1],
+                shared_string(&engine.to_string()),
+            ),
         ],
         None => vec![KeyValue::new(OVERFLOW_ATTRIBUTE, true)],
     }

@@ -18,7 +18,7 @@ use crate::catalog::semconv::{self, ERROR_TYPE, OPERATION_NAME};
 use crate::protocol::{FinishReason, GenAiOperation};
 
 use super::Meters;
-use super::{f64_histogram, OVERFLOW_ATTRIBUTE};
+use super::{f64_histogram, shared_string, OVERFLOW_ATTRIBUTE};
 
 /// Which semantic conventions are recorded besides vLLM's families.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -135,8 +135,8 @@ impl SemconvHandles {
             Some(model) => {
                 let mut attributes = vec![
                     KeyValue::new(semconv::PROVIDER_NAME, semconv::PROVIDER),
-                    KeyValue::new(semconv::REQUEST_MODEL, model.to_owned()),
-                    KeyValue::new(semconv::RESPONSE_MODEL, model.to_owned()),
+                    KeyValue::new(semconv::REQUEST_MODEL, shared_string(model)),
+                    KeyValue::new(semconv::RESPONSE_MODEL, shared_string(model)),
                 ];
                 attributes.extend(instruments.server.iter().cloned());
                 attributes

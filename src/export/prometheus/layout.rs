@@ -14,15 +14,46 @@ use std::cmp::Ordering;
 
 use prometheus::proto::{LabelPair, Metric, MetricFamily};
 
-/// Orders label values numerically where both are integers (`engine="10"` after `"9"`).
-pub(super) fn compare_label_values(a: &str, b: &str) -> Ordering {
-    let digits = |s: &str| !s.is_empty() && s.len() <= 19 && s.bytes().all(|c| c.is_ascii_digit());
-    if digits(a) && digits(b) {
-        // Below 10^19 both fit a u64.
-        let value = |s: &str| s.bytes().fold(0u64, |n, c| n * 10 + u64::from(c - b'0'));
-        value(a).cmp(&value(b))
-    } else {
-        a.cmp(b)
+/// A label value as series are ordered by it: its number when it is an
+/// integer (`engine="10"` after `"9"`), its text otherwise. Worked out once
+/// per value, not once per comparison.
+#[derive(Debug, Clone, Copy)]
+struct SortKey<'g> {
+    number: Option<u64>,
+    /// The text's first 8 bytes, big-endian, zero-padded: where two texts
+    /// differ there, this orders them as the texts (most label values,
+    /// `model-3` or `stop`, are that short); where it is equal, the texts
+    /// decide.
+    prefix: u64,
+    text: &'g str,
+}
+
+impl<'g> SortKey<'g> {
+    fn of(text: &'g str) -> Self {
+        // Up to 19 digits fit a u64.
+        let is_integer =
+            !text.is_empty() && text.len() <= 19 && text.bytes().all(|c| c.is_ascii_digit());
+        let number =
+            is_integer.then(|| text.bytes().fold(0u64, |n, c| n * 10 + u64::from(c - b'0')));
+        let mut head = [0u8; 8];
+        let len = text.len().min(8);
+        head[..len].copy_from_slice(&text.as_bytes()[..len]);
+        SortKey {
+            number,
+            prefix: u64::from_be_bytes(head),
+            text,
+        }
+    }
+
+    /// Numerically where both are integers, else as text.
+    fn cmp(&self, other: &Self) -> Ordering {
+        match (self.number, other.number) {
+            (Some(a), Some(b)) => a.cmp(&b),
+            _ => self
+                .prefix
+                .cmp(&other.prefix)
+                .then_with(|| self.text.cmp(other.text)),
+        }
     }
 }
 
@@ -102,19 +133,34 @@ impl<'g> Layout<'g> {
     }
 
     /// Sorts the series by their label values in exposition order, then by
-    /// their number of labels.
+    /// their number of labels. Each value's key is worked out once, in
+    /// `label_order`'s runs, so a comparison parses nothing.
     fn sort(&mut self) {
         let metrics = self.family.get_metric();
-        let mut series = std::mem::take(&mut self.series);
-        series.sort_by(|&(a, a_start), &(b, b_start)| {
-            let (a, b) = (&metrics[a as usize], &metrics[b as usize]);
-            self.labels_of(a, a_start)
-                .zip(self.labels_of(b, b_start))
-                .map(|(x, y)| compare_label_values(x.value(), y.value()))
+        let mut keys = Vec::with_capacity(self.label_order.len());
+        // Each series with the end of its run of keys, so that a comparison
+        // reads the keys alone, not the gathered series.
+        let mut runs: Vec<((u32, u32), u32)> = Vec::with_capacity(self.series.len());
+        for &(index, start) in &self.series {
+            let metric = &metrics[index as usize];
+            keys.extend(
+                self.labels_of(metric, start)
+                    .map(|l| SortKey::of(l.value())),
+            );
+            runs.push(((index, start), keys.len() as u32));
+        }
+        runs.sort_by(|&((_, a_start), a_end), &((_, b_start), b_end)| {
+            let a = &keys[a_start as usize..a_end as usize];
+            let b = &keys[b_start as usize..b_end as usize];
+            a.iter()
+                .zip(b)
+                .map(|(x, y)| x.cmp(y))
                 .find(|o| o.is_ne())
-                .unwrap_or_else(|| a.get_label().len().cmp(&b.get_label().len()))
+                .unwrap_or_else(|| a.len().cmp(&b.len()))
         });
-        self.series = series;
+        self.series.clear();
+        self.series
+            .extend(runs.into_iter().map(|(series, _)| series));
     }
 }
 
@@ -220,9 +266,22 @@ mod tests {
         assert_eq!(series, [expected("a"), expected("b")]);
     }
 
+    fn compare_label_values(a: &str, b: &str) -> Ordering {
+        SortKey::of(a).cmp(&SortKey::of(b))
+    }
+
     #[test]
     fn label_values_compare_as_numbers_only_when_both_are() {
         assert_eq!(compare_label_values("9", "10"), Ordering::Less);
+        // Texts compare as texts, past their first 8 bytes too.
+        assert_eq!(compare_label_values("model-10", "model-9"), Ordering::Less);
+        assert_eq!(
+            compare_label_values("abcdefgh1", "abcdefgh0"),
+            Ordering::Greater
+        );
+        assert_eq!(compare_label_values("ab", "ab\0"), Ordering::Less);
+        assert_eq!(compare_label_values("ab\0", "ab"), Ordering::Greater);
+        assert_eq!(compare_label_values("same", "same"), Ordering::Equal);
         assert_eq!(compare_label_values("b", "10"), Ordering::Greater);
         assert_eq!(compare_label_values("", "0"), Ordering::Less);
         assert_eq!(
