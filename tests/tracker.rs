@@ -380,6 +380,55 @@ fn tokenless_outputs_record_no_token_timing() {
     assert_eq!(hist(&s, "iteration_tokens_total", M0), (71.0, 3.0));
 }
 
+/// The outputs that carry only tokens take a shorter path once a request
+/// decodes; the rules stay the general ones. A first token stamped 0 gives
+/// the next token no inter-token latency (a token time of 0 is no time to
+/// measure from), a token-less output none either, and an output after the
+/// finish finds the request terminated.
+#[test]
+fn decoding_steps_follow_the_general_rules() {
+    let (bridge, mut tracker) = pipeline();
+    assert_eq!(tracker.start_request(&start("r", 0, 10.0, 5, None)), vec![]);
+    for (timestamp, received_at, tokens) in [
+        (0.0, 10.5, 1), // the first token, stamped 0
+        (1.0, 11.0, 1), // no latency from a token time of 0
+        (1.5, 11.5, 0), // token-less: no latency
+        (2.0, 12.0, 2), // 1.0 from the token at 1.0
+    ] {
+        tracker.observe_batch(&batch(0, timestamp, received_at, vec![output("r", tokens)]));
+    }
+    let mut last = output("r", 1);
+    last.finish_reason = Some(FinishReason::Stop);
+    tracker.observe_batch(&batch(0, 3.5, 13.5, vec![last]));
+    let s = exposition(&bridge);
+    assert_eq!(hist(&s, "time_to_first_token_seconds", M0), (0.5, 1.0));
+    assert_eq!(hist(&s, "inter_token_latency_seconds", M0), (2.5, 2.0));
+    assert_eq!(
+        value(&s, &format!("vllm:generation_tokens_total{{{M0}}}")),
+        5.0
+    );
+    assert_eq!(hist(&s, "request_generation_tokens", M0), (5.0, 1.0));
+    assert_eq!(hist(&s, "request_decode_time_seconds", M0), (0.0, 1.0));
+
+    // Directly, without a tracker: an output after the finish finds the
+    // request terminated.
+    let instruments = Instruments::builder()
+        .with_reader(PrometheusBridge::builder().build().1)
+        .build();
+    let params = RequestParams {
+        arrival_time: 10.0,
+        prompt_len: 5,
+        max_tokens: None,
+        n: 1,
+    };
+    let mut request = RequestMetrics::start(&instruments, "m", 0, params);
+    assert!(!request.observe_output(1.0, 11.0, &output("r", 1)));
+    assert!(!request.observe_output(2.0, 12.0, &output("r", 1)));
+    request.finish(12.5, FinishReason::Stop);
+    assert!(request.observe_output(3.0, 13.0, &output("r", 1)));
+    assert!(request.is_terminated());
+}
+
 /// Prefill stats after a decode-time preemption do not count prompt tokens
 /// again, but their cached count is the one used at termination.
 #[test]
