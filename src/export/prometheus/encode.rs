@@ -117,23 +117,44 @@ fn push_label_value(out: &mut String, value: &str) {
 /// A series' label pairs as the exposition writes them between the braces
 /// (`model_name="m",engine="0"`), rendered once for all of its lines.
 #[derive(Debug, Default)]
-pub(super) struct LabelBlock(String);
+pub(super) struct LabelBlock {
+    pairs: String,
+    /// `name_bucket{pairs,le="`, the start of each of a histogram series'
+    /// bucket lines (most of an exposition's lines), written once per
+    /// series and copied whole into each line.
+    bucket_prefix: String,
+}
 
 impl LabelBlock {
     /// Starts the block of the next series.
     pub(super) fn clear(&mut self) {
-        self.0.clear();
+        self.pairs.clear();
     }
 
     /// Appends one pair.
     pub(super) fn push(&mut self, name: &str, value: &str) {
-        if !self.0.is_empty() {
-            self.0.push(',');
+        if !self.pairs.is_empty() {
+            self.pairs.push(',');
         }
-        self.0.push_str(name);
-        self.0.push_str("=\"");
-        push_label_value(&mut self.0, value);
-        self.0.push('"');
+        self.pairs.push_str(name);
+        self.pairs.push_str("=\"");
+        push_label_value(&mut self.pairs, value);
+        self.pairs.push('"');
+    }
+
+    /// The start of this series' bucket lines in family `name`, up to the
+    /// `le` value.
+    fn bucket_prefix(&mut self, name: &str) -> &str {
+        let prefix = &mut self.bucket_prefix;
+        prefix.clear();
+        prefix.push_str(name);
+        prefix.push_str("_bucket{");
+        if !self.pairs.is_empty() {
+            prefix.push_str(&self.pairs);
+            prefix.push(',');
+        }
+        prefix.push_str("le=\"");
+        prefix
     }
 }
 
@@ -162,22 +183,14 @@ pub(super) fn write_header(out: &mut String, name: &str, help: &str, kind: Kind,
     let _ = writeln!(out, "# TYPE {name}{total} {}", kind.prometheus_type());
 }
 
-/// Starts a sample line: `name` and `suffix`, the labels and `le` (when
-/// either is there) in braces, and the space before the value.
-fn start_sample(out: &mut String, name: &str, suffix: &str, labels: &LabelBlock, le: Option<&str>) {
+/// Starts a sample line: `name` and `suffix`, the labels in braces (when
+/// there are any), and the space before the value.
+fn start_sample(out: &mut String, name: &str, suffix: &str, labels: &LabelBlock) {
     out.push_str(name);
     out.push_str(suffix);
-    if !labels.0.is_empty() || le.is_some() {
+    if !labels.pairs.is_empty() {
         out.push('{');
-        out.push_str(&labels.0);
-        if let Some(le) = le {
-            if !labels.0.is_empty() {
-                out.push(',');
-            }
-            out.push_str("le=\"");
-            out.push_str(le);
-            out.push('"');
-        }
+        out.push_str(&labels.pairs);
         out.push('}');
     }
     out.push(' ');
@@ -193,7 +206,7 @@ pub(super) fn write_scalar(
     value_type: ValueType,
 ) {
     let suffix = if kind == Kind::Counter { "_total" } else { "" };
-    start_sample(out, name, suffix, labels, None);
+    start_sample(out, name, suffix, labels);
     push_value(out, value, value_type);
     out.push('\n');
 }
@@ -203,24 +216,28 @@ pub(super) fn write_scalar(
 pub(super) fn write_histogram(
     out: &mut String,
     name: &str,
-    labels: &LabelBlock,
+    labels: &mut LabelBlock,
     les: &[String],
     cumulative: impl Iterator<Item = u64>,
     sum: f64,
     count: u64,
 ) {
+    let prefix = labels.bucket_prefix(name);
     for (le, cumulative) in les.iter().zip(cumulative) {
-        start_sample(out, name, "_bucket", labels, Some(le));
+        out.push_str(prefix);
+        out.push_str(le);
+        out.push_str("\"} ");
         push_count(out, cumulative);
         out.push('\n');
     }
-    start_sample(out, name, "_bucket", labels, Some("+Inf"));
+    out.push_str(prefix);
+    out.push_str("+Inf\"} ");
     push_count(out, count);
     out.push('\n');
-    start_sample(out, name, "_sum", labels, None);
+    start_sample(out, name, "_sum", labels);
     push_float(out, sum);
     out.push('\n');
-    start_sample(out, name, "_count", labels, None);
+    start_sample(out, name, "_count", labels);
     push_count(out, count);
     out.push('\n');
 }
