@@ -285,8 +285,9 @@ fn pip_install_in_a_fresh_environment() {
         .arg(common::repo().join("python"))
         // Its own target directory: this test runs while cargo may hold the
         // tests' one, and a release build must not wait for it. Under the
-        // tests' one when that is set (the test command's cache), so that a
-        // fresh clone does not build the release binary from nothing.
+        // tests' one when that is set (the test command's cache), where
+        // scripts/test.sh has the wheel's release build made first, so that
+        // this build finds it done instead of building it a second time.
         .env(
             "CARGO_TARGET_DIR",
             std::env::var_os("CARGO_TARGET_DIR")
