@@ -21,8 +21,9 @@
 //! ```
 
 use serde::{Deserialize, Serialize};
+use serde_with::skip_serializing_none;
 
-use super::{bounded, finite, null_as_default, time, InvalidRecord, KvConnectorStats};
+use super::{bounded, finite, null_as_default, time, InputLimits, InvalidRecord, KvConnectorStats};
 
 /// Most accepted-token positions a speculative-decoding record may carry
 /// (vLLM's `num_speculative_tokens` is a handful in practice).
@@ -35,6 +36,7 @@ pub const MAX_CACHE_CONFIG_KEYS: usize = 64;
 
 /// Scheduler state after one engine step (vLLM's `SchedulerStats`). Every
 /// field after `prefix_cache_hits` is optional: absent, it is 0 or empty.
+#[skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct SchedulerStats {
     /// The served model name.
@@ -53,7 +55,7 @@ pub struct SchedulerStats {
     pub prefix_cache_hits: u64,
     /// Frontend wall clock when the stats arrived, seconds; the value of
     /// `vllm:lora_requests_info` (absent: the current time).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub received_at: Option<f64>,
     /// Of `num_waiting_reqs`, those deferred by transient constraints (LoRA
     /// budget, KV transfer, blocked status).
@@ -65,7 +67,7 @@ pub struct SchedulerStats {
     pub num_skipped_waiting_reqs: u64,
     /// Waiting requests by async KV load stage; present only on an engine
     /// that consumes KV from a connector.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub num_kv_fetch_reqs_by_stage: Option<KvFetchStages>,
     /// Tokens queried in the KV connector's cross-instance cache.
     #[serde(
@@ -82,7 +84,7 @@ pub struct SchedulerStats {
     )]
     pub external_prefix_cache_hits: u64,
     /// `external_prefix_cache_hits` split by the tier that supplied them.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub external_prefix_cache_hits_by_source: Option<ExternalHitsBySource>,
     /// Multi-modal items looked up in the multi-modal cache.
     #[serde(
@@ -106,20 +108,20 @@ pub struct SchedulerStats {
     )]
     pub kv_cache_eviction_events: Vec<KvCacheEvictionEvent>,
     /// The step's estimated work per GPU.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub perf_stats: Option<PerfStats>,
     /// The step's KV-connector stats (NIXL, CPU offloading), per connector
     /// kind (docs/SEMANTICS.md §4b).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub kv_connector_stats: Option<KvConnectorStats>,
     /// The step's speculative decoding; present only when it is configured.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub spec_decoding: Option<SpecDecodingStats>,
     /// LoRA adapters of the running requests.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub running_lora_adapters: Option<Vec<String>>,
     /// LoRA adapters of the waiting requests.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub waiting_lora_adapters: Option<Vec<String>>,
 }
 
@@ -204,6 +206,7 @@ pub struct SpecDecodingStats {
 
 /// An engine's start-up: its cache configuration as vLLM logs it in
 /// `vllm:cache_config_info`, and its LoRA slots.
+#[skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct EngineConfig {
     /// The served model name.
@@ -214,12 +217,12 @@ pub struct EngineConfig {
     #[serde(default, deserialize_with = "null_as_default")]
     pub cache_config: std::collections::BTreeMap<String, String>,
     /// `--max-loras`, when LoRA is enabled.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub max_loras: Option<u32>,
     /// The engine's `max_model_len`, when the sender knows it. Only
     /// compared with the sidecar's `--max-model-len` (which builds the token
     /// buckets): a difference is warned about once per engine.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub max_model_len: Option<u32>,
 }
 
@@ -333,7 +336,8 @@ impl SchedulerStats {
         }
     }
 
-    pub(crate) fn validate(&self, max_label_bytes: usize) -> Result<(), InvalidRecord> {
+    pub(crate) fn validate(&self, limits: &InputLimits) -> Result<(), InvalidRecord> {
+        let max_label_bytes = limits.max_label_bytes;
         bounded("model_name", &self.model_name, max_label_bytes)?;
         finite("kv_cache_usage", self.kv_cache_usage)?;
         if !(0.0..=1.0).contains(&self.kv_cache_usage) {
@@ -486,7 +490,8 @@ fn is_config_label(key: &str) -> bool {
 }
 
 impl EngineConfig {
-    pub(crate) fn validate(&self, max_label_bytes: usize) -> Result<(), InvalidRecord> {
+    pub(crate) fn validate(&self, limits: &InputLimits) -> Result<(), InvalidRecord> {
+        let max_label_bytes = limits.max_label_bytes;
         bounded("model_name", &self.model_name, max_label_bytes)?;
         if self.cache_config.len() > MAX_CACHE_CONFIG_KEYS {
             return Err(InvalidRecord(format!(
@@ -509,7 +514,8 @@ impl EngineConfig {
 }
 
 impl SleepState {
-    pub(crate) fn validate(&self, max_label_bytes: usize) -> Result<(), InvalidRecord> {
+    pub(crate) fn validate(&self, limits: &InputLimits) -> Result<(), InvalidRecord> {
+        let max_label_bytes = limits.max_label_bytes;
         bounded("model_name", &self.model_name, max_label_bytes)?;
         if self.level > 2 {
             return Err(InvalidRecord(format!(
@@ -522,7 +528,7 @@ impl SleepState {
 }
 
 impl Operation {
-    pub(super) fn validate(&self) -> Result<(), InvalidRecord> {
+    pub(super) fn validate(&self, _limits: &InputLimits) -> Result<(), InvalidRecord> {
         time("duration", self.duration)
     }
 }

@@ -8,6 +8,7 @@
 //! optional counters and gauges), validated whole like every record.
 
 use serde::{Deserialize, Serialize};
+use serde_with::skip_serializing_none;
 
 use super::InvalidRecord;
 
@@ -15,136 +16,105 @@ use super::InvalidRecord;
 pub const MAX_KV_CONNECTOR_ENTRIES: usize = 65_536;
 
 /// One step's stats of the engine's KV connectors.
+#[skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct KvConnectorStats {
     /// The NIXL connector's (`NixlKVConnectorStats.data`).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub nixl: Option<NixlStats>,
     /// The OffloadingConnector's, CPU spec (`OffloadingConnectorStats`).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub offloading: Option<OffloadingStats>,
     /// The SimpleCPUOffloadConnector's (`SimpleCPUOffloadStats`).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub simple_cpu_offload: Option<SimpleCpuOffloadStats>,
 }
 
 /// NIXL transfers completed in the step, and its failure events.
+#[skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct NixlStats {
     /// Seconds per completed transfer.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub transfer_duration: Option<Vec<f64>>,
     /// Seconds to post each transfer.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub post_duration: Option<Vec<f64>>,
     /// Bytes per transfer.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub bytes_transferred: Option<Vec<f64>>,
     /// Descriptors per transfer.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub num_descriptors: Option<Vec<f64>>,
     /// Failed transfers.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub num_failed_transfers: Option<u64>,
     /// Failed handshakes.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub num_failed_handshakes: Option<u64>,
     /// Failed notifications.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub num_failed_notifications: Option<u64>,
     /// Requests whose KV lease expired.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub num_kv_expired_reqs: Option<u64>,
     /// Completion notifications after the lease expired.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub num_notifications_after_expiry: Option<u64>,
 }
 
 /// The OffloadingConnector's step: transfers, lookups, allocation
 /// failures, skipped stores and the CPU cache's usage.
+#[skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct OffloadingStats {
     /// Bytes loaded to the GPU.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub load_bytes: Option<u64>,
     /// Seconds spent loading.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub load_time: Option<f64>,
     /// Bytes per load job.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub load_sizes: Option<Vec<f64>>,
     /// Bytes stored from the GPU.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub store_bytes: Option<u64>,
     /// Seconds spent storing.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub store_time: Option<f64>,
     /// Bytes per store job.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub store_sizes: Option<Vec<f64>>,
     /// Seconds per lookup call.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub lookup_sync_delays: Option<Vec<f64>>,
     /// Seconds from a deferred lookup to its resolution.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub lookup_async_delays: Option<Vec<f64>>,
     /// Store allocations that failed.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub allocation_failures: Option<u64>,
     /// Stores skipped below the reuse threshold.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub stores_skipped: Option<u64>,
     /// CPU cache pinned by active transfers, 0 to 1.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu_cache_usage: Option<f64>,
     /// CPU cache pinned by in-flight stores, 0 to 1.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu_cache_write_usage: Option<f64>,
     /// CPU cache pinned by in-flight loads, 0 to 1.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu_cache_read_usage: Option<f64>,
 }
 
 /// The SimpleCPUOffloadConnector's step.
+#[skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SimpleCpuOffloadStats {
     /// Store admission decisions, by outcome.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub save_outcomes: Option<SaveOutcomes>,
     /// Blocks restored to the GPU.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub load_blocks: Option<u64>,
     /// Offload-pool blocks pinned now.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub used_blocks: Option<u64>,
     /// Offload blocks in pending stores now.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub pending_store_blocks: Option<u64>,
 }
 
 /// Store admission decisions by outcome, in
 /// [`SAVE_OUTCOMES`](crate::catalog::SAVE_OUTCOMES) order.
+#[skip_serializing_none]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 #[allow(missing_docs)]
 pub struct SaveOutcomes {
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub stored: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub dropped_cpu_full: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub dropped_request_gone: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub dropped_null_block: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub dropped_not_hashed: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub skipped_already_cached: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub skipped_in_flight: Option<u64>,
 }
 

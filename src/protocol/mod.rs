@@ -17,6 +17,7 @@
 //! ```
 
 use serde::{Deserialize, Serialize};
+use serde_with::skip_serializing_none;
 
 mod engine;
 mod kv_connector;
@@ -37,39 +38,13 @@ pub use engine::{
     MAX_REUSE_GAPS, MAX_SPEC_POSITIONS,
 };
 
-/// One input record: a line of a JSONL trace, or one message of the ingest stream.
-///
-/// Deserializing reads the record in one pass when `"type"` is its first key
-/// (as every writer of this format puts it, and as serializing does); an
-/// object with the tag elsewhere is buffered first, as serde's internally
-/// tagged enums always do.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum Record {
-    /// A request arrived at the frontend.
-    Request(RequestStart),
-    /// One engine step's outputs.
-    Outputs(OutputBatch),
-    /// The frontend aborted a request (client went away, cancel).
-    Abort(Abort),
-    /// Scheduler state after one engine step.
-    SchedulerStats(Box<SchedulerStats>),
-    /// An engine started, with this configuration.
-    EngineConfig(EngineConfig),
-    /// An engine went to sleep or woke up.
-    SleepState(SleepState),
-    /// The API server completed a sleep-mode or weight-update operation.
-    Operation(Operation),
-    /// One engine step as vLLM's Python frontend saw it, from the vLLM
-    /// stat-logger plugin (applied with the Python logger's rules).
-    IterationStats(Box<IterationStats>),
-    /// The vLLM stat-logger plugin dropped records.
-    PluginDrops(PluginDrops),
-}
-
+mod record;
 mod tag;
 
+pub use record::{Record, RecordKind};
+
 /// A request as the frontend registers it.
+#[skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RequestStart {
     /// Identifier unique among live requests.
@@ -84,6 +59,7 @@ pub struct RequestStart {
     pub prompt_len: u32,
     /// The `max_tokens` sampling parameter, if the request set one.
     #[serde(default)]
+    #[serialize_always]
     pub max_tokens: Option<u32>,
     /// The `n` sampling parameter (absent or null: 1).
     #[serde(default = "one", deserialize_with = "null_as_one")]
@@ -91,11 +67,11 @@ pub struct RequestStart {
     /// The caller's W3C trace context (`00-<trace id>-<span id>-<flags>`),
     /// from the request's `traceparent` header; the request's `llm_request`
     /// span joins that trace. Absent or null: the span starts a new trace.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub traceparent: Option<String>,
     /// The GenAI operation (`gen_ai.operation.name` of the
     /// semantic-convention streams); absent or null: `text_completion`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub operation_name: Option<GenAiOperation>,
 }
 
@@ -130,6 +106,7 @@ pub struct OutputBatch {
 }
 
 /// One request's share of an engine step (vLLM's `EngineCoreOutput`).
+#[skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct EngineCoreOutput {
     /// The request this output belongs to.
@@ -145,14 +122,15 @@ pub struct EngineCoreOutput {
     pub events: Vec<EngineCoreEvent>,
     /// Present on the request's first output (vLLM's engine sends it once,
     /// not again after a preemption's re-admission).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub prefill_stats: Option<PrefillStats>,
     /// Present when the request finished in this step.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub finish_reason: Option<FinishReason>,
 }
 
 /// A scheduler event of a request (vLLM's `EngineCoreEvent`).
+#[skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EngineCoreEvent {
     /// What happened.
@@ -163,7 +141,7 @@ pub struct EngineCoreEvent {
     /// Why a `preempted` event happened (vLLM PR #58037's
     /// `EngineCoreEvent.reason`); absent on a preemption means
     /// [`PreemptionReason::KvFull`]. Other events' reasons are not used.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub reason: Option<PreemptionReason>,
 }
 
@@ -455,123 +433,5 @@ impl Abort {
     pub fn validate(&self, limits: &InputLimits) -> Result<(), InvalidRecord> {
         bounded("request_id", &self.request_id, limits.max_request_id_bytes)?;
         time("received_at", self.received_at)
-    }
-}
-
-/// What kind of record (or part of one) an input was: a record's `type`,
-/// or one engine-core output inside an `outputs` record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum RecordKind {
-    /// A `request` record.
-    Request,
-    /// An `outputs` record, as a whole.
-    Outputs,
-    /// One engine-core output of an `outputs` record.
-    Output,
-    /// An `abort` record.
-    Abort,
-    /// A `scheduler_stats` record.
-    SchedulerStats,
-    /// An `engine_config` record.
-    EngineConfig,
-    /// A `sleep_state` record.
-    SleepState,
-    /// An `operation` record.
-    Operation,
-    /// An `iteration_stats` record.
-    IterationStats,
-    /// A `plugin_drops` record.
-    PluginDrops,
-}
-
-impl RecordKind {
-    /// The kinds a record's `type` names, in the wire format's order (every
-    /// kind but [`RecordKind::Output`], which is part of a record).
-    pub const RECORD_TYPES: [RecordKind; 9] = [
-        RecordKind::Request,
-        RecordKind::Outputs,
-        RecordKind::Abort,
-        RecordKind::SchedulerStats,
-        RecordKind::EngineConfig,
-        RecordKind::SleepState,
-        RecordKind::Operation,
-        RecordKind::IterationStats,
-        RecordKind::PluginDrops,
-    ];
-
-    /// The kind whose `type` is `name`, if a record can have it.
-    pub fn from_type(name: &str) -> Option<RecordKind> {
-        RecordKind::RECORD_TYPES
-            .into_iter()
-            .find(|kind| kind.as_str() == name)
-    }
-
-    /// The record's `type` (`output` for one output of a batch).
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            RecordKind::Request => "request",
-            RecordKind::Outputs => "outputs",
-            RecordKind::Output => "output",
-            RecordKind::Abort => "abort",
-            RecordKind::SchedulerStats => "scheduler_stats",
-            RecordKind::EngineConfig => "engine_config",
-            RecordKind::SleepState => "sleep_state",
-            RecordKind::Operation => "operation",
-            RecordKind::IterationStats => "iteration_stats",
-            RecordKind::PluginDrops => "plugin_drops",
-        }
-    }
-}
-
-impl std::fmt::Display for RecordKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl Record {
-    /// The record's kind, and the request id it names (empty for the kinds
-    /// that name none).
-    pub fn kind(&self) -> (RecordKind, &str) {
-        match self {
-            Record::Request(r) => (RecordKind::Request, &r.request_id),
-            Record::Outputs(_) => (RecordKind::Outputs, ""),
-            Record::Abort(a) => (RecordKind::Abort, &a.request_id),
-            Record::SchedulerStats(_) => (RecordKind::SchedulerStats, ""),
-            Record::EngineConfig(_) => (RecordKind::EngineConfig, ""),
-            Record::SleepState(_) => (RecordKind::SleepState, ""),
-            Record::Operation(_) => (RecordKind::Operation, ""),
-            Record::IterationStats(_) => (RecordKind::IterationStats, ""),
-            Record::PluginDrops(_) => (RecordKind::PluginDrops, ""),
-        }
-    }
-
-    /// Checks what the wire format cannot: every time is a finite,
-    /// non-negative number, the KV-cache usage a fraction between 0 and 1,
-    /// counts that are parts of others are not larger than them (or add up
-    /// to them), lists within their bounds, and label values and request ids
-    /// within `limits`.
-    ///
-    /// ```
-    /// use vllm_otel_metrics::protocol::{Abort, InputLimits, Record};
-    /// let limits = InputLimits::default();
-    /// let bad = Record::Abort(Abort { request_id: "r".into(), received_at: f64::NAN });
-    /// assert!(bad.validate(&limits).is_err());
-    /// let long = Record::Abort(Abort { request_id: "r".repeat(600), received_at: 1.0 });
-    /// assert!(long.validate(&limits).unwrap_err().0.starts_with("request_id is 600 bytes"));
-    /// ```
-    pub fn validate(&self, limits: &InputLimits) -> Result<(), InvalidRecord> {
-        match self {
-            Record::Request(r) => r.validate(limits),
-            Record::Outputs(b) => b.validate(limits),
-            Record::Abort(a) => a.validate(limits),
-            Record::SchedulerStats(s) => s.validate(limits.max_label_bytes),
-            Record::EngineConfig(c) => c.validate(limits.max_label_bytes),
-            Record::SleepState(s) => s.validate(limits.max_label_bytes),
-            Record::Operation(o) => o.validate(),
-            Record::IterationStats(s) => s.validate(limits),
-            Record::PluginDrops(_) => Ok(()),
-        }
     }
 }

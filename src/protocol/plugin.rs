@@ -22,6 +22,7 @@
 //! ```
 
 use serde::{Deserialize, Serialize};
+use serde_with::skip_serializing_none;
 
 use super::{
     bounded, finite, null_as_default, shown, time, FinishReason, InputLimits, InvalidRecord,
@@ -35,6 +36,7 @@ pub const MAX_ITERATION_ENTRIES: usize = 65_536;
 
 /// One engine step as vLLM's Python frontend saw it (vLLM's
 /// `IterationStats`), for the label set `(model_name, engine)`.
+#[skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct IterationStats {
     /// The served model name (label `model_name`).
@@ -43,7 +45,7 @@ pub struct IterationStats {
     pub engine: u32,
     /// Frontend wall clock when the stats were made, seconds: the end of the
     /// finished requests' spans (absent: the time the record is applied).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub received_at: Option<f64>,
     /// Tokens generated in the step.
     #[serde(default, deserialize_with = "null_as_default")]
@@ -95,6 +97,7 @@ pub struct PromptTokenStats {
 }
 
 /// One request that finished in the step (vLLM's `FinishedRequestStats`).
+#[skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FinishedRequest {
     /// The request's id, for its span (empty: the span has none).
@@ -133,7 +136,7 @@ pub struct FinishedRequest {
     #[serde(default, deserialize_with = "null_as_default")]
     pub num_cached_tokens: u32,
     /// The `max_tokens` sampling parameter, if the request set one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub max_tokens_param: Option<u32>,
 }
 
@@ -144,6 +147,13 @@ pub struct PluginDrops {
     /// How many, since its previous `plugin_drops` record.
     #[serde(default, deserialize_with = "null_as_default")]
     pub dropped: u64,
+}
+
+impl PluginDrops {
+    /// Nothing to check: a count of any size is one the plugin can have dropped.
+    pub(super) fn validate(&self, _limits: &InputLimits) -> Result<(), InvalidRecord> {
+        Ok(())
+    }
 }
 
 /// At most [`MAX_ITERATION_ENTRIES`] entries in the list `what`.

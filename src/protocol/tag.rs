@@ -17,34 +17,6 @@ use serde::Deserialize;
 
 use super::{Record, RecordKind};
 
-/// The `type` names, for the error that names an unknown one.
-const TYPE_NAMES: [&str; RecordKind::RECORD_TYPES.len()] = {
-    let mut names = [""; RecordKind::RECORD_TYPES.len()];
-    let mut at = 0;
-    while at < names.len() {
-        names[at] = RecordKind::RECORD_TYPES[at].as_str();
-        at += 1;
-    }
-    names
-};
-
-/// Reads the fields of a record of `kind` from `from`.
-fn read<'de, D: Deserializer<'de>>(kind: RecordKind, from: D) -> Result<Record, D::Error> {
-    Ok(match kind {
-        RecordKind::Request => Record::Request(Deserialize::deserialize(from)?),
-        RecordKind::Outputs => Record::Outputs(Deserialize::deserialize(from)?),
-        RecordKind::Abort => Record::Abort(Deserialize::deserialize(from)?),
-        RecordKind::SchedulerStats => Record::SchedulerStats(Deserialize::deserialize(from)?),
-        RecordKind::EngineConfig => Record::EngineConfig(Deserialize::deserialize(from)?),
-        RecordKind::SleepState => Record::SleepState(Deserialize::deserialize(from)?),
-        RecordKind::Operation => Record::Operation(Deserialize::deserialize(from)?),
-        RecordKind::IterationStats => Record::IterationStats(Deserialize::deserialize(from)?),
-        RecordKind::PluginDrops => Record::PluginDrops(Deserialize::deserialize(from)?),
-        // Not a record's type: `KindName` never yields it.
-        RecordKind::Output => return Err(de::Error::unknown_variant("output", &TYPE_NAMES)),
-    })
-}
-
 impl<'de> Deserialize<'de> for Record {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         deserializer.deserialize_map(RecordVisitor)
@@ -65,7 +37,7 @@ impl<'de> Visitor<'de> for RecordVisitor {
             None => return Err(de::Error::missing_field("type")),
             Some(FirstKey::Tag) => {
                 let kind = map.next_value_seed(KindName)?;
-                return read(kind, MapAccessDeserializer::new(map));
+                return Record::read_body(kind, MapAccessDeserializer::new(map));
             }
             Some(FirstKey::Other(key)) => key,
         };
@@ -78,7 +50,7 @@ impl<'de> Visitor<'de> for RecordVisitor {
             .remove("type")
             .ok_or_else(|| de::Error::missing_field("type"))?;
         let kind = KindName.deserialize(tag).map_err(de::Error::custom)?;
-        read(kind, serde_json::Value::Object(object)).map_err(de::Error::custom)
+        Record::read_body(kind, serde_json::Value::Object(object)).map_err(de::Error::custom)
     }
 }
 
@@ -102,7 +74,7 @@ impl<'de> Visitor<'de> for KindName {
     }
 
     fn visit_str<E: de::Error>(self, name: &str) -> Result<RecordKind, E> {
-        RecordKind::from_type(name).ok_or_else(|| E::unknown_variant(name, &TYPE_NAMES))
+        RecordKind::from_type(name).ok_or_else(|| E::unknown_variant(name, &RecordKind::TYPE_NAMES))
     }
 }
 

@@ -452,7 +452,7 @@ impl Tracker {
     /// does a `scheduler_stats` record: invalid ones change nothing and are
     /// rejected.
     pub fn record_scheduler_stats(&mut self, stats: &SchedulerStats) -> Vec<Rejection> {
-        match stats.validate(self.limits.max_label_bytes) {
+        match stats.validate(&self.limits) {
             Ok(()) => {
                 self.engines.scheduler_stats(&self.instruments, stats);
                 Vec::new()
