@@ -4,7 +4,7 @@
 //! names the vLLM source that defines it; names, kinds, labels, HELP texts
 //! and buckets are vLLM's.
 
-use super::{counter, histogram, Buckets, Kind, MetricDef, ValueType, ENGINE_LABELS};
+use super::{counter, histogram, Buckets, FamilyName, Kind, MetricDef, ValueType, ENGINE_LABELS};
 
 /// Labels of `vllm:num_requests_waiting_by_reason`.
 pub const WAITING_REASON_LABELS: &[&str] = &["model_name", "engine", "reason"];
@@ -46,16 +46,15 @@ pub const KV_CACHE_RESIDENCY_BUCKETS: &[f64] = &[
 pub const OPERATION_BUCKETS: &[f64] = &[0.01, 0.1, 1.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0];
 
 const fn gauge_with(
-    vllm_name: &'static str,
-    otel_name: &'static str,
+    name: FamilyName,
     unit: &'static str,
     help: &'static str,
     labels: &'static [&'static str],
     value_type: ValueType,
 ) -> MetricDef {
     MetricDef {
-        vllm_name,
-        otel_name,
+        vllm_name: name.prometheus,
+        otel_name: name.otel,
         kind: Kind::Gauge,
         unit,
         help,
@@ -67,31 +66,20 @@ const fn gauge_with(
 }
 
 pub(super) const fn float_counter(
-    vllm_name: &'static str,
-    otel_name: &'static str,
+    name: FamilyName,
     unit: &'static str,
     help: &'static str,
 ) -> MetricDef {
     MetricDef {
         value_type: ValueType::Float,
-        ..counter(vllm_name, otel_name, unit, help, ENGINE_LABELS)
+        ..counter(name, unit, help, ENGINE_LABELS)
     }
 }
 
-const fn operation_histogram(
-    vllm_name: &'static str,
-    otel_name: &'static str,
-    help: &'static str,
-) -> MetricDef {
+const fn operation_histogram(name: FamilyName, help: &'static str) -> MetricDef {
     MetricDef {
         labels: OPERATION_LABELS,
-        ..histogram(
-            vllm_name,
-            otel_name,
-            "s",
-            help,
-            Buckets::Fixed(OPERATION_BUCKETS),
-        )
+        ..histogram(name, "s", help, Buckets::Fixed(OPERATION_BUCKETS))
     }
 }
 
@@ -99,8 +87,7 @@ const fn operation_histogram(
 /// `capacity` is `SchedulerStats.num_waiting_reqs`, `deferred`
 /// `num_skipped_waiting_reqs`.
 pub const NUM_REQUESTS_WAITING_BY_REASON: MetricDef = gauge_with(
-    "vllm:num_requests_waiting_by_reason",
-    "vllm.num_requests_waiting_by_reason",
+    vllm!("num_requests_waiting_by_reason"),
     "{request}",
     "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for scheduling capacity; 'deferred' = deferred by transient constraints (LoRA budget, KV transfer, blocked status). Sum of all reasons equals vllm:num_requests_waiting.",
     WAITING_REASON_LABELS,
@@ -110,8 +97,7 @@ pub const NUM_REQUESTS_WAITING_BY_REASON: MetricDef = gauge_with(
 /// Waiting requests by async KV load stage (`loggers.py`,
 /// `gauge_kv_fetch_by_stage`; registered on KV consumers only).
 pub const NUM_REQUESTS_KV_FETCH_BY_STAGE: MetricDef = gauge_with(
-    "vllm:num_requests_kv_fetch_by_stage",
-    "vllm.num_requests_kv_fetch_by_stage",
+    vllm!("num_requests_kv_fetch_by_stage"),
     "{request}",
     "Number of waiting requests by async KV load stage. Stage labels: 'waiting_to_start' = needs an async KV load that has not started; 'in_progress' = load started and not yet reported finished; 'completed_waiting' = load finished, request not running yet.",
     KV_FETCH_STAGE_LABELS,
@@ -121,8 +107,7 @@ pub const NUM_REQUESTS_KV_FETCH_BY_STAGE: MetricDef = gauge_with(
 /// The engine's sleep level as three flags (`loggers.py`,
 /// `gauge_engine_sleep_state`, `record_sleep_state`).
 pub const ENGINE_SLEEP_STATE: MetricDef = gauge_with(
-    "vllm:engine_sleep_state",
-    "vllm.engine_sleep_state",
+    vllm!("engine_sleep_state"),
     "",
     "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.",
     SLEEP_STATE_LABELS,
@@ -132,8 +117,7 @@ pub const ENGINE_SLEEP_STATE: MetricDef = gauge_with(
 /// Prefix-cache hit tokens by tier (`loggers.py`,
 /// `counter_prompt_tokens_cached_by_source`).
 pub const PROMPT_TOKENS_CACHED_BY_SOURCE: MetricDef = counter(
-    "vllm:prompt_tokens_cached_by_source",
-    "vllm.prompt_tokens_cached_by_source",
+    vllm!("prompt_tokens_cached_by_source"),
     "{token}",
     "Prefix-cache hit tokens by the cache tier that supplied them: device (local HBM), host (offloaded to DRAM), disk, p2p (transferred from another vLLM instance) or external_unspecified. Counted at admission; sums to vllm:prefix_cache_hits + vllm:external_prefix_cache_hits.",
     CACHE_HIT_SOURCE_LABELS,
@@ -142,8 +126,7 @@ pub const PROMPT_TOKENS_CACHED_BY_SOURCE: MetricDef = counter(
 /// Tokens queried in the KV connector's cache (`loggers.py`,
 /// `counter_connector_prefix_cache_queries`).
 pub const EXTERNAL_PREFIX_CACHE_QUERIES: MetricDef = counter(
-    "vllm:external_prefix_cache_queries",
-    "vllm.external_prefix_cache_queries",
+    vllm!("external_prefix_cache_queries"),
     "{token}",
     "External prefix cache queries from KV connector cross-instance cache sharing, in terms of number of queried tokens.",
     ENGINE_LABELS,
@@ -151,24 +134,21 @@ pub const EXTERNAL_PREFIX_CACHE_QUERIES: MetricDef = counter(
 /// Tokens found in the KV connector's cache (`loggers.py`,
 /// `counter_connector_prefix_cache_hits`).
 pub const EXTERNAL_PREFIX_CACHE_HITS: MetricDef = counter(
-    "vllm:external_prefix_cache_hits",
-    "vllm.external_prefix_cache_hits",
+    vllm!("external_prefix_cache_hits"),
     "{token}",
     "External prefix cache hits from KV connector cross-instance cache sharing, in terms of number of cached tokens.",
     ENGINE_LABELS,
 );
 /// Multi-modal cache lookups (`loggers.py`, `counter_mm_cache_queries`).
 pub const MM_CACHE_QUERIES: MetricDef = counter(
-    "vllm:mm_cache_queries",
-    "vllm.mm_cache_queries",
+    vllm!("mm_cache_queries"),
     "{item}",
     "Multi-modal cache queries, in terms of number of queried items.",
     ENGINE_LABELS,
 );
 /// Multi-modal cache hits (`loggers.py`, `counter_mm_cache_hits`).
 pub const MM_CACHE_HITS: MetricDef = counter(
-    "vllm:mm_cache_hits",
-    "vllm.mm_cache_hits",
+    vllm!("mm_cache_hits"),
     "{item}",
     "Multi-modal cache hits, in terms of number of cached items.",
     ENGINE_LABELS,
@@ -176,8 +156,7 @@ pub const MM_CACHE_HITS: MetricDef = counter(
 /// Sampled block lifetimes (`loggers.py`, `histogram_kv_block_lifetime`;
 /// events from `vllm/v1/core/kv_cache_metrics.py`).
 pub const KV_BLOCK_LIFETIME: MetricDef = histogram(
-    "vllm:kv_block_lifetime_seconds",
-    "vllm.kv_block_lifetime_seconds",
+    vllm!("kv_block_lifetime_seconds"),
     "s",
     "Histogram of KV cache block lifetime from allocation to eviction. Sampled metrics (controlled by --kv-cache-metrics-sample).",
     Buckets::Fixed(KV_CACHE_RESIDENCY_BUCKETS),
@@ -185,8 +164,7 @@ pub const KV_BLOCK_LIFETIME: MetricDef = histogram(
 /// Sampled blocks' idle time before eviction (`loggers.py`,
 /// `histogram_kv_block_idle_before_evict`).
 pub const KV_BLOCK_IDLE_BEFORE_EVICT: MetricDef = histogram(
-    "vllm:kv_block_idle_before_evict_seconds",
-    "vllm.kv_block_idle_before_evict_seconds",
+    vllm!("kv_block_idle_before_evict_seconds"),
     "s",
     "Histogram of idle time before KV cache block eviction. Sampled metrics (controlled by --kv-cache-metrics-sample).",
     Buckets::Fixed(KV_CACHE_RESIDENCY_BUCKETS),
@@ -194,23 +172,20 @@ pub const KV_BLOCK_IDLE_BEFORE_EVICT: MetricDef = histogram(
 /// Sampled blocks' gaps between accesses (`loggers.py`,
 /// `histogram_kv_block_reuse_gap`).
 pub const KV_BLOCK_REUSE_GAP: MetricDef = histogram(
-    "vllm:kv_block_reuse_gap_seconds",
-    "vllm.kv_block_reuse_gap_seconds",
+    vllm!("kv_block_reuse_gap_seconds"),
     "s",
     "Histogram of time gaps between consecutive KV cache block accesses. Only the most recent accesses are recorded (ring buffer). Sampled metrics (controlled by --kv-cache-metrics-sample).",
     Buckets::Fixed(KV_CACHE_RESIDENCY_BUCKETS),
 );
 /// Estimated FLOPs per GPU (`vllm/v1/metrics/perf.py`, `PerfMetricsProm`).
 pub const ESTIMATED_FLOPS_PER_GPU: MetricDef = float_counter(
-    "vllm:estimated_flops_per_gpu",
-    "vllm.estimated_flops_per_gpu",
+    vllm!("estimated_flops_per_gpu"),
     "{flop}",
     "Estimated number of floating point operations per GPU (for Model Flops Utilization calculations).",
 );
 /// Estimated bytes read per GPU (`perf.py`, `PerfMetricsProm`).
 pub const ESTIMATED_READ_BYTES_PER_GPU: MetricDef = float_counter(
-    "vllm:estimated_read_bytes_per_gpu",
-    "vllm.estimated_read_bytes_per_gpu",
+    vllm!("estimated_read_bytes_per_gpu"),
     // Not UCUM "By": Prometheus translators append `_bytes` for it, which
     // would break vLLM's name.
     "",
@@ -218,40 +193,35 @@ pub const ESTIMATED_READ_BYTES_PER_GPU: MetricDef = float_counter(
 );
 /// Estimated bytes written per GPU (`perf.py`, `PerfMetricsProm`).
 pub const ESTIMATED_WRITE_BYTES_PER_GPU: MetricDef = float_counter(
-    "vllm:estimated_write_bytes_per_gpu",
-    "vllm.estimated_write_bytes_per_gpu",
+    vllm!("estimated_write_bytes_per_gpu"),
     // Not "By", as above.
     "",
     "Estimated number of bytes written to memory per GPU (for Model Flops Utilization calculations).",
 );
 /// Speculative-decoding drafts (`vllm/v1/spec_decode/metrics.py`, `SpecDecodingProm`).
 pub const SPEC_DECODE_NUM_DRAFTS: MetricDef = counter(
-    "vllm:spec_decode_num_drafts",
-    "vllm.spec_decode_num_drafts",
+    vllm!("spec_decode_num_drafts"),
     "{draft}",
     "Number of spec decoding drafts.",
     ENGINE_LABELS,
 );
 /// Drafted tokens (`spec_decode/metrics.py`).
 pub const SPEC_DECODE_NUM_DRAFT_TOKENS: MetricDef = counter(
-    "vllm:spec_decode_num_draft_tokens",
-    "vllm.spec_decode_num_draft_tokens",
+    vllm!("spec_decode_num_draft_tokens"),
     "{token}",
     "Number of draft tokens.",
     ENGINE_LABELS,
 );
 /// Accepted draft tokens (`spec_decode/metrics.py`).
 pub const SPEC_DECODE_NUM_ACCEPTED_TOKENS: MetricDef = counter(
-    "vllm:spec_decode_num_accepted_tokens",
-    "vllm.spec_decode_num_accepted_tokens",
+    vllm!("spec_decode_num_accepted_tokens"),
     "{token}",
     "Number of accepted tokens.",
     ENGINE_LABELS,
 );
 /// Accepted draft tokens by position (`spec_decode/metrics.py`).
 pub const SPEC_DECODE_NUM_ACCEPTED_TOKENS_PER_POS: MetricDef = counter(
-    "vllm:spec_decode_num_accepted_tokens_per_pos",
-    "vllm.spec_decode_num_accepted_tokens_per_pos",
+    vllm!("spec_decode_num_accepted_tokens_per_pos"),
     "{token}",
     "Accepted tokens per draft position.",
     POSITION_LABELS,
@@ -260,8 +230,7 @@ pub const SPEC_DECODE_NUM_ACCEPTED_TOKENS_PER_POS: MetricDef = counter(
 /// The engine's cache configuration as labels, value 1 (`loggers.py`,
 /// `log_metrics_info("cache_config", …)` of `CacheConfig.metrics_info()`).
 pub const CACHE_CONFIG_INFO: MetricDef = gauge_with(
-    "vllm:cache_config_info",
-    "vllm.cache_config_info",
+    vllm!("cache_config_info"),
     "",
     "Information of the LLMEngine CacheConfig",
     CACHE_CONFIG_LABELS,
@@ -270,8 +239,7 @@ pub const CACHE_CONFIG_INFO: MetricDef = gauge_with(
 /// LoRA adapters in use, value the time of the stats (`loggers.py`,
 /// `gauge_lora_info.set_to_current_time()`).
 pub const LORA_REQUESTS_INFO: MetricDef = gauge_with(
-    "vllm:lora_requests_info",
-    "vllm.lora_requests_info",
+    vllm!("lora_requests_info"),
     // A Unix time, but not "s": translators would append `_seconds`.
     "",
     "Running stats on lora requests.",
@@ -280,14 +248,12 @@ pub const LORA_REQUESTS_INFO: MetricDef = gauge_with(
 );
 /// Sleep-mode operation timings (`vllm/entrypoints/serve/dev/sleep/metrics.py`).
 pub const SLEEP_MODE_OPERATION_DURATION: MetricDef = operation_histogram(
-    "vllm:sleep_mode_operation_duration_seconds",
-    "vllm.sleep_mode_operation_duration_seconds",
+    vllm!("sleep_mode_operation_duration_seconds"),
     "Duration of one sleep-mode operation.",
 );
 /// Weight-transfer operation timings (`vllm/entrypoints/rl/online/metrics.py`).
 pub const RL_WEIGHT_UPDATE_OPERATION_DURATION: MetricDef = operation_histogram(
-    "vllm:rl_weight_update_operation_duration_seconds",
-    "vllm.rl_weight_update_operation_duration_seconds",
+    vllm!("rl_weight_update_operation_duration_seconds"),
     "Duration of one weight-transfer operation.",
 );
 

@@ -9,7 +9,7 @@
 //! buckets are vLLM's, the double space in one HELP text included.
 
 use super::engine::float_counter;
-use super::{counter, gauge, histogram, Buckets, MetricDef, ValueType, ENGINE_LABELS};
+use super::{counter, gauge, histogram, Buckets, FamilyName, MetricDef, ValueType, ENGINE_LABELS};
 
 /// Labels of `vllm:simple_kv_offload_save_outcomes`.
 pub const SAVE_OUTCOME_LABELS: &[&str] = &["model_name", "engine", "outcome"];
@@ -66,77 +66,68 @@ pub const OFFLOAD_LOOKUP_ASYNC_BUCKETS: &[f64] = &[
 ];
 
 const fn fixed_histogram(
-    vllm_name: &'static str,
-    otel_name: &'static str,
+    name: FamilyName,
     unit: &'static str,
     help: &'static str,
     buckets: &'static [f64],
 ) -> MetricDef {
-    histogram(vllm_name, otel_name, unit, help, Buckets::Fixed(buckets))
+    histogram(name, unit, help, Buckets::Fixed(buckets))
 }
 
 // ---- NIXL: vllm/distributed/kv_transfer/kv_connector/v1/nixl/stats.py ----
 
 /// NIXL transfer durations.
 pub const NIXL_XFER_TIME: MetricDef = fixed_histogram(
-    "vllm:nixl_xfer_time_seconds",
-    "vllm.nixl_xfer_time_seconds",
+    vllm!("nixl_xfer_time_seconds"),
     "s",
     "Histogram of transfer duration for NIXL KV Cache transfers.",
     NIXL_XFER_TIME_BUCKETS,
 );
 /// NIXL transfer post times.
 pub const NIXL_POST_TIME: MetricDef = fixed_histogram(
-    "vllm:nixl_post_time_seconds",
-    "vllm.nixl_post_time_seconds",
+    vllm!("nixl_post_time_seconds"),
     "s",
     "Histogram of transfer post time for NIXL KV Cache transfers.",
     NIXL_POST_TIME_BUCKETS,
 );
 /// NIXL bytes per transfer.
 pub const NIXL_BYTES_TRANSFERRED: MetricDef = fixed_histogram(
-    "vllm:nixl_bytes_transferred",
-    "vllm.nixl_bytes_transferred",
+    vllm!("nixl_bytes_transferred"),
     "By",
     "Histogram of bytes transferred per NIXL KV Cache transfers.",
     NIXL_BYTES_BUCKETS,
 );
 /// NIXL descriptors per transfer.
 pub const NIXL_NUM_DESCRIPTORS: MetricDef = fixed_histogram(
-    "vllm:nixl_num_descriptors",
-    "vllm.nixl_num_descriptors",
+    vllm!("nixl_num_descriptors"),
     "{descriptor}",
     "Histogram of number of descriptors per NIXL  KV Cache transfers.",
     NIXL_DESCRIPTOR_BUCKETS,
 );
 /// Failed NIXL transfers, handshakes and notifications.
 pub const NIXL_NUM_FAILED_TRANSFERS: MetricDef = counter(
-    "vllm:nixl_num_failed_transfers",
-    "vllm.nixl_num_failed_transfers",
+    vllm!("nixl_num_failed_transfers"),
     "{failure}",
     "Number of failed NIXL KV Cache transfers, including handshake and notification failures. NOTE: KV expiry is tracked separately in vllm:nixl_num_kv_expired_reqs.",
     ENGINE_LABELS,
 );
 /// Failed NIXL notifications (also in the failed transfers).
 pub const NIXL_NUM_FAILED_NOTIFICATIONS: MetricDef = counter(
-    "vllm:nixl_num_failed_notifications",
-    "vllm.nixl_num_failed_notifications",
+    vllm!("nixl_num_failed_notifications"),
     "{failure}",
     "Number of failed NIXL KV Cache notifications. Retained for compatibility; these failures are also included in vllm:nixl_num_failed_transfers.",
     ENGINE_LABELS,
 );
 /// Requests whose KV lease expired (on the prefill instance).
 pub const NIXL_NUM_KV_EXPIRED_REQS: MetricDef = counter(
-    "vllm:nixl_num_kv_expired_reqs",
-    "vllm.nixl_num_kv_expired_reqs",
+    vllm!("nixl_num_kv_expired_reqs"),
     "{request}",
     "Number of requests that had their KV expire. NOTE: This metric is tracked on the P instance.",
     ENGINE_LABELS,
 );
 /// Completion notifications after the KV lease expired.
 pub const NIXL_NUM_NOTIFICATIONS_AFTER_EXPIRY: MetricDef = counter(
-    "vllm:nixl_num_notifications_after_expiry",
-    "vllm.nixl_num_notifications_after_expiry",
+    vllm!("nixl_num_notifications_after_expiry"),
     "{notification}",
     "Number of completion notifications for requests that were no longer tracked, usually because their KV lease expired. The KV blocks may have been reused before the transfer finished. Counted per notification (one per remote rank), not per request.",
     ENGINE_LABELS,
@@ -146,102 +137,89 @@ pub const NIXL_NUM_NOTIFICATIONS_AFTER_EXPIRY: MetricDef = counter(
 
 /// Bytes loaded from offload storage.
 pub const KV_OFFLOAD_LOAD_BYTES: MetricDef = counter(
-    "vllm:kv_offload_load_bytes",
-    "vllm.kv_offload_load_bytes",
+    vllm!("kv_offload_load_bytes"),
     "By",
     "Total bytes loaded from offload storage to GPU.",
     ENGINE_LABELS,
 );
 /// Seconds spent loading from offload storage.
 pub const KV_OFFLOAD_LOAD_TIME: MetricDef = float_counter(
-    "vllm:kv_offload_load_time",
-    "vllm.kv_offload_load_time",
+    vllm!("kv_offload_load_time"),
     "s",
     "Total load time from offload storage to GPU, in seconds.",
 );
 /// Bytes per load operation.
 pub const KV_OFFLOAD_LOAD_SIZE: MetricDef = fixed_histogram(
-    "vllm:kv_offload_load_size",
-    "vllm.kv_offload_load_size",
+    vllm!("kv_offload_load_size"),
     "By",
     "Histogram of KV offload load operation size, in bytes.",
     OFFLOAD_TRANSFER_SIZE_BUCKETS,
 );
 /// Bytes stored to offload storage.
 pub const KV_OFFLOAD_STORE_BYTES: MetricDef = counter(
-    "vllm:kv_offload_store_bytes",
-    "vllm.kv_offload_store_bytes",
+    vllm!("kv_offload_store_bytes"),
     "By",
     "Total bytes stored from GPU to offload storage.",
     ENGINE_LABELS,
 );
 /// Seconds spent storing to offload storage.
 pub const KV_OFFLOAD_STORE_TIME: MetricDef = float_counter(
-    "vllm:kv_offload_store_time",
-    "vllm.kv_offload_store_time",
+    vllm!("kv_offload_store_time"),
     "s",
     "Total store time from GPU to offload storage, in seconds.",
 );
 /// Bytes per store operation.
 pub const KV_OFFLOAD_STORE_SIZE: MetricDef = fixed_histogram(
-    "vllm:kv_offload_store_size",
-    "vllm.kv_offload_store_size",
+    vllm!("kv_offload_store_size"),
     "By",
     "Histogram of KV offload store operation size, in bytes.",
     OFFLOAD_TRANSFER_SIZE_BUCKETS,
 );
 /// One offload lookup call.
 pub const KV_OFFLOAD_LOOKUP_SYNC_DELAY: MetricDef = fixed_histogram(
-    "vllm:kv_offload_lookup_sync_delay_seconds",
-    "vllm.kv_offload_lookup_sync_delay_seconds",
+    vllm!("kv_offload_lookup_sync_delay_seconds"),
     "s",
     "Histogram of the time spent in a single offload lookup call, in seconds.",
     OFFLOAD_LOOKUP_SYNC_BUCKETS,
 );
 /// A deferred offload lookup until it resolves or the request finishes.
 pub const KV_OFFLOAD_LOOKUP_ASYNC_DELAY: MetricDef = fixed_histogram(
-    "vllm:kv_offload_lookup_async_delay_seconds",
-    "vllm.kv_offload_lookup_async_delay_seconds",
+    vllm!("kv_offload_lookup_async_delay_seconds"),
     "s",
     "Histogram of time between a request's offload lookup first deferring and the following lookup resolving, or request finish, in seconds.",
     OFFLOAD_LOOKUP_ASYNC_BUCKETS,
 );
 /// Store allocations that failed.
 pub const KV_OFFLOAD_ALLOCATION_FAILURE: MetricDef = counter(
-    "vllm:kv_offload_allocation_failure",
-    "vllm.kv_offload_allocation_failure",
+    vllm!("kv_offload_allocation_failure"),
     "{failure}",
     "Number of KV offload store allocation attempts that failed.",
     ENGINE_LABELS,
 );
 /// Stores skipped below the reuse threshold (`store_threshold` ≥ 2 only).
 pub const KV_OFFLOAD_STORES_SKIPPED: MetricDef = counter(
-    "vllm:kv_offload_stores_skipped",
-    "vllm.kv_offload_stores_skipped",
+    vllm!("kv_offload_stores_skipped"),
     "{store}",
     "Number of KV offload stores skipped because the reuse threshold was not reached.",
     ENGINE_LABELS,
 );
 /// CPU KV cache pinned by active transfers, a fraction.
 pub const KV_OFFLOAD_CPU_CACHE_USAGE: MetricDef = gauge(
-    "vllm:kv_offload_cpu_cache_usage_perc",
-    "vllm.kv_offload_cpu_cache_usage_perc",
+    vllm!("kv_offload_cpu_cache_usage_perc"),
     "",
     "Fraction of CPU KV-cache space currently pinned by active transfers (0.0 = idle, 1.0 = saturated). Sustained high values indicate transfers (stores or promotions) may be dropped due to insufficient capacity.",
     ValueType::Float,
 );
 /// CPU KV cache pinned by in-flight stores, a fraction.
 pub const KV_OFFLOAD_CPU_CACHE_WRITE_USAGE: MetricDef = gauge(
-    "vllm:kv_offload_cpu_cache_write_usage_perc",
-    "vllm.kv_offload_cpu_cache_write_usage_perc",
+    vllm!("kv_offload_cpu_cache_write_usage_perc"),
     "",
     "Fraction of CPU KV-cache space currently pinned by in-flight stores that have not yet completed (0.0 = idle, 1.0 = saturated).",
     ValueType::Float,
 );
 /// CPU KV cache pinned by in-flight loads, a fraction.
 pub const KV_OFFLOAD_CPU_CACHE_READ_USAGE: MetricDef = gauge(
-    "vllm:kv_offload_cpu_cache_read_usage_perc",
-    "vllm.kv_offload_cpu_cache_read_usage_perc",
+    vllm!("kv_offload_cpu_cache_read_usage_perc"),
     "",
     "Fraction of CPU KV-cache space currently pinned by in-flight loads that have not yet completed (0.0 = idle, 1.0 = saturated).",
     ValueType::Float,
@@ -251,8 +229,7 @@ pub const KV_OFFLOAD_CPU_CACHE_READ_USAGE: MetricDef = gauge(
 
 /// Store admission decisions by outcome.
 pub const SIMPLE_KV_OFFLOAD_SAVE_OUTCOMES: MetricDef = counter(
-    "vllm:simple_kv_offload_save_outcomes",
-    "vllm.simple_kv_offload_save_outcomes",
+    vllm!("simple_kv_offload_save_outcomes"),
     "{store}",
     "Store admission decisions in SimpleCPUOffloadConnector, by outcome. Outcomes classify eager-mode boundary hand-off stores; lazy-mode stores are not classified.",
     SAVE_OUTCOME_LABELS,
@@ -260,24 +237,21 @@ pub const SIMPLE_KV_OFFLOAD_SAVE_OUTCOMES: MetricDef = counter(
 .with_label_values(&SAVE_OUTCOMES);
 /// Blocks restored to GPU from the offload pool.
 pub const SIMPLE_KV_OFFLOAD_LOAD_BLOCKS: MetricDef = counter(
-    "vllm:simple_kv_offload_load_blocks",
-    "vllm.simple_kv_offload_load_blocks",
+    vllm!("simple_kv_offload_load_blocks"),
     "{block}",
     "KV blocks restored to GPU from the offload pool, counted when a load finishes. This is prefill work avoided through offload cache hits.",
     ENGINE_LABELS,
 );
 /// Offload-pool blocks pinned by transfers or hits.
 pub const SIMPLE_KV_OFFLOAD_USED_BLOCKS: MetricDef = gauge(
-    "vllm:simple_kv_offload_used_blocks",
-    "vllm.simple_kv_offload_used_blocks",
+    vllm!("simple_kv_offload_used_blocks"),
     "{block}",
     "Offload-pool blocks currently pinned by in-flight transfers or cache hits (capacity minus free). Evictable cached blocks are not counted; capacity_blocks is on vllm:simple_kv_offload_info.",
     ValueType::Integer,
 );
 /// Offload blocks in pending stores.
 pub const SIMPLE_KV_OFFLOAD_PENDING_STORE_BLOCKS: MetricDef = gauge(
-    "vllm:simple_kv_offload_pending_store_blocks",
-    "vllm.simple_kv_offload_pending_store_blocks",
+    vllm!("simple_kv_offload_pending_store_blocks"),
     "{block}",
     "Offload blocks in pending stores: queued for dispatch, issued to workers, or awaiting release after a cache reset. A persistently growing value indicates a stuck transfer.",
     ValueType::Integer,

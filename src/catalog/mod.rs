@@ -15,6 +15,48 @@
 //! assert_eq!(def.buckets.boundaries(131_072), vec![1.0, 2.0, 3.0, 4.0, 5.0, 10.0, 20.0]);
 //! ```
 
+/// A family's name as written once: its namespace and the rest. The
+/// Prometheus name joins them with the namespace's separator (`vllm:` for
+/// vLLM's families, `_` for the others), the OpenTelemetry name with a dot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FamilyName {
+    prometheus: &'static str,
+    otel: &'static str,
+}
+
+/// A vLLM family's name: `vllm!("num_preemptions")` is `vllm:num_preemptions`
+/// on `/metrics` and `vllm.num_preemptions` over OTLP.
+macro_rules! vllm {
+    ($rest:literal) => {
+        $crate::catalog::FamilyName::new(concat!("vllm:", $rest), concat!("vllm.", $rest))
+    };
+}
+
+/// One of this crate's own families: `vllm_otel_metrics_…` / `vllm_otel_metrics.…`.
+macro_rules! own {
+    ($rest:literal) => {
+        $crate::catalog::FamilyName::new(
+            concat!("vllm_otel_metrics_", $rest),
+            concat!("vllm_otel_metrics.", $rest),
+        )
+    };
+}
+
+/// A process family, as Prometheus client libraries name it: `process_…` /
+/// `process.…`.
+macro_rules! process {
+    ($rest:literal) => {
+        $crate::catalog::FamilyName::new(concat!("process_", $rest), concat!("process.", $rest))
+    };
+}
+
+impl FamilyName {
+    /// Only the macros above call this, so that each name is written once.
+    pub(crate) const fn new(prometheus: &'static str, otel: &'static str) -> FamilyName {
+        FamilyName { prometheus, otel }
+    }
+}
+
 mod bucket_families;
 mod engine;
 mod kv_connector;
@@ -226,15 +268,14 @@ pub const LATENCY_BUCKETS: &[f64] = &[
 pub const DEFAULT_MAX_MODEL_LEN: u32 = 131_072;
 
 pub(crate) const fn counter(
-    vllm_name: &'static str,
-    otel_name: &'static str,
+    name: FamilyName,
     unit: &'static str,
     help: &'static str,
     labels: &'static [&'static str],
 ) -> MetricDef {
     MetricDef {
-        vllm_name,
-        otel_name,
+        vllm_name: name.prometheus,
+        otel_name: name.otel,
         kind: Kind::Counter,
         unit,
         help,
@@ -246,15 +287,14 @@ pub(crate) const fn counter(
 }
 
 pub(crate) const fn histogram(
-    vllm_name: &'static str,
-    otel_name: &'static str,
+    name: FamilyName,
     unit: &'static str,
     help: &'static str,
     buckets: Buckets,
 ) -> MetricDef {
     MetricDef {
-        vllm_name,
-        otel_name,
+        vllm_name: name.prometheus,
+        otel_name: name.otel,
         kind: Kind::Histogram,
         unit,
         help,
@@ -266,15 +306,14 @@ pub(crate) const fn histogram(
 }
 
 pub(crate) const fn gauge(
-    vllm_name: &'static str,
-    otel_name: &'static str,
+    name: FamilyName,
     unit: &'static str,
     help: &'static str,
     value_type: ValueType,
 ) -> MetricDef {
     MetricDef {
-        vllm_name,
-        otel_name,
+        vllm_name: name.prometheus,
+        otel_name: name.otel,
         kind: Kind::Gauge,
         unit,
         help,
@@ -344,17 +383,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn otel_name_is_vllm_name_with_dot() {
-        for def in PER_REQUEST
-            .iter()
-            .chain(SCHEDULER.iter())
-            .chain(ENGINE.iter())
-        {
-            let rest = def.vllm_name.strip_prefix("vllm:").unwrap();
-            assert_eq!(def.otel_name, format!("vllm.{rest}"));
+    fn otel_name_is_the_prometheus_name_with_a_dot() {
+        for def in all().chain(PROCESS) {
+            let (namespace, rest) = [
+                ("vllm:", "vllm."),
+                ("vllm_otel_metrics_", "vllm_otel_metrics."),
+                ("process_", "process."),
+            ]
+            .into_iter()
+            .find_map(|(prometheus, otel)| Some((otel, def.vllm_name.strip_prefix(prometheus)?)))
+            .unwrap_or_else(|| panic!("{} has no known namespace", def.vllm_name));
+            assert_eq!(def.otel_name, format!("{namespace}{rest}"));
         }
-        for def in SELF_TELEMETRY {
-            assert!(!def.vllm_name.starts_with("vllm:"));
+        // The semantic conventions name their streams; the Prometheus names are
+        // the OpenTelemetry translation of them (dots to underscores, the unit
+        // appended), which a const cannot compute, so both are written there.
+        for def in semconv::ALL {
+            let translated = format!("{}_seconds", def.otel_name.replace('.', "_"));
+            assert_eq!(def.vllm_name, translated);
         }
     }
 

@@ -1,12 +1,11 @@
 //! This crate's own families (self-telemetry), and the process families
 //! served on `/metrics` only.
 
-use super::{counter, Buckets, Kind, MetricDef, ValueType, REASON_LABELS};
+use super::{counter, Buckets, FamilyName, Kind, MetricDef, ValueType, REASON_LABELS};
 
 /// Input that changed no vLLM metric (this crate's own family, never `vllm:`).
 pub const REJECTED_INPUTS: MetricDef = counter(
-    "vllm_otel_metrics_rejected_inputs",
-    "vllm_otel_metrics.rejected_inputs",
+    own!("rejected_inputs"),
     "{input}",
     "Input records or outputs that changed no vLLM metric, by reason.",
     REASON_LABELS,
@@ -14,8 +13,7 @@ pub const REJECTED_INPUTS: MetricDef = counter(
 
 /// Requests the tracker terminated itself (in-flight limit, time-to-live).
 pub const EVICTED_REQUESTS: MetricDef = counter(
-    "vllm_otel_metrics_evicted_requests",
-    "vllm_otel_metrics.evicted_requests",
+    own!("evicted_requests"),
     "{request}",
     "Live requests terminated as abort by the tracker itself, by reason.",
     REASON_LABELS,
@@ -24,8 +22,7 @@ pub const EVICTED_REQUESTS: MetricDef = counter(
 /// Records the vLLM stat-logger plugin reported dropping (this crate's own
 /// family, never `vllm:`; no labels).
 pub const PLUGIN_DROPPED_RECORDS: MetricDef = counter(
-    "vllm_otel_metrics_plugin_dropped_records",
-    "vllm_otel_metrics.plugin_dropped_records",
+    own!("plugin_dropped_records"),
     "{record}",
     "Records the vLLM stat-logger plugin dropped because its queue was full or the sidecar unreachable.",
     &[],
@@ -33,14 +30,10 @@ pub const PLUGIN_DROPPED_RECORDS: MetricDef = counter(
 
 // ---- process (served on /metrics only) ----
 
-const fn process_gauge(
-    name: &'static str,
-    otel_name: &'static str,
-    help: &'static str,
-) -> MetricDef {
+const fn process_gauge(name: FamilyName, help: &'static str) -> MetricDef {
     MetricDef {
-        vllm_name: name,
-        otel_name,
+        vllm_name: name.prometheus,
+        otel_name: name.otel,
         kind: Kind::Gauge,
         unit: "",
         help,
@@ -53,41 +46,33 @@ const fn process_gauge(
 
 /// Virtual memory of the process.
 pub const PROCESS_VIRTUAL_MEMORY: MetricDef = process_gauge(
-    "process_virtual_memory_bytes",
-    "process.virtual_memory_bytes",
+    process!("virtual_memory_bytes"),
     "Virtual memory size in bytes.",
 );
 /// Resident memory of the process.
 pub const PROCESS_RESIDENT_MEMORY: MetricDef = process_gauge(
-    "process_resident_memory_bytes",
-    "process.resident_memory_bytes",
+    process!("resident_memory_bytes"),
     "Resident memory size in bytes.",
 );
 /// When the process started.
 pub const PROCESS_START_TIME: MetricDef = process_gauge(
-    "process_start_time_seconds",
-    "process.start_time_seconds",
+    process!("start_time_seconds"),
     "Start time of the process since unix epoch in seconds.",
 );
 /// CPU time of the process.
 pub const PROCESS_CPU: MetricDef = MetricDef {
     kind: Kind::Counter,
     ..process_gauge(
-        "process_cpu_seconds",
-        "process.cpu_seconds",
+        process!("cpu_seconds"),
         "Total user and system CPU time spent in seconds.",
     )
 };
 /// Open file descriptors.
-pub const PROCESS_OPEN_FDS: MetricDef = process_gauge(
-    "process_open_fds",
-    "process.open_fds",
-    "Number of open file descriptors.",
-);
+pub const PROCESS_OPEN_FDS: MetricDef =
+    process_gauge(process!("open_fds"), "Number of open file descriptors.");
 /// The file descriptor limit.
 pub const PROCESS_MAX_FDS: MetricDef = process_gauge(
-    "process_max_fds",
-    "process.max_fds",
+    process!("max_fds"),
     "Maximum number of open file descriptors.",
 );
 
