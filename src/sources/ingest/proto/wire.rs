@@ -1,0 +1,275 @@
+//! The field copies between the wire types and the records, each message's
+//! fields declared once.
+//!
+//! `mirror!` writes both directions of a message from one list of its
+//! fields; a field the list leaves out is a compile error on both sides, so a
+//! new field is one name here. Fields that follow a rule (a required id, a
+//! default, an enum that may be unset or unknown) are named after `by rule`:
+//! the message then gets `from_wire_with`/`to_wire_with`, which take those
+//! fields from the caller, and [`super`] writes the rules by hand.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::pb;
+use crate::protocol::{
+    EngineConfig, EngineCoreOutput, EventType, ExternalHitsBySource, FinishReason, FinishedRequest,
+    GenAiOperation, IterationStats, KvCacheEvictionEvent, KvConnectorStats, KvFetchStages,
+    NixlStats, OffloadingStats, Operation, OperationKind, OutputBatch, PerfStats, PluginDrops,
+    PrefillStats, PromptTokenStats, RequestStart, SaveOutcomes, SchedulerStats,
+    SimpleCpuOffloadStats, SleepState, SpecDecodingStats,
+};
+
+/// A record value read off the wire.
+pub(super) trait FromWire<W> {
+    /// The record's value of `wire`.
+    fn from_wire(wire: W) -> Self;
+}
+
+/// A record value written to the wire.
+pub(super) trait ToWire<W> {
+    /// The wire's value of `self`.
+    fn to_wire(&self) -> W;
+}
+
+/// Types the wire and the records share.
+macro_rules! same_on_the_wire {
+    (copy: $($copy:ty),*; owned: $($owned:ty),*) => {
+        $(
+            impl FromWire<$copy> for $copy {
+                fn from_wire(wire: $copy) -> Self {
+                    wire
+                }
+            }
+            impl ToWire<$copy> for $copy {
+                fn to_wire(&self) -> $copy {
+                    *self
+                }
+            }
+        )*
+        $(
+            impl FromWire<$owned> for $owned {
+                fn from_wire(wire: $owned) -> Self {
+                    wire
+                }
+            }
+            impl ToWire<$owned> for $owned {
+                fn to_wire(&self) -> $owned {
+                    self.clone()
+                }
+            }
+        )*
+    };
+}
+
+same_on_the_wire!(copy: u32, u64, f64; owned: String, Vec<u32>, Vec<u64>, Vec<f64>, Vec<String>);
+
+impl<A: FromWire<B>, B> FromWire<Option<B>> for Option<A> {
+    fn from_wire(wire: Option<B>) -> Self {
+        wire.map(A::from_wire)
+    }
+}
+
+impl<A: ToWire<B>, B> ToWire<Option<B>> for Option<A> {
+    fn to_wire(&self) -> Option<B> {
+        self.as_ref().map(A::to_wire)
+    }
+}
+
+/// A list of observations is a message of its own on the wire, so that
+/// "absent" and "empty" differ.
+impl FromWire<pb::Observations> for Vec<f64> {
+    fn from_wire(wire: pb::Observations) -> Self {
+        wire.values
+    }
+}
+
+impl ToWire<pb::Observations> for Vec<f64> {
+    fn to_wire(&self) -> pb::Observations {
+        pb::Observations {
+            values: self.clone(),
+        }
+    }
+}
+
+/// Likewise a list of adapter names.
+impl FromWire<pb::AdapterList> for Vec<String> {
+    fn from_wire(wire: pb::AdapterList) -> Self {
+        wire.names
+    }
+}
+
+impl ToWire<pb::AdapterList> for Vec<String> {
+    fn to_wire(&self) -> pb::AdapterList {
+        pb::AdapterList {
+            names: self.clone(),
+        }
+    }
+}
+
+/// Protobuf maps are unordered; the record keeps its keys sorted.
+impl FromWire<HashMap<String, String>> for BTreeMap<String, String> {
+    fn from_wire(wire: HashMap<String, String>) -> Self {
+        wire.into_iter().collect()
+    }
+}
+
+impl ToWire<HashMap<String, String>> for BTreeMap<String, String> {
+    fn to_wire(&self) -> HashMap<String, String> {
+        self.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
+}
+
+impl FromWire<Vec<pb::KvCacheEvictionEvent>> for Vec<KvCacheEvictionEvent> {
+    fn from_wire(wire: Vec<pb::KvCacheEvictionEvent>) -> Self {
+        wire.into_iter().map(FromWire::from_wire).collect()
+    }
+}
+
+impl ToWire<Vec<pb::KvCacheEvictionEvent>> for Vec<KvCacheEvictionEvent> {
+    fn to_wire(&self) -> Vec<pb::KvCacheEvictionEvent> {
+        self.iter().map(ToWire::to_wire).collect()
+    }
+}
+
+/// Both directions of one message from one list of its fields.
+macro_rules! mirror {
+    ($ours:ident <=> $wire:ident { $($field:ident),* $(,)? }) => {
+        impl FromWire<pb::$wire> for $ours {
+            fn from_wire(wire: pb::$wire) -> Self {
+                $ours { $($field: FromWire::from_wire(wire.$field),)* }
+            }
+        }
+        impl ToWire<pb::$wire> for $ours {
+            fn to_wire(&self) -> pb::$wire {
+                pb::$wire { $($field: self.$field.to_wire(),)* }
+            }
+        }
+    };
+    (
+        $ours:ident <=> $wire:ident { $($field:ident),* $(,)? }
+        by rule { $($rule:ident: $ours_ty:ty => $wire_ty:ty),* $(,)? }
+    ) => {
+        impl $ours {
+            /// The record of `wire`, its rule fields given.
+            pub(super) fn from_wire_with(wire: pb::$wire, $($rule: $ours_ty),*) -> Self {
+                $ours { $($field: FromWire::from_wire(wire.$field),)* $($rule,)* }
+            }
+
+            /// The wire message of `self`, its rule fields given.
+            pub(super) fn to_wire_with(&self, $($rule: $wire_ty),*) -> pb::$wire {
+                pb::$wire { $($field: self.$field.to_wire(),)* $($rule,)* }
+            }
+        }
+    };
+}
+
+/// Both directions of an enum: its wire value, and its value of a wire
+/// value that is known (unset is `None`; [`super`] says what that means).
+macro_rules! mirror_enum {
+    ($ours:ident <=> $wire:ident { $($variant:ident),* $(,)? }) => {
+        impl FromWire<pb::$wire> for Option<$ours> {
+            fn from_wire(wire: pb::$wire) -> Self {
+                match wire {
+                    pb::$wire::Unspecified => None,
+                    $(pb::$wire::$variant => Some($ours::$variant),)*
+                }
+            }
+        }
+        impl ToWire<i32> for $ours {
+            fn to_wire(&self) -> i32 {
+                (match self {
+                    $($ours::$variant => pb::$wire::$variant,)*
+                }) as i32
+            }
+        }
+    };
+}
+
+mirror_enum!(EventType <=> EventType { Queued, Scheduled, Preempted });
+mirror_enum!(FinishReason <=> FinishReason { Stop, Length, Abort, Error, Repetition });
+mirror_enum!(OperationKind <=> OperationKind {
+    Sleep, ReleaseKvCacheMemory, Wake, Init, Start, StartDraft, Update, Finish,
+});
+
+mirror!(RequestStart <=> RequestStarted {
+    model_name, engine, arrival_time, prompt_len, max_tokens,
+} by rule {
+    request_id: String => String,
+    n: u32 => Option<u32>,
+    traceparent: Option<String> => Option<String>,
+    operation_name: Option<GenAiOperation> => Option<String>,
+});
+mirror!(OutputBatch <=> OutputBatch { engine, timestamp } by rule {
+    received_at: f64 => Option<f64>,
+    outputs: Vec<EngineCoreOutput> => Vec<pb::EngineCoreOutput>,
+});
+mirror!(EngineCoreOutput <=> EngineCoreOutput { new_token_ids, prefill_stats } by rule {
+    request_id: String => String,
+    events: Vec<crate::protocol::EngineCoreEvent> => Vec<pb::EngineCoreEvent>,
+    finish_reason: Option<FinishReason> => i32,
+});
+mirror!(PrefillStats <=> PrefillStats {
+    num_prompt_tokens, num_computed_tokens, num_cached_tokens, num_local_cached_tokens,
+    num_external_cached_tokens,
+});
+
+mirror!(SchedulerStats <=> SchedulerStats {
+    model_name, engine, num_running_reqs, num_waiting_reqs, kv_cache_usage,
+    prefix_cache_queries, prefix_cache_hits, received_at, num_skipped_waiting_reqs,
+    num_kv_fetch_reqs_by_stage, external_prefix_cache_queries, external_prefix_cache_hits,
+    external_prefix_cache_hits_by_source, mm_cache_queries, mm_cache_hits,
+    kv_cache_eviction_events, perf_stats, spec_decoding, running_lora_adapters,
+    waiting_lora_adapters, kv_connector_stats,
+});
+mirror!(KvFetchStages <=> KvFetchStages { waiting_to_start, in_progress, completed_waiting });
+mirror!(ExternalHitsBySource <=> ExternalHitsBySource { host, p2p, disk, external_unspecified });
+mirror!(KvCacheEvictionEvent <=> KvCacheEvictionEvent {
+    lifetime_seconds, idle_seconds, reuse_gaps_seconds,
+});
+mirror!(PerfStats <=> PerfStats {
+    num_flops_per_gpu, num_read_bytes_per_gpu, num_write_bytes_per_gpu,
+});
+mirror!(SpecDecodingStats <=> SpecDecodingStats {
+    num_drafts, num_draft_tokens, num_accepted_tokens, num_accepted_tokens_per_pos,
+});
+
+mirror!(KvConnectorStats <=> KvConnectorStats { nixl, offloading, simple_cpu_offload });
+mirror!(NixlStats <=> NixlStats {
+    transfer_duration, post_duration, bytes_transferred, num_descriptors, num_failed_transfers,
+    num_failed_handshakes, num_failed_notifications, num_kv_expired_reqs,
+    num_notifications_after_expiry,
+});
+mirror!(OffloadingStats <=> OffloadingStats {
+    load_bytes, load_time, load_sizes, store_bytes, store_time, store_sizes, lookup_sync_delays,
+    lookup_async_delays, allocation_failures, stores_skipped, cpu_cache_usage,
+    cpu_cache_write_usage, cpu_cache_read_usage,
+});
+mirror!(SimpleCpuOffloadStats <=> SimpleCpuOffloadStats {
+    save_outcomes, load_blocks, used_blocks, pending_store_blocks,
+});
+mirror!(SaveOutcomes <=> SaveOutcomes {
+    stored, dropped_cpu_full, dropped_request_gone, dropped_null_block, dropped_not_hashed,
+    skipped_already_cached, skipped_in_flight,
+});
+
+mirror!(EngineConfig <=> EngineConfig { model_name, engine, cache_config, max_loras, max_model_len });
+mirror!(SleepState <=> SleepState { model_name, engine } by rule { level: u8 => u32 });
+mirror!(Operation <=> Operation { duration } by rule { operation: OperationKind => i32 });
+
+mirror!(IterationStats <=> IterationStats {
+    model_name, engine, received_at, num_generation_tokens, num_preempted_reqs,
+    max_num_generation_tokens_iter, n_params_iter, time_to_first_tokens_iter,
+    inter_token_latencies_iter,
+} by rule {
+    prompt_token_stats: PromptTokenStats => Option<pb::PromptTokenStats>,
+    finished_requests: Vec<FinishedRequest> => Vec<pb::FinishedRequest>,
+});
+mirror!(PromptTokenStats <=> PromptTokenStats {
+    computed, local_cache_hit, external_kv_transfer, cached_tokens, total,
+});
+mirror!(FinishedRequest <=> FinishedRequest {
+    request_id, e2e_latency, queued_time, prefill_time, inference_time, decode_time,
+    mean_time_per_output_token, num_prompt_tokens, num_generation_tokens, num_preemptions,
+    num_cached_tokens, max_tokens_param,
+} by rule { finish_reason: FinishReason => i32 });
+mirror!(PluginDrops <=> PluginDrops { dropped });
