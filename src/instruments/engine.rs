@@ -8,8 +8,8 @@ use opentelemetry::metrics::{BoundCounter, BoundGauge, BoundHistogram, Counter, 
 use opentelemetry::KeyValue;
 
 use super::kv_connector::{KvConnectorHandles, KvConnectorInstruments};
-use super::Meters;
-use super::{f64_counter, f64_gauge, f64_histogram, u64_counter, u64_gauge, with_label};
+use super::label_set::with_label;
+use super::meters::{f64_counter, f64_gauge, f64_histogram, u64_counter, u64_gauge, Meters};
 use crate::catalog;
 use crate::protocol::{OperationKind, MAX_SPEC_POSITIONS};
 

@@ -56,31 +56,35 @@
 //! # provider.shutdown().unwrap();
 //! ```
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock, PoisonError, RwLock};
+use std::sync::Arc;
 
-use opentelemetry::metrics::{BoundCounter, Counter, Gauge, Histogram, Meter, MeterProvider};
-use opentelemetry::{InstrumentationScope, KeyValue};
+use opentelemetry::metrics::{BoundCounter, Meter};
+use opentelemetry::KeyValue;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
-use opentelemetry_sdk::metrics::reader::MetricReader;
 use opentelemetry_sdk::metrics::{MeterProviderBuilder, SdkMeterProvider};
-use opentelemetry_sdk::Resource;
 
 mod buckets;
+mod builder;
 mod engine;
+mod handle_cache;
 mod kv_connector;
+mod label_set;
+mod meters;
 mod request;
 mod semconv;
 pub mod spans;
 mod tee;
 mod views;
 
-use crate::catalog::{self, MetricDef, TokenBuckets, DEFAULT_MAX_MODEL_LEN};
-use crate::catalog::{EvictReason, RejectReason};
+use crate::catalog::{self, EvictReason, RejectReason};
 pub use buckets::{BucketOverrideError, BucketOverrides, ExponentialHistograms, OtlpHistograms};
+pub use builder::{InstrumentsBuilder, InstrumentsConfig, NameStyle, DEFAULT_MAX_LABEL_SETS};
 pub(crate) use engine::EngineHandles;
 use engine::EngineInstruments;
+use handle_cache::HandleCache;
+pub use label_set::{LabelSet, OVERFLOW_ATTRIBUTE};
+pub use meters::SCOPE_NAME;
+use meters::{u64_counter, with_views, Meters};
 use request::RequestInstruments;
 pub(crate) use request::{Preemptions, RequestHandles, RequestHistogram, NO_PREEMPTIONS};
 pub(crate) use semconv::SemconvEnd;
@@ -88,447 +92,6 @@ use semconv::SemconvInstruments;
 pub use semconv::{Semconv, SemconvServer};
 #[doc(hidden)]
 pub use views::views;
-
-/// The instrumentation scope name of every instrument the crate's own
-/// provider creates.
-pub const SCOPE_NAME: &str = env!("CARGO_PKG_NAME");
-
-/// Default number of `(model_name, engine)` label sets kept apart before
-/// further ones share the overflow series.
-pub const DEFAULT_MAX_LABEL_SETS: usize = 2048;
-
-/// The attribute the SDK marks its overflow series with.
-pub const OVERFLOW_ATTRIBUTE: &str = "otel.metric.overflow";
-
-/// Which names the streams carry on the wire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum NameStyle {
-    /// OpenTelemetry names (`vllm.request_num_preemptions`).
-    #[default]
-    Otel,
-    /// vLLM's Prometheus names (`vllm:request_num_preemptions`), set by the
-    /// Views (the SDK does not allow `:` in instrument names).
-    Prometheus,
-}
-
-/// What the Views and the instruments are built for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct InstrumentsConfig {
-    /// The model context length that bounds the token histograms' buckets.
-    pub max_model_len: u32,
-    /// How many `(model_name, engine)` label sets are kept apart; later ones
-    /// share one overflow series per family (`otel.metric.overflow=true`,
-    /// plus `finished_reason` or `source` where the family has it).
-    pub max_label_sets: usize,
-    /// Names on the wire.
-    pub name_style: NameStyle,
-    /// How the token histograms' buckets end: with `max_model_len`
-    /// appended (vLLM's Rust frontend) or not (its Python logger).
-    pub token_buckets: TokenBuckets,
-    /// Which semantic-convention streams are recorded besides vLLM's
-    /// families (`--semconv`).
-    pub semconv: Semconv,
-    /// Bucket boundaries that replace the catalog's
-    /// (`--custom-histogram-buckets`).
-    pub bucket_overrides: Arc<BucketOverrides>,
-    /// How the latency histograms aggregate (`--otlp-histograms`): with
-    /// [`OtlpHistograms::Exponential`], exponentially for every reader of
-    /// the provider except the explicit-bucket reader
-    /// ([`InstrumentsBuilder::with_explicit_histogram_reader`]).
-    pub otlp_histograms: OtlpHistograms,
-}
-
-impl Default for InstrumentsConfig {
-    fn default() -> Self {
-        InstrumentsConfig {
-            max_model_len: DEFAULT_MAX_MODEL_LEN,
-            max_label_sets: DEFAULT_MAX_LABEL_SETS,
-            name_style: NameStyle::Otel,
-            token_buckets: TokenBuckets::Rust,
-            semconv: Semconv::None,
-            bucket_overrides: Arc::default(),
-            otlp_histograms: OtlpHistograms::Explicit,
-        }
-    }
-}
-
-/// Configures and builds [`Instruments`] on their own `SdkMeterProvider`.
-pub struct InstrumentsBuilder {
-    provider: MeterProviderBuilder,
-    config: InstrumentsConfig,
-    server: SemconvServer,
-    resource: Option<Resource>,
-    /// Readers that keep explicit latency buckets when the others get
-    /// exponential ones, each added to the builder it is given.
-    explicit_readers: Vec<AddReader>,
-}
-
-/// Adds one reader to a provider builder.
-type AddReader = Box<dyn FnOnce(MeterProviderBuilder) -> MeterProviderBuilder + Send>;
-
-impl std::fmt::Debug for InstrumentsBuilder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("InstrumentsBuilder")
-            .field("provider", &self.provider)
-            .field("config", &self.config)
-            .field("explicit_readers", &self.explicit_readers.len())
-            .finish_non_exhaustive()
-    }
-}
-
-impl InstrumentsBuilder {
-    /// The model context length that bounds the token histograms' buckets.
-    pub fn with_max_model_len(mut self, max_model_len: u32) -> Self {
-        self.config.max_model_len = max_model_len;
-        self
-    }
-
-    /// How the token histograms' buckets are built (`--token-buckets`):
-    /// vLLM's Rust frontend's, the default, or its Python logger's.
-    pub fn with_token_buckets(mut self, token_buckets: TokenBuckets) -> Self {
-        self.config.token_buckets = token_buckets;
-        self
-    }
-
-    /// How many `(model_name, engine)` label sets are kept apart (at least 1).
-    pub fn with_max_label_sets(mut self, max_label_sets: usize) -> Self {
-        self.config.max_label_sets = max_label_sets.max(1);
-        self
-    }
-
-    /// Which names the streams carry (the Prometheus bridge maps either back).
-    pub fn with_name_style(mut self, name_style: NameStyle) -> Self {
-        self.config.name_style = name_style;
-        self
-    }
-
-    /// Also records the semantic-convention streams of `semconv`
-    /// (docs/SEMANTICS.md §3c).
-    pub fn with_semconv(mut self, semconv: Semconv) -> Self {
-        self.config.semconv = semconv;
-        self
-    }
-
-    /// The `server.address` and `server.port` of the semantic-convention
-    /// streams (none by default).
-    pub fn with_semconv_server(mut self, server: SemconvServer) -> Self {
-        self.server = server;
-        self
-    }
-
-    /// Bucket boundaries that replace the catalog's, per bucket family
-    /// (`--custom-histogram-buckets`), for every reader.
-    pub fn with_bucket_overrides(mut self, overrides: BucketOverrides) -> Self {
-        self.config.bucket_overrides = Arc::new(overrides);
-        self
-    }
-
-    /// How the latency histograms aggregate for the readers added with
-    /// [`with_reader`](Self::with_reader) (`--otlp-histograms`).
-    pub fn with_otlp_histograms(mut self, histograms: OtlpHistograms) -> Self {
-        self.config.otlp_histograms = histograms;
-        self
-    }
-
-    /// Adds a reader (the Prometheus bridge's, an OTLP `PeriodicReader`, …).
-    /// Each reader aggregates every measurement once more.
-    pub fn with_reader<R: MetricReader>(mut self, reader: R) -> Self {
-        self.provider = self.provider.with_reader(reader);
-        self
-    }
-
-    /// Adds a reader that reads the latency histograms with explicit
-    /// buckets even when [`with_otlp_histograms`](Self::with_otlp_histograms)
-    /// makes them exponential for the other readers: the Prometheus bridge's
-    /// [`PrometheusBridge::latency_reader`](crate::export::prometheus::PrometheusBridge::latency_reader),
-    /// so that `/metrics` keeps vLLM's buckets. It gets a provider of its
-    /// own, with only the latency histograms, which are then recorded into
-    /// both providers. With explicit OTLP histograms it is an ordinary
-    /// reader.
-    ///
-    /// ```
-    /// use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
-    /// use vllm_otel_metrics::instruments::{ExponentialHistograms, Instruments, OtlpHistograms};
-    /// use vllm_otel_metrics::tracker::{RequestMetrics, RequestParams};
-    ///
-    /// let (bridge, reader) = PrometheusBridge::builder().build();
-    /// let instruments = Instruments::builder()
-    ///     .with_otlp_histograms(OtlpHistograms::Exponential(ExponentialHistograms::DEFAULT))
-    ///     .with_reader(reader) // stands in for OTLP here: its latency histograms are exponential
-    ///     .with_explicit_histogram_reader(bridge.latency_reader())
-    ///     .build();
-    /// let params = RequestParams { arrival_time: 100.0, prompt_len: 16, max_tokens: None, n: 1 };
-    /// RequestMetrics::start(&instruments, "llama", 0, params).abort(101.2);
-    /// let text = bridge.encode(Format::Text);
-    /// assert!(text.contains("vllm:e2e_request_latency_seconds_bucket{model_name=\"llama\",engine=\"0\",le=\"1.0\"} 0\n"));
-    /// assert!(text.contains("vllm:e2e_request_latency_seconds_bucket{model_name=\"llama\",engine=\"0\",le=\"1.5\"} 1\n"));
-    /// # instruments.shutdown().unwrap();
-    /// ```
-    pub fn with_explicit_histogram_reader<R: MetricReader>(mut self, reader: R) -> Self {
-        self.explicit_readers
-            .push(Box::new(move |builder| builder.with_reader(reader)));
-        self
-    }
-
-    /// Sets the OpenTelemetry resource.
-    pub fn with_resource(mut self, resource: Resource) -> Self {
-        self.resource = Some(resource);
-        self
-    }
-
-    /// Builds the provider with the catalog's Views, and every instrument.
-    pub fn build(self) -> Instruments {
-        let with_resource = |builder: MeterProviderBuilder| match &self.resource {
-            Some(resource) => builder.with_resource(resource.clone()),
-            None => builder,
-        };
-        let mut main = with_resource(self.provider);
-        let mut explicit = None;
-        if self.explicit_readers.is_empty()
-            || self.config.otlp_histograms == OtlpHistograms::Explicit
-        {
-            main = self
-                .explicit_readers
-                .into_iter()
-                .fold(main, |b, add| add(b));
-        } else {
-            let builder = with_resource(SdkMeterProvider::builder());
-            let builder = self
-                .explicit_readers
-                .into_iter()
-                .fold(builder, |b, add| add(b));
-            let config = InstrumentsConfig {
-                otlp_histograms: OtlpHistograms::Explicit,
-                ..self.config.clone()
-            };
-            explicit = Some(with_views(builder, config));
-        }
-        let (provider, meter) = with_views(main, self.config.clone());
-        let (explicit_provider, explicit_latency) = explicit.unzip();
-        let meters = Meters {
-            main: meter,
-            explicit_latency,
-        };
-        let providers = [Some(provider), explicit_provider].into_iter().flatten();
-        Instruments::new(&meters, self.config, &self.server, providers.collect())
-    }
-}
-
-/// The meters instruments are created on: the main one, and with
-/// exponential OTLP histograms and an explicit-bucket reader, the one
-/// whose provider keeps the latency histograms' explicit buckets
-/// ([`tee`]).
-pub(crate) struct Meters {
-    main: Meter,
-    explicit_latency: Option<Meter>,
-}
-
-impl Meters {
-    fn one(meter: &Meter) -> Meters {
-        Meters {
-            main: meter.clone(),
-            explicit_latency: None,
-        }
-    }
-}
-
-/// The provider `builder` makes with the catalog's Views for `config`, and
-/// the crate's meter on it: where the Views and the instruments' config meet.
-fn with_views(
-    builder: MeterProviderBuilder,
-    config: InstrumentsConfig,
-) -> (SdkMeterProvider, Meter) {
-    let provider = builder.with_view(views(config)).build();
-    let meter = provider.meter_with_scope(scope());
-    (provider, meter)
-}
-
-/// The crate's instrumentation scope: its name and version.
-fn scope() -> InstrumentationScope {
-    InstrumentationScope::builder(SCOPE_NAME)
-        .with_version(env!("CARGO_PKG_VERSION"))
-        .build()
-}
-
-pub(crate) fn u64_counter(meters: &Meters, def: &'static MetricDef) -> Counter<u64> {
-    meters
-        .main
-        .u64_counter(def.otel_name)
-        .with_unit(def.unit)
-        .with_description(def.help)
-        .build()
-}
-
-pub(crate) fn f64_histogram(meters: &Meters, def: &'static MetricDef) -> Histogram<f64> {
-    let on = |meter: &Meter| {
-        meter
-            .f64_histogram(def.otel_name)
-            .with_unit(def.unit)
-            .with_description(def.help)
-            .build()
-    };
-    match &meters.explicit_latency {
-        Some(explicit) if catalog::is_latency_histogram(def) => {
-            tee::TeeHistogram::histogram(on(&meters.main), on(explicit))
-        }
-        _ => on(&meters.main),
-    }
-}
-
-pub(crate) fn u64_gauge(meters: &Meters, def: &'static MetricDef) -> Gauge<u64> {
-    meters
-        .main
-        .u64_gauge(def.otel_name)
-        .with_unit(def.unit)
-        .with_description(def.help)
-        .build()
-}
-
-pub(crate) fn f64_gauge(meters: &Meters, def: &'static MetricDef) -> Gauge<f64> {
-    meters
-        .main
-        .f64_gauge(def.otel_name)
-        .with_unit(def.unit)
-        .with_description(def.help)
-        .build()
-}
-
-pub(crate) fn f64_counter(meters: &Meters, def: &'static MetricDef) -> Counter<f64> {
-    meters
-        .main
-        .f64_counter(def.otel_name)
-        .with_unit(def.unit)
-        .with_description(def.help)
-        .build()
-}
-
-/// An attribute value whose clones share one string.
-pub(crate) fn shared_string(value: &str) -> opentelemetry::Value {
-    opentelemetry::Value::String(opentelemetry::StringValue::from(Arc::<str>::from(value)))
-}
-
-/// `base` plus one more label.
-pub(crate) fn with_label(
-    base: &[KeyValue],
-    name: &'static str,
-    value: &'static str,
-) -> Vec<KeyValue> {
-    let mut labels = base.to_vec();
-    labels.push(KeyValue::new(name, value));
-    labels
-}
-
-/// The attributes every series of a label set starts with: `model_name` and
-/// `engine`, or the overflow attribute. Bound to the overflow attribute, a
-/// family whose limit is reached writes the SDK's own overflow series; one
-/// with a further label (`finished_reason`, `source`) has room for it and
-/// keeps that label.
-///
-/// The values are reference-counted: the SDK clones every series'
-/// attributes at every collect, and an owned string would be copied there
-/// (two allocations per series and scrape), a shared one is not.
-fn base_labels(label_set: Option<(&str, u32)>) -> Vec<KeyValue> {
-    match label_set {
-        Some((model_name, engine)) => vec![
-            KeyValue::new(catalog::ENGINE_LABELS[0], shared_string(model_name)),
-            KeyValue::new(
-                catalog::ENGINE_LABELS[1],
-                shared_string(&engine.to_string()),
-            ),
-        ],
-        None => vec![KeyValue::new(OVERFLOW_ATTRIBUTE, true)],
-    }
-}
-
-/// The per-request handles of one `(model_name, engine)` label set, resolved
-/// once. A frontend that keeps one per label set, as vLLM's Rust frontend
-/// keeps its `RequestMetricHandles`, starts each request from it
-/// (the tracker's `RequestMetrics::start_in`)
-/// without any lookup. Cloning is cheap.
-///
-/// ```
-/// use vllm_otel_metrics::instruments::Instruments;
-/// use vllm_otel_metrics::tracker::{RequestMetrics, RequestParams};
-///
-/// let instruments = Instruments::builder().build();
-/// let llama = instruments.label_set("llama", 0);
-/// let params = RequestParams { arrival_time: 100.0, prompt_len: 16, max_tokens: None, n: 1 };
-/// let mut request = RequestMetrics::start_in(&llama, params);
-/// request.finish(101.0, vllm_otel_metrics::protocol::FinishReason::Stop);
-/// ```
-#[derive(Clone)]
-pub struct LabelSet {
-    pub(crate) handles: Arc<RequestHandles>,
-}
-
-impl std::fmt::Debug for LabelSet {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LabelSet").finish_non_exhaustive()
-    }
-}
-
-/// Handles per label set, up to a limit (the Views' cardinality limit);
-/// later label sets share the overflow handles.
-struct HandleCache<H> {
-    by_label_set: RwLock<HashMap<String, HashMap<u32, Arc<H>>>>,
-    /// Label sets in `by_label_set`; once at `limit`, it never grows again.
-    label_sets: AtomicUsize,
-    overflow: OnceLock<Arc<H>>,
-    limit: usize,
-}
-
-impl<H> HandleCache<H> {
-    fn new(limit: usize) -> Self {
-        HandleCache {
-            by_label_set: RwLock::default(),
-            label_sets: AtomicUsize::new(0),
-            overflow: OnceLock::new(),
-            limit,
-        }
-    }
-
-    /// The handles of a label set, bound under the write lock the first time
-    /// the set is seen.
-    fn get(&self, model_name: &str, engine: u32, bind: impl Fn(Vec<KeyValue>) -> H) -> Arc<H> {
-        let overflow = || {
-            Arc::clone(
-                self.overflow
-                    .get_or_init(|| Arc::new(bind(base_labels(None)))),
-            )
-        };
-        if let Some(handles) = self
-            .by_label_set
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(model_name)
-            .and_then(|by_engine| by_engine.get(&engine))
-        {
-            return Arc::clone(handles);
-        }
-        // A full cache stays full: new label sets skip the write lock.
-        if self.label_sets.load(Ordering::Acquire) >= self.limit {
-            return overflow();
-        }
-        let mut cache = self
-            .by_label_set
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(handles) = cache.get(model_name).and_then(|e| e.get(&engine)) {
-            return Arc::clone(handles);
-        }
-        if self.label_sets.load(Ordering::Acquire) >= self.limit {
-            return overflow();
-        }
-        let handles = Arc::new(bind(base_labels(Some((model_name, engine)))));
-        cache
-            .entry(model_name.to_owned())
-            .or_default()
-            .insert(engine, Arc::clone(&handles));
-        self.label_sets.fetch_add(1, Ordering::Release);
-        handles
-    }
-}
 
 struct Inner {
     /// The crate's own providers (the main one first, then the one of the
@@ -569,13 +132,7 @@ impl Instruments {
     /// A builder with the catalog defaults, the SDK's default resource and
     /// no reader.
     pub fn builder() -> InstrumentsBuilder {
-        InstrumentsBuilder {
-            provider: SdkMeterProvider::builder(),
-            config: InstrumentsConfig::default(),
-            server: SemconvServer::default(),
-            resource: None,
-            explicit_readers: Vec::new(),
-        }
+        InstrumentsBuilder::new()
     }
 
     /// A host program's setup in one call: registers the catalog's Views

@@ -14,13 +14,11 @@ use std::sync::OnceLock;
 use opentelemetry::metrics::{BoundCounter, BoundHistogram, Counter, Histogram};
 use opentelemetry::KeyValue;
 
+use super::label_set::with_label;
+use super::meters::{f64_histogram, u64_counter, Meters};
 use super::semconv::{SemconvEnd, SemconvHandles, SemconvInstruments};
-use super::with_label;
-use super::Meters;
 use crate::catalog::{self, MetricDef, PREEMPTION_REASONS, PROMPT_TOKEN_SOURCES};
 use crate::protocol::{FinishReason, PreemptionReason, PrefillStats};
-
-use super::{f64_histogram, u64_counter};
 
 /// Preemptions of an output or a batch, in [`PreemptionReason::ALL`] order.
 pub(crate) type Preemptions = [u64; PREEMPTION_REASONS.len()];

@@ -17,8 +17,8 @@ use opentelemetry::KeyValue;
 use crate::catalog::semconv::{self, ERROR_TYPE, OPERATION_NAME};
 use crate::protocol::{FinishReason, GenAiOperation};
 
-use super::Meters;
-use super::{f64_histogram, shared_string, OVERFLOW_ATTRIBUTE};
+use super::label_set::{shared_string, OVERFLOW_ATTRIBUTE};
+use super::meters::{f64_histogram, Meters};
 
 /// Which semantic conventions are recorded besides vLLM's families.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

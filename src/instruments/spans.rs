@@ -45,10 +45,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::{Span, SpanKind, TraceContextExt, Tracer, TracerProvider};
-use opentelemetry::{Context, InstrumentationScope, KeyValue};
+use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 
+use super::meters::scope;
 use crate::protocol::{shown, FinishReason, PreemptionReason};
 
 /// The span's name, as vLLM names it.
@@ -108,11 +109,8 @@ pub struct RequestSpans {
 impl RequestSpans {
     /// Spans from `provider`, under this crate's instrumentation scope.
     pub fn new(provider: &SdkTracerProvider) -> Self {
-        let scope = InstrumentationScope::builder(crate::instruments::SCOPE_NAME)
-            .with_version(env!("CARGO_PKG_VERSION"))
-            .build();
         RequestSpans {
-            tracer: provider.tracer_with_scope(scope),
+            tracer: provider.tracer_with_scope(scope()),
         }
     }
 }
