@@ -47,8 +47,9 @@ use crate::instruments::{
 use crate::protocol::{InputLimits, Record};
 use crate::sources::ingest::client::{RemoteSink, TargetSecurity};
 use crate::sources::ingest::grpc::{self, IngestLimits, IngestListener, IngestService};
-use crate::sources::ingest::{jsonl, RecordSink};
+use crate::sources::ingest::jsonl;
 use crate::sources::sim::{simulate, Progress, SimConfig};
+use crate::sources::RecordSink;
 use crate::support::listen::{BearerToken, ListenerLimits, ServerTls, ServerTlsFiles};
 use crate::tracker::{Rejection, Tracker};
 use opentelemetry_sdk::error::OTelSdkError;

@@ -73,13 +73,7 @@ pub(super) fn run_sweep(args: &SimulateArgs) -> Result<ExitCode, CliError> {
                 .with_reader(reader)
                 .build(),
         );
-        let outcome = simulate(
-            &config,
-            &mut |record| {
-                tracker.apply(record);
-            },
-            &mut |_| {},
-        );
+        let outcome = simulate(&config, &mut tracker, &mut |_| {});
         let row = SweepRow::new(kv_blocks, &outcome, &bridge.snapshot()).line();
         to_stdout(format!("{row}\n").as_bytes())?;
     }
@@ -101,7 +95,7 @@ pub(super) fn run_simulate(args: SimulateArgs) -> Result<ExitCode, CliError> {
     let config = args.config();
     config.validate()?;
     let linger = seconds("--linger", args.linger)?;
-    let mut recorder = match &args.record {
+    let recorder = match &args.record {
         Some(path) => Some(io::BufWriter::new(File::create(path).map_err(|e| {
             io::Error::new(e.kind(), format!("cannot create {path}: {e}"))
         })?)),
@@ -115,31 +109,25 @@ pub(super) fn run_simulate(args: SimulateArgs) -> Result<ExitCode, CliError> {
         },
         true,
     )?;
-    let mut tee = Tee::new(&pipeline, &args.target, &args.common)?;
-    let mut write_error: Option<io::Error> = None;
+    let mut sink = Recording {
+        sink: Tee::new(&pipeline, &args.target, &args.common)?,
+        trace: recorder,
+        write_error: None,
+    };
     let started = std::time::Instant::now();
     let show_progress = io::IsTerminal::is_terminal(&io::stderr());
-    let outcome = simulate(
-        &config,
-        &mut |record: &Record| {
-            tee.apply(record);
-            if let (Some(out), None) = (recorder.as_mut(), write_error.as_ref()) {
-                if let Err(e) = serde_json::to_writer(&mut *out, record)
-                    .map_err(io::Error::from)
-                    .and_then(|()| out.write_all(b"\n"))
-                {
-                    write_error = Some(e);
-                }
-            }
-        },
-        &mut progress_bar(show_progress),
-    );
+    let outcome = simulate(&config, &mut sink, &mut progress_bar(show_progress));
     if show_progress {
         report::end_progress();
     }
     let wall = started.elapsed().as_secs_f64();
+    let Recording {
+        sink: mut tee,
+        trace,
+        write_error,
+    } = sink;
     let remote_clean = tee.finish_remote()?;
-    if let Some(mut out) = recorder {
+    if let Some(mut out) = trace {
         if let Some(e) = write_error {
             return Err(io::Error::new(e.kind(), format!("writing the trace failed: {e}")).into());
         }
@@ -156,4 +144,32 @@ pub(super) fn run_simulate(args: SimulateArgs) -> Result<ExitCode, CliError> {
     std::thread::sleep(linger);
     drop(tee);
     Ok(exit_status(pipeline.finish(), remote_clean))
+}
+
+/// The simulator's sink on the command line: the pipeline's, and each record
+/// written to `--record`'s trace (writing stops at the first error, which
+/// the command reports when the run ends).
+struct Recording<S> {
+    sink: S,
+    trace: Option<io::BufWriter<File>>,
+    write_error: Option<io::Error>,
+}
+
+impl<S: RecordSink> RecordSink for Recording<S> {
+    fn apply(&mut self, record: &Record) -> Vec<Rejection> {
+        let rejections = self.sink.apply(record);
+        if let (Some(out), None) = (self.trace.as_mut(), self.write_error.as_ref()) {
+            if let Err(e) = serde_json::to_writer(&mut *out, record)
+                .map_err(io::Error::from)
+                .and_then(|()| out.write_all(b"\n"))
+            {
+                self.write_error = Some(e);
+            }
+        }
+        rejections
+    }
+
+    fn invalid(&mut self) {
+        self.sink.invalid();
+    }
 }

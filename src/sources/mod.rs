@@ -4,9 +4,12 @@
 //!   (`serve`), plus the client that streams to it (`--target`);
 //! - `sim` (feature `sim`): the engine simulator (`simulate`).
 //!
-//! Each turns its input into [`crate::protocol::Record`]s and hands them on;
-//! none of them records a metric itself.
+//! Each turns its input into [`crate::protocol::Record`]s and hands them to
+//! a [`RecordSink`]; none of them records a metric itself.
 
 pub mod ingest;
 #[cfg(feature = "sim")]
 pub mod sim;
+mod sink;
+
+pub use sink::RecordSink;

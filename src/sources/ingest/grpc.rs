@@ -21,6 +21,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::proto::{pb, record_from_proto};
 use crate::catalog::RejectReason;
 use crate::protocol::Record;
+use crate::sources::RecordSink;
 use crate::support::clock::unix_now;
 use crate::support::listen::{self, BearerToken, ListenerLimits, ServerTls};
 use crate::tracker::{Rejection, Tracker};
@@ -127,7 +128,7 @@ impl IngestService {
         let record = match record_from_proto(message, now) {
             Ok(record) => record,
             Err(reason) => {
-                self.tracker().count_invalid_record();
+                RecordSink::invalid(&mut *self.tracker());
                 summary.reject(
                     RejectReason::InvalidRecord.as_str(),
                     format!("record {position}: {reason}"),
@@ -139,7 +140,9 @@ impl IngestService {
         let rejections = {
             let mut tracker = self.tracker();
             tracker.set_now(self.clock.elapsed().as_secs_f64());
-            let rejections = tracker.apply(&record);
+            // Through the sink every source uses; the lock is the one thing
+            // the streams share.
+            let rejections = RecordSink::apply(&mut *tracker, &record);
             if matches!(record, Record::Request(_)) {
                 tracker.evict_oldest(self.limits.max_inflight_requests, now);
             }

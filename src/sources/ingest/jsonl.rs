@@ -24,9 +24,9 @@
 
 use std::io::{self, BufRead, Write};
 
-use super::RecordSink;
 use crate::catalog::RejectReason;
 use crate::protocol::Record;
+use crate::sources::RecordSink;
 
 /// What a replay did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

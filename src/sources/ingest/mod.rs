@@ -1,4 +1,5 @@
-//! Sources: they only translate their input into tracker calls.
+//! The ingest sources: a JSONL trace (`replay`), the gRPC ingest service
+//! (`serve`), its wire types, and the client that streams to it (`--target`).
 
 #[cfg(feature = "grpc")]
 pub mod client;
@@ -7,25 +8,3 @@ pub mod grpc;
 pub mod jsonl;
 #[cfg(feature = "grpc")]
 pub mod proto;
-
-use crate::protocol::Record;
-use crate::tracker::{Rejection, Tracker};
-
-/// Where a source's records go: the in-process tracker, or a tee of it and a
-/// remote ingest stream.
-pub trait RecordSink {
-    /// Applies a valid record; returns what changed no metric.
-    fn apply(&mut self, record: &Record) -> Vec<Rejection>;
-    /// Counts an input that could not be decoded.
-    fn invalid(&mut self);
-}
-
-impl RecordSink for Tracker {
-    fn apply(&mut self, record: &Record) -> Vec<Rejection> {
-        Tracker::apply(self, record)
-    }
-
-    fn invalid(&mut self) {
-        self.count_invalid_record();
-    }
-}

@@ -32,7 +32,8 @@ use std::collections::BTreeMap;
 
 use crate::catalog::DEFAULT_MAX_MODEL_LEN;
 use crate::error::{setting, Setting, Settings};
-use crate::protocol::{PerfStats, Record};
+use crate::protocol::PerfStats;
+use crate::sources::RecordSink;
 
 /// Engine clock at simulated time 0 (a monotonic clock reads an arbitrary origin).
 const ENGINE_CLOCK_ORIGIN: f64 = 1000.0;
@@ -575,7 +576,7 @@ pub struct Progress {
 /// (`run::Run` holds the state and does each).
 pub fn simulate(
     config: &SimConfig,
-    sink: &mut dyn FnMut(&Record),
+    sink: &mut dyn RecordSink,
     progress: &mut dyn FnMut(Progress),
 ) -> SimOutcome {
     let mut run = run::Run::new(config);

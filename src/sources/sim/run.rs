@@ -16,6 +16,7 @@ use crate::protocol::{
     Operation, OperationKind, OutputBatch, Record, RequestStart, SaveOutcomes, SchedulerStats,
     SimpleCpuOffloadStats, SleepState,
 };
+use crate::sources::RecordSink;
 
 /// The next thing that happens in simulated time.
 pub(super) enum Next {
@@ -183,10 +184,10 @@ impl<'a> Run<'a> {
     }
 
     /// Every engine's start-up: its cache configuration.
-    pub(super) fn announce_engines(&self, sink: &mut dyn FnMut(&Record)) {
+    pub(super) fn announce_engines(&self, sink: &mut dyn RecordSink) {
         let config = self.config;
         for e in 0..self.fleet.engines.len() {
-            sink(&Record::EngineConfig(EngineConfig {
+            sink.apply(&Record::EngineConfig(EngineConfig {
                 model_name: config.model_name(e as u32),
                 engine: e as u32,
                 cache_config: config.cache_config(),
@@ -254,7 +255,7 @@ impl<'a> Run<'a> {
     }
 
     /// A request arrives at `t`; it wakes its engine if asleep.
-    pub(super) fn arrive(&mut self, t: f64, sink: &mut dyn FnMut(&Record)) {
+    pub(super) fn arrive(&mut self, t: f64, sink: &mut dyn RecordSink) {
         let config = self.config;
         if self.closed_loop_due > 0 {
             self.closed_loop_due -= 1;
@@ -264,7 +265,7 @@ impl<'a> Run<'a> {
         let request = self.workload.request(t);
         self.outcome.requests += 1;
         let engine = request.engine as usize;
-        sink(&Record::Request(RequestStart {
+        sink.apply(&Record::Request(RequestStart {
             request_id: request.id.clone(),
             model_name: config.model_name(request.engine),
             engine: request.engine,
@@ -284,11 +285,11 @@ impl<'a> Run<'a> {
         if std::mem::take(&mut fleet.asleep[engine]) {
             // Woken by the request: the weights come back first.
             let wake = config.weight_bytes_per_gpu() / (config.host_transfer_gbps * 1e9);
-            sink(&Record::Operation(Operation {
+            sink.apply(&Record::Operation(Operation {
                 operation: OperationKind::Wake,
                 duration: wake,
             }));
-            sink(&Record::SleepState(SleepState {
+            sink.apply(&Record::SleepState(SleepState {
                 model_name: config.model_name(engine as u32),
                 engine: engine as u32,
                 level: 0,
@@ -299,7 +300,7 @@ impl<'a> Run<'a> {
     }
 
     /// Engine `e`'s sleep timer fires at `t`: it sleeps if still idle.
-    pub(super) fn sleep(&mut self, e: usize, t: f64, sink: &mut dyn FnMut(&Record)) {
+    pub(super) fn sleep(&mut self, e: usize, t: f64, sink: &mut dyn RecordSink) {
         let config = self.config;
         let fleet = &mut self.fleet;
         fleet.sleep_at[e] = None;
@@ -309,11 +310,11 @@ impl<'a> Run<'a> {
                 1 => config.weight_bytes_per_gpu() / (config.host_transfer_gbps * 1e9),
                 _ => DISCARD_SECONDS,
             };
-            sink(&Record::Operation(Operation {
+            sink.apply(&Record::Operation(Operation {
                 operation: OperationKind::Sleep,
                 duration,
             }));
-            sink(&Record::SleepState(SleepState {
+            sink.apply(&Record::SleepState(SleepState {
                 model_name: config.model_name(e as u32),
                 engine: e as u32,
                 level: config.sleep_level,
@@ -324,7 +325,7 @@ impl<'a> Run<'a> {
 
     /// An RL trainer pushes new weights at `t`: every engine pauses for the
     /// transfer calls.
-    pub(super) fn update_weights(&mut self, t: f64, sink: &mut dyn FnMut(&Record)) {
+    pub(super) fn update_weights(&mut self, t: f64, sink: &mut dyn RecordSink) {
         let config = self.config;
         self.next_update = config.weight_update_interval.map(|i| t + i);
         let transfer = config.weight_bytes_per_gpu() / (config.weight_sync_gbps * 1e9);
@@ -341,7 +342,7 @@ impl<'a> Run<'a> {
         self.updates += 1;
         let pause: f64 = calls.iter().map(|(_, d)| d).sum();
         for (operation, duration) in calls {
-            sink(&Record::Operation(Operation {
+            sink.apply(&Record::Operation(Operation {
                 operation,
                 duration,
             }));
@@ -357,7 +358,7 @@ impl<'a> Run<'a> {
 
     /// Client aborts due by `t` on engine `e` take their requests out;
     /// returns how many left.
-    fn take_aborts(&mut self, e: usize, t: f64, sink: &mut dyn FnMut(&Record)) -> u32 {
+    fn take_aborts(&mut self, e: usize, t: f64, sink: &mut dyn RecordSink) -> u32 {
         let mut departed = 0;
         let wall_origin = self.wall_origin;
         let (fleet, outcome) = (&mut self.fleet, &mut self.outcome);
@@ -366,7 +367,7 @@ impl<'a> Run<'a> {
                 return true;
             }
             if let Some(sequence) = fleet.engines[e].remove(id, *at) {
-                sink(&Record::Abort(Abort {
+                sink.apply(&Record::Abort(Abort {
                     request_id: id.clone(),
                     received_at: wall_origin + *at,
                 }));
@@ -383,7 +384,7 @@ impl<'a> Run<'a> {
     }
 
     /// Engine `e` steps at `t`: its outputs and its scheduler snapshot.
-    pub(super) fn step(&mut self, e: usize, t: f64, sink: &mut dyn FnMut(&Record)) {
+    pub(super) fn step(&mut self, e: usize, t: f64, sink: &mut dyn RecordSink) {
         let config = self.config;
         let mut departed = self.take_aborts(e, t, sink);
         let engine = &mut self.fleet.engines[e];
@@ -424,7 +425,7 @@ impl<'a> Run<'a> {
         departed += result.finished.len() as u32;
         let perf_stats = config.perf_stats(result.tokens, result.context_tokens_read);
         if !result.outputs.is_empty() {
-            sink(&Record::Outputs(OutputBatch {
+            sink.apply(&Record::Outputs(OutputBatch {
                 engine: e as u32,
                 timestamp: Self::engine_clock(end),
                 received_at: end_wall,
@@ -437,7 +438,7 @@ impl<'a> Run<'a> {
         } else {
             (None, None)
         };
-        sink(&Record::SchedulerStats(Box::new(SchedulerStats {
+        sink.apply(&Record::SchedulerStats(Box::new(SchedulerStats {
             model_name: config.model_name(e as u32),
             engine: e as u32,
             num_running_reqs: engine.running() as u64,
