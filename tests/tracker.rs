@@ -843,3 +843,32 @@ fn public_methods_validate_like_apply() {
     assert_eq!(counted(&before), Some(0.0));
     assert_eq!(counted(&bridge.encode(Format::Text)), Some(5.0));
 }
+
+/// The in-flight limit evicts the oldest request even when its start pruned
+/// the queue of ended requests (the queue is pruned every ~1,024 starts; the
+/// request that triggered it used to be pruned with them, never evictable).
+#[test]
+fn the_in_flight_limit_evicts_a_request_whose_start_pruned_the_queue() {
+    let (bridge, tracker) = pipeline();
+    let mut tracker = tracker.with_start_order();
+    for n in 0..1_024 {
+        let id = format!("ended-{n}");
+        tracker.apply(&Record::Request(start(&id, 0, 1.0, 4, None)));
+        tracker.apply(&Record::Abort(Abort {
+            request_id: id,
+            received_at: 2.0,
+        }));
+    }
+    tracker.apply(&Record::Request(start("live", 0, 3.0, 4, None)));
+    assert_eq!(tracker.in_flight(), 1);
+    assert_eq!(tracker.evict_oldest(0, 4.0), 1);
+    assert_eq!(tracker.in_flight(), 0);
+    let samples = exposition(&bridge);
+    assert_eq!(
+        value(
+            &samples,
+            "vllm_otel_metrics_evicted_requests_total{reason=\"inflight_limit\"}"
+        ),
+        1.0
+    );
+}

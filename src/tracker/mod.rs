@@ -265,12 +265,14 @@ impl Tracker {
         });
         self.starts += 1;
         if let Some(order) = &mut self.start_order {
-            order.push_back((self.starts, start.request_id.as_str().into()));
             // Ended requests linger in the queue until met; keep it bounded.
-            if order.len() > 2 * self.requests.len() + 1024 {
+            // Pruned before this request joins: it is not live yet, so the
+            // pruning would drop it and the in-flight limit never evict it.
+            if order.len() >= 2 * self.requests.len() + 1024 {
                 let requests = &self.requests;
                 order.retain(|(n, id)| requests.get(&**id).is_some_and(|live| live.start == *n));
             }
+            order.push_back((self.starts, start.request_id.as_str().into()));
         }
         self.requests.insert(
             start.request_id.clone(),
