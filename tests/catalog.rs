@@ -89,7 +89,11 @@ fn every_family_has_a_path_from_some_record() {
     for line in MORE_RECORDS.lines() {
         let record: Record = serde_json::from_str(line).unwrap();
         let refused = tracker.apply(&record);
-        assert_eq!(refused.is_empty(), !line.contains("never-started"), "{line}");
+        assert_eq!(
+            refused.is_empty(),
+            !line.contains("never-started"),
+            "{line}"
+        );
     }
     assert_eq!(tracker.evict_oldest(0, 1_700_000_002.0), 1);
     look(&bridge);
