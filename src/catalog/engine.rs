@@ -4,7 +4,7 @@
 //! names the vLLM source that defines it; names, kinds, labels, HELP texts
 //! and buckets are vLLM's.
 
-use super::{counter, histogram, Buckets, FamilyName, Kind, MetricDef, ValueType, ENGINE_LABELS};
+use super::{counter, gauge, histogram, Buckets, FamilyName, MetricDef, ValueType, ENGINE_LABELS};
 
 /// Labels of `vllm:num_requests_waiting_by_reason`.
 pub const WAITING_REASON_LABELS: &[&str] = &["model_name", "engine", "reason"];
@@ -45,6 +45,7 @@ pub const KV_CACHE_RESIDENCY_BUCKETS: &[f64] = &[
 /// Sleep-mode and weight-transfer operations (`BUCKETS` of their metrics modules).
 pub const OPERATION_BUCKETS: &[f64] = &[0.01, 0.1, 1.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0];
 
+/// A gauge with labels beyond `model_name` and `engine`.
 const fn gauge_with(
     name: FamilyName,
     unit: &'static str,
@@ -53,15 +54,8 @@ const fn gauge_with(
     value_type: ValueType,
 ) -> MetricDef {
     MetricDef {
-        vllm_name: name.prometheus,
-        otel_name: name.otel,
-        kind: Kind::Gauge,
-        unit,
-        help,
         labels,
-        buckets: Buckets::None,
-        value_type,
-        label_values: &[],
+        ..gauge(name, unit, help, value_type)
     }
 }
 

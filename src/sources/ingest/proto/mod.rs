@@ -129,21 +129,15 @@ fn non_empty(text: Option<String>) -> Option<String> {
     text.filter(|t| !t.is_empty())
 }
 
-fn preemption_reason(reason: Option<String>) -> Result<Option<PreemptionReason>, ConversionError> {
-    non_empty(reason)
-        .map(|reason| {
-            PreemptionReason::from_label(&reason)
-                .ok_or_else(|| ConversionError::UnknownPreemptionReason(shown(&reason)))
-        })
-        .transpose()
-}
-
-fn operation_name(name: Option<String>) -> Result<Option<GenAiOperation>, ConversionError> {
-    non_empty(name)
-        .map(|name| {
-            GenAiOperation::from_name(&name)
-                .ok_or_else(|| ConversionError::UnknownOperationName(shown(&name)))
-        })
+/// A label value that may be unset (empty): `None`, its value, or the
+/// error `unknown` makes of a value this version does not know.
+fn known<T>(
+    text: Option<String>,
+    parse: fn(&str) -> Option<T>,
+    unknown: fn(String) -> ConversionError,
+) -> Result<Option<T>, ConversionError> {
+    non_empty(text)
+        .map(|text| parse(&text).ok_or_else(|| unknown(shown(&text))))
         .transpose()
 }
 
@@ -159,7 +153,11 @@ fn output_from_proto(mut o: pb::EngineCoreOutput) -> Result<EngineCoreOutput, Co
             Ok(EngineCoreEvent {
                 kind: event_type(e.r#type)?,
                 timestamp: e.timestamp,
-                reason: preemption_reason(e.reason)?,
+                reason: known(
+                    e.reason,
+                    PreemptionReason::from_label,
+                    ConversionError::UnknownPreemptionReason,
+                )?,
             })
         })
         .collect::<Result<Vec<_>, ConversionError>>()
@@ -240,7 +238,11 @@ pub fn record_from_proto(record: pb::Record, now: f64) -> Result<Record, Convers
             let request_id = required_id("request", std::mem::take(&mut r.request_id))?;
             let n = r.n.unwrap_or(1);
             let traceparent = non_empty(r.traceparent.take());
-            let operation_name = operation_name(r.operation_name.take())?;
+            let operation_name = known(
+                r.operation_name.take(),
+                GenAiOperation::from_name,
+                ConversionError::UnknownOperationName,
+            )?;
             Record::Request(RequestStart::from_wire_with(
                 r,
                 request_id,

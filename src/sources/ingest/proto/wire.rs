@@ -75,36 +75,24 @@ impl<A: ToWire<B>, B> ToWire<Option<B>> for Option<A> {
     }
 }
 
-/// A list of observations is a message of its own on the wire, so that
-/// "absent" and "empty" differ.
-impl FromWire<pb::Observations> for Vec<f64> {
-    fn from_wire(wire: pb::Observations) -> Self {
-        wire.values
-    }
-}
-
-impl ToWire<pb::Observations> for Vec<f64> {
-    fn to_wire(&self) -> pb::Observations {
-        pb::Observations {
-            values: self.clone(),
+/// Lists that are a message of their own on the wire, so that "absent" and
+/// "empty" differ: the observations of a histogram, the names of adapters.
+macro_rules! list_message {
+    ($($wire:ident.$field:ident: $item:ty),*) => {$(
+        impl FromWire<pb::$wire> for Vec<$item> {
+            fn from_wire(wire: pb::$wire) -> Self {
+                wire.$field
+            }
         }
-    }
-}
-
-/// Likewise a list of adapter names.
-impl FromWire<pb::AdapterList> for Vec<String> {
-    fn from_wire(wire: pb::AdapterList) -> Self {
-        wire.names
-    }
-}
-
-impl ToWire<pb::AdapterList> for Vec<String> {
-    fn to_wire(&self) -> pb::AdapterList {
-        pb::AdapterList {
-            names: self.clone(),
+        impl ToWire<pb::$wire> for Vec<$item> {
+            fn to_wire(&self) -> pb::$wire {
+                pb::$wire { $field: self.clone() }
+            }
         }
-    }
+    )*};
 }
+
+list_message!(Observations.values: f64, AdapterList.names: String);
 
 /// Protobuf maps are unordered; the record keeps its keys sorted.
 impl FromWire<HashMap<String, String>> for BTreeMap<String, String> {
