@@ -324,6 +324,25 @@ pub(crate) const fn gauge(
     }
 }
 
+/// `head` then `tail`, in a constant (`N` must be their total length).
+pub(crate) const fn concat<const H: usize, const T: usize, const N: usize>(
+    head: [&'static MetricDef; H],
+    tail: [&'static MetricDef; T],
+) -> [&'static MetricDef; N] {
+    assert!(H + T == N, "the lengths must add up");
+    let mut out = [head[0]; N];
+    let mut at = 0;
+    while at < H {
+        out[at] = head[at];
+        at += 1;
+    }
+    while at < N {
+        out[at] = tail[at - H];
+        at += 1;
+    }
+    out
+}
+
 /// Every family, in exposition order: per-request tier, scheduler tier,
 /// engine tier, self-telemetry.
 pub fn all() -> impl Iterator<Item = &'static MetricDef> {
