@@ -13,28 +13,80 @@ use super::meters::{f64_counter, f64_gauge, f64_histogram, u64_counter, u64_gaug
 use crate::catalog;
 use crate::protocol::{OperationKind, MAX_SPEC_POSITIONS};
 
+/// The families with one series per label set, bound with it and at zero
+/// from its start (vLLM's `create_metric_per_engine`), each written once:
+/// field, kind, value type and catalog entry. A new such family is one line
+/// here plus the tracker's line that records it.
+macro_rules! plain_families {
+    ($($field:ident: $kind:ident<$value:ident> = $def:ident,)*) => {
+        /// The instruments of the plain families.
+        pub(crate) struct PlainInstruments {
+            $($field: plain_families!(@instrument $kind $value),)*
+        }
+
+        impl PlainInstruments {
+            fn new(meter: &Meters) -> Self {
+                PlainInstruments {
+                    $($field: plain_families!(@new $kind $value)(meter, &catalog::$def),)*
+                }
+            }
+        }
+
+        /// The plain families' handles of one label set.
+        pub(crate) struct PlainHandles {
+            $(pub(crate) $field: plain_families!(@handle $kind $value),)*
+        }
+
+        impl PlainHandles {
+            fn bind(i: &PlainInstruments, labels: &[KeyValue]) -> Self {
+                PlainHandles {
+                    $($field: i.$field.bind(labels),)*
+                }
+            }
+
+            fn start_up(&self) {
+                $(plain_families!(@zero $kind self.$field);)*
+            }
+        }
+    };
+    (@instrument counter $value:ident) => { Counter<$value> };
+    (@instrument gauge $value:ident) => { Gauge<$value> };
+    (@handle counter $value:ident) => { BoundCounter<$value> };
+    (@handle gauge $value:ident) => { BoundGauge<$value> };
+    (@new counter u64) => { u64_counter };
+    (@new counter f64) => { f64_counter };
+    (@new gauge u64) => { u64_gauge };
+    (@new gauge f64) => { f64_gauge };
+    (@zero counter $handle:expr) => { $handle.add(Default::default()) };
+    (@zero gauge $handle:expr) => { $handle.record(Default::default()) };
+}
+
+plain_families! {
+    num_requests_running: gauge<u64> = NUM_REQUESTS_RUNNING,
+    num_requests_waiting: gauge<u64> = NUM_REQUESTS_WAITING,
+    kv_cache_usage: gauge<f64> = KV_CACHE_USAGE,
+    prefix_cache_queries: counter<u64> = PREFIX_CACHE_QUERIES,
+    prefix_cache_hits: counter<u64> = PREFIX_CACHE_HITS,
+    external_prefix_cache_queries: counter<u64> = EXTERNAL_PREFIX_CACHE_QUERIES,
+    external_prefix_cache_hits: counter<u64> = EXTERNAL_PREFIX_CACHE_HITS,
+    mm_cache_queries: counter<u64> = MM_CACHE_QUERIES,
+    mm_cache_hits: counter<u64> = MM_CACHE_HITS,
+    estimated_flops: counter<f64> = ESTIMATED_FLOPS_PER_GPU,
+    estimated_read_bytes: counter<f64> = ESTIMATED_READ_BYTES_PER_GPU,
+    estimated_write_bytes: counter<f64> = ESTIMATED_WRITE_BYTES_PER_GPU,
+}
+
 /// The instruments of the families a scheduler-stats, engine-config or
 /// sleep-state record feeds, plus the operation timings.
 pub(crate) struct EngineInstruments {
-    num_requests_running: Gauge<u64>,
-    num_requests_waiting: Gauge<u64>,
-    kv_cache_usage: Gauge<f64>,
-    prefix_cache_queries: Counter<u64>,
-    prefix_cache_hits: Counter<u64>,
+    plain: PlainInstruments,
     waiting_by_reason: Gauge<u64>,
     kv_fetch_by_stage: Gauge<u64>,
     sleep_state: Gauge<u64>,
     cached_by_source: Counter<u64>,
-    external_prefix_cache_queries: Counter<u64>,
-    external_prefix_cache_hits: Counter<u64>,
-    mm_cache_queries: Counter<u64>,
-    mm_cache_hits: Counter<u64>,
     kv_block_lifetime: Histogram<f64>,
     kv_block_idle_before_evict: Histogram<f64>,
     kv_block_reuse_gap: Histogram<f64>,
-    estimated_flops: Counter<f64>,
-    estimated_read_bytes: Counter<f64>,
-    estimated_write_bytes: Counter<f64>,
     spec_drafts: Counter<u64>,
     spec_draft_tokens: Counter<u64>,
     spec_accepted_tokens: Counter<u64>,
@@ -55,25 +107,14 @@ impl EngineInstruments {
     pub(crate) fn new(meter: &Meters) -> Self {
         use catalog::*;
         EngineInstruments {
-            num_requests_running: u64_gauge(meter, &NUM_REQUESTS_RUNNING),
-            num_requests_waiting: u64_gauge(meter, &NUM_REQUESTS_WAITING),
-            kv_cache_usage: f64_gauge(meter, &KV_CACHE_USAGE),
-            prefix_cache_queries: u64_counter(meter, &PREFIX_CACHE_QUERIES),
-            prefix_cache_hits: u64_counter(meter, &PREFIX_CACHE_HITS),
+            plain: PlainInstruments::new(meter),
             waiting_by_reason: u64_gauge(meter, &NUM_REQUESTS_WAITING_BY_REASON),
             kv_fetch_by_stage: u64_gauge(meter, &NUM_REQUESTS_KV_FETCH_BY_STAGE),
             sleep_state: u64_gauge(meter, &ENGINE_SLEEP_STATE),
             cached_by_source: u64_counter(meter, &PROMPT_TOKENS_CACHED_BY_SOURCE),
-            external_prefix_cache_queries: u64_counter(meter, &EXTERNAL_PREFIX_CACHE_QUERIES),
-            external_prefix_cache_hits: u64_counter(meter, &EXTERNAL_PREFIX_CACHE_HITS),
-            mm_cache_queries: u64_counter(meter, &MM_CACHE_QUERIES),
-            mm_cache_hits: u64_counter(meter, &MM_CACHE_HITS),
             kv_block_lifetime: f64_histogram(meter, &KV_BLOCK_LIFETIME),
             kv_block_idle_before_evict: f64_histogram(meter, &KV_BLOCK_IDLE_BEFORE_EVICT),
             kv_block_reuse_gap: f64_histogram(meter, &KV_BLOCK_REUSE_GAP),
-            estimated_flops: f64_counter(meter, &ESTIMATED_FLOPS_PER_GPU),
-            estimated_read_bytes: f64_counter(meter, &ESTIMATED_READ_BYTES_PER_GPU),
-            estimated_write_bytes: f64_counter(meter, &ESTIMATED_WRITE_BYTES_PER_GPU),
             spec_drafts: u64_counter(meter, &SPEC_DECODE_NUM_DRAFTS),
             spec_draft_tokens: u64_counter(meter, &SPEC_DECODE_NUM_DRAFT_TOKENS),
             spec_accepted_tokens: u64_counter(meter, &SPEC_DECODE_NUM_ACCEPTED_TOKENS),
@@ -104,24 +145,13 @@ impl EngineInstruments {
 
 /// The scheduler- and engine-tier handles of one label set.
 pub(crate) struct EngineHandles {
-    pub(crate) num_requests_running: BoundGauge<u64>,
-    pub(crate) num_requests_waiting: BoundGauge<u64>,
-    pub(crate) kv_cache_usage: BoundGauge<f64>,
-    pub(crate) prefix_cache_queries: BoundCounter<u64>,
-    pub(crate) prefix_cache_hits: BoundCounter<u64>,
+    pub(crate) plain: PlainHandles,
     /// In [`catalog::WAITING_REASONS`] order.
     pub(crate) waiting_by_reason: [BoundGauge<u64>; catalog::WAITING_REASONS.len()],
     /// In [`catalog::SLEEP_STATES`] order.
     pub(crate) sleep_state: [BoundGauge<u64>; catalog::SLEEP_STATES.len()],
     /// In [`catalog::CACHE_HIT_SOURCES`] order.
     pub(crate) cached_by_source: [BoundCounter<u64>; catalog::CACHE_HIT_SOURCES.len()],
-    pub(crate) external_prefix_cache_queries: BoundCounter<u64>,
-    pub(crate) external_prefix_cache_hits: BoundCounter<u64>,
-    pub(crate) mm_cache_queries: BoundCounter<u64>,
-    pub(crate) mm_cache_hits: BoundCounter<u64>,
-    pub(crate) estimated_flops: BoundCounter<f64>,
-    pub(crate) estimated_read_bytes: BoundCounter<f64>,
-    pub(crate) estimated_write_bytes: BoundCounter<f64>,
     /// The label set's attributes, for the families bound on first use.
     labels: Vec<KeyValue>,
     kv_fetch_by_stage: OnceLock<[BoundGauge<u64>; catalog::KV_FETCH_STAGES.len()]>,
@@ -177,11 +207,7 @@ impl EngineHandles {
         use catalog::*;
         let with = |name: &'static str, value: &'static str| with_label(&labels, name, value);
         let handles = EngineHandles {
-            num_requests_running: i.num_requests_running.bind(&labels),
-            num_requests_waiting: i.num_requests_waiting.bind(&labels),
-            kv_cache_usage: i.kv_cache_usage.bind(&labels),
-            prefix_cache_queries: i.prefix_cache_queries.bind(&labels),
-            prefix_cache_hits: i.prefix_cache_hits.bind(&labels),
+            plain: PlainHandles::bind(&i.plain, &labels),
             waiting_by_reason: WAITING_REASONS
                 .map(|r| i.waiting_by_reason.bind(&with(WAITING_REASON_LABELS[2], r))),
             sleep_state: SLEEP_STATES.map(|s| i.sleep_state.bind(&with(SLEEP_STATE_LABELS[2], s))),
@@ -189,13 +215,6 @@ impl EngineHandles {
                 i.cached_by_source
                     .bind(&with(CACHE_HIT_SOURCE_LABELS[2], s))
             }),
-            external_prefix_cache_queries: i.external_prefix_cache_queries.bind(&labels),
-            external_prefix_cache_hits: i.external_prefix_cache_hits.bind(&labels),
-            mm_cache_queries: i.mm_cache_queries.bind(&labels),
-            mm_cache_hits: i.mm_cache_hits.bind(&labels),
-            estimated_flops: i.estimated_flops.bind(&labels),
-            estimated_read_bytes: i.estimated_read_bytes.bind(&labels),
-            estimated_write_bytes: i.estimated_write_bytes.bind(&labels),
             kv_fetch_by_stage: OnceLock::new(),
             block_residency: OnceLock::new(),
             spec_decoding: OnceLock::new(),
@@ -213,32 +232,13 @@ impl EngineHandles {
     /// stages, speculative decoding, block residency) appear with their
     /// first data, as theirs appear only when so configured.
     fn start_up(&self) {
-        self.num_requests_running.record(0);
-        self.num_requests_waiting.record(0);
-        self.kv_cache_usage.record(0.0);
-        self.prefix_cache_queries.add(0);
-        self.prefix_cache_hits.add(0);
+        self.plain.start_up();
         for gauge in &self.waiting_by_reason {
             gauge.record(0);
         }
         self.set_sleep_level(0);
         for counter in &self.cached_by_source {
             counter.add(0);
-        }
-        for counter in [
-            &self.external_prefix_cache_queries,
-            &self.external_prefix_cache_hits,
-            &self.mm_cache_queries,
-            &self.mm_cache_hits,
-        ] {
-            counter.add(0);
-        }
-        for counter in [
-            &self.estimated_flops,
-            &self.estimated_read_bytes,
-            &self.estimated_write_bytes,
-        ] {
-            counter.add(0.0);
         }
     }
 

@@ -71,11 +71,20 @@ impl EngineRecords {
     /// `SchedulerStats`.
     pub(super) fn scheduler_stats(&mut self, instruments: &Instruments, stats: &SchedulerStats) {
         let handles = instruments.engine_handles(&stats.model_name, stats.engine);
-        handles.num_requests_running.record(stats.num_running_reqs);
-        handles.num_requests_waiting.record(stats.num_waiting_reqs);
-        handles.kv_cache_usage.record(stats.kv_cache_usage);
-        handles.prefix_cache_queries.add(stats.prefix_cache_queries);
-        handles.prefix_cache_hits.add(stats.prefix_cache_hits);
+        handles
+            .plain
+            .num_requests_running
+            .record(stats.num_running_reqs);
+        handles
+            .plain
+            .num_requests_waiting
+            .record(stats.num_waiting_reqs);
+        handles.plain.kv_cache_usage.record(stats.kv_cache_usage);
+        handles
+            .plain
+            .prefix_cache_queries
+            .add(stats.prefix_cache_queries);
+        handles.plain.prefix_cache_hits.add(stats.prefix_cache_hits);
         let [capacity, deferred] = &handles.waiting_by_reason;
         capacity.record(stats.waiting_for_capacity());
         deferred.record(stats.num_skipped_waiting_reqs);
@@ -88,9 +97,11 @@ impl EngineRecords {
             completed_waiting.record(stages.completed_waiting);
         }
         handles
+            .plain
             .external_prefix_cache_queries
             .add(stats.external_prefix_cache_queries);
         handles
+            .plain
             .external_prefix_cache_hits
             .add(stats.external_prefix_cache_hits);
         let [device, external @ ..] = &handles.cached_by_source;
@@ -98,8 +109,8 @@ impl EngineRecords {
         for (counter, hits) in external.iter().zip(stats.external_hits_by_source()) {
             counter.add(hits);
         }
-        handles.mm_cache_queries.add(stats.mm_cache_queries);
-        handles.mm_cache_hits.add(stats.mm_cache_hits);
+        handles.plain.mm_cache_queries.add(stats.mm_cache_queries);
+        handles.plain.mm_cache_hits.add(stats.mm_cache_hits);
         if !stats.kv_cache_eviction_events.is_empty() {
             let residency = handles.block_residency(engine);
             for event in &stats.kv_cache_eviction_events {
@@ -111,11 +122,13 @@ impl EngineRecords {
             }
         }
         let perf = stats.perf_stats.unwrap_or_default();
-        handles.estimated_flops.add(perf.num_flops_per_gpu);
+        handles.plain.estimated_flops.add(perf.num_flops_per_gpu);
         handles
+            .plain
             .estimated_read_bytes
             .add(perf.num_read_bytes_per_gpu);
         handles
+            .plain
             .estimated_write_bytes
             .add(perf.num_write_bytes_per_gpu);
         if let Some(kv) = &stats.kv_connector_stats {
