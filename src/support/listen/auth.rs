@@ -6,6 +6,8 @@ use crate::support::file;
 use std::path::Path;
 use std::sync::Arc;
 
+use subtle::ConstantTimeEq;
+
 /// A bearer token a server requires, read from a file (surrounding
 /// whitespace dropped). Its value is never printed.
 #[derive(Clone)]
@@ -46,12 +48,31 @@ impl BearerToken {
         else {
             return false;
         };
-        // Constant time in the token's contents.
-        presented.len() == self.0.len()
-            && presented
-                .iter()
-                .zip(self.0.iter())
-                .fold(0u8, |diff, (a, b)| diff | (a ^ b))
-                == 0
+        // Constant time in the token's contents (a length mismatch returns
+        // at once: the length is not the secret).
+        presented.ct_eq(&self.0).into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_whole_token_after_either_scheme_spelling_is_accepted() {
+        let token = BearerToken(Arc::from(&b"s3cr3t"[..]));
+        assert!(token.accepts(Some(b"Bearer s3cr3t")));
+        assert!(token.accepts(Some(b"bearer s3cr3t")));
+        for refused in [
+            &b"Bearer s3cr3T"[..],
+            b"Bearer s3cr3",
+            b"Bearer s3cr3tt",
+            b"Bearer ",
+            b"Basic s3cr3t",
+            b"s3cr3t",
+        ] {
+            assert!(!token.accepts(Some(refused)), "{refused:?}");
+        }
+        assert!(!token.accepts(None));
     }
 }
