@@ -10,6 +10,9 @@
 //! handed to the exporter. Both use rustls with the ring provider.
 
 use crate::error::{setting, Cause, Setting, Settings};
+use crate::support::file;
+// The OTLP client's errors hold it, so hosts can name it here.
+pub use crate::support::file::Unreadable;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -62,21 +65,31 @@ fn path_from(
     })
 }
 
+/// [`path_from`] for field `$field` of [`TlsFiles`] and its two variables,
+/// `OTEL_EXPORTER_OTLP_[METRICS_]$variable`: the metrics signal's own wins.
+/// The setting and both names come from the one field name and suffix, so
+/// that a file's field and its variables cannot disagree.
+macro_rules! path_of {
+    ($files:ident . $field:ident, $variable:literal, $env:expr) => {
+        path_from(
+            &$files.$field,
+            setting!(TlsFiles.$field),
+            [
+                concat!("OTEL_EXPORTER_OTLP_METRICS_", $variable),
+                concat!("OTEL_EXPORTER_OTLP_", $variable),
+            ],
+            $env,
+        )
+    };
+}
+
 /// Why the OTLP client's TLS settings cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum TlsError {
     /// A certificate or key file cannot be read.
-    #[error("{setting}: cannot read {}", path.display())]
-    Unreadable {
-        /// The field or variable that named the file.
-        setting: Setting,
-        /// The file.
-        path: PathBuf,
-        /// The operating system's error.
-        #[source]
-        cause: Cause,
-    },
+    #[error(transparent)]
+    Unreadable(#[from] Unreadable),
     /// A file is not PEM.
     #[error("{setting}: {} is not a PEM file", path.display())]
     NotPem {
@@ -105,20 +118,15 @@ pub enum TlsError {
 impl Settings for TlsError {
     fn visit_settings(&mut self, visit: &mut dyn FnMut(&mut Setting)) {
         match self {
-            TlsError::Unreadable { setting, .. }
-            | TlsError::NotPem { setting, .. }
-            | TlsError::Unpaired { setting } => visit(setting),
+            TlsError::Unreadable(unreadable) => unreadable.visit_settings(visit),
+            TlsError::NotPem { setting, .. } | TlsError::Unpaired { setting } => visit(setting),
             TlsError::Ca(_) | TlsError::Identity(_) | TlsError::HttpClient(_) => {}
         }
     }
 }
 
 fn read_pem(path: &Path, setting: Setting) -> Result<Pem, TlsError> {
-    let bytes = std::fs::read(path).map_err(|e| TlsError::Unreadable {
-        setting: setting.clone(),
-        path: path.to_owned(),
-        cause: Cause::new(e),
-    })?;
+    let bytes = file::read(path, setting.clone())?;
     if !bytes.windows(11).any(|w| w == b"-----BEGIN ") {
         return Err(TlsError::NotPem {
             setting,
@@ -140,33 +148,9 @@ impl TlsSettings {
         files: &TlsFiles,
         env: &impl Fn(&str) -> Option<String>,
     ) -> Result<TlsSettings, TlsError> {
-        let ca = path_from(
-            &files.certificate,
-            setting!(TlsFiles.certificate),
-            [
-                "OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE",
-                "OTEL_EXPORTER_OTLP_CERTIFICATE",
-            ],
-            env,
-        );
-        let cert = path_from(
-            &files.client_certificate,
-            setting!(TlsFiles.client_certificate),
-            [
-                "OTEL_EXPORTER_OTLP_METRICS_CLIENT_CERTIFICATE",
-                "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
-            ],
-            env,
-        );
-        let key = path_from(
-            &files.client_key,
-            setting!(TlsFiles.client_key),
-            [
-                "OTEL_EXPORTER_OTLP_METRICS_CLIENT_KEY",
-                "OTEL_EXPORTER_OTLP_CLIENT_KEY",
-            ],
-            env,
-        );
+        let ca = path_of!(files.certificate, "CERTIFICATE", env);
+        let cert = path_of!(files.client_certificate, "CLIENT_CERTIFICATE", env);
+        let key = path_of!(files.client_key, "CLIENT_KEY", env);
         let ca = ca
             .map(|(path, setting)| read_pem(&path, setting))
             .transpose()?;
@@ -251,5 +235,42 @@ impl TlsSettings {
                 TlsError::HttpClient(Cause::new(std::io::Error::other("its builder panicked")))
             })?
             .map_err(|e| TlsError::HttpClient(Cause::new(e)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_field_wins_then_the_metrics_variable_then_the_general_one() {
+        let files = TlsFiles {
+            client_key: Some(PathBuf::from("field.pem")),
+            ..TlsFiles::default()
+        };
+        let env = |name: &str| {
+            [
+                "OTEL_EXPORTER_OTLP_METRICS_CLIENT_CERTIFICATE",
+                "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+                "OTEL_EXPORTER_OTLP_CERTIFICATE",
+                "OTEL_EXPORTER_OTLP_METRICS_CLIENT_KEY",
+            ]
+            .contains(&name)
+            .then(|| format!("{name}.pem"))
+        };
+        let named = |found: Option<(PathBuf, Setting)>| found.map(|(_, s)| s.to_string());
+        let cert = named(path_of!(
+            files.client_certificate,
+            "CLIENT_CERTIFICATE",
+            &env
+        ));
+        assert_eq!(
+            cert.as_deref(),
+            Some("OTEL_EXPORTER_OTLP_METRICS_CLIENT_CERTIFICATE")
+        );
+        let ca = named(path_of!(files.certificate, "CERTIFICATE", &env));
+        assert_eq!(ca.as_deref(), Some("OTEL_EXPORTER_OTLP_CERTIFICATE"));
+        let key = named(path_of!(files.client_key, "CLIENT_KEY", &env));
+        assert_eq!(key.as_deref(), Some("client_key"));
     }
 }

@@ -1,0 +1,56 @@
+//! Reading a file that a setting names (a certificate, a key, a token), so
+//! that one that cannot be read is reported the same way everywhere: the
+//! setting, the path and the operating system's error.
+
+use crate::error::{Cause, Setting, Settings};
+use std::path::{Path, PathBuf};
+
+/// A file a setting names cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{setting}: cannot read {}", path.display())]
+#[non_exhaustive]
+pub struct Unreadable {
+    /// The field or variable that named the file.
+    pub setting: Setting,
+    /// The file.
+    pub path: PathBuf,
+    /// The operating system's error.
+    #[source]
+    pub cause: Cause,
+}
+
+impl Settings for Unreadable {
+    fn visit_settings(&mut self, visit: &mut dyn FnMut(&mut Setting)) {
+        visit(&mut self.setting);
+    }
+}
+
+/// The contents of `path`, which `setting` named (the error names it).
+pub fn read(path: &Path, setting: Setting) -> Result<Vec<u8>, Unreadable> {
+    std::fs::read(path).map_err(|e| Unreadable {
+        setting,
+        path: path.to_owned(),
+        cause: Cause::new(e),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn an_unreadable_file_names_its_setting_and_keeps_the_os_error() {
+        let missing = std::env::temp_dir().join("vllm-otel-metrics-no-such-file");
+        let error = read(&missing, Setting::variable("SOME_FILE")).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            format!("SOME_FILE: cannot read {}", missing.display())
+        );
+        let source = error.source().expect("the operating system's error");
+        assert_eq!(
+            source.to_string(),
+            std::fs::read(&missing).unwrap_err().to_string()
+        );
+    }
+}

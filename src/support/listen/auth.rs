@@ -1,0 +1,78 @@
+//! The bearer token a server may require, checked in constant time.
+
+use super::ListenConfigError;
+use crate::error::Setting;
+use crate::support::file;
+use std::path::Path;
+use std::sync::Arc;
+
+use subtle::ConstantTimeEq;
+
+/// A bearer token a server requires, read from a file (surrounding
+/// whitespace dropped). Its value is never printed.
+#[derive(Clone)]
+pub struct BearerToken(Arc<[u8]>);
+
+impl std::fmt::Debug for BearerToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BearerToken(***)")
+    }
+}
+
+impl BearerToken {
+    /// The setting errors about the token file name.
+    pub const TOKEN_FILE: Setting = Setting::field("BearerToken::from_file::token_file");
+
+    /// The token in `token_file` (the command line's `--auth-token-file`); an
+    /// empty file is an error.
+    pub fn from_file(token_file: &Path) -> Result<BearerToken, ListenConfigError> {
+        let bytes = file::read(token_file, BearerToken::TOKEN_FILE)?;
+        let token = bytes.trim_ascii();
+        if token.is_empty() {
+            return Err(ListenConfigError::EmptyToken {
+                setting: BearerToken::TOKEN_FILE,
+                path: token_file.to_owned(),
+            });
+        }
+        Ok(BearerToken(token.into()))
+    }
+
+    /// Whether an `Authorization` header value carries this token.
+    pub fn accepts(&self, authorization: Option<&[u8]>) -> bool {
+        let Some(value) = authorization else {
+            return false;
+        };
+        let Some(presented) = value
+            .strip_prefix(b"Bearer ")
+            .or_else(|| value.strip_prefix(b"bearer "))
+        else {
+            return false;
+        };
+        // Constant time in the token's contents (a length mismatch returns
+        // at once: the length is not the secret).
+        presented.ct_eq(&self.0).into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_whole_token_after_either_scheme_spelling_is_accepted() {
+        let token = BearerToken(Arc::from(&b"s3cr3t"[..]));
+        assert!(token.accepts(Some(b"Bearer s3cr3t")));
+        assert!(token.accepts(Some(b"bearer s3cr3t")));
+        for refused in [
+            &b"Bearer s3cr3T"[..],
+            b"Bearer s3cr3",
+            b"Bearer s3cr3tt",
+            b"Bearer ",
+            b"Basic s3cr3t",
+            b"s3cr3t",
+        ] {
+            assert!(!token.accepts(Some(refused)), "{refused:?}");
+        }
+        assert!(!token.accepts(None));
+    }
+}
