@@ -11,6 +11,8 @@
 
 use std::collections::VecDeque;
 
+use super::nixl::{Nixl, NixlStep};
+use super::offload::{OffloadPool, OffloadStep, OffloadedKv};
 use super::residency::BlockResidency;
 use super::rng::Rng;
 use super::workload::SimRequest;
@@ -51,72 +53,6 @@ pub(crate) struct EngineLimits {
     pub(crate) nixl_failure_rate: f64,
 }
 
-/// Seconds to post one NIXL transfer: a fixed cost plus one per descriptor.
-const NIXL_POST_SECONDS: f64 = 5e-4;
-const NIXL_POST_SECONDS_PER_DESCRIPTOR: f64 = 2e-7;
-
-/// What the NIXL connector did in one step (vLLM's `NixlKVConnectorStats`).
-#[derive(Debug, Default)]
-pub(crate) struct NixlStep {
-    pub(crate) transfer_duration: Vec<f64>,
-    pub(crate) post_duration: Vec<f64>,
-    pub(crate) bytes_transferred: Vec<f64>,
-    pub(crate) num_descriptors: Vec<f64>,
-    pub(crate) failed_transfers: u64,
-}
-
-/// Seconds of one offload lookup call: a fixed cost plus one per block
-/// looked up (the connector hashes each block's key).
-const LOOKUP_SECONDS: f64 = 2e-5;
-const LOOKUP_SECONDS_PER_BLOCK: f64 = 5e-8;
-
-fn lookup_seconds(blocks: u32) -> f64 {
-    LOOKUP_SECONDS + LOOKUP_SECONDS_PER_BLOCK * f64::from(blocks)
-}
-
-/// What the CPU offload pool did in one step, and its state at the step's
-/// end: what either offloading connector reports of that step.
-#[derive(Debug, Default)]
-pub(crate) struct OffloadStep {
-    pub(crate) store_bytes: u64,
-    pub(crate) store_time: f64,
-    pub(crate) store_sizes: Vec<f64>,
-    pub(crate) load_bytes: u64,
-    pub(crate) load_time: f64,
-    pub(crate) load_sizes: Vec<f64>,
-    /// Seconds of each lookup call, and of each deferred lookup from its
-    /// first call to the one that resolved it.
-    pub(crate) lookups: Vec<f64>,
-    pub(crate) lookup_async_delays: Vec<f64>,
-    /// Stores that found no room (the OffloadingConnector's allocation
-    /// failures), and blocks dropped for want of room (the simple one's).
-    pub(crate) allocation_failures: u64,
-    pub(crate) dropped_blocks: u64,
-    /// Blocks below the store threshold, not stored.
-    pub(crate) stores_skipped: u64,
-    pub(crate) stored_blocks: u64,
-    pub(crate) loaded_blocks: u64,
-    /// Pool blocks held, and those of stores not yet complete.
-    pub(crate) used_blocks: u32,
-    pub(crate) pending_store_blocks: u32,
-}
-
-/// A store to the offload pool not yet reported complete. vLLM's
-/// OffloadingConnector submits the stores a step schedules at the start of
-/// the next step (after that step's sampling transfers), and a worker
-/// reports a store done at the end of the step it completes in; until then
-/// a lookup of its blocks is pending (`HIT_PENDING`).
-#[derive(Debug)]
-struct PendingStore {
-    key: u64,
-    blocks: u32,
-    /// The step that scheduled it.
-    step: u64,
-    seconds: f64,
-    /// When it completes, once submitted.
-    done_at: Option<f64>,
-}
-
 /// A request inside the engine.
 #[derive(Debug)]
 pub(crate) struct Sequence {
@@ -138,15 +74,8 @@ pub(crate) struct Sequence {
     prefill_stats: Option<PrefillStats>,
     events: Vec<EngineCoreEvent>,
     pub(crate) preemptions: u32,
-    /// Tokens whose KV waits in the CPU offload pool since a preemption,
-    /// and the pool blocks they hold: loaded back at re-admission instead
-    /// of recomputed.
-    offloaded: u32,
-    offload_blocks: u32,
-    /// Offload lookups that found it (the store threshold counts them),
-    /// and when its current lookup was first deferred.
-    lookups: u32,
-    deferred_at: Option<f64>,
+    /// Its side of the CPU offload pool (untouched without one).
+    offload: OffloadedKv,
 }
 
 impl Sequence {
@@ -166,10 +95,7 @@ impl Sequence {
                 reason: None,
             }],
             preemptions: 0,
-            offloaded: 0,
-            offload_blocks: 0,
-            lookups: 0,
-            deferred_at: None,
+            offload: OffloadedKv::default(),
         }
     }
 
@@ -232,17 +158,9 @@ pub(crate) struct Engine {
     /// Speculative acceptance draws.
     rng: Rng,
     next_key: u64,
-    /// Blocks of the CPU offload pool in use.
-    offload_used: u32,
-    /// The offload pool's step in the making, and its stores in flight.
-    offload_step: OffloadStep,
-    pending_stores: Vec<PendingStore>,
-    /// Steps run.
-    steps: u64,
-    /// NIXL transfer failures (a stream of its own: the other draws stay
-    /// those of the same seed without NIXL).
-    nixl_rng: Rng,
-    nixl_step: NixlStep,
+    /// The CPU offload pool, and the NIXL connector (when configured).
+    offload: Option<OffloadPool>,
+    nixl: Option<Nixl>,
 }
 
 fn blocks_for(tokens: u32, block_size: u32) -> u32 {
@@ -250,7 +168,8 @@ fn blocks_for(tokens: u32, block_size: u32) -> u32 {
 }
 
 impl Engine {
-    /// `residency`: the sampled block model; `seed`: of the speculative draws.
+    /// `residency`: the sampled block model; `seed`: of the speculative
+    /// draws and the NIXL failures.
     pub(crate) fn new(limits: EngineLimits, residency: BlockResidency, seed: u64) -> Self {
         Engine {
             limits,
@@ -263,12 +182,8 @@ impl Engine {
             residency,
             rng: Rng::new(seed),
             next_key: 0,
-            offload_used: 0,
-            offload_step: OffloadStep::default(),
-            pending_stores: Vec::new(),
-            steps: 0,
-            nixl_rng: Rng::new(seed ^ 0x9e37_79b9_7f4a_7c15),
-            nixl_step: NixlStep::default(),
+            offload: OffloadPool::configured(&limits),
+            nixl: Nixl::configured(&limits, seed),
         }
     }
 
@@ -384,125 +299,20 @@ impl Engine {
             self.waiting.remove(i)?
         };
         self.release(sequence.key, sequence.blocks);
-        self.offload_used -= sequence.offload_blocks;
-        // vLLM observes a deferred lookup's delay when its request finishes.
-        if let Some(since) = sequence.deferred_at {
-            self.offload_step.lookup_async_delays.push(now - since);
+        if let Some(pool) = &mut self.offload {
+            pool.removed(&sequence.offload, now);
         }
         Some(sequence)
     }
 
-    /// Stores a preempted request's computed KV (whole blocks) to the CPU
-    /// offload pool, as vLLM's offloading connectors store blocks on their
-    /// way out. Below the store threshold nothing is stored (the
-    /// OffloadingConnector's skipped stores). Without room for all of it
-    /// the OffloadingConnector's allocation fails and stores nothing; the
-    /// SimpleCPUOffloadConnector stores the blocks that fit and drops the
-    /// rest.
-    fn offload(&mut self, victim: &mut Sequence) {
-        let bs = self.limits.block_size;
-        let blocks = victim.computed / bs;
-        if self.limits.offload_blocks == 0 || blocks == 0 {
-            return;
-        }
-        let threshold = self.limits.offload_store_threshold;
-        if threshold >= 2 && victim.lookups < threshold {
-            self.offload_step.stores_skipped += u64::from(blocks);
-            return;
-        }
-        let free = self.limits.offload_blocks - self.offload_used;
-        let stored = match self.limits.offload_connector {
-            KvOffloadConnector::Offloading if blocks > free => {
-                self.offload_step.allocation_failures += 1;
-                return;
-            }
-            KvOffloadConnector::Offloading => blocks,
-            KvOffloadConnector::Simple => {
-                let stored = blocks.min(free);
-                self.offload_step.dropped_blocks += u64::from(blocks - stored);
-                if stored == 0 {
-                    return;
-                }
-                stored
-            }
-        };
-        self.offload_used += stored;
-        victim.offloaded = stored * bs;
-        victim.offload_blocks = stored;
-        let bytes = u64::from(victim.offloaded) * self.limits.kv_bytes_per_token;
-        let seconds = bytes as f64 * self.limits.offload_seconds_per_byte;
-        let step = &mut self.offload_step;
-        step.store_bytes += bytes;
-        step.store_time += seconds;
-        step.store_sizes.push(bytes as f64);
-        step.stored_blocks += u64::from(stored);
-        self.pending_stores.push(PendingStore {
-            key: victim.key,
-            blocks: stored,
-            step: self.steps,
-            seconds,
-            done_at: None,
-        });
-    }
-
-    /// At the start of a step, `now`: the stores the previous step
-    /// scheduled are submitted, and those complete by now are done.
-    fn advance_stores(&mut self, now: f64) {
-        let step = self.steps;
-        self.pending_stores.retain_mut(|store| match store.done_at {
-            None if store.step < step => {
-                store.done_at = Some(now + store.seconds);
-                true
-            }
-            None => true,
-            Some(done) => done > now,
-        });
-    }
-
-    /// Whether the offload lookup of the waiting queue's head is pending:
-    /// its KV's store is not complete, so vLLM's lookup gives no answer
-    /// and the scheduler skips the request this step. A deferred lookup
-    /// that resolves observes its delay (the OffloadingConnector's
-    /// `lookup_async_delay`).
-    fn lookup_pending(&mut self, now: f64) -> bool {
-        let bs = self.limits.block_size;
-        let Some(head) = self.waiting.front_mut() else {
+    /// Whether the waiting queue's head waits for its offload lookup (see
+    /// [`OffloadPool::lookup_pending`]): the scheduler skips it this step.
+    fn head_lookup_pending(&mut self, now: f64) -> bool {
+        let (Some(pool), Some(head)) = (&mut self.offload, self.waiting.front_mut()) else {
             return false;
         };
-        if head.offload_blocks == 0 {
-            return false;
-        }
-        if self
-            .pending_stores
-            .iter()
-            .any(|store| store.key == head.key)
-        {
-            head.deferred_at.get_or_insert(now);
-            self.offload_step
-                .lookups
-                .push(lookup_seconds(blocks_for(head.prefill_target(), bs)));
-            return true;
-        }
-        if let Some(since) = head.deferred_at.take() {
-            self.offload_step.lookup_async_delays.push(now - since);
-        }
-        false
-    }
-
-    /// Loads an admitted request's offloaded KV back (`tokens` of it) and
-    /// frees its pool blocks.
-    fn load_offloaded(&mut self, sequence: &mut Sequence, tokens: u32) {
-        if tokens > 0 {
-            let bytes = u64::from(tokens) * self.limits.kv_bytes_per_token;
-            let step = &mut self.offload_step;
-            step.load_bytes += bytes;
-            step.load_time += bytes as f64 * self.limits.offload_seconds_per_byte;
-            step.load_sizes.push(bytes as f64);
-            step.loaded_blocks += u64::from(blocks_for(tokens, self.limits.block_size));
-        }
-        self.offload_used -= sequence.offload_blocks;
-        sequence.offloaded = 0;
-        sequence.offload_blocks = 0;
+        let target = head.prefill_target();
+        pool.lookup_pending(head.key, target, &mut head.offload, now)
     }
 
     /// Frees blocks for the running request at `index`: preempts the last
@@ -525,7 +335,9 @@ impl Engine {
 
     fn preempt(&mut self, index: usize, now: f64, reason: PreemptionReason) {
         let mut victim = self.running.remove(index);
-        self.offload(&mut victim);
+        if let Some(pool) = &mut self.offload {
+            pool.store(victim.key, victim.computed, &mut victim.offload);
+        }
         self.release(victim.key, victim.blocks);
         victim.blocks = 0;
         victim.external = 0;
@@ -552,20 +364,8 @@ impl Engine {
         while i < self.loading.len() {
             if self.loading[i].1 <= now {
                 let (sequence, _) = self.loading.remove(i);
-                if self.limits.nixl {
-                    // vLLM records a transfer when its handle reports done.
-                    let descriptors = blocks_for(sequence.external, self.limits.block_size);
-                    let step = &mut self.nixl_step;
-                    step.transfer_duration
-                        .push(f64::from(sequence.external) * self.limits.load_seconds_per_token);
-                    step.post_duration.push(
-                        NIXL_POST_SECONDS
-                            + NIXL_POST_SECONDS_PER_DESCRIPTOR * f64::from(descriptors),
-                    );
-                    step.bytes_transferred.push(
-                        (u64::from(sequence.external) * self.limits.kv_bytes_per_token) as f64,
-                    );
-                    step.num_descriptors.push(f64::from(descriptors));
+                if let Some(nixl) = &mut self.nixl {
+                    nixl.transfer_done(sequence.external);
                 }
                 self.loaded.push_back(sequence);
             } else {
@@ -600,12 +400,11 @@ impl Engine {
         if needed > self.free_blocks {
             return Load::Blocked;
         }
-        if self.limits.nixl && self.nixl_rng.chance(self.limits.nixl_failure_rate) {
-            // The transfer failed: the request computes its prompt here.
+        if self.nixl.as_mut().is_some_and(Nixl::transfer_failed) {
+            // The request computes its prompt here.
             let front = self.waiting.front_mut().expect("front exists");
             front.connector_asked = true;
             result.external_queries += u64::from(asked);
-            self.nixl_step.failed_transfers += 1;
             return Load::NotNeeded;
         }
         let mut sequence = self.waiting.pop_front().expect("front exists");
@@ -626,8 +425,9 @@ impl Engine {
         let mut budget = self.limits.max_num_batched_tokens;
         // (index into running, tokens computed this step)
         let mut scheduled: Vec<(usize, u32)> = Vec::new();
-        self.steps += 1;
-        self.advance_stores(now);
+        if let Some(pool) = &mut self.offload {
+            pool.start_step(now);
+        }
         self.finish_loads(now);
         self.schedule_running(now, &mut budget, &mut scheduled, &mut result);
         self.load_blocked = false;
@@ -711,7 +511,7 @@ impl Engine {
                     Load::NotNeeded => {}
                 }
             }
-            if !from_loaded && self.lookup_pending(now) {
+            if !from_loaded && self.head_lookup_pending(now) {
                 skipped.push(self.waiting.pop_front().expect("pending head"));
                 continue;
             }
@@ -726,15 +526,12 @@ impl Engine {
             let target = front.prefill_target();
             let prompt = front.request.prompt_len;
             let cached = local_hit(prompt, self.limits.prefix_hit_rate, bs);
-            // Offloaded KV comes back instead of being recomputed (at
-            // least one token is still computed, to produce the next).
-            let restored = front.offloaded.min(target.saturating_sub(1));
+            // Offloaded KV comes back instead of being recomputed.
+            let restored = self
+                .offload
+                .as_mut()
+                .map_or(0, |pool| pool.lookup(target, &front.offload));
             let ready = (cached + front.external).max(restored);
-            if self.limits.offload_blocks > 0 {
-                self.offload_step
-                    .lookups
-                    .push(lookup_seconds(blocks_for(target, bs)));
-            }
             let chunk = (target - ready).min(*budget);
             let needed = blocks_for(ready + chunk, bs).saturating_sub(front.blocks);
             if needed > self.free_blocks {
@@ -746,14 +543,8 @@ impl Engine {
                 self.waiting.pop_front()
             }
             .expect("front exists");
-            sequence.lookups += 1;
-            if sequence.offload_blocks > 0 {
-                let loaded = if restored > cached + sequence.external {
-                    restored
-                } else {
-                    0
-                };
-                self.load_offloaded(&mut sequence, loaded);
+            if let Some(pool) = &mut self.offload {
+                pool.admitted(&mut sequence.offload, restored, cached + sequence.external);
             }
             self.residency.hit(sequence.key, cached / bs, now);
             self.allocate(sequence.key, needed, now);
@@ -842,15 +633,8 @@ impl Engine {
 
     /// The step's KV-connector stats, with the offload pool's state at its end.
     fn take_connector_steps(&mut self, result: &mut StepResult) {
-        if self.limits.offload_blocks > 0 {
-            let mut offload = std::mem::take(&mut self.offload_step);
-            offload.used_blocks = self.offload_used;
-            offload.pending_store_blocks = self.pending_stores.iter().map(|s| s.blocks).sum();
-            result.offload = Some(offload);
-        }
-        if self.limits.nixl {
-            result.nixl = Some(std::mem::take(&mut self.nixl_step));
-        }
+        result.offload = self.offload.as_mut().map(OffloadPool::take_step);
+        result.nixl = self.nixl.as_mut().map(Nixl::take_step);
     }
 
     /// Finished requests leave the batch and free their blocks.

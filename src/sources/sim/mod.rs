@@ -23,6 +23,8 @@
 
 mod engine;
 
+mod nixl;
+mod offload;
 mod residency;
 mod rng;
 mod run;

@@ -4,7 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use super::engine::{Engine, EngineLimits, NixlStep, OffloadStep, Sequence};
+use super::engine::{Engine, EngineLimits, Sequence};
+use super::nixl::NixlStep;
+use super::offload::OffloadStep;
 use super::residency::BlockResidency;
 use super::workload::Workload;
 use super::{
