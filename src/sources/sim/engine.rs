@@ -8,18 +8,23 @@
 //! Then, if nothing was preempted, waiting requests are admitted first come
 //! first served while seats, blocks and the token budget allow. A re-admitted
 //! request recomputes its prompt plus the tokens it had generated.
+//!
+//! The KV connector's loads (`loads.rs`), the CPU offload pool (`offload.rs`)
+//! and the NIXL transfers (`nixl.rs`) keep their own state and rules; the
+//! scheduler calls them at the points of a step where vLLM's scheduler hands
+//! over to its connectors, so that each can be read without the others.
 
 use std::collections::VecDeque;
 
+use super::loads::KvLoads;
 use super::nixl::{Nixl, NixlStep};
-use super::offload::{OffloadPool, OffloadStep, OffloadedKv};
+use super::offload::{OffloadPool, OffloadStep};
 use super::residency::BlockResidency;
 use super::rng::Rng;
-use super::workload::SimRequest;
+use super::sequence::Sequence;
 use super::KvOffloadConnector;
 use crate::protocol::{
-    EngineCoreEvent, EngineCoreOutput, EventType, KvCacheEvictionEvent, KvFetchStages,
-    PreemptionReason, PrefillStats, SpecDecodingStats,
+    EngineCoreOutput, KvCacheEvictionEvent, KvFetchStages, PreemptionReason, SpecDecodingStats,
 };
 
 /// Scheduler limits of one engine.
@@ -51,68 +56,6 @@ pub(crate) struct EngineLimits {
     /// prefill/decode pair), and the chance that a transfer fails.
     pub(crate) nixl: bool,
     pub(crate) nixl_failure_rate: f64,
-}
-
-/// A request inside the engine.
-#[derive(Debug)]
-pub(crate) struct Sequence {
-    pub(crate) request: SimRequest,
-    /// Unique within the engine (its blocks' owner in the residency model).
-    key: u64,
-    /// Tokens loaded through the KV connector for this admission.
-    external: u32,
-    /// The connector is asked once, at the first admission.
-    connector_asked: bool,
-    /// Tokens whose KV is in the cache (cached prefix included).
-    computed: u32,
-    generated: u32,
-    blocks: u32,
-    /// The prompt accounting of the first admission, until the first output
-    /// takes it. As in vLLM's scheduler, it is set only when the request is
-    /// scheduled before any preemption and sent with the request's first
-    /// output (`take_prefill_stats()`), never again after a re-admission.
-    prefill_stats: Option<PrefillStats>,
-    events: Vec<EngineCoreEvent>,
-    pub(crate) preemptions: u32,
-    /// Its side of the CPU offload pool (untouched without one).
-    offload: OffloadedKv,
-}
-
-impl Sequence {
-    pub(crate) fn new(request: SimRequest, queued_at: f64) -> Self {
-        Sequence {
-            request,
-            key: 0,
-            external: 0,
-            connector_asked: false,
-            computed: 0,
-            generated: 0,
-            blocks: 0,
-            prefill_stats: None,
-            events: vec![EngineCoreEvent {
-                kind: EventType::Queued,
-                timestamp: queued_at,
-                reason: None,
-            }],
-            preemptions: 0,
-            offload: OffloadedKv::default(),
-        }
-    }
-
-    /// Prompt plus what was generated before this admission: all of it is recomputed.
-    fn prefill_target(&self) -> u32 {
-        self.request.prompt_len + self.generated
-    }
-
-    fn in_prefill(&self) -> bool {
-        self.computed < self.prefill_target()
-    }
-
-    /// Past its prefill: each step computes the KV of its last token and
-    /// generates the next.
-    fn decoding(&self) -> bool {
-        self.generated > 0 && self.computed + 1 == self.prefill_target()
-    }
 }
 
 /// What one step produced.
@@ -148,12 +91,8 @@ pub(crate) struct Engine {
     waiting: VecDeque<Sequence>,
     /// In admission order; the last is the first to be preempted.
     running: Vec<Sequence>,
-    /// Async KV loads in progress, with the time each completes.
-    loading: Vec<(Sequence, f64)>,
-    /// Loaded, waiting to be admitted (ahead of the waiting queue).
-    loaded: VecDeque<Sequence>,
-    /// The waiting queue's head needs a load that could not start (no blocks).
-    load_blocked: bool,
+    /// The KV connector's loads, their requests out of the waiting queue.
+    loads: KvLoads,
     residency: BlockResidency,
     /// Speculative acceptance draws.
     rng: Rng,
@@ -176,9 +115,7 @@ impl Engine {
             free_blocks: limits.kv_blocks,
             waiting: VecDeque::new(),
             running: Vec::new(),
-            loading: Vec::new(),
-            loaded: VecDeque::new(),
-            load_blocked: false,
+            loads: KvLoads::new(&limits),
             residency,
             rng: Rng::new(seed),
             next_key: 0,
@@ -209,10 +146,7 @@ impl Engine {
     }
 
     pub(crate) fn has_work(&self) -> bool {
-        !self.waiting.is_empty()
-            || !self.running.is_empty()
-            || !self.loading.is_empty()
-            || !self.loaded.is_empty()
+        !self.waiting.is_empty() || !self.running.is_empty() || self.loads.len() > 0
     }
 
     pub(crate) fn running(&self) -> usize {
@@ -226,16 +160,12 @@ impl Engine {
 
     /// Waiting requests held back by their KV load (vLLM's skipped waiting).
     pub(crate) fn deferred(&self) -> usize {
-        self.loading.len() + self.loaded.len()
+        self.loads.len()
     }
 
     /// Waiting requests by KV load stage; `None` without a connector.
     pub(crate) fn kv_fetch_stages(&self) -> Option<KvFetchStages> {
-        (self.limits.external_hit_rate > 0.0).then(|| KvFetchStages {
-            waiting_to_start: u64::from(self.load_blocked),
-            in_progress: self.loading.len() as u64,
-            completed_waiting: self.loaded.len() as u64,
-        })
+        (self.limits.external_hit_rate > 0.0).then(|| self.loads.stages())
     }
 
     /// Sampled block evictions since the last call.
@@ -256,11 +186,7 @@ impl Engine {
             adapters.dedup();
             adapters.into_iter().map(name).collect()
         }
-        let waiting = self
-            .loaded
-            .iter()
-            .chain(self.loading.iter().map(|(s, _)| s))
-            .chain(self.waiting.iter());
+        let waiting = self.loads.sequences().chain(self.waiting.iter());
         (
             distinct(self.running.iter(), &name),
             distinct(waiting, &name),
@@ -290,10 +216,8 @@ impl Engine {
     pub(crate) fn remove(&mut self, id: &str, now: f64) -> Option<Sequence> {
         let sequence = if let Some(i) = self.running.iter().position(|s| s.request.id == id) {
             self.running.remove(i)
-        } else if let Some(i) = self.loading.iter().position(|(s, _)| s.request.id == id) {
-            self.loading.remove(i).0
-        } else if let Some(i) = self.loaded.iter().position(|s| s.request.id == id) {
-            self.loaded.remove(i)?
+        } else if let Some(sequence) = self.loads.remove(id) {
+            sequence
         } else {
             let i = self.waiting.iter().position(|s| s.request.id == id)?;
             self.waiting.remove(i)?
@@ -339,16 +263,7 @@ impl Engine {
             pool.store(victim.key, victim.computed, &mut victim.offload);
         }
         self.release(victim.key, victim.blocks);
-        victim.blocks = 0;
-        victim.external = 0;
-        victim.computed = 0;
-        victim.preemptions += 1;
-        victim.events.push(EngineCoreEvent {
-            kind: EventType::Preempted,
-            timestamp: now,
-            // vLLM's engine names no reason for its usual preemption.
-            reason: (reason != PreemptionReason::KvFull).then_some(reason),
-        });
+        victim.preempted(now, reason);
         // Back to the front of its priority class.
         let at = if victim.request.high_priority {
             0
@@ -356,22 +271,6 @@ impl Engine {
             self.first_low_priority_waiting()
         };
         self.waiting.insert(at, victim);
-    }
-
-    /// Loads that completed by `now` join the loaded queue.
-    fn finish_loads(&mut self, now: f64) {
-        let mut i = 0;
-        while i < self.loading.len() {
-            if self.loading[i].1 <= now {
-                let (sequence, _) = self.loading.remove(i);
-                if let Some(nixl) = &mut self.nixl {
-                    nixl.transfer_done(sequence.external);
-                }
-                self.loaded.push_back(sequence);
-            } else {
-                i += 1;
-            }
-        }
     }
 
     /// Asks the KV connector about the waiting queue's head: with external
@@ -387,35 +286,23 @@ impl Engine {
         }
         let prompt = front.request.prompt_len;
         let local = local_hit(prompt, self.limits.prefix_hit_rate, bs);
-        let asked = prompt - local;
-        // Full blocks only, and at least one token left to compute.
-        let external = ((f64::from(asked) * self.limits.external_hit_rate) as u32 / bs * bs)
-            .min(prompt.saturating_sub(1).saturating_sub(local) / bs * bs);
-        if external == 0 {
-            front.connector_asked = true;
-            result.external_queries += u64::from(asked);
-            return Load::NotNeeded;
-        }
+        let external = self.loads.found(prompt, local);
         let needed = blocks_for(local + external, bs);
-        if needed > self.free_blocks {
+        if external > 0 && needed > self.free_blocks {
             return Load::Blocked;
         }
-        if self.nixl.as_mut().is_some_and(Nixl::transfer_failed) {
-            // The request computes its prompt here.
-            let front = self.waiting.front_mut().expect("front exists");
-            front.connector_asked = true;
-            result.external_queries += u64::from(asked);
+        front.connector_asked = true;
+        result.external_queries += u64::from(prompt - local);
+        // A failed NIXL transfer leaves the request to compute its prompt here.
+        if external == 0 || self.nixl.as_mut().is_some_and(Nixl::transfer_failed) {
             return Load::NotNeeded;
         }
         let mut sequence = self.waiting.pop_front().expect("front exists");
-        sequence.connector_asked = true;
-        result.external_queries += u64::from(asked);
         result.external_hits += u64::from(external);
         self.allocate(sequence.key, needed, now);
         sequence.blocks = needed;
         sequence.external = external;
-        let done = now + f64::from(external) * self.limits.load_seconds_per_token;
-        self.loading.push((sequence, done));
+        self.loads.start(sequence, now);
         Load::Started
     }
 
@@ -428,9 +315,9 @@ impl Engine {
         if let Some(pool) = &mut self.offload {
             pool.start_step(now);
         }
-        self.finish_loads(now);
+        self.loads.finish(now, self.nixl.as_mut());
         self.schedule_running(now, &mut budget, &mut scheduled, &mut result);
-        self.load_blocked = false;
+        self.loads.blocked = false;
         // As vLLM's scheduler, no admission in a step that preempted.
         if result.preemptions == 0 {
             self.admit_waiting(now, &mut budget, &mut scheduled, &mut result);
@@ -500,12 +387,12 @@ impl Engine {
             if self.running.len() >= self.limits.max_num_seqs as usize || *budget == 0 {
                 break;
             }
-            let from_loaded = !self.loaded.is_empty();
+            let from_loaded = self.loads.next_loaded().is_some();
             if !from_loaded {
                 match self.start_load(now, result) {
                     Load::Started => continue,
                     Load::Blocked => {
-                        self.load_blocked = true;
+                        self.loads.blocked = true;
                         break;
                     }
                     Load::NotNeeded => {}
@@ -516,7 +403,7 @@ impl Engine {
                 continue;
             }
             let front = if from_loaded {
-                self.loaded.front()
+                self.loads.next_loaded()
             } else {
                 self.waiting.front()
             };
@@ -538,7 +425,7 @@ impl Engine {
                 break;
             }
             let mut sequence = if from_loaded {
-                self.loaded.pop_front()
+                self.loads.take_loaded()
             } else {
                 self.waiting.pop_front()
             }
@@ -549,21 +436,7 @@ impl Engine {
             self.residency.hit(sequence.key, cached / bs, now);
             self.allocate(sequence.key, needed, now);
             sequence.blocks += needed;
-            sequence.computed = ready;
-            if sequence.preemptions == 0 {
-                sequence.prefill_stats = Some(PrefillStats {
-                    num_prompt_tokens: prompt,
-                    num_computed_tokens: prompt - ready,
-                    num_cached_tokens: ready,
-                    num_local_cached_tokens: cached,
-                    num_external_cached_tokens: sequence.external,
-                });
-            }
-            sequence.events.push(EngineCoreEvent {
-                kind: EventType::Scheduled,
-                timestamp: now,
-                reason: None,
-            });
+            sequence.scheduled(ready, cached, now);
             result.prefix_queries += u64::from(prompt);
             result.prefix_hits += u64::from(cached);
             *budget -= chunk;
@@ -592,41 +465,10 @@ impl Engine {
             let sequence = &mut self.running[index];
             result.tokens += tokens;
             result.context_tokens_read += u64::from(sequence.computed);
-            let mut new_tokens = 1;
-            if sequence.decoding() {
-                // A decode step drafts up to `k` tokens and keeps the
-                // accepted prefix of them plus one of its own.
-                if let Some(spec) = spec.as_mut() {
-                    let drafted = tokens - 1;
-                    let mut accepted = 0;
-                    while accepted < drafted && self.rng.chance(self.limits.spec_acceptance_rate) {
-                        spec.num_accepted_tokens_per_pos[accepted as usize] += 1;
-                        accepted += 1;
-                    }
-                    spec.num_drafts += 1;
-                    spec.num_draft_tokens += u64::from(drafted);
-                    spec.num_accepted_tokens += u64::from(accepted);
-                    new_tokens += accepted;
-                }
-                new_tokens = new_tokens.min(sequence.request.output_len - sequence.generated);
-                sequence.computed += new_tokens;
-            } else {
-                sequence.computed += tokens;
-                if sequence.in_prefill() {
-                    continue; // more chunks to go: no token yet
-                }
+            let accept = || self.rng.chance(self.limits.spec_acceptance_rate);
+            if let Some(output) = sequence.run(tokens, spec.as_mut(), accept, token) {
+                result.outputs.push(output);
             }
-            sequence.generated += new_tokens;
-            let finished = sequence.generated >= sequence.request.output_len;
-            // Only the request's first output carries prefill stats.
-            let prefill_stats = sequence.prefill_stats.take();
-            result.outputs.push(EngineCoreOutput {
-                request_id: sequence.request.id.clone(),
-                new_token_ids: (0..new_tokens).map(|_| token()).collect(),
-                events: std::mem::take(&mut sequence.events),
-                prefill_stats,
-                finish_reason: finished.then_some(sequence.request.finish),
-            });
         }
         result.spec = spec;
     }
@@ -641,7 +483,7 @@ impl Engine {
     fn retire_finished(&mut self, result: &mut StepResult) {
         let mut kept = Vec::with_capacity(self.running.len());
         for sequence in std::mem::take(&mut self.running) {
-            if sequence.generated >= sequence.request.output_len {
+            if sequence.finished() {
                 self.release(sequence.key, sequence.blocks);
                 result.finished.push(sequence);
             } else {
