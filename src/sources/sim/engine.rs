@@ -8,16 +8,23 @@
 //! Then, if nothing was preempted, waiting requests are admitted first come
 //! first served while seats, blocks and the token budget allow. A re-admitted
 //! request recomputes its prompt plus the tokens it had generated.
+//!
+//! The KV connector's loads (`loads.rs`), the CPU offload pool (`offload.rs`)
+//! and the NIXL transfers (`nixl.rs`) keep their own state and rules; the
+//! scheduler calls them at the points of a step where vLLM's scheduler hands
+//! over to its connectors, so that each can be read without the others.
 
 use std::collections::VecDeque;
 
+use super::loads::KvLoads;
+use super::nixl::{Nixl, NixlStep};
+use super::offload::{OffloadPool, OffloadStep};
 use super::residency::BlockResidency;
 use super::rng::Rng;
-use super::workload::SimRequest;
+use super::sequence::Sequence;
 use super::KvOffloadConnector;
 use crate::protocol::{
-    EngineCoreEvent, EngineCoreOutput, EventType, KvCacheEvictionEvent, KvFetchStages,
-    PreemptionReason, PrefillStats, SpecDecodingStats,
+    EngineCoreOutput, KvCacheEvictionEvent, KvFetchStages, PreemptionReason, SpecDecodingStats,
 };
 
 /// Scheduler limits of one engine.
@@ -49,144 +56,6 @@ pub(crate) struct EngineLimits {
     /// prefill/decode pair), and the chance that a transfer fails.
     pub(crate) nixl: bool,
     pub(crate) nixl_failure_rate: f64,
-}
-
-/// Seconds to post one NIXL transfer: a fixed cost plus one per descriptor.
-const NIXL_POST_SECONDS: f64 = 5e-4;
-const NIXL_POST_SECONDS_PER_DESCRIPTOR: f64 = 2e-7;
-
-/// What the NIXL connector did in one step (vLLM's `NixlKVConnectorStats`).
-#[derive(Debug, Default)]
-pub(crate) struct NixlStep {
-    pub(crate) transfer_duration: Vec<f64>,
-    pub(crate) post_duration: Vec<f64>,
-    pub(crate) bytes_transferred: Vec<f64>,
-    pub(crate) num_descriptors: Vec<f64>,
-    pub(crate) failed_transfers: u64,
-}
-
-/// Seconds of one offload lookup call: a fixed cost plus one per block
-/// looked up (the connector hashes each block's key).
-const LOOKUP_SECONDS: f64 = 2e-5;
-const LOOKUP_SECONDS_PER_BLOCK: f64 = 5e-8;
-
-fn lookup_seconds(blocks: u32) -> f64 {
-    LOOKUP_SECONDS + LOOKUP_SECONDS_PER_BLOCK * f64::from(blocks)
-}
-
-/// What the CPU offload pool did in one step, and its state at the step's
-/// end: what either offloading connector reports of that step.
-#[derive(Debug, Default)]
-pub(crate) struct OffloadStep {
-    pub(crate) store_bytes: u64,
-    pub(crate) store_time: f64,
-    pub(crate) store_sizes: Vec<f64>,
-    pub(crate) load_bytes: u64,
-    pub(crate) load_time: f64,
-    pub(crate) load_sizes: Vec<f64>,
-    /// Seconds of each lookup call, and of each deferred lookup from its
-    /// first call to the one that resolved it.
-    pub(crate) lookups: Vec<f64>,
-    pub(crate) lookup_async_delays: Vec<f64>,
-    /// Stores that found no room (the OffloadingConnector's allocation
-    /// failures), and blocks dropped for want of room (the simple one's).
-    pub(crate) allocation_failures: u64,
-    pub(crate) dropped_blocks: u64,
-    /// Blocks below the store threshold, not stored.
-    pub(crate) stores_skipped: u64,
-    pub(crate) stored_blocks: u64,
-    pub(crate) loaded_blocks: u64,
-    /// Pool blocks held, and those of stores not yet complete.
-    pub(crate) used_blocks: u32,
-    pub(crate) pending_store_blocks: u32,
-}
-
-/// A store to the offload pool not yet reported complete. vLLM's
-/// OffloadingConnector submits the stores a step schedules at the start of
-/// the next step (after that step's sampling transfers), and a worker
-/// reports a store done at the end of the step it completes in; until then
-/// a lookup of its blocks is pending (`HIT_PENDING`).
-#[derive(Debug)]
-struct PendingStore {
-    key: u64,
-    blocks: u32,
-    /// The step that scheduled it.
-    step: u64,
-    seconds: f64,
-    /// When it completes, once submitted.
-    done_at: Option<f64>,
-}
-
-/// A request inside the engine.
-#[derive(Debug)]
-pub(crate) struct Sequence {
-    pub(crate) request: SimRequest,
-    /// Unique within the engine (its blocks' owner in the residency model).
-    key: u64,
-    /// Tokens loaded through the KV connector for this admission.
-    external: u32,
-    /// The connector is asked once, at the first admission.
-    connector_asked: bool,
-    /// Tokens whose KV is in the cache (cached prefix included).
-    computed: u32,
-    generated: u32,
-    blocks: u32,
-    /// The prompt accounting of the first admission, until the first output
-    /// takes it. As in vLLM's scheduler, it is set only when the request is
-    /// scheduled before any preemption and sent with the request's first
-    /// output (`take_prefill_stats()`), never again after a re-admission.
-    prefill_stats: Option<PrefillStats>,
-    events: Vec<EngineCoreEvent>,
-    pub(crate) preemptions: u32,
-    /// Tokens whose KV waits in the CPU offload pool since a preemption,
-    /// and the pool blocks they hold: loaded back at re-admission instead
-    /// of recomputed.
-    offloaded: u32,
-    offload_blocks: u32,
-    /// Offload lookups that found it (the store threshold counts them),
-    /// and when its current lookup was first deferred.
-    lookups: u32,
-    deferred_at: Option<f64>,
-}
-
-impl Sequence {
-    pub(crate) fn new(request: SimRequest, queued_at: f64) -> Self {
-        Sequence {
-            request,
-            key: 0,
-            external: 0,
-            connector_asked: false,
-            computed: 0,
-            generated: 0,
-            blocks: 0,
-            prefill_stats: None,
-            events: vec![EngineCoreEvent {
-                kind: EventType::Queued,
-                timestamp: queued_at,
-                reason: None,
-            }],
-            preemptions: 0,
-            offloaded: 0,
-            offload_blocks: 0,
-            lookups: 0,
-            deferred_at: None,
-        }
-    }
-
-    /// Prompt plus what was generated before this admission: all of it is recomputed.
-    fn prefill_target(&self) -> u32 {
-        self.request.prompt_len + self.generated
-    }
-
-    fn in_prefill(&self) -> bool {
-        self.computed < self.prefill_target()
-    }
-
-    /// Past its prefill: each step computes the KV of its last token and
-    /// generates the next.
-    fn decoding(&self) -> bool {
-        self.generated > 0 && self.computed + 1 == self.prefill_target()
-    }
 }
 
 /// What one step produced.
@@ -222,27 +91,15 @@ pub(crate) struct Engine {
     waiting: VecDeque<Sequence>,
     /// In admission order; the last is the first to be preempted.
     running: Vec<Sequence>,
-    /// Async KV loads in progress, with the time each completes.
-    loading: Vec<(Sequence, f64)>,
-    /// Loaded, waiting to be admitted (ahead of the waiting queue).
-    loaded: VecDeque<Sequence>,
-    /// The waiting queue's head needs a load that could not start (no blocks).
-    load_blocked: bool,
+    /// The KV connector's loads, their requests out of the waiting queue.
+    loads: KvLoads,
     residency: BlockResidency,
     /// Speculative acceptance draws.
     rng: Rng,
     next_key: u64,
-    /// Blocks of the CPU offload pool in use.
-    offload_used: u32,
-    /// The offload pool's step in the making, and its stores in flight.
-    offload_step: OffloadStep,
-    pending_stores: Vec<PendingStore>,
-    /// Steps run.
-    steps: u64,
-    /// NIXL transfer failures (a stream of its own: the other draws stay
-    /// those of the same seed without NIXL).
-    nixl_rng: Rng,
-    nixl_step: NixlStep,
+    /// The CPU offload pool, and the NIXL connector (when configured).
+    offload: Option<OffloadPool>,
+    nixl: Option<Nixl>,
 }
 
 fn blocks_for(tokens: u32, block_size: u32) -> u32 {
@@ -250,25 +107,20 @@ fn blocks_for(tokens: u32, block_size: u32) -> u32 {
 }
 
 impl Engine {
-    /// `residency`: the sampled block model; `seed`: of the speculative draws.
+    /// `residency`: the sampled block model; `seed`: of the speculative
+    /// draws and the NIXL failures.
     pub(crate) fn new(limits: EngineLimits, residency: BlockResidency, seed: u64) -> Self {
         Engine {
             limits,
             free_blocks: limits.kv_blocks,
             waiting: VecDeque::new(),
             running: Vec::new(),
-            loading: Vec::new(),
-            loaded: VecDeque::new(),
-            load_blocked: false,
+            loads: KvLoads::new(&limits),
             residency,
             rng: Rng::new(seed),
             next_key: 0,
-            offload_used: 0,
-            offload_step: OffloadStep::default(),
-            pending_stores: Vec::new(),
-            steps: 0,
-            nixl_rng: Rng::new(seed ^ 0x9e37_79b9_7f4a_7c15),
-            nixl_step: NixlStep::default(),
+            offload: OffloadPool::configured(&limits),
+            nixl: Nixl::configured(&limits, seed),
         }
     }
 
@@ -294,10 +146,7 @@ impl Engine {
     }
 
     pub(crate) fn has_work(&self) -> bool {
-        !self.waiting.is_empty()
-            || !self.running.is_empty()
-            || !self.loading.is_empty()
-            || !self.loaded.is_empty()
+        !self.waiting.is_empty() || !self.running.is_empty() || self.loads.len() > 0
     }
 
     pub(crate) fn running(&self) -> usize {
@@ -311,16 +160,12 @@ impl Engine {
 
     /// Waiting requests held back by their KV load (vLLM's skipped waiting).
     pub(crate) fn deferred(&self) -> usize {
-        self.loading.len() + self.loaded.len()
+        self.loads.len()
     }
 
     /// Waiting requests by KV load stage; `None` without a connector.
     pub(crate) fn kv_fetch_stages(&self) -> Option<KvFetchStages> {
-        (self.limits.external_hit_rate > 0.0).then(|| KvFetchStages {
-            waiting_to_start: u64::from(self.load_blocked),
-            in_progress: self.loading.len() as u64,
-            completed_waiting: self.loaded.len() as u64,
-        })
+        (self.limits.external_hit_rate > 0.0).then(|| self.loads.stages())
     }
 
     /// Sampled block evictions since the last call.
@@ -341,11 +186,7 @@ impl Engine {
             adapters.dedup();
             adapters.into_iter().map(name).collect()
         }
-        let waiting = self
-            .loaded
-            .iter()
-            .chain(self.loading.iter().map(|(s, _)| s))
-            .chain(self.waiting.iter());
+        let waiting = self.loads.sequences().chain(self.waiting.iter());
         (
             distinct(self.running.iter(), &name),
             distinct(waiting, &name),
@@ -375,134 +216,27 @@ impl Engine {
     pub(crate) fn remove(&mut self, id: &str, now: f64) -> Option<Sequence> {
         let sequence = if let Some(i) = self.running.iter().position(|s| s.request.id == id) {
             self.running.remove(i)
-        } else if let Some(i) = self.loading.iter().position(|(s, _)| s.request.id == id) {
-            self.loading.remove(i).0
-        } else if let Some(i) = self.loaded.iter().position(|s| s.request.id == id) {
-            self.loaded.remove(i)?
+        } else if let Some(sequence) = self.loads.remove(id) {
+            sequence
         } else {
             let i = self.waiting.iter().position(|s| s.request.id == id)?;
             self.waiting.remove(i)?
         };
         self.release(sequence.key, sequence.blocks);
-        self.offload_used -= sequence.offload_blocks;
-        // vLLM observes a deferred lookup's delay when its request finishes.
-        if let Some(since) = sequence.deferred_at {
-            self.offload_step.lookup_async_delays.push(now - since);
+        if let Some(pool) = &mut self.offload {
+            pool.removed(&sequence.offload, now);
         }
         Some(sequence)
     }
 
-    /// Stores a preempted request's computed KV (whole blocks) to the CPU
-    /// offload pool, as vLLM's offloading connectors store blocks on their
-    /// way out. Below the store threshold nothing is stored (the
-    /// OffloadingConnector's skipped stores). Without room for all of it
-    /// the OffloadingConnector's allocation fails and stores nothing; the
-    /// SimpleCPUOffloadConnector stores the blocks that fit and drops the
-    /// rest.
-    fn offload(&mut self, victim: &mut Sequence) {
-        let bs = self.limits.block_size;
-        let blocks = victim.computed / bs;
-        if self.limits.offload_blocks == 0 || blocks == 0 {
-            return;
-        }
-        let threshold = self.limits.offload_store_threshold;
-        if threshold >= 2 && victim.lookups < threshold {
-            self.offload_step.stores_skipped += u64::from(blocks);
-            return;
-        }
-        let free = self.limits.offload_blocks - self.offload_used;
-        let stored = match self.limits.offload_connector {
-            KvOffloadConnector::Offloading if blocks > free => {
-                self.offload_step.allocation_failures += 1;
-                return;
-            }
-            KvOffloadConnector::Offloading => blocks,
-            KvOffloadConnector::Simple => {
-                let stored = blocks.min(free);
-                self.offload_step.dropped_blocks += u64::from(blocks - stored);
-                if stored == 0 {
-                    return;
-                }
-                stored
-            }
-        };
-        self.offload_used += stored;
-        victim.offloaded = stored * bs;
-        victim.offload_blocks = stored;
-        let bytes = u64::from(victim.offloaded) * self.limits.kv_bytes_per_token;
-        let seconds = bytes as f64 * self.limits.offload_seconds_per_byte;
-        let step = &mut self.offload_step;
-        step.store_bytes += bytes;
-        step.store_time += seconds;
-        step.store_sizes.push(bytes as f64);
-        step.stored_blocks += u64::from(stored);
-        self.pending_stores.push(PendingStore {
-            key: victim.key,
-            blocks: stored,
-            step: self.steps,
-            seconds,
-            done_at: None,
-        });
-    }
-
-    /// At the start of a step, `now`: the stores the previous step
-    /// scheduled are submitted, and those complete by now are done.
-    fn advance_stores(&mut self, now: f64) {
-        let step = self.steps;
-        self.pending_stores.retain_mut(|store| match store.done_at {
-            None if store.step < step => {
-                store.done_at = Some(now + store.seconds);
-                true
-            }
-            None => true,
-            Some(done) => done > now,
-        });
-    }
-
-    /// Whether the offload lookup of the waiting queue's head is pending:
-    /// its KV's store is not complete, so vLLM's lookup gives no answer
-    /// and the scheduler skips the request this step. A deferred lookup
-    /// that resolves observes its delay (the OffloadingConnector's
-    /// `lookup_async_delay`).
-    fn lookup_pending(&mut self, now: f64) -> bool {
-        let bs = self.limits.block_size;
-        let Some(head) = self.waiting.front_mut() else {
+    /// Whether the waiting queue's head waits for its offload lookup (see
+    /// [`OffloadPool::lookup_pending`]): the scheduler skips it this step.
+    fn head_lookup_pending(&mut self, now: f64) -> bool {
+        let (Some(pool), Some(head)) = (&mut self.offload, self.waiting.front_mut()) else {
             return false;
         };
-        if head.offload_blocks == 0 {
-            return false;
-        }
-        if self
-            .pending_stores
-            .iter()
-            .any(|store| store.key == head.key)
-        {
-            head.deferred_at.get_or_insert(now);
-            self.offload_step
-                .lookups
-                .push(lookup_seconds(blocks_for(head.prefill_target(), bs)));
-            return true;
-        }
-        if let Some(since) = head.deferred_at.take() {
-            self.offload_step.lookup_async_delays.push(now - since);
-        }
-        false
-    }
-
-    /// Loads an admitted request's offloaded KV back (`tokens` of it) and
-    /// frees its pool blocks.
-    fn load_offloaded(&mut self, sequence: &mut Sequence, tokens: u32) {
-        if tokens > 0 {
-            let bytes = u64::from(tokens) * self.limits.kv_bytes_per_token;
-            let step = &mut self.offload_step;
-            step.load_bytes += bytes;
-            step.load_time += bytes as f64 * self.limits.offload_seconds_per_byte;
-            step.load_sizes.push(bytes as f64);
-            step.loaded_blocks += u64::from(blocks_for(tokens, self.limits.block_size));
-        }
-        self.offload_used -= sequence.offload_blocks;
-        sequence.offloaded = 0;
-        sequence.offload_blocks = 0;
+        let target = head.prefill_target();
+        pool.lookup_pending(head.key, target, &mut head.offload, now)
     }
 
     /// Frees blocks for the running request at `index`: preempts the last
@@ -525,18 +259,11 @@ impl Engine {
 
     fn preempt(&mut self, index: usize, now: f64, reason: PreemptionReason) {
         let mut victim = self.running.remove(index);
-        self.offload(&mut victim);
+        if let Some(pool) = &mut self.offload {
+            pool.store(victim.key, victim.computed, &mut victim.offload);
+        }
         self.release(victim.key, victim.blocks);
-        victim.blocks = 0;
-        victim.external = 0;
-        victim.computed = 0;
-        victim.preemptions += 1;
-        victim.events.push(EngineCoreEvent {
-            kind: EventType::Preempted,
-            timestamp: now,
-            // vLLM's engine names no reason for its usual preemption.
-            reason: (reason != PreemptionReason::KvFull).then_some(reason),
-        });
+        victim.preempted(now, reason);
         // Back to the front of its priority class.
         let at = if victim.request.high_priority {
             0
@@ -544,34 +271,6 @@ impl Engine {
             self.first_low_priority_waiting()
         };
         self.waiting.insert(at, victim);
-    }
-
-    /// Loads that completed by `now` join the loaded queue.
-    fn finish_loads(&mut self, now: f64) {
-        let mut i = 0;
-        while i < self.loading.len() {
-            if self.loading[i].1 <= now {
-                let (sequence, _) = self.loading.remove(i);
-                if self.limits.nixl {
-                    // vLLM records a transfer when its handle reports done.
-                    let descriptors = blocks_for(sequence.external, self.limits.block_size);
-                    let step = &mut self.nixl_step;
-                    step.transfer_duration
-                        .push(f64::from(sequence.external) * self.limits.load_seconds_per_token);
-                    step.post_duration.push(
-                        NIXL_POST_SECONDS
-                            + NIXL_POST_SECONDS_PER_DESCRIPTOR * f64::from(descriptors),
-                    );
-                    step.bytes_transferred.push(
-                        (u64::from(sequence.external) * self.limits.kv_bytes_per_token) as f64,
-                    );
-                    step.num_descriptors.push(f64::from(descriptors));
-                }
-                self.loaded.push_back(sequence);
-            } else {
-                i += 1;
-            }
-        }
     }
 
     /// Asks the KV connector about the waiting queue's head: with external
@@ -587,36 +286,23 @@ impl Engine {
         }
         let prompt = front.request.prompt_len;
         let local = local_hit(prompt, self.limits.prefix_hit_rate, bs);
-        let asked = prompt - local;
-        // Full blocks only, and at least one token left to compute.
-        let external = ((f64::from(asked) * self.limits.external_hit_rate) as u32 / bs * bs)
-            .min(prompt.saturating_sub(1).saturating_sub(local) / bs * bs);
-        if external == 0 {
-            front.connector_asked = true;
-            result.external_queries += u64::from(asked);
-            return Load::NotNeeded;
-        }
+        let external = self.loads.found(prompt, local);
         let needed = blocks_for(local + external, bs);
-        if needed > self.free_blocks {
+        if external > 0 && needed > self.free_blocks {
             return Load::Blocked;
         }
-        if self.limits.nixl && self.nixl_rng.chance(self.limits.nixl_failure_rate) {
-            // The transfer failed: the request computes its prompt here.
-            let front = self.waiting.front_mut().expect("front exists");
-            front.connector_asked = true;
-            result.external_queries += u64::from(asked);
-            self.nixl_step.failed_transfers += 1;
+        front.connector_asked = true;
+        result.external_queries += u64::from(prompt - local);
+        // A failed NIXL transfer leaves the request to compute its prompt here.
+        if external == 0 || self.nixl.as_mut().is_some_and(Nixl::transfer_failed) {
             return Load::NotNeeded;
         }
         let mut sequence = self.waiting.pop_front().expect("front exists");
-        sequence.connector_asked = true;
-        result.external_queries += u64::from(asked);
         result.external_hits += u64::from(external);
         self.allocate(sequence.key, needed, now);
         sequence.blocks = needed;
         sequence.external = external;
-        let done = now + f64::from(external) * self.limits.load_seconds_per_token;
-        self.loading.push((sequence, done));
+        self.loads.start(sequence, now);
         Load::Started
     }
 
@@ -626,11 +312,12 @@ impl Engine {
         let mut budget = self.limits.max_num_batched_tokens;
         // (index into running, tokens computed this step)
         let mut scheduled: Vec<(usize, u32)> = Vec::new();
-        self.steps += 1;
-        self.advance_stores(now);
-        self.finish_loads(now);
+        if let Some(pool) = &mut self.offload {
+            pool.start_step(now);
+        }
+        self.loads.finish(now, self.nixl.as_mut());
         self.schedule_running(now, &mut budget, &mut scheduled, &mut result);
-        self.load_blocked = false;
+        self.loads.blocked = false;
         // As vLLM's scheduler, no admission in a step that preempted.
         if result.preemptions == 0 {
             self.admit_waiting(now, &mut budget, &mut scheduled, &mut result);
@@ -700,23 +387,23 @@ impl Engine {
             if self.running.len() >= self.limits.max_num_seqs as usize || *budget == 0 {
                 break;
             }
-            let from_loaded = !self.loaded.is_empty();
+            let from_loaded = self.loads.next_loaded().is_some();
             if !from_loaded {
                 match self.start_load(now, result) {
                     Load::Started => continue,
                     Load::Blocked => {
-                        self.load_blocked = true;
+                        self.loads.blocked = true;
                         break;
                     }
                     Load::NotNeeded => {}
                 }
             }
-            if !from_loaded && self.lookup_pending(now) {
+            if !from_loaded && self.head_lookup_pending(now) {
                 skipped.push(self.waiting.pop_front().expect("pending head"));
                 continue;
             }
             let front = if from_loaded {
-                self.loaded.front()
+                self.loads.next_loaded()
             } else {
                 self.waiting.front()
             };
@@ -726,53 +413,30 @@ impl Engine {
             let target = front.prefill_target();
             let prompt = front.request.prompt_len;
             let cached = local_hit(prompt, self.limits.prefix_hit_rate, bs);
-            // Offloaded KV comes back instead of being recomputed (at
-            // least one token is still computed, to produce the next).
-            let restored = front.offloaded.min(target.saturating_sub(1));
+            // Offloaded KV comes back instead of being recomputed.
+            let restored = self
+                .offload
+                .as_mut()
+                .map_or(0, |pool| pool.lookup(target, &front.offload));
             let ready = (cached + front.external).max(restored);
-            if self.limits.offload_blocks > 0 {
-                self.offload_step
-                    .lookups
-                    .push(lookup_seconds(blocks_for(target, bs)));
-            }
             let chunk = (target - ready).min(*budget);
             let needed = blocks_for(ready + chunk, bs).saturating_sub(front.blocks);
             if needed > self.free_blocks {
                 break;
             }
             let mut sequence = if from_loaded {
-                self.loaded.pop_front()
+                self.loads.take_loaded()
             } else {
                 self.waiting.pop_front()
             }
             .expect("front exists");
-            sequence.lookups += 1;
-            if sequence.offload_blocks > 0 {
-                let loaded = if restored > cached + sequence.external {
-                    restored
-                } else {
-                    0
-                };
-                self.load_offloaded(&mut sequence, loaded);
+            if let Some(pool) = &mut self.offload {
+                pool.admitted(&mut sequence.offload, restored, cached + sequence.external);
             }
             self.residency.hit(sequence.key, cached / bs, now);
             self.allocate(sequence.key, needed, now);
             sequence.blocks += needed;
-            sequence.computed = ready;
-            if sequence.preemptions == 0 {
-                sequence.prefill_stats = Some(PrefillStats {
-                    num_prompt_tokens: prompt,
-                    num_computed_tokens: prompt - ready,
-                    num_cached_tokens: ready,
-                    num_local_cached_tokens: cached,
-                    num_external_cached_tokens: sequence.external,
-                });
-            }
-            sequence.events.push(EngineCoreEvent {
-                kind: EventType::Scheduled,
-                timestamp: now,
-                reason: None,
-            });
+            sequence.scheduled(ready, cached, now);
             result.prefix_queries += u64::from(prompt);
             result.prefix_hits += u64::from(cached);
             *budget -= chunk;
@@ -801,63 +465,25 @@ impl Engine {
             let sequence = &mut self.running[index];
             result.tokens += tokens;
             result.context_tokens_read += u64::from(sequence.computed);
-            let mut new_tokens = 1;
-            if sequence.decoding() {
-                // A decode step drafts up to `k` tokens and keeps the
-                // accepted prefix of them plus one of its own.
-                if let Some(spec) = spec.as_mut() {
-                    let drafted = tokens - 1;
-                    let mut accepted = 0;
-                    while accepted < drafted && self.rng.chance(self.limits.spec_acceptance_rate) {
-                        spec.num_accepted_tokens_per_pos[accepted as usize] += 1;
-                        accepted += 1;
-                    }
-                    spec.num_drafts += 1;
-                    spec.num_draft_tokens += u64::from(drafted);
-                    spec.num_accepted_tokens += u64::from(accepted);
-                    new_tokens += accepted;
-                }
-                new_tokens = new_tokens.min(sequence.request.output_len - sequence.generated);
-                sequence.computed += new_tokens;
-            } else {
-                sequence.computed += tokens;
-                if sequence.in_prefill() {
-                    continue; // more chunks to go: no token yet
-                }
+            let accept = || self.rng.chance(self.limits.spec_acceptance_rate);
+            if let Some(output) = sequence.run(tokens, spec.as_mut(), accept, token) {
+                result.outputs.push(output);
             }
-            sequence.generated += new_tokens;
-            let finished = sequence.generated >= sequence.request.output_len;
-            // Only the request's first output carries prefill stats.
-            let prefill_stats = sequence.prefill_stats.take();
-            result.outputs.push(EngineCoreOutput {
-                request_id: sequence.request.id.clone(),
-                new_token_ids: (0..new_tokens).map(|_| token()).collect(),
-                events: std::mem::take(&mut sequence.events),
-                prefill_stats,
-                finish_reason: finished.then_some(sequence.request.finish),
-            });
         }
         result.spec = spec;
     }
 
     /// The step's KV-connector stats, with the offload pool's state at its end.
     fn take_connector_steps(&mut self, result: &mut StepResult) {
-        if self.limits.offload_blocks > 0 {
-            let mut offload = std::mem::take(&mut self.offload_step);
-            offload.used_blocks = self.offload_used;
-            offload.pending_store_blocks = self.pending_stores.iter().map(|s| s.blocks).sum();
-            result.offload = Some(offload);
-        }
-        if self.limits.nixl {
-            result.nixl = Some(std::mem::take(&mut self.nixl_step));
-        }
+        result.offload = self.offload.as_mut().map(OffloadPool::take_step);
+        result.nixl = self.nixl.as_mut().map(Nixl::take_step);
     }
 
     /// Finished requests leave the batch and free their blocks.
     fn retire_finished(&mut self, result: &mut StepResult) {
         let mut kept = Vec::with_capacity(self.running.len());
         for sequence in std::mem::take(&mut self.running) {
-            if sequence.generated >= sequence.request.output_len {
+            if sequence.finished() {
                 self.release(sequence.key, sequence.blocks);
                 result.finished.push(sequence);
             } else {

@@ -23,9 +23,13 @@
 
 mod engine;
 
+mod loads;
+mod nixl;
+mod offload;
 mod residency;
 mod rng;
 mod run;
+mod sequence;
 mod workload;
 
 use std::collections::BTreeMap;

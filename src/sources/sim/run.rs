@@ -4,8 +4,11 @@
 
 use std::time::{Duration, Instant};
 
-use super::engine::{Engine, EngineLimits, NixlStep, OffloadStep, Sequence};
+use super::engine::{Engine, EngineLimits};
+use super::nixl::NixlStep;
+use super::offload::OffloadStep;
 use super::residency::BlockResidency;
+use super::sequence::Sequence;
 use super::workload::Workload;
 use super::{
     KvOffloadConnector, Progress, SimConfig, SimOutcome, ENGINE_CLOCK_ORIGIN, TRANSPORT_DELAY,
