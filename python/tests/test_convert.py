@@ -1,6 +1,6 @@
-"""The conversion from vLLM's stats objects to records, without vLLM
-(stand-in objects with vLLM 0.33's attribute names) and with vLLM's own
-classes."""
+"""The conversion from vLLM's stats objects to ingest records (protobuf
+messages), without vLLM (stand-in objects with vLLM 0.33's attribute names)
+and with vLLM's own classes. Each record is compared whole."""
 
 import enum
 import types
@@ -8,6 +8,7 @@ import types
 import pytest
 
 from vllm_otel_metrics import convert
+from vllm_otel_metrics.v1 import ingest_pb2 as pb
 
 NS = types.SimpleNamespace
 
@@ -31,6 +32,15 @@ def finished(**overrides):
     return NS(**values)
 
 
+#: The message of :func:`finished`.
+FINISHED = dict(
+    request_id="r1", finish_reason=pb.FINISH_REASON_LENGTH, e2e_latency=1.5, queued_time=0.1,
+    prefill_time=0.2, inference_time=1.3, decode_time=1.1, mean_time_per_output_token=0.25,
+    num_prompt_tokens=10, num_generation_tokens=4, num_preemptions=2, num_cached_tokens=6,
+    max_tokens_param=4,
+)
+
+
 def iteration(**overrides):
     values = dict(
         iteration_timestamp=1700000000.5, num_generation_tokens=3,
@@ -42,39 +52,47 @@ def iteration(**overrides):
     return NS(**values)
 
 
+#: The message of :func:`iteration` (model "m", engine 0).
+ITERATION = dict(
+    model_name="m", received_at=1700000000.5, num_generation_tokens=3,
+    prompt_token_stats=pb.PromptTokenStats(computed=4, local_cache_hit=6, external_kv_transfer=0,
+                                           cached_tokens=6, total=10),
+    num_preempted_reqs=1, max_num_generation_tokens_iter=[4], n_params_iter=[1],
+    time_to_first_tokens_iter=[0.3], inter_token_latencies_iter=[0.02, 0.03],
+    finished_requests=[pb.FinishedRequest(**FINISHED)],
+)
+
+
+def iteration_message(**fields):
+    return pb.Record(iteration_stats=pb.IterationStats(**{**ITERATION, **fields}))
+
+
 def test_iteration_record_carries_every_list_and_finished_request():
-    assert convert.iteration_record(iteration(), "m", 1) == {
-        "type": "iteration_stats", "model_name": "m", "engine": 1, "received_at": 1700000000.5,
-        "num_generation_tokens": 3,
-        "prompt_token_stats": {"computed": 4, "local_cache_hit": 6, "external_kv_transfer": 0,
-                               "cached_tokens": 6, "total": 10},
-        "num_preempted_reqs": 1, "max_num_generation_tokens_iter": [4], "n_params_iter": [1],
-        "time_to_first_tokens_iter": [0.3], "inter_token_latencies_iter": [0.02, 0.03],
-        "finished_requests": [{
-            "request_id": "r1", "finish_reason": "length", "e2e_latency": 1.5, "queued_time": 0.1,
-            "prefill_time": 0.2, "inference_time": 1.3, "decode_time": 1.1,
-            "mean_time_per_output_token": 0.25, "num_prompt_tokens": 10, "num_generation_tokens": 4,
-            "num_preemptions": 2, "num_cached_tokens": 6, "max_tokens_param": 4,
-        }],
-    }
+    assert convert.iteration_record(iteration(), "m", 1) == iteration_message(engine=1)
 
 
 def test_missing_optional_fields_take_vllm_defaults():
     old = NS(iteration_timestamp=1.0, num_generation_tokens=0, prompt_token_stats=NS(computed=0, total=0),
              finished_requests=[finished(max_tokens_param=None, request_id=None)])
     del old.finished_requests[0].num_preemptions
-    record = convert.iteration_record(old, "m", 0)
-    assert record["num_preempted_reqs"] == 0 and record["n_params_iter"] == []
-    assert record["prompt_token_stats"]["cached_tokens"] == 0
-    request = record["finished_requests"][0]
-    assert "max_tokens_param" not in request and request["num_preemptions"] == 0
-    assert request["request_id"] == ""
+    request = {k: v for k, v in FINISHED.items()
+               if k not in ("request_id", "num_preemptions", "max_tokens_param")}
+    # The prompt tokens stay present, all 0, as vLLM's logger has them.
+    assert convert.iteration_record(old, "m", 0) == pb.Record(iteration_stats=pb.IterationStats(
+        model_name="m", received_at=1.0, prompt_token_stats=pb.PromptTokenStats(),
+        finished_requests=[pb.FinishedRequest(**request)],
+    ))
 
 
-@pytest.mark.parametrize("reason,label", [(FinishReason.STOP, "stop"), (4, "repetition"),
-                                          ("ABORT", "abort"), (9, "unknown(9)")])
-def test_finish_reasons(reason, label):
+@pytest.mark.parametrize("reason,label,number", [
+    (FinishReason.STOP, "stop", pb.FINISH_REASON_STOP), (4, "repetition", pb.FINISH_REASON_REPETITION),
+    ("ABORT", "abort", pb.FINISH_REASON_ABORT), (9, "unknown(9)", pb.FINISH_REASON_UNSPECIFIED),
+])
+def test_finish_reasons(reason, label, number):
     assert convert.finish_reason(reason) == label
+    record = convert.iteration_record(iteration(finished_requests=[finished(finish_reason=reason)]), "m", 0)
+    assert record == iteration_message(
+        finished_requests=[pb.FinishedRequest(**{**FINISHED, "finish_reason": number})])
 
 
 def scheduler(**overrides):
@@ -88,13 +106,20 @@ def scheduler(**overrides):
     return NS(**values)
 
 
+#: The message of :func:`scheduler` (model "m", engine 0, received at 5).
+SCHEDULER = dict(
+    model_name="m", received_at=5.0, num_running_reqs=3, num_waiting_reqs=6,
+    num_skipped_waiting_reqs=2, kv_cache_usage=0.5, prefix_cache_queries=100, prefix_cache_hits=40,
+)
+
+
+def scheduler_message(**fields):
+    return pb.Record(scheduler_stats=pb.SchedulerStats(**{**SCHEDULER, **fields}))
+
+
 def test_waiting_includes_deferred_as_vllm_sets_its_gauge():
     record = convert.scheduler_record(scheduler(), None, "m", 0, 5.0, lora_enabled=False)
-    assert record == {
-        "type": "scheduler_stats", "model_name": "m", "engine": 0, "received_at": 5.0,
-        "num_running_reqs": 3, "num_waiting_reqs": 6, "num_skipped_waiting_reqs": 2,
-        "kv_cache_usage": 0.5, "prefix_cache_queries": 100, "prefix_cache_hits": 40,
-    }
+    assert record == scheduler_message()
 
 
 def test_optional_scheduler_parts():
@@ -113,43 +138,50 @@ def test_optional_scheduler_parts():
     )
     record = convert.scheduler_record(stats, NS(queries=7, hits=3), "m", 0, 5.0, lora_enabled=True,
                                       kv_consumer=True)
-    assert record["num_kv_fetch_reqs_by_stage"] == {"waiting_to_start": 0, "in_progress": 2, "completed_waiting": 0}
-    assert record["external_prefix_cache_hits_by_source"] == {"host": 15, "p2p": 0, "disk": 5,
-                                                              "external_unspecified": 0}
-    assert (record["mm_cache_queries"], record["mm_cache_hits"]) == (7, 3)
-    assert record["kv_cache_eviction_events"] == [{"lifetime_seconds": 3.0, "idle_seconds": 1.0,
-                                                   "reuse_gaps_seconds": [0.5]}]
-    assert record["spec_decoding"]["num_accepted_tokens_per_pos"] == [2, 1, 0]
-    assert record["perf_stats"] == {"num_flops_per_gpu": 10.0, "num_read_bytes_per_gpu": 20.0,
-                                    "num_write_bytes_per_gpu": 30.0}
-    assert (record["running_lora_adapters"], record["waiting_lora_adapters"]) == (["a"], [])
+    assert record == scheduler_message(
+        num_kv_fetch_reqs_by_stage=pb.KvFetchStages(in_progress=2),
+        external_prefix_cache_queries=50, external_prefix_cache_hits=20,
+        external_prefix_cache_hits_by_source=pb.ExternalHitsBySource(host=15, disk=5),
+        mm_cache_queries=7, mm_cache_hits=3,
+        kv_cache_eviction_events=[pb.KvCacheEvictionEvent(lifetime_seconds=3.0, idle_seconds=1.0,
+                                                          reuse_gaps_seconds=[0.5])],
+        perf_stats=pb.PerfStats(num_flops_per_gpu=10.0, num_read_bytes_per_gpu=20.0,
+                                num_write_bytes_per_gpu=30.0),
+        spec_decoding=pb.SpecDecodingStats(num_drafts=2, num_draft_tokens=6, num_accepted_tokens=3,
+                                           num_accepted_tokens_per_pos=[2, 1, 0]),
+        # With LoRA enabled both lists are there, empty or not.
+        running_lora_adapters=pb.AdapterList(names=["a"]), waiting_lora_adapters=pb.AdapterList(),
+    )
 
 
 def test_kv_fetch_stages_only_on_a_kv_consumer():
     """vLLM's scheduler reports the stages on every engine, all 0 without a
     connector; its logger has the family on KV consumers only."""
     stats = scheduler(num_kv_fetch_reqs_by_stage=dict.fromkeys(convert.KV_FETCH_STAGES, 0))
-    assert "num_kv_fetch_reqs_by_stage" not in convert.scheduler_record(stats, None, "m", 0, 5.0, False)
+    assert convert.scheduler_record(stats, None, "m", 0, 5.0, False) == scheduler_message()
     consumer = convert.StepConverter("m", False, kv_consumer=True).records(stats, None, None, 0, 5.0)
-    assert consumer[0]["num_kv_fetch_reqs_by_stage"] == dict.fromkeys(convert.KV_FETCH_STAGES, 0)
+    assert list(consumer) == [scheduler_message(num_kv_fetch_reqs_by_stage=pb.KvFetchStages())]
 
 
 def test_engine_start_record_creates_the_kv_series_vllm_creates_at_start():
     assert convert.engine_start_record("m", 0, 1.0, kv_consumer=False, nixl=False) is None
-    record = convert.engine_start_record("m", 3, 1.0, kv_consumer=True, nixl=True)
-    assert record == {
-        "type": "scheduler_stats", "model_name": "m", "engine": 3, "received_at": 1.0,
-        "num_running_reqs": 0, "num_waiting_reqs": 0, "kv_cache_usage": 0.0,
-        "prefix_cache_queries": 0, "prefix_cache_hits": 0,
-        "num_kv_fetch_reqs_by_stage": {"waiting_to_start": 0, "in_progress": 0, "completed_waiting": 0},
-        "kv_connector_stats": {"nixl": {
-            "transfer_duration": [], "post_duration": [], "bytes_transferred": [], "num_descriptors": [],
-            "num_failed_transfers": 0, "num_failed_handshakes": 0, "num_failed_notifications": 0,
-            "num_kv_expired_reqs": 0, "num_notifications_after_expiry": 0,
-        }},
-    }
-    assert "kv_connector_stats" not in convert.engine_start_record("m", 0, 1.0, True, False)
-    assert "num_kv_fetch_reqs_by_stage" not in convert.engine_start_record("m", 0, 1.0, False, True)
+    nothing = pb.Observations()
+    nixl = pb.KvConnectorStats(nixl=pb.NixlStats(
+        transfer_duration=nothing, post_duration=nothing, bytes_transferred=nothing,
+        num_descriptors=nothing, num_failed_transfers=0, num_failed_handshakes=0,
+        num_failed_notifications=0, num_kv_expired_reqs=0, num_notifications_after_expiry=0,
+    ))
+    stages = pb.KvFetchStages()
+
+    def idle(engine, **fields):
+        return pb.Record(scheduler_stats=pb.SchedulerStats(model_name="m", engine=engine,
+                                                           received_at=1.0, **fields))
+
+    assert convert.engine_start_record("m", 3, 1.0, kv_consumer=True, nixl=True) == idle(
+        3, num_kv_fetch_reqs_by_stage=stages, kv_connector_stats=nixl)
+    assert convert.engine_start_record("m", 0, 1.0, True, False) == idle(
+        0, num_kv_fetch_reqs_by_stage=stages)
+    assert convert.engine_start_record("m", 0, 1.0, False, True) == idle(0, kv_connector_stats=nixl)
 
 
 def test_kv_transfer_setup_from_vllms_own_config():
@@ -176,28 +208,51 @@ def test_kv_transfer_setup_from_vllms_own_config():
 
 def test_multimodal_counts_without_scheduler_stats_wait_for_the_next_scheduler_record():
     steps = convert.StepConverter("m", lora_enabled=False)
-    assert steps.records(None, None, NS(queries=5, hits=1), 0, 1.0) == []
-    assert [r["type"] for r in steps.records(None, iteration(), None, 0, 1.0)] == ["iteration_stats"]
-    (record,) = steps.records(scheduler(), None, NS(queries=2, hits=2), 0, 2.0)
-    assert (record["mm_cache_queries"], record["mm_cache_hits"]) == (7, 3)
-    (record,) = steps.records(scheduler(), None, None, 0, 3.0)
-    assert "mm_cache_queries" not in record
+    assert list(steps.records(None, None, NS(queries=5, hits=1), 0, 1.0)) == []
+    assert list(steps.records(None, iteration(), None, 0, 1.0)) == [iteration_message()]
+    assert list(steps.records(scheduler(), None, NS(queries=2, hits=2), 0, 2.0)) == [
+        scheduler_message(received_at=2.0, mm_cache_queries=7, mm_cache_hits=3)]
+    assert list(steps.records(scheduler(), None, None, 0, 3.0)) == [scheduler_message(received_at=3.0)]
+
+
+def test_a_step_whose_iteration_stats_fail_still_gives_its_scheduler_record():
+    """The records come one by one: the stream has the scheduler record
+    before the iteration stats (here lacking their attributes) fail."""
+    records = convert.StepConverter("m", lora_enabled=False).records(
+        scheduler(), NS(iteration_timestamp=1.0), None, 0, 5.0)
+    assert next(records) == scheduler_message()
+    with pytest.raises(AttributeError):
+        next(records)
 
 
 def test_sleep_and_engine_config():
-    assert convert.sleep_record("m", 2, 1, 2)["level"] == 2
-    assert convert.sleep_record("m", 2, 0, 0)["level"] == 0
-    cache = NS(metrics_info=lambda: {"block_size": "16", "engine": "x"})
-    assert convert.engine_config_record(cache, "m", 1, None, 4096) == {
-        "type": "engine_config", "model_name": "m", "engine": 1,
-        "cache_config": {"block_size": "16"}, "max_model_len": 4096,
-    }
+    assert convert.sleep_record("m", 2, 1, 2) == pb.Record(
+        sleep_state=pb.SleepState(model_name="m", engine=2, level=2))
+    assert convert.sleep_record("m", 2, 0, 0) == pb.Record(
+        sleep_state=pb.SleepState(model_name="m", engine=2))
+    cache = NS(metrics_info=lambda: {"block_size": 16, "engine": "x"})
+    assert convert.engine_config_record(cache, "m", 1, None, 4096) == pb.Record(
+        engine_config=pb.EngineConfig(model_name="m", engine=1, cache_config={"block_size": "16"},
+                                      max_model_len=4096))
+    assert convert.engine_config_record(NS(), "m", 1, 2, None) == pb.Record(
+        engine_config=pb.EngineConfig(model_name="m", engine=1, max_loras=2))
 
 
-def test_finite():
+def test_a_record_with_a_number_that_is_not_finite_is_not_sent():
     assert convert.finite(convert.iteration_record(iteration(), "m", 0))
     bad = convert.iteration_record(iteration(time_to_first_tokens_iter=[float("nan")]), "m", 0)
-    assert not convert.finite(bad)
+    assert bad == convert.NotFinite("iteration_stats", 0)
+    bad = convert.scheduler_record(scheduler(perf_stats=NS(
+        num_flops_per_gpu=float("inf"), num_read_bytes_per_gpu=0, num_write_bytes_per_gpu=0)),
+        None, "m", 2, 5.0, False)
+    assert bad == convert.NotFinite("scheduler_stats", 2)
+    # Finite numbers whose sum overflows are sent.
+    huge = iteration(inter_token_latencies_iter=[1e308, 1e308])
+    assert convert.iteration_record(huge, "m", 0) == iteration_message(
+        inter_token_latencies_iter=[1e308, 1e308])
+    assert not convert.finite(pb.Record(scheduler_stats=pb.SchedulerStats(
+        kv_connector_stats=pb.KvConnectorStats(nixl=pb.NixlStats(
+            post_duration=pb.Observations(values=[0.1, float("-inf")]))))))
 
 
 def test_kv_connector_stats_from_vllms_own_connector_stats():
@@ -216,13 +271,15 @@ def test_kv_connector_stats_from_vllms_own_connector_stats():
     nixl.record_failed_transfer()
     nixl.record_failed_notification()
     nixl.record_kv_expired_req()
-    record = convert.kv_connector_record(nixl.to_dict())
-    assert record == {"nixl": {
-        "transfer_duration": [0.02, 0.3], "post_duration": [0.001, 0.002],
-        "bytes_transferred": [4096.0, 1048576.0], "num_descriptors": [12.0, 40.0],
-        "num_failed_transfers": 1, "num_failed_handshakes": 0, "num_failed_notifications": 1,
-        "num_kv_expired_reqs": 1, "num_notifications_after_expiry": 0,
-    }}
+    nixl_message = pb.NixlStats(
+        transfer_duration=pb.Observations(values=[0.02, 0.3]),
+        post_duration=pb.Observations(values=[0.001, 0.002]),
+        bytes_transferred=pb.Observations(values=[4096.0, 1048576.0]),
+        num_descriptors=pb.Observations(values=[12.0, 40.0]),
+        num_failed_transfers=1, num_failed_handshakes=0, num_failed_notifications=1,
+        num_kv_expired_reqs=1, num_notifications_after_expiry=0,
+    )
+    assert convert.kv_connector_record(nixl.to_dict()) == pb.KvConnectorStats(nixl=nixl_message)
 
     offload = OffloadingConnectorStats()
     offload.increase_counter("vllm:kv_offload_load_bytes", 5_000_000)
@@ -234,16 +291,19 @@ def test_kv_connector_stats_from_vllms_own_connector_stats():
     simple.increase_counter("vllm:simple_kv_offload_save_outcomes_total", 3, ("stored",))
     simple.increase_counter("vllm:simple_kv_offload_load_blocks_total", 8)
     simple.set_gauge("vllm:simple_kv_offload_used_blocks", 12)
-    expected = {
-        "offloading": {"load_bytes": 5_000_000, "load_time": 0.25, "load_sizes": [5_000_000.0],
-                       "allocation_failures": 1, "cpu_cache_usage": 0.4},
-        "simple_cpu_offload": {"save_outcomes": {"stored": 3}, "load_blocks": 8, "used_blocks": 12},
-    }
-    assert convert.kv_connector_record(offload.to_dict()) == {"offloading": expected["offloading"]}
-    assert convert.kv_connector_record(simple.to_dict()) == {
-        "simple_cpu_offload": expected["simple_cpu_offload"]}
+    offload_message = pb.OffloadingStats(
+        load_bytes=5_000_000, load_time=0.25, load_sizes=pb.Observations(values=[5_000_000.0]),
+        allocation_failures=1, cpu_cache_usage=0.4,
+    )
+    simple_message = pb.SimpleCpuOffloadStats(
+        save_outcomes=pb.SaveOutcomes(stored=3), load_blocks=8, used_blocks=12)
+    assert convert.kv_connector_record(offload.to_dict()) == pb.KvConnectorStats(
+        offloading=offload_message)
+    assert convert.kv_connector_record(simple.to_dict()) == pb.KvConnectorStats(
+        simple_cpu_offload=simple_message)
     multi = {"OffloadingConnector": offload.to_dict(), "SimpleCPUOffloadConnector": simple.to_dict(),
              "NixlPullConnector": nixl.to_dict()}
-    assert convert.kv_connector_record(multi) == {**expected, **record}
+    assert convert.kv_connector_record(multi) == pb.KvConnectorStats(
+        nixl=nixl_message, offloading=offload_message, simple_cpu_offload=simple_message)
     assert convert.kv_connector_record(None) is None
     assert convert.kv_connector_record({}) is None

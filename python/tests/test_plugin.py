@@ -9,7 +9,8 @@ from vllm.v1.engine import FinishReason
 from vllm.v1.metrics.loggers import AggregateStatLoggerBase, load_stat_logger_plugin_factories
 from vllm.v1.metrics.stats import FinishedRequestStats, IterationStats, PrefixCacheStats, SchedulerStats
 
-from vllm_otel_metrics import convert, stream
+from vllm_otel_metrics import convert
+from vllm_otel_metrics import plugin as plugin_module
 from vllm_otel_metrics.plugin import OtelMetricsStatLogger
 from vllm_otel_metrics.v1 import ingest_pb2 as pb
 
@@ -31,12 +32,20 @@ def test_records_from_vllms_classes_become_messages():
     scheduler = SchedulerStats(num_running_reqs=1, num_waiting_reqs=2, num_skipped_waiting_reqs=1,
                                prefix_cache_stats=PrefixCacheStats(queries=5, hits=1))
     records = convert.StepConverter("m", False).records(scheduler, stats, None, 3, 9.0)
-    messages = [stream.to_message(r, pb) for r in records]
-    assert messages[0].scheduler_stats.num_waiting_reqs == 3
-    assert messages[0].scheduler_stats.engine == 3
-    request = messages[1].iteration_stats.finished_requests[0]
-    assert (request.finish_reason, request.num_preemptions, request.request_id) == (pb.FINISH_REASON_STOP, 3, "r")
-    assert not request.HasField("max_tokens_param")
+    assert list(records) == [
+        # vLLM's scheduler reports the KV-fetch stages, all 0; without a KV
+        # consumer the record leaves them out.
+        pb.Record(scheduler_stats=pb.SchedulerStats(
+            model_name="m", engine=3, received_at=9.0, num_running_reqs=1, num_waiting_reqs=3,
+            num_skipped_waiting_reqs=1, prefix_cache_queries=5, prefix_cache_hits=1)),
+        # No max_tokens_param: the request set none.
+        pb.Record(iteration_stats=pb.IterationStats(
+            model_name="m", engine=3, received_at=10.0, num_generation_tokens=2,
+            prompt_token_stats=pb.PromptTokenStats(),
+            finished_requests=[pb.FinishedRequest(request_id="r", finish_reason=pb.FINISH_REASON_STOP,
+                                                  e2e_latency=1.0, num_prompt_tokens=5,
+                                                  num_preemptions=3)])),
+    ]
 
 
 def test_a_wrong_setting_is_one_log_line_and_vllm_goes_on(monkeypatch, caplog):
@@ -61,14 +70,24 @@ def test_kv_connector_stats_from_vllms_scheduler_stats_become_a_message():
     scheduler = SchedulerStats(num_running_reqs=1, num_waiting_reqs=0,
                                prefix_cache_stats=PrefixCacheStats(queries=0, hits=0),
                                kv_connector_stats=nixl.to_dict())
-    records = convert.StepConverter("m", False).records(scheduler, IterationStats(), None, 0, 9.0)
-    message = stream.to_message(records[0], pb).scheduler_stats.kv_connector_stats
-    assert list(message.nixl.transfer_duration.values) == [0.02]
-    assert list(message.nixl.num_descriptors.values) == [12.0]
-    # An empty list of vLLM's stays present (the histogram series exists).
-    assert message.nixl.HasField("num_kv_expired_reqs")
-    assert message.nixl.num_failed_transfers == 0
-    assert not message.HasField("offloading")
+    iteration = IterationStats()
+    iteration.iteration_timestamp = 10.0
+    records = list(convert.StepConverter("m", False).records(scheduler, iteration, None, 0, 9.0))
+    # vLLM's empty lists stay present (their histogram series exist), and
+    # its failure lists are counts, 0 included.
+    assert records[0] == pb.Record(scheduler_stats=pb.SchedulerStats(
+        model_name="m", received_at=9.0, num_running_reqs=1,
+        kv_connector_stats=pb.KvConnectorStats(nixl=pb.NixlStats(
+            transfer_duration=pb.Observations(values=[0.02]),
+            post_duration=pb.Observations(values=[0.001]),
+            bytes_transferred=pb.Observations(values=[4096.0]),
+            num_descriptors=pb.Observations(values=[12.0]),
+            num_failed_transfers=0, num_failed_handshakes=0, num_failed_notifications=0,
+            num_kv_expired_reqs=0, num_notifications_after_expiry=0,
+        )),
+    ))
+    assert records[1:] == [pb.Record(iteration_stats=pb.IterationStats(
+        model_name="m", received_at=10.0, prompt_token_stats=pb.PromptTokenStats()))]
 
 
 def test_engine_start_gives_the_kv_series_vllm_creates_at_start(monkeypatch):
@@ -77,18 +96,32 @@ def test_engine_start_gives_the_kv_series_vllm_creates_at_start(monkeypatch):
     creates the KV-fetch stages and NIXL's series, as vLLM's logger does."""
     # A setting that keeps the streaming thread off: the records are built all the same.
     monkeypatch.setenv("VLLM_OTEL_METRICS_QUEUE", "lots")
+    # The idle record's received_at is the plugin's clock at the call.
+    monkeypatch.setattr(plugin_module, "time", types.SimpleNamespace(time=lambda: 100.0))
     kv = vllm_steps.kv_transfer_config(os.devnull, "m")
-    plugin = OtelMetricsStatLogger(vllm_steps.vllm_config("m", 4096, kv), [0, 2])
-    records = plugin._to_records(("engine_initialized",))
-    assert [(r["type"], r["engine"]) for r in records] == [
-        ("engine_config", 0), ("scheduler_stats", 0), ("engine_config", 2), ("scheduler_stats", 2)]
-    message = stream.to_message(records[1], pb).scheduler_stats
-    assert message.kv_connector_stats.HasField("nixl")
-    assert message.HasField("num_kv_fetch_reqs_by_stage")
-    assert not message.kv_connector_stats.HasField("offloading")
+    config = vllm_steps.vllm_config("m", 4096, kv)
+    plugin = OtelMetricsStatLogger(config, [0, 2])
+    cache_config = {k: str(v) for k, v in config.cache_config.metrics_info().items() if k != "engine"}
+    nothing = pb.Observations()
+    nixl = pb.NixlStats(
+        transfer_duration=nothing, post_duration=nothing, bytes_transferred=nothing,
+        num_descriptors=nothing, num_failed_transfers=0, num_failed_handshakes=0,
+        num_failed_notifications=0, num_kv_expired_reqs=0, num_notifications_after_expiry=0,
+    )
+    expected = []
+    for engine in (0, 2):
+        expected += [
+            pb.Record(engine_config=pb.EngineConfig(model_name="m", engine=engine,
+                                                    cache_config=cache_config, max_model_len=4096)),
+            pb.Record(scheduler_stats=pb.SchedulerStats(
+                model_name="m", engine=engine, received_at=100.0,
+                num_kv_fetch_reqs_by_stage=pb.KvFetchStages(),
+                kv_connector_stats=pb.KvConnectorStats(nixl=nixl))),
+        ]
+    assert plugin._to_records(("engine_initialized",)) == expected
     # Without a connector, the configuration alone.
     plain = OtelMetricsStatLogger(vllm_steps.vllm_config("m", 4096), [0])
-    assert [r["type"] for r in plain._to_records(("engine_initialized",))] == ["engine_config"]
+    assert plain._to_records(("engine_initialized",)) == expected[:1]
 
 
 def test_kv_connector_stats_of_the_oracles_multiconnector_reach_vllms_logger_path():
@@ -100,10 +133,21 @@ def test_kv_connector_stats_of_the_oracles_multiconnector_reach_vllms_logger_pat
               "simple_cpu_offload": {"save_outcomes": {"stored": 3}, "used_blocks": 7}}
     payload = vllm_steps.kv_connector_stats(record)
     assert sorted(payload) == ["NixlPullConnector", "OffloadingConnector", "SimpleCPUOffloadConnector"]
-    back = convert.kv_connector_record(payload)
-    assert back["nixl"]["transfer_duration"] == [0.5] and back["nixl"]["num_failed_handshakes"] == 2
-    assert back["offloading"] == {"load_bytes": 0, "store_sizes": [1.0e6], "cpu_cache_usage": 0.25}
-    assert back["simple_cpu_offload"] == {"save_outcomes": {"stored": 3}, "used_blocks": 7}
+    # vLLM's NIXL stats carry every list, so the lists the record lacks
+    # come back empty, and its counts 0.
+    nothing = pb.Observations()
+    assert convert.kv_connector_record(payload) == pb.KvConnectorStats(
+        nixl=pb.NixlStats(
+            transfer_duration=pb.Observations(values=[0.5]), post_duration=nothing,
+            bytes_transferred=nothing, num_descriptors=nothing, num_failed_transfers=0,
+            num_failed_handshakes=2, num_failed_notifications=0, num_kv_expired_reqs=0,
+            num_notifications_after_expiry=0,
+        ),
+        offloading=pb.OffloadingStats(load_bytes=0, store_sizes=pb.Observations(values=[1.0e6]),
+                                      cpu_cache_usage=0.25),
+        simple_cpu_offload=pb.SimpleCpuOffloadStats(save_outcomes=pb.SaveOutcomes(stored=3),
+                                                    used_blocks=7),
+    )
     assert vllm_steps.kv_connector_stats({"nixl": {"transfer_duration": []}}) is None
 
 
@@ -114,7 +158,6 @@ def vllm_steps_ns(**fields):
 
 
 def test_the_sidecar_gets_the_bucket_overrides_vllm_or_the_environment_gives(monkeypatch):
-    from vllm_otel_metrics import plugin as plugin_module
     from vllm_otel_metrics import sidecar
 
     started = []

@@ -6,10 +6,10 @@ work done there is :meth:`Streamer.submit`: a length check and a
 ``deque.append`` (atomic under the GIL; no lock, no allocation beyond the
 item). Everything else happens on the thread:
 
-- it converts queued items to records (:mod:`.convert`) and protobuf
-  messages, and sends them on one long-lived client-streaming call, so the
-  sidecar applies each record as it arrives — within the 50 ms poll of an
-  idle queue;
+- it converts queued items to protobuf records (:mod:`.convert`) and
+  sends them on one long-lived client-streaming call, so the sidecar
+  applies each record as it arrives — within the 50 ms poll of an idle
+  queue;
 - when the sidecar is down, slow or refusing, the queue fills and
   :meth:`Streamer.submit` drops and counts; the thread reconnects with
   exponential back-off (0.1 s to 5 s) and, on each new stream and whenever
@@ -61,64 +61,20 @@ SUMMARY_TRAILER = "ingest-summary-bin"
 
 def _messages():
     # Generated from proto/ when the package is built.
-    from .v1 import ingest_pb2, ingest_pb2_grpc
+    from .v1 import ingest_pb2_grpc
 
-    return ingest_pb2, ingest_pb2_grpc
-
-
-def to_message(record: dict, pb):
-    """One record (a dict in JSONL form) as an ingest ``Record`` message."""
-    kind = record["type"]
-    fields = {k: v for k, v in record.items() if k != "type"}
-    if kind == "iteration_stats":
-        fields["finished_requests"] = [
-            dict(r, finish_reason=_finish_reason(r["finish_reason"], pb))
-            for r in fields.get("finished_requests", ())
-        ]
-        return pb.Record(iteration_stats=pb.IterationStats(**fields))
-    if kind == "scheduler_stats":
-        for key in ("running_lora_adapters", "waiting_lora_adapters"):
-            if key in fields:
-                fields[key] = pb.AdapterList(names=fields[key])
-        if "kv_connector_stats" in fields:
-            fields["kv_connector_stats"] = _kv_connector_message(fields["kv_connector_stats"], pb)
-        return pb.Record(scheduler_stats=pb.SchedulerStats(**fields))
-    if kind == "engine_config":
-        return pb.Record(engine_config=pb.EngineConfig(**fields))
-    if kind == "sleep_state":
-        return pb.Record(sleep_state=pb.SleepState(**fields))
-    if kind == "plugin_drops":
-        return pb.Record(plugin_drops=pb.PluginDrops(**fields))
-    raise ValueError(f"unknown record type {kind!r}")
-
-
-def _kv_connector_message(stats: dict, pb):
-    """``kv_connector_stats``: its lists of observations travel wrapped, so
-    that an empty list stays present."""
-    parts = {}
-    for kind, fields in stats.items():
-        parts[kind] = {
-            key: ({"values": value} if isinstance(value, list) else value)
-            for key, value in fields.items()
-        }
-    return pb.KvConnectorStats(**parts)
-
-
-def _finish_reason(reason: str, pb) -> int:
-    try:
-        return pb.FinishReason.Value(f"FINISH_REASON_{reason.upper()}")
-    except ValueError:
-        # UNSPECIFIED: the sidecar rejects the record, names it and counts it.
-        return pb.FINISH_REASON_UNSPECIFIED
+    return convert.messages(), ingest_pb2_grpc
 
 
 class Streamer:
     """A bounded queue of items and the thread that streams them.
 
-    ``to_records(item)`` turns one queued item into records (dicts in JSONL
-    form); it runs on the thread, never in :meth:`submit`. ``weigh(item)``
-    says how many records an item would have become; it runs only for an
-    item the full queue refuses, so that drops are counted in records.
+    ``to_records(item)`` turns one queued item into records (ingest
+    ``Record`` messages, or :class:`.convert.NotFinite` in place of one that
+    cannot be sent); it runs on the thread, never in :meth:`submit`.
+    ``weigh(item)`` says how many records an item would have become; it runs
+    only for an item the full queue refuses, so that drops are counted in
+    records.
     """
 
     def __init__(self, settings, to_records, weigh=lambda item: 1):
@@ -327,16 +283,16 @@ class Streamer:
             last_busy = now
             try:
                 for record in self._to_records(item):
-                    if convert.finite(record):
-                        unsent.append(to_message(record, pb))
-                    else:
+                    if type(record) is convert.NotFinite:
                         self.unsendable += 1
                         log.warning(
                             "vllm-otel-metrics: a %s record of engine %s has a number that "
                             "is not finite; dropped and counted",
-                            record.get("type"),
-                            record.get("engine"),
+                            record.kind,
+                            record.engine,
                         )
+                    else:
+                        unsent.append(record)
             except Exception:  # noqa: BLE001 — a bad item must not end the stream
                 log.exception("vllm-otel-metrics: cannot convert one stats record; dropped")
                 self.unsendable += 1
