@@ -27,11 +27,23 @@ impl Settings for Unreadable {
 
 /// The contents of `path`, which `setting` named (the error names it).
 pub fn read(path: &Path, setting: Setting) -> Result<Vec<u8>, Unreadable> {
-    std::fs::read(path).map_err(|e| Unreadable {
-        setting,
-        path: path.to_owned(),
-        cause: Cause::new(e),
-    })
+    std::fs::read(path).map_err(|e| Unreadable::new(setting, path, e))
+}
+
+/// The contents of `path` as text; contents that are not UTF-8 cannot be
+/// read either (the operating system's error says so).
+pub fn read_to_string(path: &Path, setting: Setting) -> Result<String, Unreadable> {
+    std::fs::read_to_string(path).map_err(|e| Unreadable::new(setting, path, e))
+}
+
+impl Unreadable {
+    fn new(setting: Setting, path: &Path, cause: std::io::Error) -> Unreadable {
+        Unreadable {
+            setting,
+            path: path.to_owned(),
+            cause: Cause::new(cause),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -52,5 +64,20 @@ mod tests {
             source.to_string(),
             std::fs::read(&missing).unwrap_err().to_string()
         );
+    }
+
+    #[test]
+    fn text_that_is_not_utf8_cannot_be_read_either() {
+        let path =
+            std::env::temp_dir().join(format!("vllm-otel-metrics-not-utf8-{}", std::process::id()));
+        std::fs::write(&path, b"\xff\xfe token").unwrap();
+        let error = read_to_string(&path, Setting::variable("TOKEN_FILE")).unwrap_err();
+        let expected = std::fs::read_to_string(&path).unwrap_err().to_string();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(
+            error.to_string(),
+            format!("TOKEN_FILE: cannot read {}", path.display())
+        );
+        assert_eq!(error.source().unwrap().to_string(), expected);
     }
 }

@@ -3,6 +3,7 @@
 //! slow server slows the producer down instead of filling memory.
 
 use crate::error::{setting, Cause, Setting, Settings};
+use crate::support::file::{self, Unreadable};
 use std::path::PathBuf;
 
 use prost::Message;
@@ -71,16 +72,8 @@ pub enum TargetError {
         cause: Cause,
     },
     /// The CA or token file cannot be read.
-    #[error("{setting}: cannot read {}", path.display())]
-    Unreadable {
-        /// The setting that named it.
-        setting: Setting,
-        /// The file.
-        path: std::path::PathBuf,
-        /// The operating system's error.
-        #[source]
-        cause: Cause,
-    },
+    #[error(transparent)]
+    Unreadable(#[from] Unreadable),
     /// The token file's contents cannot be a header value (never shown).
     #[error("{setting}: {} is not a valid token", path.display())]
     InvalidToken {
@@ -127,8 +120,8 @@ impl Settings for TargetError {
         match self {
             TargetError::CredentialsInUrl(e) => e.visit_settings(visit),
             TargetError::InvalidTarget { setting, .. }
-            | TargetError::Unreadable { setting, .. }
             | TargetError::InvalidToken { setting, .. } => visit(setting),
+            TargetError::Unreadable(unreadable) => unreadable.visit_settings(visit),
             TargetError::Connect { .. }
             | TargetError::Ended { .. }
             | TargetError::Failed { .. } => {}
@@ -154,11 +147,7 @@ async fn connect(target: &str, security: &TargetSecurity) -> Result<Client, Targ
     if target.starts_with("https://") || security.ca.is_some() {
         let tls = match &security.ca {
             Some(ca) => {
-                let pem = std::fs::read(ca).map_err(|e| TargetError::Unreadable {
-                    setting: setting!(TargetSecurity.ca),
-                    path: ca.clone(),
-                    cause: Cause::new(e),
-                })?;
+                let pem = file::read(ca, setting!(TargetSecurity.ca))?;
                 ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem))
             }
             None => ClientTlsConfig::new().with_native_roots(),
@@ -169,11 +158,7 @@ async fn connect(target: &str, security: &TargetSecurity) -> Result<Client, Targ
     }
     let token = match &security.token_file {
         Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|e| TargetError::Unreadable {
-                setting: setting!(TargetSecurity.token_file),
-                path: path.clone(),
-                cause: Cause::new(e),
-            })?;
+            let text = file::read_to_string(path, setting!(TargetSecurity.token_file))?;
             let value =
                 MetadataValue::try_from(format!("Bearer {}", text.trim())).map_err(|_| {
                     TargetError::InvalidToken {
