@@ -3,10 +3,9 @@
 //! copies in `wire.rs`.
 
 use crate::protocol::{
-    shown, Abort, EngineConfig, EngineCoreEvent, EngineCoreOutput, EventType, FinishReason,
-    FinishedRequest, GenAiOperation, IterationStats, Operation, OperationKind, OutputBatch,
-    PluginDrops, PreemptionReason, PromptTokenStats, Record, RequestStart, SchedulerStats,
-    SleepState,
+    shown, Abort, EngineConfig, EngineCoreEvent, EngineCoreOutput, FinishReason, FinishedRequest,
+    GenAiOperation, IterationStats, Operation, OutputBatch, PluginDrops, PreemptionReason,
+    PromptTokenStats, Record, RequestStart, SchedulerStats, SleepState,
 };
 
 mod wire;
@@ -85,36 +84,32 @@ fn required_id(what: &'static str, id: String) -> Result<String, ConversionError
     }
 }
 
-/// A wire enum's value: `Ok(None)` when unset, `Err` with the number when
-/// this version does not know it.
-fn wire_enum<W, T>(value: i32) -> Result<Option<T>, i32>
+/// A wire enum's value, `None` when unset; `unknown` names a number this
+/// version does not know.
+fn wire_enum<W, T>(
+    value: i32,
+    unknown: fn(i32) -> ConversionError,
+) -> Result<Option<T>, ConversionError>
 where
     W: TryFrom<i32>,
     Option<T>: FromWire<W>,
 {
     W::try_from(value)
         .map(Option::<T>::from_wire)
-        .map_err(|_| value)
+        .map_err(|_| unknown(value))
 }
 
-fn event_type(value: i32) -> Result<EventType, ConversionError> {
-    match wire_enum::<pb::EventType, _>(value) {
-        Ok(Some(kind)) => Ok(kind),
-        Ok(None) => Err(ConversionError::UntypedEvent),
-        Err(value) => Err(ConversionError::UnknownEventType(value)),
-    }
-}
-
-fn finish_reason(value: i32) -> Result<Option<FinishReason>, ConversionError> {
-    wire_enum::<pb::FinishReason, _>(value).map_err(ConversionError::UnknownFinishReason)
-}
-
-fn operation_kind(value: i32) -> Result<OperationKind, ConversionError> {
-    match wire_enum::<pb::OperationKind, _>(value) {
-        Ok(Some(kind)) => Ok(kind),
-        Ok(None) => Err(ConversionError::UnkindedOperation),
-        Err(value) => Err(ConversionError::UnknownOperationKind(value)),
-    }
+/// A wire enum that must be set: [`wire_enum`], and `unset` when it is not.
+fn required_enum<W, T>(
+    value: i32,
+    unset: ConversionError,
+    unknown: fn(i32) -> ConversionError,
+) -> Result<T, ConversionError>
+where
+    W: TryFrom<i32>,
+    Option<T>: FromWire<W>,
+{
+    wire_enum::<W, T>(value, unknown)?.ok_or(unset)
 }
 
 /// The wire value of a finish reason that may be absent.
@@ -151,7 +146,11 @@ fn output_from_proto(mut o: pb::EngineCoreOutput) -> Result<EngineCoreOutput, Co
         .into_iter()
         .map(|e| {
             Ok(EngineCoreEvent {
-                kind: event_type(e.r#type)?,
+                kind: required_enum::<pb::EventType, _>(
+                    e.r#type,
+                    ConversionError::UntypedEvent,
+                    ConversionError::UnknownEventType,
+                )?,
                 timestamp: e.timestamp,
                 reason: known(
                     e.reason,
@@ -162,7 +161,9 @@ fn output_from_proto(mut o: pb::EngineCoreOutput) -> Result<EngineCoreOutput, Co
         })
         .collect::<Result<Vec<_>, ConversionError>>()
         .map_err(in_request)?;
-    let finish_reason = finish_reason(o.finish_reason).map_err(in_request)?;
+    let finish_reason =
+        wire_enum::<pb::FinishReason, _>(o.finish_reason, ConversionError::UnknownFinishReason)
+            .map_err(in_request)?;
     Ok(EngineCoreOutput::from_wire_with(
         o,
         request_id,
@@ -196,13 +197,16 @@ fn iteration_stats_from_proto(
         .into_iter()
         .enumerate()
         .map(|(index, r)| {
-            let finish_reason = finish_reason(r.finish_reason)
-                .and_then(|reason| reason.ok_or(ConversionError::MissingFinishReason))
-                .map_err(|source| ConversionError::InFinishedRequest {
-                    index,
-                    request_id: shown(&r.request_id),
-                    source: Box::new(source),
-                })?;
+            let finish_reason = required_enum::<pb::FinishReason, _>(
+                r.finish_reason,
+                ConversionError::MissingFinishReason,
+                ConversionError::UnknownFinishReason,
+            )
+            .map_err(|source| ConversionError::InFinishedRequest {
+                index,
+                request_id: shown(&r.request_id),
+                source: Box::new(source),
+            })?;
             Ok(FinishedRequest::from_wire_with(r, finish_reason))
         })
         .collect::<Result<_, ConversionError>>()?;
@@ -272,7 +276,11 @@ pub fn record_from_proto(record: pb::Record, now: f64) -> Result<Record, Convers
             Record::SleepState(SleepState::from_wire_with(s, level))
         }
         R::Operation(o) => {
-            let operation = operation_kind(o.operation)?;
+            let operation = required_enum::<pb::OperationKind, _>(
+                o.operation,
+                ConversionError::UnkindedOperation,
+                ConversionError::UnknownOperationKind,
+            )?;
             Record::Operation(Operation::from_wire_with(o, operation))
         }
         R::IterationStats(s) => Record::IterationStats(Box::new(iteration_stats_from_proto(s)?)),
