@@ -515,8 +515,7 @@ impl EngineConfig {
 
 impl SleepState {
     pub(crate) fn validate(&self, limits: &InputLimits) -> Result<(), InvalidRecord> {
-        let max_label_bytes = limits.max_label_bytes;
-        bounded("model_name", &self.model_name, max_label_bytes)?;
+        bounded("model_name", &self.model_name, limits.max_label_bytes)?;
         if self.level > 2 {
             return Err(InvalidRecord(format!(
                 "sleep level {} is not 0, 1 or 2",
