@@ -40,6 +40,7 @@ fn workload(tag: &str, steps: usize) -> Vec<pb::Record> {
                 n: 1,
                 traceparent: None,
                 operation_name: None,
+                stop_strings: false,
             })));
             live.push((id, 0));
         }
@@ -263,6 +264,7 @@ fn main() {
                 n: 1,
                 traceparent: None,
                 operation_name: None,
+                stop_strings: false,
             })));
         }
         records.push(record_to_proto(&Record::Outputs(OutputBatch {

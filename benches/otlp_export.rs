@@ -73,6 +73,7 @@ fn populate(tracker: &mut Tracker) {
             n: 1,
             traceparent: None,
             operation_name: None,
+            stop_strings: false,
         });
         assert_eq!(rejections, vec![]);
         let event = |kind, timestamp| EngineCoreEvent {

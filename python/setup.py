@@ -6,9 +6,11 @@
   vllm-otel-metrics` (the `vllm-otel-metrics` command runs it), so that the
   plugin can start it from its own environment:
   - `VLLM_OTEL_METRICS_BINARY=PATH`: the binary built beforehand
-    (`scripts/build-wheel.sh` builds it once with cargo);
+    (`scripts/build-wheel.sh` builds it once with cargo-zigbuild, for
+    glibc 2.28);
   - otherwise it is built here from the repository's `Cargo.toml` with
-    `cargo build --release --locked`, which needs a Rust toolchain;
+    `cargo build --release --locked`, which needs a Rust toolchain, for the
+    machine's own glibc;
   - `VLLM_OTEL_METRICS_NO_BINARY=1`: no binary, a plugin-only wheel (the
     sidecar runs elsewhere, for example in its own container).
 - A wheel with the binary is tagged `py3-none-PLATFORM`: the binary links no

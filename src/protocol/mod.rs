@@ -73,6 +73,12 @@ pub struct RequestStart {
     /// semantic-convention streams); absent or null: `text_completion`.
     #[serde(default)]
     pub operation_name: Option<GenAiOperation>,
+    /// The request has stop strings. vLLM's frontends match them and end
+    /// the request with an abort that, seen from the engine core, looks like
+    /// a client's: an abort of such a request counts as `stop`
+    /// (docs/SEMANTICS.md, "Stop strings"). Absent: false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stop_strings: bool,
 }
 
 fn one() -> u32 {

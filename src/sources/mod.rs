@@ -2,6 +2,7 @@
 //!
 //! - [`ingest`]: a JSONL trace (`replay`) and the gRPC ingest service
 //!   (`serve`), plus the client that streams to it (`--target`);
+//! - [`tap`]: the engine-core tap's frames (vLLM's msgpack `EngineCoreOutputs`);
 //! - `sim` (feature `sim`): the engine simulator (`simulate`).
 //!
 //! Each turns its input into [`crate::protocol::Record`]s and hands them to
@@ -11,5 +12,6 @@ pub mod ingest;
 #[cfg(feature = "sim")]
 pub mod sim;
 mod sink;
+pub mod tap;
 
 pub use sink::RecordSink;

@@ -42,7 +42,8 @@ use crate::catalog::{EvictReason, RejectReason};
 use crate::instruments::spans::RequestSpans;
 use crate::instruments::{Instruments, Preemptions, RequestHandles, NO_PREEMPTIONS};
 use crate::protocol::{
-    shown, Abort, InputLimits, OutputBatch, Record, RecordKind, RequestStart, SchedulerStats,
+    shown, Abort, FinishReason, InputLimits, OutputBatch, Record, RecordKind, RequestStart,
+    SchedulerStats,
 };
 
 /// The requests of one input stream, keyed by request id.
@@ -66,6 +67,10 @@ pub struct Tracker {
     /// The caller's clock, stamped on requests as their last activity.
     now: f64,
     engines: engine::EngineRecords,
+    /// Each engine's label set of its latest request: a batch whose outputs
+    /// all belong to requests no longer tracked observes 0 iteration tokens
+    /// there, as vLLM's Rust frontend labels by engine alone.
+    engine_handles: Vec<(u32, Arc<RequestHandles>)>,
 }
 
 /// What a batch adds to one label set's counters and iteration tokens, once
@@ -97,6 +102,9 @@ struct Live {
     metrics: RequestMetrics,
     start: u64,
     last_seen: f64,
+    /// The request has stop strings: an abort record ends it as `stop`
+    /// (docs/SEMANTICS.md, "Stop strings"); an eviction still as `abort`.
+    stop_strings: bool,
 }
 
 impl std::fmt::Debug for Tracker {
@@ -120,6 +128,7 @@ impl Tracker {
             starts: 0,
             now: 0.0,
             engines: engine::EngineRecords::default(),
+            engine_handles: Vec::new(),
         }
     }
 
@@ -244,6 +253,17 @@ impl Tracker {
         if let Some(operation) = start.operation_name {
             metrics.set_operation(operation);
         }
+        match self
+            .engine_handles
+            .iter_mut()
+            .find(|(e, _)| *e == start.engine)
+        {
+            Some((_, handles)) if Arc::ptr_eq(handles, &metrics.handles) => {}
+            Some((_, handles)) => *handles = Arc::clone(&metrics.handles),
+            None => self
+                .engine_handles
+                .push((start.engine, Arc::clone(&metrics.handles))),
+        }
         let traceparent = start.traceparent.as_deref();
         let invalid_traceparent = match &self.spans {
             Some(spans) => metrics.trace(
@@ -280,6 +300,7 @@ impl Tracker {
                 metrics,
                 start: self.starts,
                 last_seen: self.now,
+                stop_strings: start.stop_strings,
             },
         );
         rejection.into_iter().collect()
@@ -347,6 +368,15 @@ impl Tracker {
                 self.requests.remove(output.request_id.as_str());
             }
         }
+        if self.batch_counts.is_empty() && !batch.outputs.is_empty() {
+            // Every output was for a request no longer tracked (a late
+            // output after an abort): vLLM's Rust frontend still observes
+            // the batch, at 0, under the engine's labels.
+            if let Some((_, handles)) = self.engine_handles.iter().find(|(e, _)| *e == batch.engine)
+            {
+                handles.iteration_tokens.record(0.0);
+            }
+        }
         for counts in self.batch_counts.drain(..) {
             counts
                 .handles
@@ -390,7 +420,15 @@ impl Tracker {
                     .requests
                     .remove(abort.request_id.as_str())
                     .expect("just found");
-                live.metrics.abort(abort.received_at);
+                // A frontend that matched a stop string ends the request
+                // with this same abort; the engine core cannot tell it from
+                // a client's.
+                let reason = if live.stop_strings {
+                    FinishReason::Stop
+                } else {
+                    FinishReason::Abort
+                };
+                live.metrics.finish(abort.received_at, reason);
                 Ok(())
             }
             None => Err(self.reject(

@@ -444,6 +444,15 @@ def opt_uint(obj: dict, key: str) -> Optional[int]:
     return None if v is _MISSING else as_uint(v, key)
 
 
+def opt_bool(obj: dict, key: str) -> bool:
+    v = _get(obj, key, False)
+    if v is _MISSING or v is None:
+        return False
+    if not isinstance(v, bool):
+        raise Invalid(f"field `{key}`: expected a boolean")
+    return v
+
+
 def opt_float(obj: dict, key: str) -> Optional[float]:
     v = _get(obj, key, False)
     return None if v is _MISSING else as_float(v, key)
@@ -489,6 +498,9 @@ class RequestRec:
     max_tokens: Optional[int]
     n: int
     operation_name: str = DEFAULT_OPERATION_NAME
+    # A frontend ends a request whose stop string matched with an abort:
+    # an abort of such a request counts as "stop".
+    stop_strings: bool = False
 
 
 @dataclass
@@ -869,6 +881,7 @@ def parse_line(text: str, max_label_bytes: int = 256):
             max_tokens=opt_uint(obj, "max_tokens"),
             n=1 if n is None else n,            # n defaults to 1 (§4)
             operation_name=op,
+            stop_strings=opt_bool(obj, "stop_strings"),
         )
     if rtype == "outputs":
         return OutputsRec(
@@ -1080,6 +1093,7 @@ class Tracker:
         self.engines_seen: set[tuple] = set()
         self.max_loras: dict[tuple, Optional[int]] = {}
         self.cache_config: dict[tuple, tuple] = {}     # label set -> config items
+        self.engine_labels: dict[int, tuple] = {}      # engine -> its latest label set
 
     # -- request start ------------------------------------------------------
     def start(self, rec: RequestRec) -> None:
@@ -1089,6 +1103,8 @@ class Tracker:
             return
         self.live[rec.request_id] = RequestState(rec)
         self.m.ensure_label_set(rec.model_name, rec.engine)
+        # The engine's labels, for a batch of only untracked requests.
+        self.engine_labels[rec.engine] = (rec.model_name, rec.engine)
 
     # -- one engine-core output (§3 steps 1-5) ------------------------------
     def apply_output(self, st: RequestState, out: Output, ts: float, rx: float) -> None:
@@ -1150,6 +1166,10 @@ class Tracker:
             computed = out.prefill_stats.num_computed_tokens if out.prefill_stats else 0
             iteration[st.labels] = iteration.get(st.labels, 0) + out.num_new_tokens + computed
             self.apply_output(st, out, rec.timestamp, rec.received_at)
+        if rec.outputs and not iteration and rec.engine in self.engine_labels:
+            # Only requests no longer tracked: vLLM's Rust frontend labels by
+            # engine and still observes the batch, at 0.
+            iteration[self.engine_labels[rec.engine]] = 0
         for labels, total in iteration.items():
             self.m.observe("vllm:iteration_tokens_total", labels, total)
 
@@ -1159,7 +1179,7 @@ class Tracker:
         if st is None:
             self.unknown_inputs += 1
             return
-        self.terminate(st, "abort", rec.received_at)
+        self.terminate(st, "stop" if st.rec.stop_strings else "abort", rec.received_at)
 
     # -- terminal recording, exactly once per request (§3) ---------------------
     def terminate(self, st: RequestState, reason: str, rx: float) -> None:

@@ -21,6 +21,11 @@ plugin is configured with environment variables:
   sidecar, split as a shell would (``--otlp-interval-ms 5000``);
 - ``VLLM_OTEL_METRICS_SIDECAR_LOG``: the started sidecar's log file (default
   ``vllm-otel-metrics-PORT.log`` in the temporary directory);
+- ``VLLM_OTEL_METRICS_SOURCE``: where an engine's records come from:
+  ``auto`` (default) is the engine-core tap (:mod:`.tap`) under vLLM's Rust
+  frontend (``VLLM_USE_RUST_FRONTEND=1``, where no stat-logger plugin loads)
+  and the stat-logger plugin under the Python frontend; ``engine_core`` or
+  ``stat_logger`` choose one. Never both: an engine is counted once;
 - ``VLLM_OTEL_METRICS_CUSTOM_HISTOGRAM_BUCKETS``: the started sidecar's
   ``--custom-histogram-buckets`` JSON, for a vLLM without that flag of its
   own (a vLLM that has it passes its own value, which wins).
@@ -46,6 +51,8 @@ MAX_TOKEN_BYTES = 4096
 DEFAULT_METRICS_ADDR = "127.0.0.1:9464"
 #: Values of ``VLLM_OTEL_METRICS_SIDECAR``.
 SIDECAR_MODES = ("auto", "off")
+#: Values of ``VLLM_OTEL_METRICS_SOURCE``.
+SOURCES = ("auto", "engine_core", "stat_logger")
 
 
 class ConfigError(ValueError):
@@ -220,3 +227,36 @@ def _sidecar(env, scheme: str, host: str, port: int, address: str) -> "SidecarSe
         log_file=log_file,
         custom_histogram_buckets=env.get("VLLM_OTEL_METRICS_CUSTOM_HISTOGRAM_BUCKETS", "").strip(),
     )
+
+
+def rust_frontend(env=None) -> bool:
+    """Whether vLLM runs its Rust frontend (``VLLM_USE_RUST_FRONTEND``, read
+    as vLLM's ``envs`` reads a boolean).
+
+    >>> rust_frontend({"VLLM_USE_RUST_FRONTEND": "1"}), rust_frontend({})
+    (True, False)
+    """
+    env = os.environ if env is None else env
+    return env.get("VLLM_USE_RUST_FRONTEND", "0").strip().lower() in ("1", "true")
+
+
+def engine_source(env=None) -> str:
+    """``engine_core`` or ``stat_logger``: which of the plugin's two halves
+    sends an engine's records (``VLLM_OTEL_METRICS_SOURCE``).
+
+    >>> engine_source({"VLLM_USE_RUST_FRONTEND": "1"}), engine_source({})
+    ('engine_core', 'stat_logger')
+    >>> engine_source({"VLLM_OTEL_METRICS_SOURCE": "engine_core"})
+    'engine_core'
+    >>> engine_source({"VLLM_OTEL_METRICS_SOURCE": "both"})
+    Traceback (most recent call last):
+    ...
+    vllm_otel_metrics.config.ConfigError: VLLM_OTEL_METRICS_SOURCE='both' is not one of auto, engine_core, stat_logger
+    """
+    env = os.environ if env is None else env
+    source = env.get("VLLM_OTEL_METRICS_SOURCE", "").strip() or "auto"
+    if source not in SOURCES:
+        raise ConfigError(f"VLLM_OTEL_METRICS_SOURCE={source!r} is not one of {', '.join(SOURCES)}")
+    if source == "auto":
+        return "engine_core" if rust_frontend(env) else "stat_logger"
+    return source

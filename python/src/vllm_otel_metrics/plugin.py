@@ -29,7 +29,8 @@ from .stream import Streamer
 log = logging.getLogger("vllm.vllm_otel_metrics")
 
 
-def _served_model_name(vllm_config) -> str:
+def served_model_name(vllm_config) -> str:
+    """The ``model_name`` label vLLM gives an engine's series."""
     name = vllm_config.model_config.served_model_name
     # vLLM labels with the first name when several are served.
     if isinstance(name, (list, tuple)):
@@ -49,7 +50,7 @@ class OtelMetricsStatLogger(AggregateStatLoggerBase):
     def __init__(self, vllm_config, engine_indexes=None):
         self.vllm_config = vllm_config
         self.engine_indexes = list(engine_indexes) if engine_indexes else [0]
-        self.model_name = _served_model_name(vllm_config)
+        self.model_name = served_model_name(vllm_config)
         lora_config = getattr(vllm_config, "lora_config", None)
         self.max_loras = getattr(lora_config, "max_loras", None) if lora_config else None
         self.kv_consumer, self.nixl = convert.kv_transfer_setup(
@@ -62,8 +63,19 @@ class OtelMetricsStatLogger(AggregateStatLoggerBase):
         self.supervisor = None
         try:
             settings = config.from_env()
+            source = config.engine_source()
         except config.ConfigError as e:
             log.error("vllm-otel-metrics: %s; the plugin is off, vLLM goes on", e)
+            return
+        if source != "stat_logger":
+            # The engine-core tap sends these engines' records (and starts
+            # the sidecar): an engine is counted once.
+            log.info(
+                "vllm-otel-metrics: the engine-core tap is the source of %s "
+                "(VLLM_OTEL_METRICS_SOURCE=%s); the stat-logger plugin sends nothing",
+                self.model_name,
+                source,
+            )
             return
         if settings.sidecar is not None:
             max_model_len = getattr(vllm_config.model_config, "max_model_len", None)

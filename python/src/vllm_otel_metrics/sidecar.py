@@ -101,7 +101,7 @@ def answers(address: str, timeout: float = 0.5) -> bool:
         return False
 
 
-def command(executable: str, settings, max_model_len) -> list:
+def command(executable: str, settings, max_model_len, token_buckets: str = "python") -> list:
     """``serve``'s command line for ``settings`` (a :class:`.config.SidecarSettings`).
 
     >>> from vllm_otel_metrics.config import SidecarSettings
@@ -122,9 +122,10 @@ def command(executable: str, settings, max_model_len) -> list:
         settings.ingest_addr,
         "--metrics-addr",
         settings.metrics_addr,
-        # vLLM's Python logger's token buckets: this plugin mirrors that logger.
+        # The token buckets of the vLLM frontend whose /metrics the sidecar
+        # stands beside: the Python logger's, or the Rust frontend's.
         "--token-buckets",
-        "python",
+        token_buckets,
     ]
     if max_model_len:
         argv += ["--max-model-len", str(max_model_len)]
@@ -156,9 +157,10 @@ def vllm_bucket_overrides(vllm_config):
 class Supervisor:
     """The thread that holds the host's sidecar lock and keeps a sidecar up."""
 
-    def __init__(self, settings, max_model_len):
+    def __init__(self, settings, max_model_len, token_buckets: str = "python"):
         self.settings = settings
         self.max_model_len = max_model_len
+        self.token_buckets = token_buckets
         port = settings.ingest_addr.rpartition(":")[2]
         self.lock_path = os.path.join(tempfile.gettempdir(), f"vllm-otel-metrics-{port}.lock")
         #: The sidecar this plugin started and is watching, if any.
@@ -261,7 +263,7 @@ class Supervisor:
 
     def _run_one(self, executable: str):
         """Starts one sidecar and waits for it to end; returns its exit status."""
-        argv = command(executable, self.settings, self.max_model_len)
+        argv = command(executable, self.settings, self.max_model_len, self.token_buckets)
         with open(self.settings.log_file, "ab") as output:
             self.process = subprocess.Popen(
                 argv,

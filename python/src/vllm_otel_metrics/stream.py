@@ -77,12 +77,23 @@ class Streamer:
     records.
     """
 
-    def __init__(self, settings, to_records, weigh=lambda item: 1):
+    def __init__(self, settings, to_records, weigh=lambda item: 1, *, batched=False,
+                 max_records=MAX_BATCH, resend_window=RESEND_WINDOW, max_drain=MAX_BATCH,
+                 max_drain_bytes=0):
         self.settings = settings
         self._to_records = to_records
         self._weigh = weigh
         self._queue = collections.deque()
         self._bound = settings.queue
+        #: ``to_records`` takes every queued item at once (up to
+        #: ``max_drain`` of them, or until ``max_drain_bytes`` of frames),
+        #: and what it returns goes out as its own message(s) of at most
+        #: ``max_records`` records (the engine-core tap: one item per step).
+        self._batched = batched
+        self._max_records = max_records
+        self._resend_window = resend_window
+        self._max_drain = max_drain
+        self._max_drain_bytes = max_drain_bytes
         #: Records of the items refused because the queue was full (only
         #: submit() writes it).
         self.dropped = 0
@@ -116,6 +127,21 @@ class Streamer:
             self.dropped += self._weigh(item)
         else:
             self._queue.append(item)
+
+    @property
+    def queue(self) -> collections.deque:
+        """The queue itself, for a producer that appends without
+        :meth:`submit`'s call (checking :attr:`bound` first)."""
+        return self._queue
+
+    @property
+    def bound(self) -> int:
+        """The queue's bound."""
+        return self._bound
+
+    def count_dropped(self, records: int) -> None:
+        """Counts records a producer dropped because the queue was full."""
+        self.dropped += records
 
     @property
     def pending(self) -> int:
@@ -190,7 +216,7 @@ class Streamer:
         """One client-streaming call, until it breaks or close(). Returns
         the status code it broke with, or None when it ended at close()."""
         done = threading.Event()
-        handed = Handed()
+        handed = Handed(self._resend_window)
         call = stub.Stream.future(self._requests(pb, done, handed), metadata=metadata)
         call.add_done_callback(lambda _f: done.set())
         try:
@@ -240,6 +266,23 @@ class Streamer:
         self._dropped_reported = dropped
         return pb.Record(plugin_drops=pb.PluginDrops(dropped=delta))
 
+    def _drain(self) -> list:
+        """Takes what is queued, up to ``max_drain`` items or, counting
+        frames (``(time, bytes)`` items), ``max_drain_bytes``."""
+        queue, items, size = self._queue, [], 0
+        limit = self._max_drain_bytes
+        while len(items) < self._max_drain:
+            try:
+                item = queue.popleft()
+            except IndexError:
+                break
+            items.append(item)
+            if limit and type(item) is tuple:
+                size += len(item[1])
+                if size >= limit:
+                    break
+        return items
+
     def _requests(self, pb, done: threading.Event, handed: "Handed"):
         """The request iterator of one call (gRPC consumes it on a thread of
         its own). It converts what is queued, then yields the records ready
@@ -255,17 +298,22 @@ class Streamer:
                 if drops is not None:
                     unsent.append(drops)
             item = None
-            if len(unsent) < MAX_BATCH:
-                try:
-                    item = queue.popleft()
-                except IndexError:
-                    pass
+            if len(unsent) < self._max_records:
+                if self._batched:
+                    item = self._drain() or None
+                else:
+                    try:
+                        item = queue.popleft()
+                    except IndexError:
+                        pass
             if item is None:
                 if unsent:
                     # Everything ready goes in one batch message: gRPC's cost
                     # is per message, in this process (the GIL) and in the
                     # sidecar.
-                    records = [unsent.popleft() for _ in range(min(len(unsent), MAX_BATCH))]
+                    records = [
+                        unsent.popleft() for _ in range(min(len(unsent), self._max_records))
+                    ]
                     for record in records:
                         handed.note(record)
                     self.sent += len(records)
@@ -299,12 +347,12 @@ class Streamer:
 
 
 class Handed:
-    """The records handed to one call: how many, and the last
-    :data:`RESEND_WINDOW` of them."""
+    """The records handed to one call: how many, and the last ``window``
+    of them."""
 
-    def __init__(self):
+    def __init__(self, window: int = RESEND_WINDOW):
         self.count = 0
-        self.last = collections.deque(maxlen=RESEND_WINDOW)
+        self.last = collections.deque(maxlen=window)
 
     def note(self, message) -> None:
         self.count += 1

@@ -21,6 +21,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::proto::{pb, record_from_proto};
 use crate::catalog::RejectReason;
 use crate::protocol::Record;
+use crate::sources::tap::{Chunk, EngineSetup, Layout};
 use crate::sources::RecordSink;
 use crate::support::clock::unix_now;
 use crate::support::listen::{self, BearerToken, ListenerLimits, ServerTls};
@@ -124,45 +125,105 @@ impl IngestService {
 
     /// Applies one wire record at `position` of its stream, noting the outcome in `summary`.
     fn apply(&self, message: pb::Record, position: u64, summary: &mut Summary) {
-        let now = unix_now();
-        let record = match record_from_proto(message, now) {
+        if let Some(pb::record::Record::Frames(frames)) = message.record {
+            self.apply_frames(&frames, position, summary);
+            return;
+        }
+        let record = match record_from_proto(message, unix_now()) {
             Ok(record) => record,
             Err(reason) => {
-                RecordSink::invalid(&mut *self.tracker());
-                summary.reject(
-                    RejectReason::InvalidRecord.as_str(),
-                    format!("record {position}: {reason}"),
-                );
-                summary.wire.records_rejected += 1;
+                self.reject_whole(position, reason.to_string(), summary);
                 return;
             }
         };
+        let whole = self.apply_record(&record, &format!("record {position}"), summary);
+        if whole {
+            summary.wire.records_rejected += 1;
+        } else {
+            summary.wire.records_applied += 1;
+        }
+    }
+
+    /// Counts a wire record that is rejected whole.
+    fn reject_whole(&self, position: u64, reason: String, summary: &mut Summary) {
+        RecordSink::invalid(&mut *self.tracker());
+        summary.reject(
+            RejectReason::InvalidRecord.as_str(),
+            format!("record {position}: {reason}"),
+        );
+        summary.wire.records_rejected += 1;
+    }
+
+    /// Applies one record, its rejections named after `place`; says
+    /// whether it was refused whole.
+    fn apply_record(&self, record: &Record, place: &str, summary: &mut Summary) -> bool {
         let rejections = {
             let mut tracker = self.tracker();
             tracker.set_now(self.clock.elapsed().as_secs_f64());
             // Through the sink every source uses; the lock is the one thing
             // the streams share.
-            let rejections = RecordSink::apply(&mut *tracker, &record);
+            let rejections = RecordSink::apply(&mut *tracker, record);
             if matches!(record, Record::Request(_)) {
-                tracker.evict_oldest(self.limits.max_inflight_requests, now);
+                tracker.evict_oldest(self.limits.max_inflight_requests, unix_now());
             }
             rejections
         };
         let whole = Rejection::refuse_whole_record(&rejections);
-        if whole {
-            summary.wire.records_rejected += 1;
-        } else {
-            summary.wire.records_applied += 1;
-            if let Record::Outputs(batch) = &record {
+        if !whole {
+            if let Record::Outputs(batch) = record {
                 summary.wire.outputs_applied += batch.outputs.len() as u64;
             }
         }
         for rejection in rejections {
-            summary.reject(
-                rejection.reason.as_str(),
-                format!("record {position}: {rejection}"),
-            );
+            summary.reject(rejection.reason.as_str(), format!("{place}: {rejection}"));
         }
+        whole
+    }
+
+    /// Applies the engine-core tap's frames (one wire record): each frame
+    /// that decodes becomes its records; one that does not is counted and
+    /// named (`record N, frame K`), and the frames around it are applied.
+    fn apply_frames(&self, frames: &pb::EngineCoreFrames, position: u64, summary: &mut Summary) {
+        let layout = match Layout::new(
+            &frames.engine_core_outputs_fields,
+            &frames.engine_core_output_fields,
+        ) {
+            Ok(layout) => layout,
+            Err(e) => {
+                return self.reject_whole(position, format!("engine-core frames: {e}"), summary)
+            }
+        };
+        let chunk = Chunk {
+            setup: EngineSetup {
+                model_name: &frames.model_name,
+                kv_consumer: frames.kv_consumer,
+                lora_enabled: frames.lora_enabled,
+            },
+            frames: &frames.frames,
+            frame_lengths: &frames.frame_lengths,
+            sent_at: &frames.sent_at,
+        };
+        if let Err(e) = chunk.check() {
+            return self.reject_whole(position, format!("engine-core frames: {e}"), summary);
+        }
+        for (i, decoded) in chunk.frames(&layout).enumerate() {
+            match decoded {
+                Ok(records) => {
+                    let place = format!("record {position}, frame {}", i + 1);
+                    for record in &records {
+                        self.apply_record(record, &place, summary);
+                    }
+                }
+                Err(e) => {
+                    RecordSink::invalid(&mut *self.tracker());
+                    summary.reject(
+                        RejectReason::InvalidRecord.as_str(),
+                        format!("record {position}, {e}"),
+                    );
+                }
+            }
+        }
+        summary.wire.records_applied += 1;
     }
 }
 

@@ -278,6 +278,7 @@ impl<'a> Run<'a> {
             n: 1,
             traceparent: None,
             operation_name: None,
+            stop_strings: false,
         }));
         if let Some(at) = request.abort_at {
             self.aborts.push((at, request.id.clone(), engine));

@@ -47,6 +47,9 @@ pub enum ConversionError {
     /// A batch inside a batch.
     #[error("a batch inside a batch")]
     NestedBatch,
+    /// Engine-core frames, which are many records, not one.
+    #[error("engine-core frames are decoded into records by the server, not converted as one")]
+    Frames,
     /// An operation whose kind is unset.
     #[error("operation without a kind")]
     UnkindedOperation,
@@ -287,6 +290,8 @@ pub fn record_from_proto(record: pb::Record, now: f64) -> Result<Record, Convers
         R::PluginDrops(d) => Record::PluginDrops(PluginDrops::from_wire(d)),
         // The server opens a batch before converting its records.
         R::Batch(_) => return Err(ConversionError::NestedBatch),
+        // The server decodes frames into records (sources::tap) itself.
+        R::Frames(_) => return Err(ConversionError::Frames),
     };
     Ok(record)
 }

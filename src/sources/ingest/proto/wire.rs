@@ -61,7 +61,7 @@ macro_rules! same_on_the_wire {
     };
 }
 
-same_on_the_wire!(copy: u32, u64, f64; owned: String, Vec<u32>, Vec<u64>, Vec<f64>, Vec<String>);
+same_on_the_wire!(copy: bool, u32, u64, f64; owned: String, Vec<u32>, Vec<u64>, Vec<f64>, Vec<String>);
 
 impl<A: FromWire<B>, B> FromWire<Option<B>> for Option<A> {
     fn from_wire(wire: Option<B>) -> Self {
@@ -180,7 +180,7 @@ mirror_enum!(OperationKind <=> OperationKind {
 });
 
 mirror!(RequestStart <=> RequestStarted {
-    model_name, engine, arrival_time, prompt_len, max_tokens,
+    model_name, engine, arrival_time, prompt_len, max_tokens, stop_strings,
 } by rule {
     request_id: String => String,
     n: u32 => Option<u32>,

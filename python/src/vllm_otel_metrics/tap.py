@@ -1,0 +1,381 @@
+"""The engine-core tap: the source under vLLM's Rust frontend (``vllm-rs``),
+and under its Python frontend when asked for.
+
+``vllm-rs`` (``VLLM_USE_RUST_FRONTEND=1``) replaces vLLM's Python API server,
+so no stat-logger plugin loads there. What does load in every process,
+engine cores included, is a ``vllm.general_plugins`` entry point:
+``EngineCore.__init__`` calls ``load_general_plugins()``. :func:`register` is
+that entry point. It runs *inside* ``EngineCoreProc.__init__``, so it hooks
+``run_busy_loop``, which vLLM looks up on the finished engine; the hook
+starts the tap once, on the engine's own thread, before the first step.
+
+What the tap sees, and what it costs the engine core (the GIL it holds is
+the step loop's; docs/PERFORMANCE.md measures it against vLLM's own work):
+
+- **each step's outputs**: the output thread has just msgpack-encoded the
+  step's ``EngineCoreOutputs`` for the frontend and hands the buffers to
+  ``_send_msg_tracking_payload``. The tap's wrapper copies the first buffer
+  (the whole msgpack value; tensors vLLM sends beside it are not read) and
+  appends it with the wall-clock time to a bounded deque. Nothing is
+  decoded here: the sidecar reads vLLM's layout in Rust
+  (``src/sources/tap/``);
+- **each new request**: ``add_request`` appends the ``Request`` object itself;
+  its few fields (id, arrival time, prompt length, ``max_tokens``, ``n``,
+  stop strings, ``traceparent``) are read on the streaming thread;
+- **each abort**: ``abort_requests`` appends the ids. A client that went away
+  and a frontend that matched a stop string send the same abort.
+
+The streaming thread (:class:`.stream.Streamer`) drains the deque in one go,
+groups consecutive frames into one ``EngineCoreFrames`` record (the bytes
+joined, their lengths and times as packed numbers) and sends it with the
+requests and aborts in their order.
+
+vLLM's struct layouts move between versions. The tap sends the field names
+of ``EngineCoreOutputs`` and ``EngineCoreOutput`` as the running vLLM defines
+them, and checks first that the fields the sidecar needs are there
+(:data:`REQUIRED_FIELDS`, the same list as ``src/sources/tap/frame.rs``). A
+vLLM it cannot read, or one without the methods it hooks, gets one warning in
+vLLM's log and an engine without the tap: vLLM serves on.
+"""
+
+import dataclasses
+import logging
+import os
+import time
+
+from . import config, convert
+
+log = logging.getLogger("vllm.vllm_otel_metrics")
+
+#: Fields the sidecar reads, by struct (``src/sources/tap/frame.rs``
+#: ``REQUIRED_FIELDS``; a test checks the two lists agree).
+REQUIRED_FIELDS = {
+    "EngineCoreOutputs": ("outputs", "timestamp"),
+    "EngineCoreOutput": ("request_id", "new_token_ids", "finish_reason", "events"),
+}
+
+#: The engine-core methods the tap wraps.
+HOOKS = ("_send_msg_tracking_payload", "add_request", "abort_requests")
+
+#: Most frame bytes in one ``EngineCoreFrames`` record: with :data:`MAX_RECORDS`
+#: records a message stays far below the sidecar's 16 MiB limit.
+MAX_CHUNK_BYTES = 512 * 1024
+#: Most records in one message.
+MAX_RECORDS = 16
+#: Records kept to be sent again after a sidecar's shutdown: chunks are large,
+#: so fewer than the stat-logger's records.
+RESEND_WINDOW = 64
+#: Most queued items drained into one message.
+MAX_DRAIN = 1024
+
+_registered = False
+
+
+def _version() -> str:
+    try:
+        import vllm
+
+        return str(getattr(vllm, "__version__", "unknown"))
+    except Exception:  # noqa: BLE001 — only for the log line
+        return "unknown"
+
+
+def register() -> None:
+    """The ``vllm.general_plugins`` entry point: hooks ``run_busy_loop`` of
+    vLLM's engine-core processes when the tap is the source
+    (:func:`.config.engine_source`). Runs in every vLLM process; does
+    nothing but that."""
+    global _registered
+    if _registered:
+        return
+    _registered = True
+    try:
+        if config.engine_source() != "engine_core":
+            return
+    except config.ConfigError as e:
+        log.error("vllm-otel-metrics: %s; the engine-core tap is off, vLLM goes on", e)
+        return
+    try:
+        from vllm.v1.engine import core
+    except Exception:  # noqa: BLE001 — a vLLM without the v1 engine core
+        log.warning(
+            "vllm-otel-metrics: vLLM %s has no v1 engine core; the engine-core tap is off",
+            _version(),
+        )
+        return
+    for cls in (core.EngineCoreProc, getattr(core, "DPEngineCoreProc", None)):
+        if cls is not None and "run_busy_loop" in cls.__dict__:
+            _hook_busy_loop(cls)
+
+
+def _hook_busy_loop(cls) -> None:
+    original = cls.__dict__["run_busy_loop"]
+
+    def run_busy_loop(self, *args, **kwargs):
+        # Once per engine, on its own thread, before the first step.
+        if getattr(self, "_vllm_otel_metrics_tap", None) is None:
+            try:
+                self._vllm_otel_metrics_tap = Tap.attach(self)
+            except Exception:  # noqa: BLE001 — the tap must never stop vLLM
+                log.exception("vllm-otel-metrics: the engine-core tap failed to start; it is off")
+                self._vllm_otel_metrics_tap = False
+        return original(self, *args, **kwargs)
+
+    run_busy_loop.__wrapped__ = original
+    cls.run_busy_loop = run_busy_loop
+
+
+def readable_layout(outputs_cls, output_cls) -> "str | None":
+    """Why the sidecar could not read these structs, or None when it can.
+
+    >>> class Outputs: __struct_fields__ = ("engine_index", "outputs", "timestamp")
+    >>> class Output: __struct_fields__ = ("request_id", "new_token_ids")
+    >>> readable_layout(Outputs, Output)
+    "EngineCoreOutput has no field 'finish_reason'"
+    """
+    for name, cls in (("EngineCoreOutputs", outputs_cls), ("EngineCoreOutput", output_cls)):
+        fields = getattr(cls, "__struct_fields__", None)
+        if fields is None:
+            return f"{name} is not a msgspec struct"
+        for field in REQUIRED_FIELDS[name]:
+            if field not in fields:
+                return f"{name} has no field {field!r}"
+    return None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Started:
+    """A queued new request: the engine's ``Request``, read later."""
+
+    at: float
+    request: object
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Aborted:
+    """Queued aborts."""
+
+    at: float
+    request_ids: list
+
+
+class Tap:
+    """One engine core's tap: its queue, its hooks and its streamer."""
+
+    def __init__(self, settings, model_name: str, engine: int, outputs_fields, output_fields,
+                 kv_consumer: bool, lora_enabled: bool):
+        from .stream import Streamer
+
+        self.model_name = model_name
+        self.engine = engine
+        self.outputs_fields = list(outputs_fields)
+        self.output_fields = list(output_fields)
+        self.kv_consumer = kv_consumer
+        self.lora_enabled = lora_enabled
+        self.streamer = Streamer(
+            settings,
+            self._to_records,
+            self._weigh,
+            batched=True,
+            max_records=MAX_RECORDS,
+            resend_window=RESEND_WINDOW,
+            max_drain=MAX_DRAIN,
+            max_drain_bytes=MAX_CHUNK_BYTES * MAX_RECORDS // 2,
+        )
+        self.supervisor = None
+
+    @classmethod
+    def attach(cls, engine_core) -> "Tap | bool":
+        """Starts a tap on ``engine_core`` (an ``EngineCoreProc``); False when
+        this vLLM cannot be tapped (warned once)."""
+        from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs
+
+        from .plugin import served_model_name
+        from .sidecar import Supervisor, vllm_bucket_overrides
+
+        version = _version()
+        unreadable = readable_layout(EngineCoreOutputs, EngineCoreOutput)
+        missing = [name for name in HOOKS if not callable(getattr(engine_core, name, None))]
+        if unreadable or missing:
+            log.warning(
+                "vllm-otel-metrics: cannot tap vLLM %s's engine core (%s); the engine-core tap "
+                "is off and vLLM serves on without it",
+                version,
+                unreadable or f"no method {', '.join(missing)}",
+            )
+            return False
+        settings = config.from_env()
+        vllm_config = engine_core.vllm_config
+        model_name = served_model_name(vllm_config)
+        engine = int(getattr(engine_core, "engine_index", 0))
+        kv_consumer, nixl = convert.kv_transfer_setup(
+            getattr(vllm_config, "kv_transfer_config", None)
+        )
+        lora_config = getattr(vllm_config, "lora_config", None)
+        tap = cls(
+            settings,
+            model_name,
+            engine,
+            EngineCoreOutputs.__struct_fields__,
+            EngineCoreOutput.__struct_fields__,
+            kv_consumer,
+            lora_config is not None,
+        )
+        max_model_len = getattr(vllm_config.model_config, "max_model_len", None)
+        if settings.sidecar is not None:
+            sidecar = settings.sidecar
+            from_vllm = vllm_bucket_overrides(vllm_config)
+            if from_vllm is not None:
+                sidecar = dataclasses.replace(sidecar, custom_histogram_buckets=from_vllm)
+            # The Rust frontend's token buckets under vllm-rs, the Python
+            # logger's under the Python frontend: the ones vLLM's own
+            # /metrics has beside the sidecar's.
+            buckets = "rust" if config.rust_frontend() else "python"
+            tap.supervisor = Supervisor(sidecar, max_model_len, buckets).start()
+        records = [
+            convert.engine_config_record(
+                vllm_config.cache_config,
+                model_name,
+                engine,
+                getattr(lora_config, "max_loras", None) if lora_config else None,
+                max_model_len,
+            )
+        ]
+        start = convert.engine_start_record(model_name, engine, time.time(), kv_consumer, nixl)
+        if start is not None:
+            records.append(start)
+        tap.streamer.submit(records)
+        tap.streamer.start()
+        tap._hook(engine_core)
+        import atexit
+
+        atexit.register(tap.close)
+        log.info(
+            "vllm-otel-metrics: engine-core tap on engine %d of %s (vLLM %s, pid %d), "
+            "streaming to %s",
+            engine,
+            model_name,
+            version,
+            os.getpid(),
+            settings.address,
+        )
+        return tap
+
+    def close(self) -> None:
+        self.streamer.close()
+        if self.supervisor is not None:
+            self.supervisor.close()
+
+    def _hook(self, engine_core) -> None:
+        """Wraps the three methods on the instance (an instance attribute
+        wins over the class's function): nothing global changes, and each
+        call is looked up anew, so the running output thread sees it."""
+        queue = self.streamer.queue
+        bound = self.streamer.bound
+        dropped = self.streamer.count_dropped
+        send = engine_core._send_msg_tracking_payload
+        add = engine_core.add_request
+        abort = engine_core.abort_requests
+        now = time.time
+
+        # The hot path: one engine step. A copy of the encoded step, a time,
+        # an append; no lock (deque.append is atomic under the GIL).
+        def _send_msg_tracking_payload(socket, buffers, _append=queue.append):
+            if len(queue) < bound:
+                _append((now(), bytes(buffers[0])))
+            else:
+                dropped(1)
+            return send(socket, buffers)
+
+        def add_request(request, *args, **kwargs):
+            if len(queue) < bound:
+                queue.append(Started(now(), request))
+            else:
+                dropped(1)
+            return add(request, *args, **kwargs)
+
+        def abort_requests(request_ids, *args, **kwargs):
+            if len(queue) < bound:
+                queue.append(Aborted(now(), list(request_ids)))
+            else:
+                dropped(1)
+            return abort(request_ids, *args, **kwargs)
+
+        engine_core._send_msg_tracking_payload = _send_msg_tracking_payload
+        engine_core.add_request = add_request
+        engine_core.abort_requests = abort_requests
+
+    @staticmethod
+    def _weigh(item) -> int:
+        return len(item) if isinstance(item, list) else 1
+
+    def _to_records(self, items) -> list:
+        """Runs on the streaming thread: the drained items as records, in order."""
+        pb = convert.messages()
+        records = []
+        frames: list = []
+        times: list = []
+        size = 0
+
+        def flush():
+            nonlocal frames, times, size
+            if not frames:
+                return
+            record = pb.Record()
+            chunk = record.frames
+            chunk.model_name = self.model_name
+            chunk.engine_core_outputs_fields.extend(self.outputs_fields)
+            chunk.engine_core_output_fields.extend(self.output_fields)
+            chunk.frames = b"".join(frames)
+            chunk.frame_lengths.extend(map(len, frames))
+            chunk.sent_at.extend(times)
+            chunk.kv_consumer = self.kv_consumer
+            chunk.lora_enabled = self.lora_enabled
+            records.append(record)
+            frames, times, size = [], [], 0
+
+        for item in items:
+            if type(item) is tuple:
+                at, frame = item
+                if size + len(frame) > MAX_CHUNK_BYTES:
+                    flush()
+                frames.append(frame)
+                times.append(at)
+                size += len(frame)
+                continue
+            flush()
+            if type(item) is Started:
+                records.append(self._request_record(pb, item))
+            elif type(item) is Aborted:
+                for request_id in item.request_ids:
+                    record = pb.Record()
+                    record.abort.request_id = str(request_id)
+                    record.abort.received_at = item.at
+                    records.append(record)
+            else:
+                # The engine start's records, queued as they are.
+                records.extend(item)
+        flush()
+        return records
+
+    def _request_record(self, pb, item: Started):
+        request = item.request
+        record = pb.Record()
+        message = record.request
+        message.request_id = str(request.request_id)
+        message.model_name = self.model_name
+        message.engine = self.engine
+        message.arrival_time = float(getattr(request, "arrival_time", 0.0) or item.at)
+        message.prompt_len = int(getattr(request, "num_prompt_tokens", 0) or 0)
+        params = getattr(request, "sampling_params", None)
+        if params is not None:
+            if params.max_tokens is not None:
+                message.max_tokens = int(params.max_tokens)
+            message.n = int(getattr(params, "n", 1) or 1)
+            message.stop_strings = bool(getattr(params, "stop", None))
+        headers = getattr(request, "trace_headers", None)
+        if headers:
+            traceparent = headers.get("traceparent")
+            if traceparent:
+                message.traceparent = str(traceparent)
+        return record

@@ -1,0 +1,113 @@
+"""The engine-core tap's hooks and its records, on a stand-in engine core
+(the live test, tests/vllm_live.rs, runs it inside vLLM's own)."""
+
+import types
+
+from vllm_otel_metrics import config, convert, tap
+
+
+class StandInEngine:
+    """The three methods the tap wraps, recording their calls."""
+
+    def __init__(self):
+        self.calls = []
+
+    def _send_msg_tracking_payload(self, socket, buffers):
+        self.calls.append(("send", socket, bytes(buffers[0])))
+        return "tracker"
+
+    def add_request(self, request, wave=0):
+        self.calls.append(("add", request.request_id, wave))
+
+    def abort_requests(self, request_ids):
+        self.calls.append(("abort", list(request_ids)))
+
+
+def make_tap(queue=16):
+    settings = config.from_env({"VLLM_OTEL_METRICS_QUEUE": str(queue)})
+    return tap.Tap(settings, "tiny", 0, ["engine_index", "outputs", "timestamp"],
+                   ["request_id", "new_token_ids", "finish_reason", "events"], False, False)
+
+
+def request(request_id, stop=None, headers=None):
+    params = types.SimpleNamespace(max_tokens=32, n=1, stop=stop)
+    return types.SimpleNamespace(request_id=request_id, arrival_time=1700000000.0,
+                                 num_prompt_tokens=7, sampling_params=params,
+                                 trace_headers=headers)
+
+
+def test_hooks_call_through_and_queue_in_order():
+    t = make_tap()
+    engine = StandInEngine()
+    t._hook(engine)
+    buffer = bytearray(b"\x91\x00")
+    engine.add_request(request("r1"), 3)
+    assert engine._send_msg_tracking_payload("sock", [buffer, b"aux"]) == "tracker"
+    # vLLM reuses its buffer: the tap's copy must not change with it.
+    buffer[0] = 0xFF
+    engine.abort_requests(("r1",))
+    assert engine.calls == [("add", "r1", 3), ("send", "sock", b"\x91\x00"), ("abort", ["r1"])]
+    items = list(t.streamer.queue)
+    assert [type(i).__name__ for i in items] == ["Started", "tuple", "Aborted"]
+    assert items[1][1] == b"\x91\x00"
+
+
+def test_a_full_queue_drops_and_counts_but_vllm_goes_on():
+    t = make_tap(queue=1)
+    engine = StandInEngine()
+    t._hook(engine)
+    engine.add_request(request("r1"))
+    engine._send_msg_tracking_payload("sock", [b"\x90"])
+    engine.abort_requests(["r1", "r2"])
+    assert len(engine.calls) == 3
+    assert len(t.streamer.queue) == 1
+    assert t.streamer.dropped == 2
+
+
+def test_records_keep_the_order_and_join_consecutive_frames():
+    t = make_tap()
+    pb = convert.messages()
+    items = [
+        tap.Started(5.0, request("r1", stop=["###"],
+                                 headers={"traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01"})),
+        (6.0, b"\x91\x01"),
+        (6.5, b"\x91\x02\x03"),
+        tap.Aborted(7.0, ["r1", "r2"]),
+        (8.0, b"\x90"),
+    ]
+    records = t._to_records(items)
+    kinds = [r.WhichOneof("record") for r in records]
+    assert kinds == ["request", "frames", "abort", "abort", "frames"]
+    started = records[0].request
+    assert (started.request_id, started.model_name, started.prompt_len, started.max_tokens,
+            started.n, started.stop_strings) == ("r1", "tiny", 7, 32, 1, True)
+    assert started.traceparent.startswith("00-aaaa")
+    frames = records[1].frames
+    assert frames.frames == b"\x91\x01\x91\x02\x03"
+    assert list(frames.frame_lengths) == [2, 3]
+    assert list(frames.sent_at) == [6.0, 6.5]
+    assert list(frames.engine_core_output_fields)[:2] == ["request_id", "new_token_ids"]
+    assert [(r.abort.request_id, r.abort.received_at) for r in records[2:4]] == [
+        ("r1", 7.0), ("r2", 7.0)]
+    assert pb.Record.FromString(records[4].SerializeToString()).frames.frames == b"\x90"
+
+
+def test_a_chunk_never_grows_beyond_its_byte_bound():
+    t = make_tap()
+    frame = b"\x90" * (tap.MAX_CHUNK_BYTES // 3 + 1)
+    records = t._to_records([(float(i), frame) for i in range(7)])
+    assert [len(r.frames.frame_lengths) for r in records] == [2, 2, 2, 1]
+    assert all(len(r.frames.frames) <= tap.MAX_CHUNK_BYTES for r in records)
+
+
+def test_an_unreadable_layout_is_named():
+    outputs = types.SimpleNamespace(__struct_fields__=("outputs", "timestamp"))
+    output = types.SimpleNamespace(__struct_fields__=("request_id", "new_token_ids", "events"))
+    assert tap.readable_layout(outputs, output) == "EngineCoreOutput has no field 'finish_reason'"
+    assert tap.readable_layout(object, output) == "EngineCoreOutputs is not a msgspec struct"
+
+
+def test_the_source_follows_the_frontend_unless_chosen():
+    assert config.engine_source({"VLLM_USE_RUST_FRONTEND": "true"}) == "engine_core"
+    assert config.engine_source({"VLLM_OTEL_METRICS_SOURCE": "stat_logger",
+                                 "VLLM_USE_RUST_FRONTEND": "1"}) == "stat_logger"

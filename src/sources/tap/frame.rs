@@ -1,0 +1,584 @@
+//! One frame of the engine-core tap: vLLM's msgpack `EngineCoreOutputs`, as
+//! the engine core's output thread encoded it for its frontend, decoded into
+//! an `outputs` record and the step's `scheduler_stats`.
+//!
+//! vLLM's structs are `msgspec.Struct(array_like=True, omit_defaults=True)`:
+//! positional arrays whose trailing default fields are left out. Positions
+//! move between vLLM versions, so they are never hard-coded here: the tap
+//! sends the field names of each struct as its vLLM defines them
+//! ([`Layout`]), and fields are found by name. The dataclasses inside
+//! (`SchedulerStats`, `PrefillStats`, ...) and the plain `msgspec.Struct`s
+//! (`EngineCoreEvent`) are msgpack maps keyed by field name.
+
+use super::msgpack::{MsgpackError, Reader};
+use crate::protocol::{
+    EngineCoreEvent, EngineCoreOutput, EventType, ExternalHitsBySource, FinishReason,
+    KvCacheEvictionEvent, KvFetchStages, OutputBatch, PerfStats, PreemptionReason, PrefillStats,
+    SchedulerStats, SpecDecodingStats,
+};
+
+/// Fields of `EngineCoreOutputs` the decoder reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OutputsField {
+    EngineIndex,
+    Outputs,
+    SchedulerStats,
+    Timestamp,
+    Other,
+}
+
+/// Fields of `EngineCoreOutput` the decoder reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OutputField {
+    RequestId,
+    NewTokenIds,
+    FinishReason,
+    Events,
+    PrefillStats,
+    Other,
+}
+
+/// The field names each struct must have for the decoder to read it, by
+/// struct: the tap checks vLLM's own struct fields against these before it
+/// turns on (`python/src/vllm_otel_metrics/tap.py` holds the same list).
+pub const REQUIRED_FIELDS: [(&str, &[&str]); 2] = [
+    ("EngineCoreOutputs", &["outputs", "timestamp"]),
+    (
+        "EngineCoreOutput",
+        &["request_id", "new_token_ids", "finish_reason", "events"],
+    ),
+];
+
+/// Where each field is in vLLM's array-like structs, from the names the tap
+/// sends (`EngineCoreOutputs.__struct_fields__` and
+/// `EngineCoreOutput.__struct_fields__` of the running vLLM).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    outputs: Vec<OutputsField>,
+    output: Vec<OutputField>,
+}
+
+/// A layout the decoder cannot read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LayoutError {
+    /// A field the decoder needs is not in vLLM's struct.
+    #[error("vLLM's {structure} has no field '{field}' (its fields: {fields})")]
+    Missing {
+        /// The struct.
+        structure: &'static str,
+        /// The missing field.
+        field: &'static str,
+        /// The fields it has, comma-separated.
+        fields: String,
+    },
+    /// More field names than any struct has.
+    #[error("vLLM's {structure} is said to have {count} fields, more than the limit of {MAX_LAYOUT_FIELDS}")]
+    TooMany {
+        /// The struct.
+        structure: &'static str,
+        /// The number of names sent.
+        count: usize,
+    },
+}
+
+/// Most fields a struct's layout may name.
+const MAX_LAYOUT_FIELDS: usize = 256;
+
+impl Layout {
+    /// The layout of these field lists, or the first required field missing.
+    ///
+    /// ```
+    /// use vllm_otel_metrics::sources::tap::Layout;
+    /// let outputs = ["engine_index", "outputs", "scheduler_stats", "timestamp"];
+    /// let output = ["request_id", "new_token_ids", "finish_reason", "events"];
+    /// assert!(Layout::new(&outputs, &output).is_ok());
+    /// let err = Layout::new(&outputs, &output[..2]).unwrap_err();
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "vLLM's EngineCoreOutput has no field 'finish_reason' (its fields: request_id, new_token_ids)"
+    /// );
+    /// ```
+    pub fn new<S: AsRef<str>>(
+        engine_core_outputs: &[S],
+        engine_core_output: &[S],
+    ) -> std::result::Result<Layout, LayoutError> {
+        for (structure, names) in [
+            ("EngineCoreOutputs", engine_core_outputs),
+            ("EngineCoreOutput", engine_core_output),
+        ] {
+            if names.len() > MAX_LAYOUT_FIELDS {
+                return Err(LayoutError::TooMany {
+                    structure,
+                    count: names.len(),
+                });
+            }
+            let required = REQUIRED_FIELDS
+                .iter()
+                .find(|(s, _)| *s == structure)
+                .map_or(&[][..], |(_, f)| f);
+            for field in required {
+                if !names.iter().any(|n| n.as_ref() == *field) {
+                    return Err(LayoutError::Missing {
+                        structure,
+                        field,
+                        fields: names
+                            .iter()
+                            .map(|n| crate::protocol::shown(n.as_ref()))
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                    });
+                }
+            }
+        }
+        let outputs = engine_core_outputs
+            .iter()
+            .map(|n| match n.as_ref() {
+                "engine_index" => OutputsField::EngineIndex,
+                "outputs" => OutputsField::Outputs,
+                "scheduler_stats" => OutputsField::SchedulerStats,
+                "timestamp" => OutputsField::Timestamp,
+                _ => OutputsField::Other,
+            })
+            .collect();
+        let output = engine_core_output
+            .iter()
+            .map(|n| match n.as_ref() {
+                "request_id" => OutputField::RequestId,
+                "new_token_ids" => OutputField::NewTokenIds,
+                "finish_reason" => OutputField::FinishReason,
+                "events" => OutputField::Events,
+                "prefill_stats" => OutputField::PrefillStats,
+                _ => OutputField::Other,
+            })
+            .collect();
+        Ok(Layout { outputs, output })
+    }
+}
+
+/// How the tap's engine is set up, for the records a frame becomes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct EngineSetup<'a> {
+    /// The served model name (label `model_name`).
+    pub model_name: &'a str,
+    /// The engine consumes KV from a connector: its scheduler stats carry
+    /// the KV fetch stages (vLLM has `vllm:num_requests_kv_fetch_by_stage`
+    /// on KV consumers only).
+    pub kv_consumer: bool,
+    /// LoRA is enabled: the scheduler stats carry the adapters.
+    pub lora_enabled: bool,
+}
+
+/// One decoded frame.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Frame {
+    /// The step's outputs (possibly none: a utility call's answer).
+    pub batch: OutputBatch,
+    /// The step's scheduler stats, when the engine logs stats.
+    pub scheduler_stats: Option<SchedulerStats>,
+}
+
+type Result<T> = std::result::Result<T, MsgpackError>;
+
+/// Decodes one frame sent at `sent_at` (wall clock, seconds).
+pub fn decode(
+    bytes: &[u8],
+    layout: &Layout,
+    setup: EngineSetup<'_>,
+    sent_at: f64,
+) -> Result<Frame> {
+    let mut r = Reader::new(bytes);
+    let fields = r.array()?;
+    if fields > layout.outputs.len() {
+        return Err(r.error(format!(
+            "EngineCoreOutputs has {fields} fields, the layout names {}",
+            layout.outputs.len()
+        )));
+    }
+    let mut batch = OutputBatch {
+        engine: 0,
+        timestamp: 0.0,
+        received_at: sent_at,
+        outputs: Vec::new(),
+    };
+    let mut stats = None;
+    for field in &layout.outputs[..fields] {
+        match field {
+            OutputsField::EngineIndex => {
+                let at = r.offset();
+                batch.engine = u32::try_from(r.count()?).map_err(|_| MsgpackError {
+                    offset: at,
+                    what: "an engine index beyond 2^32".into(),
+                })?;
+            }
+            OutputsField::Outputs => {
+                let n = r.array()?;
+                batch.outputs.reserve_exact(n);
+                for i in 0..n {
+                    let output = output(&mut r, layout).map_err(|e| MsgpackError {
+                        offset: e.offset,
+                        what: format!("outputs[{i}]: {}", e.what),
+                    })?;
+                    batch.outputs.push(output);
+                }
+            }
+            OutputsField::SchedulerStats => {
+                if !r.nil()? {
+                    stats = Some(scheduler_stats(&mut r, setup, sent_at).map_err(|e| {
+                        MsgpackError {
+                            offset: e.offset,
+                            what: format!("scheduler_stats: {}", e.what),
+                        }
+                    })?);
+                }
+            }
+            OutputsField::Timestamp => batch.timestamp = r.float()?,
+            OutputsField::Other => r.skip()?,
+        }
+    }
+    if !r.at_end() {
+        return Err(r.error("bytes after the end of EngineCoreOutputs"));
+    }
+    if let Some(stats) = &mut stats {
+        stats.engine = batch.engine;
+    }
+    Ok(Frame {
+        batch,
+        scheduler_stats: stats,
+    })
+}
+
+fn output(r: &mut Reader<'_>, layout: &Layout) -> Result<EngineCoreOutput> {
+    let fields = r.array()?;
+    if fields > layout.output.len() {
+        return Err(r.error(format!(
+            "EngineCoreOutput has {fields} fields, the layout names {}",
+            layout.output.len()
+        )));
+    }
+    let mut out = EngineCoreOutput::default();
+    for field in &layout.output[..fields] {
+        match field {
+            OutputField::RequestId => out.request_id = r.str()?.to_owned(),
+            OutputField::NewTokenIds => {
+                let n = r.array()?;
+                out.new_token_ids.reserve_exact(n);
+                for _ in 0..n {
+                    // Only their number is used; an id beyond u32 is kept
+                    // as its low bits rather than failing the output.
+                    out.new_token_ids.push(r.count()? as u32);
+                }
+            }
+            OutputField::FinishReason => {
+                if !r.nil()? {
+                    let at = r.offset();
+                    let value = r.int()?;
+                    out.finish_reason = Some(
+                        usize::try_from(value)
+                            .ok()
+                            .and_then(|i| FinishReason::ALL.get(i).copied())
+                            .ok_or_else(|| MsgpackError {
+                                offset: at,
+                                what: format!("unknown finish reason {value}"),
+                            })?,
+                    );
+                }
+            }
+            OutputField::Events => {
+                if !r.nil()? {
+                    let n = r.array()?;
+                    out.events.reserve_exact(n);
+                    for _ in 0..n {
+                        out.events.push(event(r)?);
+                    }
+                }
+            }
+            OutputField::PrefillStats => {
+                if !r.nil()? {
+                    out.prefill_stats = Some(prefill_stats(r)?);
+                }
+            }
+            OutputField::Other => r.skip()?,
+        }
+    }
+    if out.request_id.is_empty() {
+        return Err(r.error("an output without a request_id"));
+    }
+    Ok(out)
+}
+
+/// Reads a map's entries, calling `field` with each key; `field` reads the
+/// value of a key it knows and says whether it did (the rest are skipped).
+fn map_fields<'a>(
+    r: &mut Reader<'a>,
+    mut field: impl FnMut(&str, &mut Reader<'a>) -> Result<bool>,
+) -> Result<()> {
+    let n = r.map()?;
+    for _ in 0..n {
+        let key = r.str()?;
+        let at = r.offset();
+        if !field(key, r).map_err(|e| MsgpackError {
+            offset: e.offset.max(at),
+            what: format!("{key}: {}", e.what),
+        })? {
+            r.skip()?;
+        }
+    }
+    Ok(())
+}
+
+fn event(r: &mut Reader<'_>) -> Result<EngineCoreEvent> {
+    let mut kind = None;
+    let mut timestamp = 0.0;
+    let mut reason = None;
+    map_fields(r, |key, r| {
+        match key {
+            "type" => {
+                let at = r.offset();
+                kind = Some(match r.int()? {
+                    1 => EventType::Queued,
+                    2 => EventType::Scheduled,
+                    3 => EventType::Preempted,
+                    other => {
+                        return Err(MsgpackError {
+                            offset: at,
+                            what: format!("unknown event type {other}"),
+                        })
+                    }
+                });
+            }
+            "timestamp" => timestamp = r.float()?,
+            "reason" => {
+                if !r.nil()? {
+                    let at = r.offset();
+                    let name = r.str()?;
+                    reason = Some(match name {
+                        "kv_full" => PreemptionReason::KvFull,
+                        "priority" => PreemptionReason::Priority,
+                        "prefix_cache_reset" => PreemptionReason::PrefixCacheReset,
+                        other => {
+                            return Err(MsgpackError {
+                                offset: at,
+                                what: format!(
+                                    "unknown preemption reason '{}'",
+                                    crate::protocol::shown(other)
+                                ),
+                            })
+                        }
+                    });
+                }
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    })?;
+    let kind = kind.ok_or_else(|| r.error("an event without a type"))?;
+    Ok(EngineCoreEvent {
+        kind,
+        timestamp,
+        reason,
+    })
+}
+
+fn prefill_stats(r: &mut Reader<'_>) -> Result<PrefillStats> {
+    let mut p = PrefillStats::default();
+    map_fields(r, |key, r| {
+        let slot = match key {
+            "num_prompt_tokens" => &mut p.num_prompt_tokens,
+            "num_computed_tokens" => &mut p.num_computed_tokens,
+            "num_cached_tokens" => &mut p.num_cached_tokens,
+            "num_local_cached_tokens" => &mut p.num_local_cached_tokens,
+            "num_external_cached_tokens" => &mut p.num_external_cached_tokens,
+            _ => return Ok(false),
+        };
+        *slot = count_u32(r)?;
+        Ok(true)
+    })?;
+    Ok(p)
+}
+
+fn count_u32(r: &mut Reader<'_>) -> Result<u32> {
+    let at = r.offset();
+    let n = r.count()?;
+    u32::try_from(n).map_err(|_| MsgpackError {
+        offset: at,
+        what: format!("{n} is beyond 2^32"),
+    })
+}
+
+/// vLLM's `PrefixCacheStats`: `(queries, hits, hits by external source)`.
+fn cache_stats(r: &mut Reader<'_>) -> Result<(u64, u64, Option<ExternalHitsBySource>)> {
+    let (mut queries, mut hits, mut by_source) = (0, 0, None);
+    map_fields(r, |key, r| {
+        match key {
+            "queries" => queries = r.count()?,
+            "hits" => hits = r.count()?,
+            "hits_by_source" => {
+                let mut split = ExternalHitsBySource::default();
+                let mut any = false;
+                map_fields_any_key(r, |source, r| {
+                    let tokens = r.count()?;
+                    any = true;
+                    match source {
+                        // The local prefix cache: prefix_cache_hits already.
+                        "device" => {}
+                        "host" => split.host += tokens,
+                        "p2p" => split.p2p += tokens,
+                        "disk" => split.disk += tokens,
+                        _ => split.external_unspecified += tokens,
+                    }
+                    Ok(())
+                })?;
+                if any {
+                    by_source = Some(split);
+                }
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    })?;
+    Ok((queries, hits, by_source))
+}
+
+/// A map whose keys are strings (or enum values written as strings).
+fn map_fields_any_key<'a>(
+    r: &mut Reader<'a>,
+    mut entry: impl FnMut(&str, &mut Reader<'a>) -> Result<()>,
+) -> Result<()> {
+    let n = r.map()?;
+    for _ in 0..n {
+        let key = r.str()?;
+        entry(key, r)?;
+    }
+    Ok(())
+}
+
+fn scheduler_stats(
+    r: &mut Reader<'_>,
+    setup: EngineSetup<'_>,
+    sent_at: f64,
+) -> Result<SchedulerStats> {
+    let mut s = SchedulerStats {
+        model_name: setup.model_name.to_owned(),
+        received_at: Some(sent_at),
+        ..SchedulerStats::default()
+    };
+    let mut waiting_not_deferred = 0u64;
+    map_fields(r, |key, r| {
+        match key {
+            "num_running_reqs" => s.num_running_reqs = r.count()?,
+            "num_waiting_reqs" => waiting_not_deferred = r.count()?,
+            "num_skipped_waiting_reqs" => s.num_skipped_waiting_reqs = r.count()?,
+            "kv_cache_usage" => s.kv_cache_usage = r.float()?,
+            "prefix_cache_stats" => {
+                let (queries, hits, _) = cache_stats(r)?;
+                s.prefix_cache_queries = queries;
+                s.prefix_cache_hits = hits;
+            }
+            "connector_prefix_cache_stats" => {
+                if !r.nil()? {
+                    let (queries, hits, by_source) = cache_stats(r)?;
+                    s.external_prefix_cache_queries = queries;
+                    s.external_prefix_cache_hits = hits;
+                    s.external_prefix_cache_hits_by_source = by_source;
+                }
+            }
+            "num_kv_fetch_reqs_by_stage" => {
+                let mut stages = KvFetchStages::default();
+                let mut any = false;
+                map_fields_any_key(r, |stage, r| {
+                    let n = r.count()?;
+                    any = true;
+                    match stage {
+                        "waiting_to_start" => stages.waiting_to_start = n,
+                        "in_progress" => stages.in_progress = n,
+                        "completed_waiting" => stages.completed_waiting = n,
+                        _ => {}
+                    }
+                    Ok(())
+                })?;
+                if setup.kv_consumer && any {
+                    s.num_kv_fetch_reqs_by_stage = Some(stages);
+                }
+            }
+            "kv_cache_eviction_events" => {
+                let n = r.array()?;
+                for _ in 0..n {
+                    let mut e = KvCacheEvictionEvent::default();
+                    map_fields(r, |key, r| {
+                        match key {
+                            "lifetime_seconds" => e.lifetime_seconds = r.float()?,
+                            "idle_seconds" => e.idle_seconds = r.float()?,
+                            "reuse_gaps_seconds" => {
+                                let gaps = r.array()?;
+                                for _ in 0..gaps {
+                                    e.reuse_gaps_seconds.push(r.float()?);
+                                }
+                            }
+                            _ => return Ok(false),
+                        }
+                        Ok(true)
+                    })?;
+                    s.kv_cache_eviction_events.push(e);
+                }
+            }
+            "perf_stats" => {
+                if !r.nil()? {
+                    let mut p = PerfStats::default();
+                    map_fields(r, |key, r| {
+                        match key {
+                            "num_flops_per_gpu" => p.num_flops_per_gpu = r.float()?,
+                            "num_read_bytes_per_gpu" => p.num_read_bytes_per_gpu = r.float()?,
+                            "num_write_bytes_per_gpu" => p.num_write_bytes_per_gpu = r.float()?,
+                            _ => return Ok(false),
+                        }
+                        Ok(true)
+                    })?;
+                    s.perf_stats = Some(p);
+                }
+            }
+            "spec_decoding_stats" => {
+                if !r.nil()? {
+                    let mut d = SpecDecodingStats::default();
+                    map_fields(r, |key, r| {
+                        match key {
+                            "num_drafts" => d.num_drafts = r.count()?,
+                            "num_draft_tokens" => d.num_draft_tokens = r.count()?,
+                            "num_accepted_tokens" => d.num_accepted_tokens = r.count()?,
+                            "num_accepted_tokens_per_pos" => {
+                                let n = r.array()?;
+                                for _ in 0..n {
+                                    d.num_accepted_tokens_per_pos.push(r.count()?);
+                                }
+                            }
+                            _ => return Ok(false),
+                        }
+                        Ok(true)
+                    })?;
+                    s.spec_decoding = Some(d);
+                }
+            }
+            "running_lora_adapters" | "waiting_lora_adapters" => {
+                let mut names = Vec::new();
+                map_fields_any_key(r, |name, r| {
+                    r.skip()?;
+                    names.push(name.to_owned());
+                    Ok(())
+                })?;
+                if setup.lora_enabled {
+                    if key == "running_lora_adapters" {
+                        s.running_lora_adapters = Some(names);
+                    } else {
+                        s.waiting_lora_adapters = Some(names);
+                    }
+                }
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    })?;
+    // vLLM 0.33 counts deferred requests apart from num_waiting_reqs;
+    // vllm:num_requests_waiting is their sum (as the plugin path sends it).
+    s.num_waiting_reqs = waiting_not_deferred.saturating_add(s.num_skipped_waiting_reqs);
+    Ok(s)
+}

