@@ -61,7 +61,7 @@ def test_a_full_queue_drops_and_counts_but_vllm_goes_on():
     engine.abort_requests(["r1", "r2"])
     assert len(engine.calls) == 3
     assert len(t.streamer.queue) == 1
-    assert t.streamer.dropped == 2
+    assert t.streamer.dropped == 3
 
 
 def test_records_keep_the_order_and_join_consecutive_frames():
@@ -111,3 +111,22 @@ def test_the_source_follows_the_frontend_unless_chosen():
     assert config.engine_source({"VLLM_USE_RUST_FRONTEND": "true"}) == "engine_core"
     assert config.engine_source({"VLLM_OTEL_METRICS_SOURCE": "stat_logger",
                                  "VLLM_USE_RUST_FRONTEND": "1"}) == "stat_logger"
+
+
+def test_an_abort_is_recorded_once_while_the_scheduler_runs_the_request():
+    # vLLM 0.33 calls abort_requests twice for one abort from the frontend.
+    t = make_tap()
+    engine = StandInEngine()
+    running = types.SimpleNamespace(is_finished=lambda: False)
+    finished = types.SimpleNamespace(is_finished=lambda: True)
+    engine.scheduler = types.SimpleNamespace(requests={"r1": running, "done": finished})
+    t._hook(engine)
+    engine.abort_requests(["r1", "done", "unknown"])
+    engine.scheduler.requests["r1"] = finished
+    engine.abort_requests(["r1"])
+    engine.abort_requests("r1")
+    aborts = [item.request_ids for item in t.streamer.queue]
+    assert aborts == [["r1"]]
+    # vLLM's own method saw every call.
+    assert [c for c in engine.calls if c[0] == "abort"] == [
+        ("abort", ["r1", "done", "unknown"]), ("abort", ["r1"]), ("abort", ["r", "1"])]

@@ -79,7 +79,7 @@ class Streamer:
 
     def __init__(self, settings, to_records, weigh=lambda item: 1, *, batched=False,
                  max_records=MAX_BATCH, resend_window=RESEND_WINDOW, max_drain=MAX_BATCH,
-                 max_drain_bytes=0):
+                 max_drain_bytes=0, poll_seconds=POLL_SECONDS):
         self.settings = settings
         self._to_records = to_records
         self._weigh = weigh
@@ -94,6 +94,8 @@ class Streamer:
         self._resend_window = resend_window
         self._max_drain = max_drain
         self._max_drain_bytes = max_drain_bytes
+        #: How often a stream that found nothing looks again, seconds.
+        self._poll_seconds = poll_seconds
         #: Records of the items refused because the queue was full (only
         #: submit() writes it).
         self.dropped = 0
@@ -326,7 +328,7 @@ class Streamer:
                     return
                 # Idle for a while (vLLM waits for requests): look less often.
                 idle = now - last_busy >= 1.0
-                done.wait(IDLE_POLL_SECONDS if idle else POLL_SECONDS)
+                done.wait(max(IDLE_POLL_SECONDS, self._poll_seconds) if idle else self._poll_seconds)
                 continue
             last_busy = now
             try:

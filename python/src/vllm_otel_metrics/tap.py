@@ -67,6 +67,12 @@ MAX_RECORDS = 16
 RESEND_WINDOW = 64
 #: Most queued items drained into one message.
 MAX_DRAIN = 1024
+#: How often the streaming thread looks at the queue, seconds. Each look
+#: that finds steps costs a message's conversion and send, under the GIL:
+#: at the stat-logger's 50 ms that was 2.6 to 4.1 times vLLM's own encode
+#: of the steps (benches/python/tap_cost.py). Every frame carries its own
+#: send time, so waiting longer delays the export, not the measurements.
+POLL_SECONDS = 1.0
 
 _registered = False
 
@@ -159,6 +165,17 @@ class Aborted:
     request_ids: list
 
 
+def _running(request) -> bool:
+    """Whether the scheduler's ``Request`` is there and not finished."""
+    if request is None:
+        return False
+    finished = getattr(request, "is_finished", None)
+    try:
+        return not finished() if callable(finished) else True
+    except Exception:  # noqa: BLE001 — never fail vLLM's abort
+        return True
+
+
 class Tap:
     """One engine core's tap: its queue, its hooks and its streamer."""
 
@@ -181,6 +198,7 @@ class Tap:
             resend_window=RESEND_WINDOW,
             max_drain=MAX_DRAIN,
             max_drain_bytes=MAX_CHUNK_BYTES * MAX_RECORDS // 2,
+            poll_seconds=POLL_SECONDS,
         )
         self.supervisor = None
 
@@ -231,7 +249,11 @@ class Tap:
             # logger's under the Python frontend: the ones vLLM's own
             # /metrics has beside the sidecar's.
             buckets = "rust" if config.rust_frontend() else "python"
-            tap.supervisor = Supervisor(sidecar, max_model_len, buckets).start()
+            # vllm-rs 0.32.0 builds its token buckets for 131072 tokens whatever
+            # the model's length (`build_1_2_5_buckets(131_072)` in its
+            # rust/src/metrics/src/request.rs): the sidecar's default length.
+            token_len = None if buckets == "rust" else max_model_len
+            tap.supervisor = Supervisor(sidecar, token_len, buckets).start()
         records = [
             convert.engine_config_record(
                 vllm_config.cache_config,
@@ -294,11 +316,25 @@ class Tap:
                 dropped(1)
             return add(request, *args, **kwargs)
 
+        # vLLM 0.33 calls abort_requests twice for one abort from the
+        # frontend (early, from its aborts queue, and again in order from
+        # its input queue): only the ids the scheduler still runs are an
+        # abort, so each is recorded once.
+        live = getattr(getattr(engine_core, "scheduler", None), "requests", None)
+        if not isinstance(live, dict):
+            live = None
+
         def abort_requests(request_ids, *args, **kwargs):
-            if len(queue) < bound:
-                queue.append(Aborted(now(), list(request_ids)))
+            ids = (request_ids,) if isinstance(request_ids, str) else request_ids
+            if live is not None:
+                ids = [i for i in ids if _running(live.get(i))]
             else:
-                dropped(1)
+                ids = list(ids)
+            if ids:
+                if len(queue) < bound:
+                    queue.append(Aborted(now(), ids))
+                else:
+                    dropped(len(ids))
             return abort(request_ids, *args, **kwargs)
 
         engine_core._send_msg_tracking_payload = _send_msg_tracking_payload
