@@ -132,13 +132,31 @@ def show(key) -> str:
     return f"{name}{{{inner}}}"
 
 
-def compare(theirs: dict, ours: dict) -> dict:
+def stop_strings_as_abort(rows: list, matched: int) -> bool:
+    """Whether ``vllm:request_success``'s differing ``rows`` are exactly the
+    ``matched`` stop-string requests, ``stop`` on vllm-rs and ``abort`` on
+    the sidecar. vllm-rs matches stop strings itself and sends the engine
+    core none (its ``EngineCoreSamplingParams`` has no ``stop``); it then
+    aborts the request, and the engine core sees the abort a client that
+    went away causes."""
+    moved = {"stop": 0.0, "abort": 0.0}
+    for row in rows:
+        reason = row["sample"].split('finished_reason="', 1)[-1].split('"', 1)[0]
+        if reason not in moved:
+            return False
+        moved[reason] = (row["sidecar"] or 0.0) - (row["vllm_rs"] or 0.0)
+    return matched > 0 and moved == {"stop": -matched, "abort": float(matched)}
+
+
+def compare(theirs: dict, ours: dict, stop_matched: int = 0) -> dict:
     """Sample by sample on every family both have (``theirs`` vllm-rs's,
-    ``ours`` the sidecar's, as :func:`parse` returns them)."""
+    ``ours`` the sidecar's, as :func:`parse` returns them); ``stop_matched``
+    is how many requests vllm-rs ended on a stop string."""
     shared = sorted(set(theirs) & set(ours))
     per_family = {}
     differing = []  # the failures
     zero_one_side = []  # known: a series one side creates at 0 and the other not yet
+    stop_as_abort = []  # known: see stop_strings_as_abort
     clock = {}
     for family in shared:
         a_family, b_family = theirs[family], ours[family]
@@ -157,8 +175,8 @@ def compare(theirs: dict, ours: dict) -> dict:
         entry = {"compared": len(keys), "differing": len(rows), "first": rows[:5]}
         if family in FRONTEND_CLOCK:
             name = family
-            count = (total(a_family, family, name + "_count"), total(b_family, family, name + "_count"))
-            sums = (total(a_family, family, name + "_sum"), total(b_family, family, name + "_sum"))
+            count = (total(theirs, family, name + "_count"), total(ours, family, name + "_count"))
+            sums = (total(theirs, family, name + "_sum"), total(ours, family, name + "_sum"))
             ratio = abs(sums[1] - sums[0]) / max(abs(sums[0]), 1e-12)
             buckets = sum(1 for r in rows if "_bucket{" in r["sample"])
             clock[family] = {
@@ -173,6 +191,9 @@ def compare(theirs: dict, ours: dict) -> dict:
                 failing += [r for r in rows if "_sum{" in r["sample"]]
             entry["differing_beyond_clock"] = len(failing)
             differing += failing
+        elif family == "vllm:request_success" and rows and stop_strings_as_abort(rows, stop_matched):
+            entry["stop_strings_as_abort"] = len(rows)
+            stop_as_abort += rows
         else:
             differing += rows
         per_family[family] = entry
@@ -186,6 +207,7 @@ def compare(theirs: dict, ours: dict) -> dict:
         "per_family": per_family,
         "differing_samples": differing,
         "zero_on_one_side": zero_one_side,
+        "stop_strings_as_abort": stop_as_abort,
         "frontend_clock": clock,
         **only,
     }
@@ -420,7 +442,7 @@ def main():
         vllm_text, sidecar_text, settled = settle(vllm_metrics, sidecar_metrics)
         report["settled_after_seconds"] = settled
         theirs, ours = parse(vllm_text), parse(sidecar_text)
-        report.update(compare(theirs, ours))
+        report.update(compare(theirs, ours, stops.get("finish_reasons", {}).get("stop", 0)))
         report["finished_reasons"] = {"vllm_rs": reasons(theirs), "sidecar": reasons(ours)}
         report["preemptions"] = {
             "vllm_rs": total(theirs, "vllm:num_preemptions", "vllm:num_preemptions_total"),
