@@ -10,8 +10,10 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::serve::{vllm_samples, Server};
 use serde_json::Value;
-use vllm_otel_metrics::protocol::Record;
+use vllm_otel_metrics::protocol::{Record, RequestStart};
+use vllm_otel_metrics::sources::ingest::proto::{pb, record_to_proto};
 use vllm_otel_metrics::sources::tap::{Chunk, EngineSetup, Layout, TapError, REQUIRED_FIELDS};
 
 fn frames_of(python: &Path, tag: &str) -> Value {
@@ -150,16 +152,107 @@ fn check_version(python: PathBuf, version: &str) {
     }
 }
 
+fn vllm_0_33_0() -> PathBuf {
+    common::path_from_script(
+        "VLLM_OTEL_METRICS_PYTHON",
+        "scripts/vllm-env.sh",
+        "it installs vLLM 0.33.0 from PyPI",
+    )
+}
+
 #[test]
 fn frames_of_vllm_0_33_0_decode_to_the_records_vllm_s_objects_hold() {
-    check_version(
-        common::path_from_script(
-            "VLLM_OTEL_METRICS_PYTHON",
-            "scripts/vllm-env.sh",
-            "it installs vLLM 0.33.0 from PyPI",
-        ),
-        "0.33.0",
+    check_version(vllm_0_33_0(), "0.33.0");
+}
+
+/// The two requests of tap_frames.py's steps, as the tap sends them.
+fn starts() -> Vec<Record> {
+    [("cmpl-a-0", 12), ("cmpl-b-0", 6)]
+        .into_iter()
+        .map(|(id, prompt_len)| {
+            Record::Request(RequestStart {
+                request_id: id.into(),
+                model_name: "tiny".into(),
+                engine: 0,
+                arrival_time: 1_700_000_000.25,
+                prompt_len,
+                max_tokens: Some(16),
+                n: 1,
+                traceparent: None,
+                operation_name: None,
+                stop_strings: false,
+            })
+        })
+        .collect()
+}
+
+/// `serve` takes the tap's frames over gRPC and records exactly what
+/// replaying the records they stand for records; a broken frame among them
+/// is named in the stream's summary and the others are applied.
+#[test]
+fn frames_streamed_to_serve_record_what_their_records_replay_to() {
+    let report = frames_of(&vllm_0_33_0(), "serve");
+    let frames = load(&report);
+    let mut parts = frames.frames.clone();
+    // The third frame broken: its records are left out of the replay too.
+    let cut = parts[2].len() / 2;
+    parts[2].truncate(cut);
+    let wire_frames = pb::EngineCoreFrames {
+        model_name: "tiny".into(),
+        engine_core_outputs_fields: strings(&report["engine_core_outputs_fields"]),
+        engine_core_output_fields: strings(&report["engine_core_output_fields"]),
+        frames: parts.concat(),
+        frame_lengths: parts.iter().map(|f| f.len() as u32).collect(),
+        sent_at: frames.sent_at.clone(),
+        kv_consumer: false,
+        lora_enabled: false,
+    };
+    let mut wire: Vec<pb::Record> = starts().iter().map(record_to_proto).collect();
+    wire.push(pb::Record {
+        record: Some(pb::record::Record::Frames(wire_frames)),
+    });
+    let server = Server::start(&[]);
+    let target = server.target();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let summary = runtime
+        .block_on(async move {
+            let mut client = pb::ingest_client::IngestClient::connect(target).await?;
+            let summary = client.stream(tokio_stream::iter(wire)).await?;
+            Ok::<_, Box<dyn std::error::Error>>(summary.into_inner())
+        })
+        .unwrap();
+    assert_eq!(summary.records_applied, 3, "{summary:?}");
+    assert_eq!(summary.records_rejected, 0, "{summary:?}");
+    assert_eq!(summary.first_rejections.len(), 1, "{summary:?}");
+    assert!(
+        summary.first_rejections[0]
+            .starts_with(&format!("record 3, frame 3 ({cut} bytes): at byte ")),
+        "{summary:?}"
     );
+
+    let dir = std::env::temp_dir().join(format!("tap-frames-replay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("records.jsonl");
+    let mut lines = String::new();
+    let kept = frames
+        .expected
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != 2)
+        .flat_map(|(_, records)| records.iter().cloned());
+    for record in starts().into_iter().chain(kept) {
+        lines.push_str(&serde_json::to_string(&record).unwrap());
+        lines.push('\n');
+    }
+    std::fs::write(&trace, lines).unwrap();
+    let (code, replayed, stderr) = common::replay(&trace);
+    assert_eq!(code, 0, "{stderr}");
+    let replayed = vllm_samples(&replayed);
+    assert!(
+        replayed.keys().any(|k| k.starts_with("vllm:request_success_total")),
+        "{replayed:?}"
+    );
+    assert_eq!(server.vllm_samples(), replayed);
 }
 
 #[test]

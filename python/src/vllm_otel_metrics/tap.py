@@ -201,6 +201,8 @@ class Tap:
             poll_seconds=POLL_SECONDS,
         )
         self.supervisor = None
+        #: The part of every chunk that never changes, serialized once.
+        self._chunk_header = None
 
     @classmethod
     def attach(cls, engine_core) -> "Tap | bool":
@@ -348,6 +350,15 @@ class Tap:
     def _to_records(self, items) -> list:
         """Runs on the streaming thread: the drained items as records, in order."""
         pb = convert.messages()
+        header = self._chunk_header
+        if header is None:
+            header = self._chunk_header = pb.EngineCoreFrames(
+                model_name=self.model_name,
+                engine_core_outputs_fields=self.outputs_fields,
+                engine_core_output_fields=self.output_fields,
+                kv_consumer=self.kv_consumer,
+                lora_enabled=self.lora_enabled,
+            ).SerializeToString()
         records = []
         frames: list = []
         times: list = []
@@ -359,14 +370,12 @@ class Tap:
                 return
             record = pb.Record()
             chunk = record.frames
-            chunk.model_name = self.model_name
-            chunk.engine_core_outputs_fields.extend(self.outputs_fields)
-            chunk.engine_core_output_fields.extend(self.output_fields)
+            # The model name, the field names and the flags: parsed from
+            # bytes made once, cheaper than setting some 30 strings anew.
+            chunk.MergeFromString(header)
             chunk.frames = b"".join(frames)
             chunk.frame_lengths.extend(map(len, frames))
             chunk.sent_at.extend(times)
-            chunk.kv_consumer = self.kv_consumer
-            chunk.lora_enabled = self.lora_enabled
             records.append(record)
             frames, times, size = [], [], 0
 
