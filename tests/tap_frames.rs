@@ -249,7 +249,9 @@ fn frames_streamed_to_serve_record_what_their_records_replay_to() {
     assert_eq!(code, 0, "{stderr}");
     let replayed = vllm_samples(&replayed);
     assert!(
-        replayed.keys().any(|k| k.starts_with("vllm:request_success_total")),
+        replayed
+            .keys()
+            .any(|k| k.starts_with("vllm:request_success_total")),
         "{replayed:?}"
     );
     assert_eq!(server.vllm_samples(), replayed);
