@@ -315,13 +315,14 @@ fn pip_install_in_a_fresh_environment() {
             "-c",
             "import importlib.metadata as m, vllm_otel_metrics.v1.ingest_pb2 as pb, vllm_otel_metrics.convert;\
              print(sorted(e.value for e in m.entry_points(group='vllm.stat_logger_plugins')));\
+             print(sorted(e.value for e in m.entry_points(group='vllm.general_plugins')));\
              print(pb.Record.DESCRIPTOR.oneofs_by_name['record'].fields[-1].name)",
         ])
         .output()
         .expect("python runs");
     assert_eq!(
         String::from_utf8_lossy(&probe.stdout),
-        "['vllm_otel_metrics.plugin:OtelMetricsStatLogger']\nbatch\n",
+        "['vllm_otel_metrics.plugin:OtelMetricsStatLogger']\n['vllm_otel_metrics.tap:register']\nframes\n",
         "{}",
         String::from_utf8_lossy(&probe.stderr)
     );

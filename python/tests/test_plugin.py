@@ -197,3 +197,26 @@ def test_the_sidecar_gets_the_bucket_overrides_vllm_or_the_environment_gives(mon
         ["--custom-histogram-buckets", from_env],
         ["--custom-histogram-buckets", '{"time_to_first_token": [0.05, 0.5]}'],
     ]
+
+
+def test_with_the_tap_as_source_the_plugin_starts_the_sidecar_and_sends_nothing(monkeypatch):
+    started = []
+
+    class Recorded:
+        def __init__(self, settings, max_model_len):
+            started.append(max_model_len)
+
+        def start(self):
+            return self
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(plugin_module, "Supervisor", Recorded)
+    monkeypatch.setenv("VLLM_OTEL_METRICS_SIDECAR", "auto")
+    monkeypatch.setenv("VLLM_OTEL_METRICS_SOURCE", "engine_core")
+    plugin = OtelMetricsStatLogger(vllm_steps.vllm_config("m", 4096), [0])
+    # Started here (this process ends the normal way), fed by the tap.
+    assert started == [4096]
+    assert plugin.streamer is None
+    plugin.record(None, IterationStats(), None, 0)

@@ -148,6 +148,99 @@ def stop_strings_as_abort(rows: list, matched: int) -> bool:
     return matched > 0 and moved == {"stop": -matched, "abort": float(matched)}
 
 
+#: Families fed by each output a request gets: the ones a stream the client
+#: dropped can differ in (see :func:`abandoned_overcount`).
+PER_OUTPUT = (
+    "vllm:generation_tokens",
+    "vllm:request_generation_tokens",
+    "vllm:request_max_num_generation_tokens",
+    "vllm:iteration_tokens_total",
+    "vllm:inter_token_latency_seconds",
+    "vllm:request_decode_time_seconds",
+    "vllm:request_inference_time_seconds",
+    "vllm:request_time_per_output_token_seconds",
+    "vllm:num_preemptions",
+    "vllm:request_num_preemptions",
+)
+
+
+def abandoned_overcount(theirs: dict, ours: dict, aborted: float, rows: list) -> dict:
+    """Whether the :data:`PER_OUTPUT` families differ exactly as decode
+    outputs the sidecar counted and vllm-rs did not would make them differ.
+
+    vllm-rs counts an output when the HTTP handler polls it from the
+    request's stream (``RequestMetricsTracker::observe_output``); a client
+    that goes away makes it drop the stream, and only then send the engine
+    core an abort. Outputs the engine sent in between (the step it was
+    running finishes before the abort reaches it) reach vllm-rs for a
+    request it no longer tracks, and are not counted; the tap saw them sent
+    and the tracker counts them. Each is one more decode step of an aborted
+    request: one token, one inter-token latency, a later last token (decode
+    and inference time grow by the same amount), sometimes a preemption
+    event it carried. ``aborted`` is vllm-rs's count of client aborts,
+    ``rows`` the differing samples of those families."""
+
+    def diff(family, sample):
+        return total(ours, family, sample) - total(theirs, family, sample)
+
+    tokens = diff("vllm:generation_tokens", "vllm:generation_tokens_total")
+    preemptions = diff("vllm:num_preemptions", "vllm:num_preemptions_total")
+    itl = "vllm:inter_token_latency_seconds"
+    itl_sum = diff(itl, itl + "_sum")
+    checks = {
+        "tokens counted by the sidecar only, at most 2 per client abort": 0 <= tokens <= 2 * aborted,
+        "preemptions counted by the sidecar only, at most 1 per client abort": 0 <= preemptions <= aborted,
+        "one inter-token latency per extra token": diff(itl, itl + "_count") == tokens and itl_sum >= 0,
+    }
+    # vllm-rs adds a step's tokens to vllm:iteration_tokens_total when it
+    # dispatches the step to the requests' streams, not when a handler
+    # polls them: an output dispatched to a stream its handler then dropped
+    # unread is in it, one that came after the drop is not.
+    steps = "vllm:iteration_tokens_total"
+    checks[f"{steps}: same count, sum + at most the extra tokens"] = (
+        diff(steps, steps + "_count") == 0 and 0 <= diff(steps, steps + "_sum") <= tokens
+    )
+    for family, extra in (
+        ("vllm:request_generation_tokens", tokens),
+        ("vllm:request_max_num_generation_tokens", tokens),
+        ("vllm:request_num_preemptions", preemptions),
+    ):
+        checks[f"{family}: same count, sum +{extra:g}"] = (
+            diff(family, family + "_count") == 0 and diff(family, family + "_sum") == extra
+        )
+    for family in ("vllm:request_decode_time_seconds", "vllm:request_inference_time_seconds"):
+        checks[f"{family}: same count, sum + the extra inter-token latencies"] = (
+            diff(family, family + "_count") == 0 and abs(diff(family, family + "_sum") - itl_sum) < 1e-6
+        )
+    tpot = "vllm:request_time_per_output_token_seconds"
+    checks[f"{tpot}: same count"] = diff(tpot, tpot + "_count") == 0
+    if rows:
+        checks["something counted by the sidecar only"] = tokens > 0 or preemptions > 0
+    # Buckets: the extra latencies add observations; the per-request values
+    # (tokens, times, preemptions) and the steps' token sums only grow, so
+    # observations move to higher buckets.
+    for row in rows:
+        sample, a, b = row["sample"], row["vllm_rs"], row["sidecar"]
+        if a is None or b is None:
+            checks[f"{sample} on both sides"] = False
+        elif "_bucket{" in sample:
+            if sample.startswith(itl):
+                ok = 0 <= b - a <= tokens
+            elif sample.startswith(tpot):
+                ok = abs(b - a) <= aborted
+            else:
+                ok = -max(aborted, tokens) <= b - a <= 0
+            checks[f"{sample} moved by the extra outputs"] = ok
+    return {
+        "explained": all(checks.values()),
+        "extra_tokens": tokens,
+        "extra_preemptions": preemptions,
+        "extra_inter_token_seconds": itl_sum,
+        "client_aborts": aborted,
+        "failed_checks": [name for name, ok in checks.items() if not ok],
+    }
+
+
 def compare(theirs: dict, ours: dict, stop_matched: int = 0) -> dict:
     """Sample by sample on every family both have (``theirs`` vllm-rs's,
     ``ours`` the sidecar's, as :func:`parse` returns them); ``stop_matched``
@@ -157,6 +250,7 @@ def compare(theirs: dict, ours: dict, stop_matched: int = 0) -> dict:
     differing = []  # the failures
     zero_one_side = []  # known: a series one side creates at 0 and the other not yet
     stop_as_abort = []  # known: see stop_strings_as_abort
+    abandoned = []  # known when explained: see abandoned_overcount
     clock = {}
     for family in shared:
         a_family, b_family = theirs[family], ours[family]
@@ -194,9 +288,16 @@ def compare(theirs: dict, ours: dict, stop_matched: int = 0) -> dict:
         elif family == "vllm:request_success" and rows and stop_strings_as_abort(rows, stop_matched):
             entry["stop_strings_as_abort"] = len(rows)
             stop_as_abort += rows
+        elif family in PER_OUTPUT:
+            abandoned += rows
         else:
             differing += rows
         per_family[family] = entry
+    client_aborts = total(theirs, "vllm:request_success", "vllm:request_success_total", finished_reason="abort")
+    overcount = abandoned_overcount(theirs, ours, client_aborts, abandoned)
+    overcount["samples"] = len(abandoned)
+    if abandoned and not overcount["explained"]:
+        differing += abandoned
     only = {
         "only_vllm_rs": {f: _nonzero(theirs[f]) for f in sorted(set(theirs) - set(ours))},
         "only_sidecar": {f: _nonzero(ours[f]) for f in sorted(set(ours) - set(theirs))},
@@ -208,6 +309,7 @@ def compare(theirs: dict, ours: dict, stop_matched: int = 0) -> dict:
         "differing_samples": differing,
         "zero_on_one_side": zero_one_side,
         "stop_strings_as_abort": stop_as_abort,
+        "abandoned_streams": {**overcount, "first": abandoned[:8]},
         "frontend_clock": clock,
         **only,
     }
@@ -461,6 +563,12 @@ def main():
     while time.monotonic() < deadline and any(alive(pid) for pid in report["sidecar_pids"]):
         time.sleep(0.2)
     report["sidecars_alive_after_vllm"] = [pid for pid in report["sidecar_pids"] if alive(pid)]
+    # vLLM's process manager ends an engine core that outlives its shutdown
+    # timeout (0 s by default) with SIGKILL to its whole process tree: the
+    # sidecar the tap started there then ends without draining.
+    report["sidecar_killed_by_vllm"] = "force killing sub process vllm-otel-metrics" in open(
+        vllm_log, errors="replace"
+    ).read()
     report["vllm_exit_status"] = vllm.returncode
     report["total_seconds"] = round(time.monotonic() - started, 1)
     with open(args.report, "w") as f:

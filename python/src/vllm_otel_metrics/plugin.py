@@ -67,16 +67,6 @@ class OtelMetricsStatLogger(AggregateStatLoggerBase):
         except config.ConfigError as e:
             log.error("vllm-otel-metrics: %s; the plugin is off, vLLM goes on", e)
             return
-        if source != "stat_logger":
-            # The engine-core tap sends these engines' records (and starts
-            # the sidecar): an engine is counted once.
-            log.info(
-                "vllm-otel-metrics: the engine-core tap is the source of %s "
-                "(VLLM_OTEL_METRICS_SOURCE=%s); the stat-logger plugin sends nothing",
-                self.model_name,
-                source,
-            )
-            return
         if settings.sidecar is not None:
             max_model_len = getattr(vllm_config.model_config, "max_model_len", None)
             sidecar = settings.sidecar
@@ -92,6 +82,18 @@ class OtelMetricsStatLogger(AggregateStatLoggerBase):
             # Registered first, so it runs after the streamer's close: the
             # sidecar is stopped once what was queued had its chance to arrive.
             atexit.register(self.supervisor.close)
+        if source != "stat_logger":
+            # The engine-core tap in each engine core sends these engines'
+            # records: an engine is counted once. The sidecar is started
+            # here all the same: an engine core's process tree is killed
+            # (SIGKILL) when vLLM stops, this process ends the normal way.
+            log.info(
+                "vllm-otel-metrics: the engine-core tap is the source of %s "
+                "(VLLM_OTEL_METRICS_SOURCE=%s); the stat-logger plugin sends nothing",
+                self.model_name,
+                source,
+            )
+            return
         self.streamer = Streamer(settings, self._to_records, self._records_in).start()
         # At exit, what is queued gets up to 2 s to reach the sidecar.
         atexit.register(self.streamer.close)

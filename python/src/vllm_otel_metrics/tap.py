@@ -40,6 +40,7 @@ vLLM's log and an engine without the tap: vLLM serves on.
 
 import dataclasses
 import logging
+import multiprocessing
 import os
 import time
 
@@ -89,8 +90,9 @@ def _version() -> str:
 def register() -> None:
     """The ``vllm.general_plugins`` entry point: hooks ``run_busy_loop`` of
     vLLM's engine-core processes when the tap is the source
-    (:func:`.config.engine_source`). Runs in every vLLM process; does
-    nothing but that."""
+    (:func:`.config.engine_source`). Runs in every vLLM process. Under the
+    Rust frontend it also starts the sidecar, from vLLM's main process
+    (:func:`start_sidecar`)."""
     global _registered
     if _registered:
         return
@@ -98,6 +100,8 @@ def register() -> None:
     try:
         if config.engine_source() != "engine_core":
             return
+        if config.rust_frontend() and multiprocessing.parent_process() is None:
+            start_sidecar()
     except config.ConfigError as e:
         log.error("vllm-otel-metrics: %s; the engine-core tap is off, vLLM goes on", e)
         return
@@ -112,6 +116,30 @@ def register() -> None:
     for cls in (core.EngineCoreProc, getattr(core, "DPEngineCoreProc", None)):
         if cls is not None and "run_busy_loop" in cls.__dict__:
             _hook_busy_loop(cls)
+
+
+def start_sidecar() -> None:
+    """Starts the host's sidecar from vLLM's main process under the Rust
+    frontend (the Python frontend's stat-logger plugin does it there).
+
+    Not from an engine core: vLLM ends an engine core's whole process tree
+    with SIGKILL when it stops, which would kill the sidecar before it
+    drained its last spans and samples. The main process ends the normal
+    way, so the supervisor's exit handler stops the sidecar with SIGTERM
+    and ``serve --exit-with-parent`` covers the rest. No ``--max-model-len``:
+    vllm-rs 0.32.0 builds its token buckets for 131072 tokens whatever the
+    model's length (``build_1_2_5_buckets(131_072)`` in its
+    ``rust/src/metrics/src/request.rs``), which is the sidecar's default.
+    """
+    from .sidecar import Supervisor
+
+    settings = config.from_env()
+    if settings.sidecar is None:
+        return
+    supervisor = Supervisor(settings.sidecar, None, "rust").start()
+    import atexit
+
+    atexit.register(supervisor.close)
 
 
 def _hook_busy_loop(cls) -> None:
@@ -200,7 +228,6 @@ class Tap:
             max_drain_bytes=MAX_CHUNK_BYTES * MAX_RECORDS // 2,
             poll_seconds=POLL_SECONDS,
         )
-        self.supervisor = None
         #: The part of every chunk that never changes, serialized once.
         self._chunk_header = None
 
@@ -211,7 +238,6 @@ class Tap:
         from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs
 
         from .plugin import served_model_name
-        from .sidecar import Supervisor, vllm_bucket_overrides
 
         version = _version()
         unreadable = readable_layout(EngineCoreOutputs, EngineCoreOutput)
@@ -241,21 +267,12 @@ class Tap:
             kv_consumer,
             lora_config is not None,
         )
-        max_model_len = getattr(vllm_config.model_config, "max_model_len", None)
-        if settings.sidecar is not None:
-            sidecar = settings.sidecar
-            from_vllm = vllm_bucket_overrides(vllm_config)
-            if from_vllm is not None:
-                sidecar = dataclasses.replace(sidecar, custom_histogram_buckets=from_vllm)
-            # The Rust frontend's token buckets under vllm-rs, the Python
-            # logger's under the Python frontend: the ones vLLM's own
-            # /metrics has beside the sidecar's.
-            buckets = "rust" if config.rust_frontend() else "python"
-            # vllm-rs 0.32.0 builds its token buckets for 131072 tokens whatever
-            # the model's length (`build_1_2_5_buckets(131_072)` in its
-            # rust/src/metrics/src/request.rs): the sidecar's default length.
-            token_len = None if buckets == "rust" else max_model_len
-            tap.supervisor = Supervisor(sidecar, token_len, buckets).start()
+        # Under vllm-rs the sidecar's token buckets do not follow the model's
+        # length (start_sidecar): the length stays out of the engine_config
+        # record, or the sidecar would advise matching it.
+        max_model_len = None if config.rust_frontend() else getattr(
+            vllm_config.model_config, "max_model_len", None
+        )
         records = [
             convert.engine_config_record(
                 vllm_config.cache_config,
@@ -287,8 +304,6 @@ class Tap:
 
     def close(self) -> None:
         self.streamer.close()
-        if self.supervisor is not None:
-            self.supervisor.close()
 
     def _hook(self, engine_core) -> None:
         """Wraps the three methods on the instance (an instance attribute
