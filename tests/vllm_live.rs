@@ -435,7 +435,6 @@ const ONLY_SIDECAR_UNDER_VLLM_RS: &[&str] = &[
 /// reach the Collector, one span per finished request reaches Jaeger, and
 /// no sidecar outlives vLLM.
 #[test]
-#[ignore = "not yet run to completion against vllm-rs: the comparison of both /metrics is written, its first green run is pending (issue 40)"]
 fn live_rust_frontend_engine_core_tap_matches_vllm_rs() {
     let _serial = serial();
     let vllm_rs = common::path_from_script(

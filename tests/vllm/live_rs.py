@@ -31,6 +31,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 
 import aiohttp
@@ -478,6 +479,22 @@ def reasons(families: dict) -> dict:
 # --- Main -------------------------------------------------------------------
 
 
+def sidecar_pids(vllm_log: str, ingest_port: int) -> list:
+    """The sidecars started for this run: the pids vLLM's log names, and
+    the one the supervisor's lock file holds (vLLM's main process may log
+    before vLLM has set up its logging, so the log alone can miss it)."""
+    pids = {int(m) for m in SIDECAR_PID.findall(open(vllm_log, errors="replace").read())}
+    lock = os.path.join(tempfile.gettempdir(), f"vllm-otel-metrics-{ingest_port}.lock")
+    try:
+        with open(lock) as f:
+            text = f.read().strip()
+        if text.isdigit():
+            pids.add(int(text))
+    except OSError:
+        pass
+    return sorted(pids)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--model", required=True)
@@ -552,11 +569,11 @@ def main():
         }
         report["vllm_exposition"] = vllm_text
         report["sidecar_exposition"] = sidecar_text
-        report["sidecar_pids"] = [int(m) for m in SIDECAR_PID.findall(open(vllm_log, errors="replace").read())]
+        report["sidecar_pids"] = sidecar_pids(vllm_log, ingest_port)
     finally:
         stop(vllm)
         if not report["sidecar_pids"] and os.path.exists(vllm_log):
-            report["sidecar_pids"] = [int(m) for m in SIDECAR_PID.findall(open(vllm_log, errors="replace").read())]
+            report["sidecar_pids"] = sidecar_pids(vllm_log, ingest_port)
     # No process outlives vLLM: the sidecar the tap started is gone within
     # a few seconds (it drains first).
     deadline = time.monotonic() + 15
