@@ -154,3 +154,21 @@ def test_under_vllm_rs_the_main_process_starts_the_sidecar_with_rust_buckets(mon
     assert argv[argv.index("--token-buckets") + 1] == "rust"
     # vllm-rs's token buckets end at 131072 whatever the model: the default.
     assert "--max-model-len" not in argv
+
+
+def test_frames_records_go_alone_the_rest_batched_in_order():
+    from vllm_otel_metrics import stream
+
+    pb = convert.messages()
+    t = make_tap()
+    records = t._to_records([
+        tap.Started(1.0, request("r1")), tap.Started(1.0, request("r2")),
+        (2.0, b"\x90"), tap.Aborted(3.0, ["r1"]), (4.0, b"\x90"), (4.5, b"\x90"),
+    ])
+    messages = list(stream._messages_of(pb, records))
+    shapes = [
+        [r.WhichOneof("record") for r in m.batch.records] if m.WhichOneof("record") == "batch"
+        else m.WhichOneof("record")
+        for m in messages
+    ]
+    assert shapes == [["request", "request"], "frames", "abort", "frames"]

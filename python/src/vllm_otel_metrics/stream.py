@@ -319,7 +319,9 @@ class Streamer:
                     for record in records:
                         handed.note(record)
                     self.sent += len(records)
-                    if len(records) == 1:
+                    if self._batched:
+                        yield from _messages_of(pb, records)
+                    elif len(records) == 1:
                         yield records[0]
                     else:
                         yield pb.Record(batch=pb.RecordBatch(records=records))
@@ -346,6 +348,23 @@ class Streamer:
             except Exception:  # noqa: BLE001 — a bad item must not end the stream
                 log.exception("vllm-otel-metrics: cannot convert one stats record; dropped")
                 self.unsendable += 1
+
+
+def _messages_of(pb, records: list):
+    """The messages of the engine-core tap's records, in order: each
+    ``frames`` record alone (putting it into a batch would copy its bytes,
+    as costly as building it), the records between them in one batch."""
+    run: list = []
+    for record in records:
+        if record.WhichOneof("record") != "frames":
+            run.append(record)
+            continue
+        if run:
+            yield run[0] if len(run) == 1 else pb.Record(batch=pb.RecordBatch(records=run))
+            run = []
+        yield record
+    if run:
+        yield run[0] if len(run) == 1 else pb.Record(batch=pb.RecordBatch(records=run))
 
 
 class Handed:
