@@ -129,14 +129,15 @@ impl IngestService {
             self.apply_frames(&frames, position, summary);
             return;
         }
-        let record = match record_from_proto(message, unix_now()) {
+        let now = unix_now();
+        let record = match record_from_proto(message, now) {
             Ok(record) => record,
             Err(reason) => {
                 self.reject_whole(position, reason.to_string(), summary);
                 return;
             }
         };
-        let whole = self.apply_record(&record, &format!("record {position}"), summary);
+        let whole = self.apply_record(&record, now, &format!("record {position}"), summary);
         if whole {
             summary.wire.records_rejected += 1;
         } else {
@@ -146,17 +147,20 @@ impl IngestService {
 
     /// Counts a wire record that is rejected whole.
     fn reject_whole(&self, position: u64, reason: String, summary: &mut Summary) {
-        RecordSink::invalid(&mut *self.tracker());
-        summary.reject(
-            RejectReason::InvalidRecord.as_str(),
-            format!("record {position}: {reason}"),
-        );
+        self.invalid(format!("record {position}: {reason}"), summary);
         summary.wire.records_rejected += 1;
     }
 
-    /// Applies one record, its rejections named after `place`; says
-    /// whether it was refused whole.
-    fn apply_record(&self, record: &Record, place: &str, summary: &mut Summary) -> bool {
+    /// Counts an input that cannot be decoded, named by `message`.
+    fn invalid(&self, message: String, summary: &mut Summary) {
+        RecordSink::invalid(&mut *self.tracker());
+        summary.reject(RejectReason::InvalidRecord.as_str(), message);
+    }
+
+    /// Applies one record received at `now` (the time evictions it causes
+    /// end at), its rejections named after `place`; says whether it was
+    /// refused whole.
+    fn apply_record(&self, record: &Record, now: f64, place: &str, summary: &mut Summary) -> bool {
         let rejections = {
             let mut tracker = self.tracker();
             tracker.set_now(self.clock.elapsed().as_secs_f64());
@@ -164,7 +168,7 @@ impl IngestService {
             // the streams share.
             let rejections = RecordSink::apply(&mut *tracker, record);
             if matches!(record, Record::Request(_)) {
-                tracker.evict_oldest(self.limits.max_inflight_requests, unix_now());
+                tracker.evict_oldest(self.limits.max_inflight_requests, now);
             }
             rejections
         };
@@ -206,21 +210,16 @@ impl IngestService {
         if let Err(e) = chunk.check() {
             return self.reject_whole(position, format!("engine-core frames: {e}"), summary);
         }
+        let now = unix_now();
         for (i, decoded) in chunk.frames(&layout).enumerate() {
             match decoded {
                 Ok(records) => {
                     let place = format!("record {position}, frame {}", i + 1);
                     for record in &records {
-                        self.apply_record(record, &place, summary);
+                        self.apply_record(record, now, &place, summary);
                     }
                 }
-                Err(e) => {
-                    RecordSink::invalid(&mut *self.tracker());
-                    summary.reject(
-                        RejectReason::InvalidRecord.as_str(),
-                        format!("record {position}, {e}"),
-                    );
-                }
+                Err(e) => self.invalid(format!("record {position}, {e}"), summary),
             }
         }
         summary.wire.records_applied += 1;

@@ -205,31 +205,23 @@ pub fn decode(
     for field in &layout.outputs[..fields] {
         match field {
             OutputsField::EngineIndex => {
-                let at = r.offset();
-                batch.engine = u32::try_from(r.count()?).map_err(|_| MsgpackError {
-                    offset: at,
-                    what: "an engine index beyond 2^32".into(),
-                })?;
+                batch.engine = count_u32(&mut r).map_err(|e| e.within("engine_index"))?;
             }
             OutputsField::Outputs => {
                 let n = r.array()?;
                 batch.outputs.reserve_exact(n);
                 for i in 0..n {
-                    let output = output(&mut r, layout).map_err(|e| MsgpackError {
-                        offset: e.offset,
-                        what: format!("outputs[{i}]: {}", e.what),
-                    })?;
+                    let output =
+                        output(&mut r, layout).map_err(|e| e.within(&format!("outputs[{i}]")))?;
                     batch.outputs.push(output);
                 }
             }
             OutputsField::SchedulerStats => {
                 if !r.nil()? {
-                    stats = Some(scheduler_stats(&mut r, setup, sent_at).map_err(|e| {
-                        MsgpackError {
-                            offset: e.offset,
-                            what: format!("scheduler_stats: {}", e.what),
-                        }
-                    })?);
+                    stats = Some(
+                        scheduler_stats(&mut r, setup, sent_at)
+                            .map_err(|e| e.within("scheduler_stats"))?,
+                    );
                 }
             }
             OutputsField::Timestamp => batch.timestamp = r.float()?,
@@ -307,8 +299,9 @@ fn output(r: &mut Reader<'_>, layout: &Layout) -> Result<EngineCoreOutput> {
     Ok(out)
 }
 
-/// Reads a map's entries, calling `field` with each key; `field` reads the
-/// value of a key it knows and says whether it did (the rest are skipped).
+/// Reads a map's entries (string keys: field names, or enum values written
+/// as strings), calling `field` with each key; `field` reads the value of a
+/// key it knows and says whether it did (the rest are skipped).
 fn map_fields<'a>(
     r: &mut Reader<'a>,
     mut field: impl FnMut(&str, &mut Reader<'a>) -> Result<bool>,
@@ -319,7 +312,7 @@ fn map_fields<'a>(
         let at = r.offset();
         if !field(key, r).map_err(|e| MsgpackError {
             offset: e.offset.max(at),
-            what: format!("{key}: {}", e.what),
+            ..e.within(key)
         })? {
             r.skip()?;
         }
@@ -416,7 +409,7 @@ fn cache_stats(r: &mut Reader<'_>) -> Result<(u64, u64, Option<ExternalHitsBySou
             "hits_by_source" => {
                 let mut split = ExternalHitsBySource::default();
                 let mut any = false;
-                map_fields_any_key(r, |source, r| {
+                map_fields(r, |source, r| {
                     let tokens = r.count()?;
                     any = true;
                     match source {
@@ -427,7 +420,7 @@ fn cache_stats(r: &mut Reader<'_>) -> Result<(u64, u64, Option<ExternalHitsBySou
                         "disk" => split.disk += tokens,
                         _ => split.external_unspecified += tokens,
                     }
-                    Ok(())
+                    Ok(true)
                 })?;
                 if any {
                     by_source = Some(split);
@@ -438,19 +431,6 @@ fn cache_stats(r: &mut Reader<'_>) -> Result<(u64, u64, Option<ExternalHitsBySou
         Ok(true)
     })?;
     Ok((queries, hits, by_source))
-}
-
-/// A map whose keys are strings (or enum values written as strings).
-fn map_fields_any_key<'a>(
-    r: &mut Reader<'a>,
-    mut entry: impl FnMut(&str, &mut Reader<'a>) -> Result<()>,
-) -> Result<()> {
-    let n = r.map()?;
-    for _ in 0..n {
-        let key = r.str()?;
-        entry(key, r)?;
-    }
-    Ok(())
 }
 
 fn scheduler_stats(
@@ -486,7 +466,7 @@ fn scheduler_stats(
             "num_kv_fetch_reqs_by_stage" => {
                 let mut stages = KvFetchStages::default();
                 let mut any = false;
-                map_fields_any_key(r, |stage, r| {
+                map_fields(r, |stage, r| {
                     let n = r.count()?;
                     any = true;
                     match stage {
@@ -495,7 +475,7 @@ fn scheduler_stats(
                         "completed_waiting" => stages.completed_waiting = n,
                         _ => {}
                     }
-                    Ok(())
+                    Ok(true)
                 })?;
                 if setup.kv_consumer && any {
                     s.num_kv_fetch_reqs_by_stage = Some(stages);
@@ -560,10 +540,10 @@ fn scheduler_stats(
             }
             "running_lora_adapters" | "waiting_lora_adapters" => {
                 let mut names = Vec::new();
-                map_fields_any_key(r, |name, r| {
+                map_fields(r, |name, r| {
                     r.skip()?;
                     names.push(name.to_owned());
-                    Ok(())
+                    Ok(true)
                 })?;
                 if setup.lora_enabled {
                     if key == "running_lora_adapters" {

@@ -25,6 +25,16 @@ impl fmt::Display for MsgpackError {
 
 impl std::error::Error for MsgpackError {}
 
+impl MsgpackError {
+    /// The same error, said to be inside `what` (a field, an element).
+    pub(crate) fn within(self, what: &str) -> Self {
+        MsgpackError {
+            offset: self.offset,
+            what: format!("{what}: {}", self.what),
+        }
+    }
+}
+
 /// The kind of the next value, as far as a decoder needs to tell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
