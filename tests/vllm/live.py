@@ -71,11 +71,15 @@ def wait(what: str, check, timeout: float, process=None, log=None):
 
 class Load:
     """Concurrent completions: ``count`` requests, ``concurrency`` at a
-    time, one in ``drop_every`` a stream the client drops after a few chunks.
-    Every other request must be answered with a 200 and a whole completion."""
+    time, one in ``drop_every`` a stream the client drops after
+    ``drop_after`` chunks. Every other request must be answered with a 200
+    and a whole completion; the finish reasons answered are counted."""
 
-    def __init__(self, url: str, count: int, concurrency: int, drop_every: int, seed: int):
+    def __init__(self, url: str, count: int, concurrency: int, drop_every: int, seed: int,
+                 drop_after: int = 3):
         self.url = url
+        self.drop_after = drop_after
+        self.finish_reasons = {}
         self.count = count
         self.concurrency = concurrency
         self.drop_every = drop_every
@@ -107,6 +111,7 @@ class Load:
                 if not body["stream"]:
                     answer = await response.json()
                     self.ttft.append(time.monotonic() - began)
+                    self._finished(answer["choices"][0].get("finish_reason"))
                     if answer["usage"]["completion_tokens"] != body["max_tokens"]:
                         self.errors.append(f"request {index}: {answer['usage']} for {body['max_tokens']} tokens")
                         return
@@ -124,7 +129,10 @@ class Load:
                         self.errors.append(f"request {index}: {line[:300]!r}")
                         return
                     chunks += 1
-                    if drop and chunks == 3:
+                    reason = (json.loads(line[6:]).get("choices") or [{}])[0].get("finish_reason")
+                    if reason:
+                        self._finished(reason)
+                    if drop and chunks == self.drop_after:
                         # The client goes away mid-stream: vLLM aborts the request.
                         self.dropped += 1
                         response.close()
@@ -132,6 +140,9 @@ class Load:
                 self.completed += 1
         except (aiohttp.ClientError, asyncio.TimeoutError) as e:
             self.errors.append(f"request {index}: {type(e).__name__}: {e}")
+
+    def _finished(self, reason) -> None:
+        self.finish_reasons[str(reason)] = self.finish_reasons.get(str(reason), 0) + 1
 
     async def run(self) -> None:
         semaphore = asyncio.Semaphore(self.concurrency)

@@ -324,68 +324,6 @@ def _nonzero(samples: dict) -> list:
 # --- Load -------------------------------------------------------------------
 
 
-class DropEarlyLoad(Load):
-    """:class:`live.Load`, but a dropped stream is dropped right after its
-    first chunk, and every answer's finish reason is counted."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.finish_reasons = {}
-
-    async def one(self, session, index: int) -> None:
-        drop = self.drop_every and index % self.drop_every == self.drop_every - 1
-        body = {
-            "model": MODEL_NAME,
-            "prompt": self.prompt(),
-            "max_tokens": self.random.randrange(40, 200),
-            "ignore_eos": True,
-            "temperature": 0.0,
-            "stream": bool(drop or index % 3 == 0),
-        }
-        began = time.monotonic()
-        try:
-            async with session.post(self.url, json=body) as response:
-                if response.status != 200:
-                    self.errors.append(f"request {index}: HTTP {response.status}: {(await response.text())[:300]}")
-                    return
-                if not body["stream"]:
-                    answer = await response.json()
-                    self.ttft.append(time.monotonic() - began)
-                    self._finished(answer["choices"][0].get("finish_reason"))
-                    if answer["usage"]["completion_tokens"] != body["max_tokens"]:
-                        self.errors.append(f"request {index}: {answer['usage']} for {body['max_tokens']} tokens")
-                        return
-                    self.completed += 1
-                    return
-                chunks = 0
-                async for line in response.content:
-                    if not line.startswith(b"data: "):
-                        continue
-                    if chunks == 0:
-                        self.ttft.append(time.monotonic() - began)
-                    if line.strip() == b"data: [DONE]":
-                        break
-                    if b'"error"' in line:
-                        self.errors.append(f"request {index}: {line[:300]!r}")
-                        return
-                    chunks += 1
-                    reason = json.loads(line[6:])["choices"][0].get("finish_reason")
-                    if reason:
-                        self._finished(reason)
-                    if drop:
-                        # The client goes away after the first chunk: vllm-rs
-                        # drops the stream and aborts the request in the engine.
-                        self.dropped += 1
-                        response.close()
-                        return
-                self.completed += 1
-        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
-            self.errors.append(f"request {index}: {type(e).__name__}: {e}")
-
-    def _finished(self, reason) -> None:
-        self.finish_reasons[str(reason)] = self.finish_reasons.get(str(reason), 0) + 1
-
-
 STOP_PROMPT = " ".join(f"w{i}" for i in (17, 3, 250, 41, 9, 302, 77, 5))
 
 
@@ -542,7 +480,9 @@ def main():
         report["rust_frontend_launched"] = "Launching Rust frontend" in log_text
 
         url = f"{base}/v1/completions"
-        load = DropEarlyLoad(url, args.requests, args.concurrency, args.drop_every, seed=1)
+        # A dropped stream goes after its first chunk: vllm-rs drops it and
+        # aborts the request in the engine.
+        load = Load(url, args.requests, args.concurrency, args.drop_every, seed=1, drop_after=1)
         began = time.monotonic()
 
         async def drive():
