@@ -274,13 +274,7 @@ def alternatives(tap, pb) -> dict:
     import vllm_otel_metrics.tap as tm
 
     limit, Started, Aborted = tm.MAX_CHUNK_BYTES, tm.Started, tm.Aborted
-    template = pb.EngineCoreFrames(
-        model_name=tap.model_name,
-        engine_core_outputs_fields=tap.outputs_fields,
-        engine_core_output_fields=tap.output_fields,
-        kv_consumer=tap.kv_consumer,
-        lora_enabled=tap.lora_enabled,
-    )
+    template = pb.EngineCoreFrames.FromString(tap._chunk_header)
 
     def chunk(frames, times):
         record = pb.Record()

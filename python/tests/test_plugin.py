@@ -157,24 +157,12 @@ def vllm_steps_ns(**fields):
     return types.SimpleNamespace(**fields)
 
 
-def test_the_sidecar_gets_the_bucket_overrides_vllm_or_the_environment_gives(monkeypatch):
+def test_the_sidecar_gets_the_bucket_overrides_vllm_or_the_environment_gives(
+    monkeypatch, started_supervisors
+):
     from vllm_otel_metrics import sidecar
 
-    started = []
-
-    class Recorded:
-        """Stands in for the supervisor: keeps the settings it was given."""
-
-        def __init__(self, settings, max_model_len):
-            started.append((settings, max_model_len))
-
-        def start(self):
-            return self
-
-        def close(self):
-            pass
-
-    monkeypatch.setattr(plugin_module, "Supervisor", Recorded)
+    started = started_supervisors(plugin_module)
     monkeypatch.setenv("VLLM_OTEL_METRICS_SIDECAR", "auto")
     # Nothing listens there; the streamer keeps trying in the background.
     monkeypatch.setenv("VLLM_OTEL_METRICS_TARGET", "http://127.0.0.1:9")
@@ -199,24 +187,14 @@ def test_the_sidecar_gets_the_bucket_overrides_vllm_or_the_environment_gives(mon
     ]
 
 
-def test_with_the_tap_as_source_the_plugin_starts_the_sidecar_and_sends_nothing(monkeypatch):
-    started = []
-
-    class Recorded:
-        def __init__(self, settings, max_model_len):
-            started.append(max_model_len)
-
-        def start(self):
-            return self
-
-        def close(self):
-            pass
-
-    monkeypatch.setattr(plugin_module, "Supervisor", Recorded)
+def test_with_the_tap_as_source_the_plugin_starts_the_sidecar_and_sends_nothing(
+    monkeypatch, started_supervisors
+):
+    started = started_supervisors(plugin_module)
     monkeypatch.setenv("VLLM_OTEL_METRICS_SIDECAR", "auto")
     monkeypatch.setenv("VLLM_OTEL_METRICS_SOURCE", "engine_core")
     plugin = OtelMetricsStatLogger(vllm_steps.vllm_config("m", 4096), [0])
     # Started here (this process ends the normal way), fed by the tap.
-    assert started == [4096]
+    assert [max_model_len for _settings, max_model_len in started] == [4096]
     assert plugin.streamer is None
     plugin.record(None, IterationStats(), None, 0)

@@ -132,25 +132,16 @@ def test_an_abort_is_recorded_once_while_the_scheduler_runs_the_request():
         ("abort", ["r1", "done", "unknown"]), ("abort", ["r1"]), ("abort", ["r", "1"])]
 
 
-def test_under_vllm_rs_the_main_process_starts_the_sidecar_with_rust_buckets(monkeypatch):
+def test_under_vllm_rs_the_main_process_starts_the_sidecar_with_rust_buckets(
+    monkeypatch, started_supervisors
+):
     from vllm_otel_metrics import sidecar
 
-    started = []
-
-    class Recorded:
-        def __init__(self, settings, max_model_len, token_buckets):
-            started.append(sidecar.command("bin", settings, max_model_len, token_buckets))
-
-        def start(self):
-            return self
-
-        def close(self):
-            pass
-
-    monkeypatch.setattr(sidecar, "Supervisor", Recorded)
+    started = started_supervisors(sidecar)
     monkeypatch.setenv("VLLM_OTEL_METRICS_SIDECAR", "auto")
     tap.start_sidecar()
-    (argv,) = started
+    ((settings, max_model_len, token_buckets),) = started
+    argv = sidecar.command("bin", settings, max_model_len, token_buckets)
     assert argv[argv.index("--token-buckets") + 1] == "rust"
     # vllm-rs's token buckets end at 131072 whatever the model: the default.
     assert "--max-model-len" not in argv

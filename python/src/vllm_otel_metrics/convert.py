@@ -472,6 +472,18 @@ def engine_config_record(cache_config, model_name: str, engine: int, max_loras, 
     return record
 
 
+def engine_records(cache_config, model_name: str, engine: int, max_loras, max_model_len,
+                   kv_consumer: bool, nixl: bool, received_at: float) -> list:
+    """An engine's start-up records: its configuration
+    (:func:`engine_config_record`) and the KV series vLLM creates at start
+    (:func:`engine_start_record`), when it has any."""
+    records = [engine_config_record(cache_config, model_name, engine, max_loras, max_model_len)]
+    start = engine_start_record(model_name, engine, received_at, kv_consumer, nixl)
+    if start is not None:
+        records.append(start)
+    return records
+
+
 def sleep_record(model_name: str, engine: int, sleep: int, level: int):
     """``record_sleep_state(sleep, level)``: vLLM passes ``(1, level)`` when an
     engine goes to sleep and ``(0, 0)`` when it wakes up."""

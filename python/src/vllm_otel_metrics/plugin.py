@@ -145,18 +145,14 @@ class OtelMetricsStatLogger(AggregateStatLoggerBase):
         max_model_len = getattr(self.vllm_config.model_config, "max_model_len", None)
         records = []
         for engine in self.engine_indexes:
-            records.append(
-                convert.engine_config_record(
-                    self.vllm_config.cache_config,
-                    self.model_name,
-                    engine,
-                    self.max_loras,
-                    max_model_len,
-                )
+            records += convert.engine_records(
+                self.vllm_config.cache_config,
+                self.model_name,
+                engine,
+                self.max_loras,
+                max_model_len,
+                self.kv_consumer,
+                self.nixl,
+                time.time(),
             )
-            start = convert.engine_start_record(
-                self.model_name, engine, time.time(), self.kv_consumer, self.nixl
-            )
-            if start is not None:
-                records.append(start)
         return records

@@ -321,10 +321,8 @@ class Streamer:
                     self.sent += len(records)
                     if self._batched:
                         yield from _messages_of(pb, records)
-                    elif len(records) == 1:
-                        yield records[0]
                     else:
-                        yield pb.Record(batch=pb.RecordBatch(records=records))
+                        yield _message(pb, records)
                     continue
                 if self._stop.is_set():
                     return
@@ -350,6 +348,11 @@ class Streamer:
                 self.unsendable += 1
 
 
+def _message(pb, records: list):
+    """One message of ``records``: the record itself, or a batch of them."""
+    return records[0] if len(records) == 1 else pb.Record(batch=pb.RecordBatch(records=records))
+
+
 def _messages_of(pb, records: list):
     """The messages of the engine-core tap's records, in order: each
     ``frames`` record alone (putting it into a batch would copy its bytes,
@@ -360,11 +363,11 @@ def _messages_of(pb, records: list):
             run.append(record)
             continue
         if run:
-            yield run[0] if len(run) == 1 else pb.Record(batch=pb.RecordBatch(records=run))
+            yield _message(pb, run)
             run = []
         yield record
     if run:
-        yield run[0] if len(run) == 1 else pb.Record(batch=pb.RecordBatch(records=run))
+        yield _message(pb, run)
 
 
 class Handed:

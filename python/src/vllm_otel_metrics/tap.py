@@ -213,10 +213,16 @@ class Tap:
 
         self.model_name = model_name
         self.engine = engine
-        self.outputs_fields = list(outputs_fields)
-        self.output_fields = list(output_fields)
-        self.kv_consumer = kv_consumer
-        self.lora_enabled = lora_enabled
+        #: The part of every chunk that never changes (the model name, the
+        #: field names, the flags), serialized once: parsing it back costs
+        #: less than setting some 30 strings anew for each chunk.
+        self._chunk_header = convert.messages().EngineCoreFrames(
+            model_name=model_name,
+            engine_core_outputs_fields=list(outputs_fields),
+            engine_core_output_fields=list(output_fields),
+            kv_consumer=kv_consumer,
+            lora_enabled=lora_enabled,
+        ).SerializeToString()
         self.streamer = Streamer(
             settings,
             self._to_records,
@@ -228,8 +234,6 @@ class Tap:
             max_drain_bytes=MAX_CHUNK_BYTES * MAX_RECORDS // 2,
             poll_seconds=POLL_SECONDS,
         )
-        #: The part of every chunk that never changes, serialized once.
-        self._chunk_header = None
 
     @classmethod
     def attach(cls, engine_core) -> "Tap | bool":
@@ -273,19 +277,18 @@ class Tap:
         max_model_len = None if config.rust_frontend() else getattr(
             vllm_config.model_config, "max_model_len", None
         )
-        records = [
-            convert.engine_config_record(
+        tap.streamer.submit(
+            convert.engine_records(
                 vllm_config.cache_config,
                 model_name,
                 engine,
                 getattr(lora_config, "max_loras", None) if lora_config else None,
                 max_model_len,
+                kv_consumer,
+                nixl,
+                time.time(),
             )
-        ]
-        start = convert.engine_start_record(model_name, engine, time.time(), kv_consumer, nixl)
-        if start is not None:
-            records.append(start)
-        tap.streamer.submit(records)
+        )
         tap.streamer.start()
         tap._hook(engine_core)
         import atexit
@@ -366,14 +369,6 @@ class Tap:
         """Runs on the streaming thread: the drained items as records, in order."""
         pb = convert.messages()
         header = self._chunk_header
-        if header is None:
-            header = self._chunk_header = pb.EngineCoreFrames(
-                model_name=self.model_name,
-                engine_core_outputs_fields=self.outputs_fields,
-                engine_core_output_fields=self.output_fields,
-                kv_consumer=self.kv_consumer,
-                lora_enabled=self.lora_enabled,
-            ).SerializeToString()
         records = []
         frames: list = []
         times: list = []
@@ -385,8 +380,6 @@ class Tap:
                 return
             record = pb.Record()
             chunk = record.frames
-            # The model name, the field names and the flags: parsed from
-            # bytes made once, cheaper than setting some 30 strings anew.
             chunk.MergeFromString(header)
             chunk.frames = b"".join(frames)
             chunk.frame_lengths.extend(map(len, frames))
