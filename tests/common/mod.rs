@@ -189,12 +189,23 @@ pub(crate) fn replay(trace: &Path) -> (i32, String, String) {
     ])
 }
 
-/// A port that was free a moment ago on 127.0.0.1.
+/// A port that was free a moment ago on 127.0.0.1, and never handed out
+/// before by this test binary: the kernel may give a port back as soon as
+/// its listener is dropped, so two calls for one process (Jaeger takes six)
+/// could otherwise get the same one, and the second bind fails.
 pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port");
+        if handed_out.insert(port) {
+            return port;
+        }
+    }
 }
 
 /// `GET http://127.0.0.1:{port}{path}`; `None` when nothing answers.
