@@ -211,25 +211,6 @@ fn frames_streamed_to_serve_record_what_their_records_replay_to() {
     wire.push(pb::Record {
         record: Some(pb::record::Record::Frames(wire_frames)),
     });
-    let server = Server::start(&[]);
-    let target = server.target();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let summary = runtime
-        .block_on(async move {
-            let mut client = pb::ingest_client::IngestClient::connect(target).await?;
-            let summary = client.stream(tokio_stream::iter(wire)).await?;
-            Ok::<_, Box<dyn std::error::Error>>(summary.into_inner())
-        })
-        .unwrap();
-    assert_eq!(summary.records_applied, 3, "{summary:?}");
-    assert_eq!(summary.records_rejected, 0, "{summary:?}");
-    assert_eq!(summary.first_rejections.len(), 1, "{summary:?}");
-    assert!(
-        summary.first_rejections[0]
-            .starts_with(&format!("record 3, frame 3 ({cut} bytes): at byte ")),
-        "{summary:?}"
-    );
-
     let dir = std::env::temp_dir().join(format!("tap-frames-replay-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let trace = dir.join("records.jsonl");
@@ -254,7 +235,40 @@ fn frames_streamed_to_serve_record_what_their_records_replay_to() {
             .any(|k| k.starts_with("vllm:request_success_total")),
         "{replayed:?}"
     );
+
+    // Over gRPC: the stream's summary names the broken frame.
+    let server = Server::start(&[]);
+    let target = server.target();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let grpc_wire = wire.clone();
+    let summary = runtime
+        .block_on(async move {
+            let mut client = pb::ingest_client::IngestClient::connect(target).await?;
+            let summary = client.stream(tokio_stream::iter(grpc_wire)).await?;
+            Ok::<_, Box<dyn std::error::Error>>(summary.into_inner())
+        })
+        .unwrap();
+    assert_eq!(summary.records_applied, 3, "{summary:?}");
+    assert_eq!(summary.records_rejected, 0, "{summary:?}");
+    assert_eq!(summary.first_rejections.len(), 1, "{summary:?}");
+    assert!(
+        summary.first_rejections[0]
+            .starts_with(&format!("record 3, frame 3 ({cut} bytes): at byte ")),
+        "{summary:?}"
+    );
     assert_eq!(server.vllm_samples(), replayed);
+
+    // Over the ingest socket, the tap's transport to the sidecar it started:
+    // the same records, the same samples.
+    let socket = dir.join("ingest.sock");
+    let path = socket.to_str().unwrap();
+    let server = Server::start(&["--ingest-socket", path]);
+    common::serve::send_over_socket(&socket, &wire);
+    let streamed = common::wait_for(20, "the socket's records applied", || {
+        let samples = server.vllm_samples();
+        (samples == replayed).then_some(samples)
+    });
+    assert_eq!(streamed, replayed);
 }
 
 #[test]

@@ -13,13 +13,17 @@ classes and times, interleaved in rounds (alternating which goes first):
     ``Tap._hook`` installs it (on a stand-in with no-op methods), called
     with the real encoded buffer, less the unwrapped no-op's call;
   - ``thread``: the streaming thread's share: ``Streamer._drain()``,
-    ``Tap._to_records(items)`` and ``SerializeToString()`` of every record
-    (gRPC's serializer is this Python call; it holds the GIL), amortized
-    over the steps of one drain. While streaming, the thread drains after
-    each ``POLL_SECONDS`` (50 ms) wait, so a drain holds about 50 ms of
-    steps: ~1–2 at batch 256 (a GPU step of 20–40 ms), ~10 at batch 1 (a
-    step of ~5 ms). ``--per-drain`` (default 1,16) sets the steps per
-    drain; each gets its own row.
+    ``Tap._to_records(items)`` and what the transport does with each record
+    while it holds the GIL, amortized over the steps of one drain. Over the
+    ingest socket (the transport to a sidecar the plugin started) that is
+    the list of parts ``sendmsg`` gathers: vLLM's frames are not copied in
+    Python, and ``sendmsg`` releases the GIL for the kernel's copy. Over
+    gRPC (a sidecar run by other means) it is ``SerializeToString()``, which
+    gRPC's Python layer calls with the GIL held. The thread drains every
+    ``POLL_SECONDS`` (1 s), so a drain holds ~30–200 steps;
+    ``--per-drain`` (default 1,16) sets the steps per drain (fewer steps a
+    drain cost more each), and one more row has the steps a drain holds as
+    deployed: one ``POLL_SECONDS`` of steps at ``--step-ms``.
 
   Steps are decode steps of ``batch`` running requests (vLLM-style internal
   ids ``cmpl-<32 hex>-0-<8 hex>``, one new token each, no events); every 50th
@@ -45,12 +49,13 @@ rounds. Nothing is asserted: the bench exits non-zero only when it crashes.
 ``ratio`` is tap over vLLM; the targets (tap ≤ 0.5 × vLLM at batch 256,
 ≤ 1.0 × at 1 and 64 and per request) are printed beside them.
 
-These loops run warm: the same code over and over, caches hot. ``--grpc``
-measures in situ instead: this thread plays vLLM's output thread at one
-step per ``--step-ms`` period (5, 15, 30 ms for batch 1, 64, 256), encoding
-each step with vLLM's encoder and handing it to the hot path, both timed,
-while the tap's real ``Streamer`` streams to a gRPC sink in another process;
-the CPU time of the process's other threads (``/proc/self/task/*/schedstat``)
+These loops run warm: the same code over and over, caches hot.
+``--in-situ`` measures in situ instead, once per transport: this thread
+plays vLLM's output thread at one step per ``--step-ms`` period (5, 15,
+30 ms for batch 1, 64, 256), encoding each step with vLLM's encoder and
+handing it to the hot path, both timed, while the tap's real ``Streamer``
+streams to a sink in another process (a Unix socket, or a gRPC server); the
+CPU time of the process's other threads (``/proc/self/task/*/schedstat``)
 is the tap's background cost: Python threads (the stream thread, gRPC's
 request-consuming and polling threads: they can hold the GIL, an upper
 bound) apart from gRPC's C-core threads (they cannot).
@@ -63,11 +68,8 @@ this python when it has grpcio-tools, else from ``$PROTOC_PYTHON`` (default
 ``python3``); only ``protobuf`` is needed at run time.
 
     python benches/python/tap_cost.py [--rounds 9] [--batches 1,64,256]
-        [--per-drain 1,16] [--steps 400] [--alternatives]
-        [--grpc [--grpc-seconds 4] [--grpc-rounds 3] [--poll 0.25]]
-
-``--alternatives`` adds rows for changes to the tap measured the same way
-(see ``ALTERNATIVES``).
+        [--per-drain 1,16] [--steps 400]
+        [--in-situ [--grpc-seconds 4] [--grpc-rounds 3]]
 """
 
 import argparse
@@ -238,134 +240,57 @@ def time_hot(core, buffers) -> float:
     return per_step(blocks)
 
 
-def time_thread(tap, items, per_drain: int, variant=None) -> float:
+def prepare(transport: str):
+    """What the stream thread does with a record before the kernel or gRPC
+    takes it, with the GIL held: over the ingest socket, the list of parts
+    ``sendmsg`` gathers (vLLM's frames as they are; ``sendmsg`` releases
+    the GIL for its copy); over gRPC, the serialization gRPC's Python
+    layer calls."""
+    from vllm_otel_metrics import stream
+
+    pack, Raw = stream._LENGTH.pack, stream.Raw
+
+    def socket_parts(record):
+        if type(record) is Raw:
+            return [pack(record.size), *record.parts]
+        data = record.SerializeToString()
+        return [pack(len(data)), data]
+
+    return socket_parts if transport == "socket" else stream._serialize
+
+
+def time_thread(tap, items, per_drain: int, transport: str) -> float:
     """The thread's work per step: drains of ``per_drain`` queued steps each,
-    converted and serialized. ``variant``: (drain, to_records) in place of
-    the tap's."""
+    converted and prepared for ``transport`` (:func:`prepare`)."""
     streamer = tap.streamer
     queue = streamer.queue
-    drain, to_records = variant or (streamer._drain, tap._to_records)
+    drain, to_records, ready = streamer._drain, tap._to_records, prepare(transport)
     clock, blocks = time.perf_counter_ns, []
     for start in range(0, len(items), per_drain):
         queue.extend(items[start:start + per_drain])
         began = clock()
         for record in to_records(drain()):
-            record.SerializeToString()
+            ready(record)
         blocks.append((clock() - began, min(per_drain, len(items) - start)))
     return per_step(blocks)
 
 
-ALTERNATIVES = """\
-template: Tap._to_records' flush() starts each EngineCoreFrames with CopyFrom
-  of one prebuilt at __init__ (model name, both field-name lists, kv_consumer,
-  lora_enabled) instead of setting its ~30 strings one by one.
-fast: template, plus Streamer._drain pops with a list comprehension (no
-  per-item byte count: _to_records already cuts chunks at MAX_CHUNK_BYTES),
-  and _to_records takes each run of frames with zip(*run), sum(map(len, ..))
-  and the packed fields' extend, in C, instead of a Python loop per frame.
-With --grpc, in situ: the stream thread's POLL_SECONDS (--poll), alone, with
-fast, and with fast and one record per message (no RecordBatch, whose
-constructor deep-copies every record it is given: a 512 KiB frames chunk
-costs more to copy in than to build)."""
-
-
-def alternatives(tap, pb) -> dict:
-    """The variants of ``ALTERNATIVES``: name -> (drain, to_records)."""
-    import vllm_otel_metrics.tap as tm
-
-    limit, Started, Aborted = tm.MAX_CHUNK_BYTES, tm.Started, tm.Aborted
-    template = pb.EngineCoreFrames.FromString(tap._chunk_header)
-
-    def chunk(frames, times):
-        record = pb.Record()
-        message = record.frames
-        message.CopyFrom(template)
-        message.frames = b"".join(frames)
-        message.frame_lengths.extend(map(len, frames))
-        message.sent_at.extend(times)
-        return record
-
-    def other(item, records):
-        if type(item) is Started:
-            records.append(tap._request_record(pb, item))
-        elif type(item) is Aborted:
-            for rid in item.request_ids:
-                record = pb.Record()
-                record.abort.request_id = str(rid)
-                record.abort.received_at = item.at
-                records.append(record)
-        else:
-            records.extend(item)
-
-    def templated(items):
-        # Tap._to_records with only flush() changed.
-        records, frames, times, size = [], [], [], 0
-        for item in items:
-            if type(item) is tuple:
-                at, frame = item
-                if size + len(frame) > limit and frames:
-                    records.append(chunk(frames, times))
-                    frames, times, size = [], [], 0
-                frames.append(frame)
-                times.append(at)
-                size += len(frame)
-                continue
-            if frames:
-                records.append(chunk(frames, times))
-                frames, times, size = [], [], 0
-            other(item, records)
-        if frames:
-            records.append(chunk(frames, times))
-        return records
-
-    def run_records(run, records):
-        times, frames = zip(*run)
-        if sum(map(len, frames)) <= limit:
-            records.append(chunk(frames, times))
-            return
-        start = size = 0
-        for i, frame in enumerate(frames):
-            if size + len(frame) > limit and i > start:
-                records.append(chunk(frames[start:i], times[start:i]))
-                start, size = i, 0
-            size += len(frame)
-        records.append(chunk(frames[start:], times[start:]))
-
-    def fast(items):
-        records = []
-        kinds = list(map(type, items))
-        if kinds.count(tuple) == len(kinds):
-            if items:
-                run_records(items, records)
-            return records
-        start = 0
-        for i, kind in enumerate(kinds):
-            if kind is not tuple:
-                if i > start:
-                    run_records(items[start:i], records)
-                other(items[i], records)
-                start = i + 1
-        if start < len(items):
-            run_records(items[start:], records)
-        return records
-
-    queue, max_drain = tap.streamer.queue, tm.MAX_DRAIN
-
-    def fast_drain():
-        popleft = queue.popleft
-        return [popleft() for _ in range(min(len(queue), max_drain))]
-
-    return {"template": (tap.streamer._drain, templated), "fast": (fast_drain, fast)}
+TRANSPORTS = ("socket", "grpc")
 
 
 def spread(values) -> str:
     return f"{min(values) / 1000:.2f}–{max(values) / 1000:.2f}"
 
 
-def make_tap(config, tap_module, queue_bound: int, target: str = "http://127.0.0.1:1"):
+def make_tap(config, tap_module, queue_bound: int, target: str = "http://127.0.0.1:1",
+             socket_path: "str | None" = None):
+    """A tap on a stand-in engine; with ``socket_path`` its settings are a
+    started sidecar's (the Tap itself starts none), so it streams over that
+    ingest socket."""
     settings = config.from_env({
         "VLLM_OTEL_METRICS_QUEUE": str(queue_bound),
-        "VLLM_OTEL_METRICS_SIDECAR": "off",
+        "VLLM_OTEL_METRICS_SIDECAR": "auto" if socket_path else "off",
+        "VLLM_OTEL_METRICS_SOCKET": socket_path or "none",
         "VLLM_OTEL_METRICS_TARGET": target,
     })
     tap = tap_module.Tap(settings, MODEL, 0, EngineCoreOutputs.__struct_fields__,
@@ -377,7 +302,7 @@ def make_tap(config, tap_module, queue_bound: int, target: str = "http://127.0.0
 
 def bench_steps(args, config, tap_module, pb, rng) -> list:
     rows = []
-    for batch in args.batches:
+    for batch, step_ms in zip(args.batches, args.step_ms):
         steps = engine_steps(batch, args.steps, rng)
         encoder = MsgpackEncoder()
         buffer = bytearray()
@@ -388,20 +313,22 @@ def bench_steps(args, config, tap_module, pb, rng) -> list:
         frame_bytes = statistics.mean(len(b[0]) for b in buffers)
         tap, core = make_tap(config, tap_module, len(steps) + 10)
         plain = StandIn()
-        variants = alternatives(tap, pb) if args.alternatives else {}
         # The thread's input: what the hot path queues.
         time_hot(core, buffers)
         items = list(tap.streamer.queue)
         tap.streamer.queue.clear()
         vllm_t, hot_t = [], []
-        thread_t = {(name, k): [] for name in ["tap", *variants] for k in args.per_drain}
+        # And the steps one drain holds as deployed: a step every --step-ms,
+        # a drain every POLL_SECONDS.
+        deployed = max(1, round(tap_module.POLL_SECONDS * 1000 / step_ms))
+        drains = sorted({*args.per_drain, min(deployed, len(steps))})
+        thread_t = {(name, k): [] for name in TRANSPORTS for k in drains}
 
         def ours():
             # The wrapper's time less that of the method it wraps (vLLM's).
             hot = time_hot(core, buffers) - time_hot(plain, buffers)
             tap.streamer.queue.clear()
-            threads = {(name, k): time_thread(tap, items, k, variants.get(name))
-                       for name, k in thread_t}
+            threads = {(name, k): time_thread(tap, items, k, name) for name, k in thread_t}
             return hot, threads
 
         for round_ in range(args.rounds + 1):  # round 0 warms up, unreported
@@ -447,7 +374,6 @@ def bench_requests(args, config, tap_module, pb, rng) -> tuple:
     tap, core = make_tap(config, tap_module, 10 * len(requests) + 100)
     plain = StandIn()
     streamer = tap.streamer
-    variants = alternatives(tap, pb)
 
     def vllm_decode():
         decode, clock, blocks = decoder.decode, time.perf_counter_ns, []
@@ -459,9 +385,10 @@ def bench_requests(args, config, tap_module, pb, rng) -> tuple:
             blocks.append((clock() - began, n))
         return per_step(blocks)
 
-    def tap_requests():
+    def tap_requests(transport):
         # Per block of requests: the add_request wrapper less vLLM's own
-        # add_request, then the thread's drain, records and serialization.
+        # add_request, then the thread's drain, records and preparation.
+        ready = prepare(transport)
         clock, blocks = time.perf_counter_ns, []
         for start in range(0, len(requests), BLOCK):
             block = requests[start:start + BLOCK]
@@ -475,7 +402,7 @@ def bench_requests(args, config, tap_module, pb, rng) -> tuple:
             own = clock() - began
             began = clock()
             for record in tap._to_records(streamer._drain()):
-                record.SerializeToString()
+                ready(record)
             blocks.append((hooked - own + clock() - began, len(block)))
         return per_step(blocks)
 
@@ -496,38 +423,40 @@ def bench_requests(args, config, tap_module, pb, rng) -> tuple:
 
     def split_cost(drain, to_records):
         # The median over repetitions of (mixed - steps alone), per request.
+        ready = prepare("socket")
         differences = []
         for _ in range(max(1, len(requests) // 4)):
             streamer.queue.extend(step_items)
             began = time.perf_counter_ns()
             for record in to_records(drain()):
-                record.SerializeToString()
+                ready(record)
             alone = time.perf_counter_ns() - began
             streamer.queue.extend(mixed)
             began = time.perf_counter_ns()
             for record in to_records(drain()):
-                record.SerializeToString()
+                ready(record)
             differences.append(time.perf_counter_ns() - began - alone)
         return statistics.median(differences) / len(started)
 
-    vllm_t, tap_t, split_t, split_fast_t = [], [], [], []
+    vllm_t, split_t = [], []
+    tap_t = {transport: [] for transport in TRANSPORTS}
     for round_ in range(args.rounds + 1):
         def ours():
-            return (tap_requests(), split_cost(streamer._drain, tap._to_records),
-                    split_cost(*variants["fast"]))
+            return ({t: tap_requests(t) for t in TRANSPORTS},
+                    split_cost(streamer._drain, tap._to_records))
 
         if round_ % 2:
-            t, s, f = ours()
+            t, split = ours()
             v = vllm_decode()
         else:
             v = vllm_decode()
-            t, s, f = ours()
+            t, split = ours()
         if round_:
             vllm_t.append(v)
-            tap_t.append(t)
-            split_t.append(s)
-            split_fast_t.append(f)
-    return vllm_t, tap_t, split_t, split_fast_t
+            for transport, value in t.items():
+                tap_t[transport].append(value)
+            split_t.append(split)
+    return vllm_t, tap_t, split_t
 
 
 def buffers_of(steps):
@@ -584,47 +513,60 @@ def split_cpu(before: dict, after: dict) -> tuple:
     return py, other
 
 
-def bench_grpc(args, config, tap_module, pb, rng, poll=None, fast=False,
-               unbatched=False) -> list:
+SOCKET_SINK = """
+import socket, sys, threading
+listener = socket.socket(socket.AF_UNIX)
+listener.bind(sys.argv[1])
+listener.listen()
+print("ready", flush=True)
+def read(connection):
+    with connection:
+        while connection.recv(1 << 20):
+            pass
+while True:
+    connection, _ = listener.accept()
+    threading.Thread(target=read, args=(connection,), daemon=True).start()
+"""
+
+
+def bench_in_situ(args, config, tap_module, transport: str) -> list:
     """In situ: the engine's output thread played by this thread, paced at
     one step per period: it encodes each step with vLLM's encoder (timed)
     and hands the buffers to the tap's hot path (timed), while the real
-    Streamer streams to a sink (a gRPC server in another process that reads
-    and discards). Nothing is warm here: the stream thread sleeps between
-    drains and this thread between steps, as in vLLM. After a window with no
-    steps (the idle cost), the streaming window: the CPU of this process's
-    other threads, Python threads (which can hold the GIL) apart from gRPC's
-    C-core threads, per step. ``poll``: the stream thread's POLL_SECONDS in
-    place of the module's; ``fast``: the ``fast`` variant of ALTERNATIVES;
-    ``unbatched``: one record per message (``max_records=1``), so that no
-    frames chunk is copied into a ``RecordBatch``."""
-    from vllm_otel_metrics import stream
-
-    default_poll = stream.POLL_SECONDS
-    if poll is not None:
-        stream.POLL_SECONDS = poll
-    sink = subprocess.Popen([sys.executable, "-c", SINK], stdout=subprocess.PIPE, text=True)
+    Streamer streams to a sink in another process that reads and discards:
+    a Unix socket (``transport="socket"``, the started sidecar's ingest
+    socket) or a gRPC server (``"grpc"``, a sidecar run by other means).
+    Nothing is warm here: the stream thread sleeps between drains and this
+    thread between steps, as in vLLM. After a window with no steps (the idle
+    cost), the streaming window: the CPU of this process's other threads,
+    Python threads (which can hold the GIL) apart from gRPC's C-core threads,
+    per step."""
+    work = pathlib.Path(tempfile.mkdtemp(prefix="tap-sink-"))
+    socket_path = str(work / "ingest.sock")
+    if transport == "socket":
+        sink = subprocess.Popen([sys.executable, "-c", SOCKET_SINK, socket_path],
+                                stdout=subprocess.PIPE, text=True)
+    else:
+        sink = subprocess.Popen([sys.executable, "-c", SINK], stdout=subprocess.PIPE, text=True)
     rows = []
     try:
-        port = int(sink.stdout.readline())
+        first = sink.stdout.readline().strip()
+        target = "http://127.0.0.1:1" if transport == "socket" else f"http://127.0.0.1:{int(first)}"
         for batch, period_ms in zip(args.batches, args.step_ms):
-            steps = engine_steps(batch, 200, rng)
+            steps = engine_steps(batch, 200, random.Random(args.seed))
             count = int(args.grpc_seconds * 1000 / period_ms)
             encoder, buffer = MsgpackEncoder(), bytearray()
             clock = time.perf_counter_ns
             runs = []
             for _ in range(args.grpc_rounds):
-                tap, core = make_tap(config, tap_module, count + 10, f"http://127.0.0.1:{port}")
-                if fast:
-                    tap.streamer._drain, tap.streamer._to_records = alternatives(tap, pb)["fast"]
-                if unbatched:
-                    tap.streamer._max_records = 1
+                tap, core = make_tap(config, tap_module, count + 10, target,
+                                     socket_path if transport == "socket" else None)
                 streamer = tap.streamer.start()
                 deadline = time.monotonic() + 10
                 while not streamer.connected and time.monotonic() < deadline:
                     time.sleep(0.01)
-                if not streamer.connected:
-                    raise RuntimeError("the tap's streamer did not connect to the sink")
+                if not streamer.connected or streamer.transport != transport:
+                    raise RuntimeError(f"the tap's streamer did not connect to the {transport} sink")
                 # Past the first second, when the stream thread polls least
                 # often (IDLE_POLL_SECONDS), then a window without steps.
                 time.sleep(1.2)
@@ -659,22 +601,22 @@ def bench_grpc(args, config, tap_module, pb, rng, poll=None, fast=False,
                 })
             rows.append((batch, period_ms, count, runs))
     finally:
-        stream.POLL_SECONDS = default_poll
         sink.terminate()
         sink.wait()
+        shutil.rmtree(work, ignore_errors=True)
     return rows
 
 
-def print_grpc(grpc_rows) -> None:
+def print_in_situ(grpc_rows) -> None:
     med = statistics.median
 
     def cell(xs):
         return f"{med(xs) / 1000:6.2f} ({spread(xs)})"
 
-    print("\nin situ (--grpc), paced steps, nothing warm; µs per step, median (range over rounds):"
-          "\nvLLM encode_into; the tap's hot path (with the no-op it wraps); its Python threads' "
-          "CPU (stream thread and\ngRPC's: can hold the GIL); ratio (hot + threads) / encode; "
-          "gRPC's C-core threads (no GIL); idle CPU")
+    print("\nin situ (--in-situ), paced steps, nothing warm; µs per step, median (range over "
+          "rounds):\nvLLM encode_into; the tap's hot path (with the no-op it wraps); its Python "
+          "threads' CPU (the stream thread,\nits sendmsg included, and gRPC's: can hold the GIL); "
+          "ratio (hot + threads) / encode; gRPC's C-core\nthreads (no GIL); idle CPU")
     for label, rows in grpc_rows:
         print(f" {label}:")
         for batch, period_ms, count, runs in rows:
@@ -696,20 +638,20 @@ def main() -> int:
     p.add_argument("--per-drain", type=ints, default=[1, 16])
     p.add_argument("--steps", type=int, default=400, help="engine steps per batch size and round")
     p.add_argument("--requests", type=int, default=400, help="new requests per round")
-    p.add_argument("--alternatives", action="store_true", help="also time ALTERNATIVES")
-    p.add_argument("--grpc", action="store_true",
-                   help="also measure the real Streamer's CPU per step, streaming to a gRPC sink")
+    p.add_argument("--in-situ", action="store_true",
+                   help="also measure the real Streamer's CPU per step, streaming to a sink over "
+                        "the ingest socket and over gRPC")
     p.add_argument("--step-ms", type=ints, default=[5, 15, 30],
-                   help="--grpc: the step period of each batch size, ms")
-    p.add_argument("--grpc-seconds", type=float, default=4.0)
-    p.add_argument("--grpc-rounds", type=int, default=3)
-    p.add_argument("--poll", type=lambda v: [float(x) for x in v.split(",")], default=[0.25],
-                   help="--grpc --alternatives: stream-thread poll periods to try, s")
+                   help="the step period of each batch size, ms: the steps a drain holds as "
+                        "deployed (a row of its own), and --in-situ's pace")
+    p.add_argument("--grpc-seconds", type=float, default=4.0,
+                   help="--in-situ: seconds of steps per round")
+    p.add_argument("--grpc-rounds", type=int, default=3, help="--in-situ: rounds")
     p.add_argument("--seed", type=int, default=7)
     args = p.parse_args()
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
-    if args.grpc and len(args.step_ms) != len(args.batches):
+    if len(args.step_ms) != len(args.batches):
         p.error("--step-ms needs one period per batch size")
     work = pathlib.Path(tempfile.mkdtemp(prefix="tap-cost-"))
     try:
@@ -724,49 +666,45 @@ def main() -> int:
               f"1 in {EVENT_EVERY} steps with new and finished requests", flush=True)
         rows = bench_steps(args, config, tap_module, pb, rng)
         req = bench_requests(args, config, tap_module, pb, rng)
-        grpc_rows = []
-        if args.grpc:
-            grpc_rows.append(("tap as is", bench_grpc(args, config, tap_module, pb, rng)))
-            if args.alternatives:
-                for poll in args.poll:
-                    grpc_rows.append((f"POLL_SECONDS={poll}",
-                                      bench_grpc(args, config, tap_module, pb, rng, poll)))
-                    grpc_rows.append((f"POLL_SECONDS={poll}, fast",
-                                      bench_grpc(args, config, tap_module, pb, rng, poll, True)))
-                    grpc_rows.append((f"POLL_SECONDS={poll}, fast, one record per message",
-                                      bench_grpc(args, config, tap_module, pb, rng, poll, True,
-                                                 True)))
+        in_situ = []
+        if args.in_situ:
+            for transport in TRANSPORTS:
+                label = {"socket": "over the ingest socket (the started sidecar)",
+                         "grpc": "over gRPC (a sidecar run by other means)"}[transport]
+                in_situ.append((label, bench_in_situ(args, config, tap_module, transport)))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
     med = statistics.median
     print("\nper engine step, µs, median (range over rounds). hot: the send wrapper less the "
-          "method it wraps;\nthread: drain + _to_records + serialize, per step; ratio: "
-          "(hot + thread) / vLLM encode_into")
+          "method it wraps;\nthread: drain + _to_records + the transport's preparation (the "
+          "socket's sendmsg parts, or gRPC's\nserialization), per step; ratio: (hot + thread) / "
+          "vLLM encode_into")
     print(f"{'batch':>5} {'frame B':>7} {'vLLM encode_into':>19} {'tap hot':>17} "
-          f"{'variant':>8} {'/drain':>6} {'tap thread':>18} {'ratio':>17} {'target':>6}")
+          f"{'over':>6} {'/drain':>6} {'tap thread':>18} {'ratio':>17} {'target':>6}")
     for batch, frame_bytes, vllm_t, hot_t, thread_t in rows:
         target = "≤ 0.5" if batch >= 256 else "≤ 1.0"
         for (name, k), series in thread_t.items():
             ratios = [(h + t) / v for h, t, v in zip(hot_t, series, vllm_t)]
             print(f"{batch:>5} {frame_bytes:>7,.0f} "
                   f"{med(vllm_t) / 1000:>6.2f} ({spread(vllm_t):>11}) "
-                  f"{med(hot_t) / 1000:>5.2f} ({spread(hot_t):>9}) {name:>8} {k:>6} "
+                  f"{med(hot_t) / 1000:>5.2f} ({spread(hot_t):>9}) {name:>6} {k:>6} "
                   f"{med(series) / 1000:>6.2f} ({spread(series):>10}) "
                   f"{med(ratios):>5.2f} ({min(ratios):.2f}–{max(ratios):.2f}) {target:>6}")
-    vllm_t, tap_t, split_t, split_fast_t = req
-    ratios = [t / v for t, v in zip(tap_t, vllm_t)]
+    vllm_t, tap_t, split_t = req
     print(f"\nper new request, µs, median (range): {PROMPT_LEN}-token prompt, max_tokens={MAX_TOKENS}")
-    print(f"  vLLM MsgpackDecoder(EngineCoreRequest).decode  {med(vllm_t) / 1000:6.2f} ({spread(vllm_t)})")
-    print(f"  tap: add_request append, record, serialize     {med(tap_t) / 1000:6.2f} ({spread(tap_t)})"
-          f"  ratio {med(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f}), target ≤ 1.0")
-    for label, series in (("tap", split_t), ("fast", split_fast_t)):
-        with_split = [(t + s) / v for t, s, v in zip(tap_t, series, vllm_t)]
-        print(f"  + a frames chunk split in two ({label + ')':<5}         {med(series) / 1000:6.2f} "
-              f"({spread(series)})  ratio with it {med(with_split):.2f} "
-              f"({min(with_split):.2f}–{max(with_split):.2f})")
-    if grpc_rows:
-        print_grpc(grpc_rows)
+    print(f"  vLLM MsgpackDecoder(EngineCoreRequest).decode     {med(vllm_t) / 1000:6.2f} ({spread(vllm_t)})")
+    for transport, series in tap_t.items():
+        ratios = [t / v for t, v in zip(series, vllm_t)]
+        print(f"  tap: add_request append, record, {transport + ' prep':<12}    "
+              f"{med(series) / 1000:6.2f} ({spread(series)})  ratio {med(ratios):.2f} "
+              f"({min(ratios):.2f}–{max(ratios):.2f}), target ≤ 1.0")
+    with_split = [(t + s) / v for t, s, v in zip(tap_t["socket"], split_t, vllm_t)]
+    print(f"  + a frames chunk split in two (socket)          {med(split_t) / 1000:6.2f} "
+          f"({spread(split_t)})  ratio with it {med(with_split):.2f} "
+          f"({min(with_split):.2f}–{max(with_split):.2f})")
+    if in_situ:
+        print_in_situ(in_situ)
     return 0
 
 

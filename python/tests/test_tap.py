@@ -23,6 +23,12 @@ class StandInEngine:
         self.calls.append(("abort", list(request_ids)))
 
 
+def parsed(records):
+    """Records as protobuf parses them (the tap builds frames chunks by hand)."""
+    pb = convert.messages()
+    return [pb.Record.FromString(r.SerializeToString()) for r in records]
+
+
 def make_tap(queue=16):
     settings = config.from_env({"VLLM_OTEL_METRICS_QUEUE": str(queue)})
     return tap.Tap(settings, "tiny", 0, ["engine_index", "outputs", "timestamp"],
@@ -75,7 +81,7 @@ def test_records_keep_the_order_and_join_consecutive_frames():
         tap.Aborted(7.0, ["r1", "r2"]),
         (8.0, b"\x90"),
     ]
-    records = t._to_records(items)
+    records = parsed(t._to_records(items))
     kinds = [r.WhichOneof("record") for r in records]
     assert kinds == ["request", "frames", "abort", "abort", "frames"]
     started = records[0].request
@@ -95,9 +101,37 @@ def test_records_keep_the_order_and_join_consecutive_frames():
 def test_a_chunk_never_grows_beyond_its_byte_bound():
     t = make_tap()
     frame = b"\x90" * (tap.MAX_CHUNK_BYTES // 3 + 1)
-    records = t._to_records([(float(i), frame) for i in range(7)])
+    records = parsed(t._to_records([(float(i), frame) for i in range(7)]))
     assert [len(r.frames.frame_lengths) for r in records] == [2, 2, 2, 1]
     assert all(len(r.frames.frames) <= tap.MAX_CHUNK_BYTES for r in records)
+
+
+def test_a_chunk_never_holds_more_frames_than_one_sendmsg_takes():
+    t = make_tap()
+    records = parsed(t._to_records([(float(i), b"\x90") for i in range(2 * tap.MAX_CHUNK_FRAMES + 1)]))
+    assert [len(r.frames.frame_lengths) for r in records] == [tap.MAX_CHUNK_FRAMES] * 2 + [1]
+    assert [len(r.frames.sent_at) for r in records] == [tap.MAX_CHUNK_FRAMES] * 2 + [1]
+
+
+def test_a_hand_built_chunk_is_the_record_protobuf_builds():
+    pb = convert.messages()
+    fields = (["engine_index", "outputs", "timestamp"], ["request_id", "new_token_ids"])
+    writer = tap.ChunkWriter(pb, model_name="m\u00e9", engine_core_outputs_fields=fields[0],
+                             engine_core_output_fields=fields[1], kv_consumer=True,
+                             lora_enabled=True)
+    # Long enough for multi-byte lengths at every level.
+    frames = [bytes([i % 256]) * (i * 37) for i in range(1, 200)]
+    times = [1.7e9 + i / 7 for i in range(len(frames))]
+    raw = writer.record(frames, times, sum(map(len, frames)))
+    data = raw.SerializeToString()
+    assert raw.size == len(data)
+    expected = pb.Record(frames=pb.EngineCoreFrames(
+        model_name="m\u00e9", engine_core_outputs_fields=fields[0],
+        engine_core_output_fields=fields[1], frames=b"".join(frames),
+        frame_lengths=[len(f) for f in frames], sent_at=times, kv_consumer=True,
+        lora_enabled=True))
+    assert pb.Record.FromString(data) == expected
+    assert len(data) == len(expected.SerializeToString())
 
 
 def test_an_unreadable_layout_is_named():
@@ -156,7 +190,7 @@ def test_frames_records_go_alone_the_rest_batched_in_order():
         tap.Started(1.0, request("r1")), tap.Started(1.0, request("r2")),
         (2.0, b"\x90"), tap.Aborted(3.0, ["r1"]), (4.0, b"\x90"), (4.5, b"\x90"),
     ])
-    messages = list(stream._messages_of(pb, records))
+    messages = parsed(stream._messages_of(pb, records))
     shapes = [
         [r.WhichOneof("record") for r in m.batch.records] if m.WhichOneof("record") == "batch"
         else m.WhichOneof("record")

@@ -48,6 +48,8 @@ use crate::protocol::{InputLimits, Record};
 use crate::sources::ingest::client::{RemoteSink, TargetSecurity};
 use crate::sources::ingest::grpc::{self, IngestLimits, IngestListener, IngestService};
 use crate::sources::ingest::jsonl;
+#[cfg(unix)]
+use crate::sources::ingest::socket;
 use crate::sources::sim::{simulate, Progress, SimConfig};
 use crate::sources::RecordSink;
 use crate::support::listen::{BearerToken, ListenerLimits, ServerTls, ServerTlsFiles};

@@ -7,6 +7,13 @@ pub(super) struct ServeArgs {
     /// Listen for gRPC ingest streams here.
     #[arg(long, default_value = "127.0.0.1:50051", value_name = "ADDR")]
     pub(super) ingest_addr: SocketAddr,
+    /// Also take ingest messages on a Unix domain socket at this path (made
+    /// 0600; only this user's processes may send): the engine-core tap's
+    /// transport. Each message is an ingest `Record` after its length
+    /// (u32, little-endian).
+    #[cfg(unix)]
+    #[arg(long, value_name = "PATH")]
+    pub(super) ingest_socket: Option<PathBuf>,
     /// Most requests in flight; beyond it the oldest is terminated as abort.
     #[arg(long, default_value_t = 1_000_000, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub(super) max_inflight_requests: u64,
@@ -71,6 +78,22 @@ pub(super) fn run_serve(args: ServeArgs) -> Result<ExitCode, CliError> {
     let listener_limits = args.common.listen.limits(args.ingest_max_connections)?;
     let tracker = pipeline.tracker(args.common.input_limits());
     let service = IngestService::new(tracker, limits);
+    // The socket first: a plugin that finds the TCP port answering finds
+    // the socket there too (it falls back to TCP only when there is none).
+    #[cfg(unix)]
+    let socket = match &args.ingest_socket {
+        Some(path) => {
+            let socket = pipeline
+                .runtime
+                .block_on(socket::IngestSocket::bind(path))?;
+            report::line(format_args!(
+                "accepting ingest messages on the Unix socket {}",
+                socket.path().display()
+            ));
+            Some(socket)
+        }
+        None => None,
+    };
     let listener = pipeline
         .runtime
         .block_on(tokio::net::TcpListener::bind(args.ingest_addr))
@@ -92,10 +115,34 @@ pub(super) fn run_serve(args: ServeArgs) -> Result<ExitCode, CliError> {
     };
     let parent = args.exit_with_parent.then(current_parent).flatten();
     let served = pipeline.runtime.block_on(async {
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let mut server = tokio::spawn(grpc::serve(listener, service.clone(), how, async {
-            let _ = stopped.await;
-        }));
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let stopping = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        };
+        #[cfg(unix)]
+        let socket_server = socket.map(|socket| {
+            tokio::spawn(socket::serve(
+                socket,
+                service.clone(),
+                listener_limits,
+                stopping(stopped.clone()),
+            ))
+        });
+        let mut server = tokio::spawn(grpc::serve(
+            listener,
+            service.clone(),
+            how,
+            stopping(stopped),
+        ));
+        let server = async {
+            let served = (&mut server).await;
+            #[cfg(unix)]
+            if let Some(socket_server) = socket_server {
+                let _ = socket_server.await;
+            }
+            served
+        };
+        tokio::pin!(server);
         tokio::select! {
             result = &mut server => return result,
             name = wait_for_signal() => {
@@ -105,7 +152,7 @@ pub(super) fn run_serve(args: ServeArgs) -> Result<ExitCode, CliError> {
                 report::line(format_args!("the parent process (pid {pid}) ended: accepting no new streams, draining open ones (up to {} s)", drain.as_secs_f64()));
             }
         }
-        let _ = stop.send(());
+        let _ = stop.send(true);
         if let Ok(result) = tokio::time::timeout(drain, &mut server).await {
             return result;
         }
@@ -115,10 +162,8 @@ pub(super) fn run_serve(args: ServeArgs) -> Result<ExitCode, CliError> {
         service.cut_open_streams();
         match tokio::time::timeout(Duration::from_secs(2), &mut server).await {
             Ok(result) => result,
-            Err(_) => {
-                server.abort();
-                Ok(Ok(()))
-            }
+            // Tasks still running end with the runtime.
+            Err(_) => Ok(Ok(())),
         }
     });
     match served {

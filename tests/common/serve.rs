@@ -62,3 +62,21 @@ pub(crate) fn vllm_samples(exposition: &str) -> BTreeMap<String, f64> {
         .filter(|(k, _)| k.starts_with("vllm:"))
         .collect()
 }
+
+/// Sends `records` over `serve --ingest-socket`'s socket at `path`, as the
+/// plugin does: each an encoded `Record` after its length (u32, little-endian).
+pub(crate) fn send_over_socket(
+    path: &std::path::Path,
+    records: &[vllm_otel_metrics::sources::ingest::proto::pb::Record],
+) {
+    use prost::Message;
+    use std::io::Write;
+    let mut socket = std::os::unix::net::UnixStream::connect(path).expect("the ingest socket");
+    for record in records {
+        let body = record.encode_to_vec();
+        socket
+            .write_all(&(body.len() as u32).to_le_bytes())
+            .and_then(|()| socket.write_all(&body))
+            .expect("the ingest socket takes a message");
+    }
+}

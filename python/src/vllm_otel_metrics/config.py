@@ -21,6 +21,10 @@ plugin is configured with environment variables:
   sidecar, split as a shell would (``--otlp-interval-ms 5000``);
 - ``VLLM_OTEL_METRICS_SIDECAR_LOG``: the started sidecar's log file (default
   ``vllm-otel-metrics-PORT.log`` in the temporary directory);
+- ``VLLM_OTEL_METRICS_SOCKET``: the started sidecar's ingest socket, a Unix
+  domain socket over which this host's plugins stream to it without gRPC
+  (default ``ingest-PORT.sock`` in the user's private directory,
+  :func:`private_dir`; ``none`` for gRPC over TCP only);
 - ``VLLM_OTEL_METRICS_SOURCE``: where an engine's records come from:
   ``auto`` (default) is the engine-core tap (:mod:`.tap`) under vLLM's Rust
   frontend (``VLLM_USE_RUST_FRONTEND=1``, where no stat-logger plugin loads)
@@ -37,10 +41,14 @@ them on.
 
 import dataclasses
 import ipaddress
+import logging
 import os
 import shlex
+import stat
 import tempfile
 import urllib.parse
+
+log = logging.getLogger("vllm.vllm_otel_metrics")
 
 DEFAULT_TARGET = "http://127.0.0.1:50051"
 DEFAULT_QUEUE = 4096
@@ -53,6 +61,8 @@ DEFAULT_METRICS_ADDR = "127.0.0.1:9464"
 SIDECAR_MODES = ("auto", "off")
 #: Values of ``VLLM_OTEL_METRICS_SOURCE``.
 SOURCES = ("auto", "engine_core", "stat_logger")
+#: The longest path a Unix domain socket can bind (``sun_path`` less its NUL).
+MAX_SOCKET_PATH = 107
 
 
 class ConfigError(ValueError):
@@ -102,6 +112,8 @@ class SidecarSettings:
     log_file: str
     #: ``serve --custom-histogram-buckets``, or empty.
     custom_histogram_buckets: str = ""
+    #: ``serve --ingest-socket``, or None for gRPC over TCP only.
+    ingest_socket: "str | None" = None
 
 
 def _read(variable: str, path: str, limit: int | None = None) -> bytes:
@@ -226,7 +238,91 @@ def _sidecar(env, scheme: str, host: str, port: int, address: str) -> "SidecarSe
         args=args,
         log_file=log_file,
         custom_histogram_buckets=env.get("VLLM_OTEL_METRICS_CUSTOM_HISTOGRAM_BUCKETS", "").strip(),
+        ingest_socket=_ingest_socket(env, port),
     )
+
+
+def _ingest_socket(env, port: int) -> "str | None":
+    """The started sidecar's ingest socket, or None for none.
+
+    >>> _ingest_socket({"VLLM_OTEL_METRICS_SOCKET": "none"}, 1) is None
+    True
+    >>> _ingest_socket({"VLLM_OTEL_METRICS_SOCKET": "/run/s.sock"}, 1)
+    '/run/s.sock'
+    """
+    raw = env.get("VLLM_OTEL_METRICS_SOCKET", "").strip()
+    if raw.lower() == "none":
+        return None
+    if raw:
+        path = raw
+        if not os.path.isabs(path):
+            raise ConfigError(f"VLLM_OTEL_METRICS_SOCKET={raw!r} is not an absolute path")
+    else:
+        directory = private_dir(env)
+        if directory is None:
+            return None
+        path = os.path.join(directory, f"ingest-{port}.sock")
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+        if raw:
+            raise ConfigError(
+                f"VLLM_OTEL_METRICS_SOCKET={raw!r} is longer than a Unix socket's "
+                f"{MAX_SOCKET_PATH} bytes"
+            )
+        log.warning(
+            "vllm-otel-metrics: %s is longer than a Unix socket's %d bytes; streaming over "
+            "gRPC only (set VLLM_OTEL_METRICS_SOCKET to a shorter path)",
+            path,
+            MAX_SOCKET_PATH,
+        )
+        return None
+    return path
+
+
+def private_dir(env=None) -> "str | None":
+    """This user's private directory for the sidecar's socket, made ``0700``:
+    ``vllm-otel-metrics`` in ``XDG_RUNTIME_DIR``, else
+    ``vllm-otel-metrics-UID`` in the temporary directory. None (with one
+    warning) when it is not this user's alone: a directory another user made
+    or can enter, or a symbolic link.
+
+    Other users share GPU hosts: a socket in a directory they can reach
+    could be replaced by theirs, and then the plugin would stream to them.
+    """
+    env = os.environ if env is None else env
+    runtime = env.get("XDG_RUNTIME_DIR", "")
+    if runtime and os.path.isabs(runtime):
+        path = os.path.join(runtime, "vllm-otel-metrics")
+    else:
+        path = os.path.join(tempfile.gettempdir(), f"vllm-otel-metrics-{os.getuid()}")
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as e:
+        log.warning(
+            "vllm-otel-metrics: cannot make %s (%s); streaming over gRPC only", path, e.strerror
+        )
+        return None
+    why = _not_private(path)
+    if why:
+        log.warning("vllm-otel-metrics: %s %s; streaming over gRPC only", path, why)
+        return None
+    return path
+
+
+def _not_private(path: str) -> str:
+    """Why ``path`` is not a directory of this user's alone, or empty."""
+    try:
+        st = os.lstat(path)
+    except OSError as e:
+        return f"cannot be read ({e.strerror})"
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a directory"
+    if st.st_uid != os.getuid():
+        return f"belongs to uid {st.st_uid}"
+    if st.st_mode & 0o077:
+        return f"is open to others (mode {stat.S_IMODE(st.st_mode):o})"
+    return ""
 
 
 def rust_frontend(env=None) -> bool:

@@ -127,6 +127,8 @@ def command(executable: str, settings, max_model_len, token_buckets: str = "pyth
         "--token-buckets",
         token_buckets,
     ]
+    if settings.ingest_socket:
+        argv += ["--ingest-socket", settings.ingest_socket]
     if max_model_len:
         argv += ["--max-model-len", str(max_model_len)]
     if settings.custom_histogram_buckets:
@@ -278,9 +280,10 @@ class Supervisor:
         self._record_pid(self.process.pid)
         self.started += 1
         log.info(
-            "vllm-otel-metrics: started the sidecar (pid %d) on %s, /metrics on %s; its log: %s",
+            "vllm-otel-metrics: started the sidecar (pid %d) on %s%s, /metrics on %s; its log: %s",
             self.process.pid,
             self.settings.ingest_addr,
+            f" and {self.settings.ingest_socket}" if self.settings.ingest_socket else "",
             self.settings.metrics_addr,
             self.settings.log_file,
         )

@@ -1,5 +1,8 @@
 """The background half of the plugin: a bounded queue and one thread that
-streams its records to ``vllm-otel-metrics serve`` over gRPC.
+streams its records to ``vllm-otel-metrics serve``: over the started
+sidecar's ingest socket when there is one (a Unix domain socket in the
+user's private directory: length-prefixed records handed to the kernel with
+one ``sendmsg``, no gRPC layer), else over gRPC.
 
 vLLM calls ``record()`` on its event loop once per engine step, so the only
 work done there is :meth:`Streamer.submit`: a length check and a
@@ -22,14 +25,20 @@ item). Everything else happens on the thread:
   replaces it, nothing lost, nothing twice. The last :data:`RESEND_WINDOW`
   records handed over are kept for this; unread records beyond them are
   counted as lost;
+- on the ingest socket, a record whose send fails is sent first on the next
+  connection; a sidecar that shuts down reads what was sent before it closes
+  the connection;
 - a call that breaks without a summary (the sidecar killed) may lose what
-  it had in flight, uncounted: gRPC acknowledges a client stream only at its
+  it had in flight, uncounted (so may a socket's): gRPC acknowledges a client stream only at its
   end, so the records the sidecar read before it died cannot be told from
   the others. The loss is logged with the stream's status.
 """
 
 import collections
 import logging
+import os
+import socket
+import struct
 import threading
 import time
 
@@ -55,15 +64,16 @@ MAX_BATCH = 256
 #: Records handed to a call that are kept, to be sent again when a
 #: shutting-down sidecar ends the call before reading them.
 RESEND_WINDOW = 4096
+#: How long a send on the ingest socket may block (a sidecar that stopped
+#: reading), seconds; then the connection is dropped and made again.
+SEND_TIMEOUT = 10.0
+#: The ingest service's client-streaming method.
+STREAM_METHOD = "/vllm_otel_metrics.v1.Ingest/Stream"
+_LENGTH = struct.Struct("<I")
+#: A send to a sidecar that went away fails (EPIPE) instead of signalling.
+_NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
 #: The trailer in which a shutting-down sidecar says what a call applied.
 SUMMARY_TRAILER = "ingest-summary-bin"
-
-
-def _messages():
-    # Generated from proto/ when the package is built.
-    from .v1 import ingest_pb2_grpc
-
-    return convert.messages(), ingest_pb2_grpc
 
 
 class Streamer:
@@ -113,6 +123,9 @@ class Streamer:
         self.sent = 0
         #: Whether a stream to the sidecar is open (for tests and the benchmark).
         self.connected = False
+        #: The last stream's transport, ``socket`` or ``grpc`` (for tests and
+        #: the benchmark).
+        self.transport = None
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name="vllm-otel-metrics-stream", daemon=True
@@ -174,28 +187,66 @@ class Streamer:
             return grpc.secure_channel(s.address, credentials, options=options)
         return grpc.insecure_channel(s.address, options=options)
 
+    def _unix(self):
+        """A connection to the started sidecar's ingest socket, or None when
+        there is none (no socket set, or none listening: a sidecar run by
+        other means, or one still starting)."""
+        path = getattr(getattr(self.settings, "sidecar", None), "ingest_socket", None)
+        if not path:
+            return None
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(SEND_TIMEOUT)
+            sock.connect(path)
+            # The directory is this user's alone (config.private_dir); the
+            # peer is checked all the same, as the sidecar checks its peer.
+            uid = struct.unpack("3i", sock.getsockopt(
+                socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[1]
+            if uid != os.getuid():
+                log.warning(
+                    "vllm-otel-metrics: the process listening on %s runs as uid %d, not "
+                    "this user; not streaming to it",
+                    path,
+                    uid,
+                )
+                sock.close()
+                return None
+        except OSError:
+            sock.close()
+            return None
+        return sock
+
     def _run(self) -> None:
-        pb, services = _messages()
+        pb = convert.messages()
         metadata = (("authorization", f"Bearer {self.settings.token}"),) if self.settings.token else ()
         backoff = BACKOFF_MIN
         failures = 0
         while not self._stop.is_set():
-            channel = self._channel()
-            try:
-                grpc.channel_ready_future(channel).result(timeout=CONNECT_TIMEOUT)
-            except grpc.FutureTimeoutError:
-                channel.close()
-                failures += 1
-                if failures == 1 or failures % 60 == 0:
-                    log.warning(
-                        "vllm-otel-metrics: sidecar at %s unreachable (%d attempts); "
-                        "records are queued, then dropped and counted",
-                        self.settings.address,
-                        failures,
-                    )
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, BACKOFF_MAX)
-                continue
+            channel = None
+            sock = self._unix()
+            if sock is None:
+                channel = self._channel()
+                try:
+                    grpc.channel_ready_future(channel).result(timeout=CONNECT_TIMEOUT)
+                except grpc.FutureTimeoutError:
+                    channel.close()
+                    failures += 1
+                    if failures == 1 or failures % 60 == 0:
+                        log.warning(
+                            "vllm-otel-metrics: sidecar at %s unreachable (%d attempts); "
+                            "records are queued, then dropped and counted",
+                            self.settings.address,
+                            failures,
+                        )
+                    self._stop.wait(backoff)
+                    backoff = min(backoff * 2, BACKOFF_MAX)
+                    continue
+                # A started sidecar binds its socket before its port: one
+                # that just came up has it now.
+                sock = self._unix()
+                if sock is not None:
+                    channel.close()
+                    channel = None
             if failures:
                 log.warning(
                     "vllm-otel-metrics: streaming to %s again after %d failed attempts",
@@ -204,22 +255,86 @@ class Streamer:
                 )
             failures = 0
             backoff = BACKOFF_MIN
-            stub = services.IngestStub(channel)
             self.connected = True
             try:
-                if self._one_call(stub, pb, metadata) == grpc.StatusCode.UNAUTHENTICATED:
-                    backoff = BACKOFF_MAX
+                if sock is not None:
+                    self.transport = "socket"
+                    self._socket_session(sock, pb)
+                else:
+                    self.transport = "grpc"
+                    if self._one_call(channel, pb, metadata) == grpc.StatusCode.UNAUTHENTICATED:
+                        backoff = BACKOFF_MAX
             finally:
                 self.connected = False
-                channel.close()
+                if sock is not None:
+                    sock.close()
+                if channel is not None:
+                    channel.close()
             self._stop.wait(backoff)
 
-    def _one_call(self, stub, pb, metadata):
+    def _socket_session(self, sock, pb) -> None:
+        """Sends records over the ingest socket, one message each, until a
+        send fails or close(). A sidecar that shuts down answers with how
+        many it read: the others are sent again to the next one. Without
+        that answer (a sidecar killed) the record being sent is counted as
+        lost; what the kernel had taken before it may be lost uncounted, as
+        on gRPC."""
+        ticks = _Ticks()
+        unsent = self._unsent
+        handed = Handed(self._resend_window)
+        pack = _LENGTH.pack
+        while True:
+            if self._refill(pb, ticks):
+                continue
+            if unsent:
+                record = unsent.popleft()
+                handed.note(record)
+                try:
+                    if type(record) is Raw:
+                        parts = [pack(record.size), *record.parts]
+                        total = record.size + 4
+                    else:
+                        data = record.SerializeToString()
+                        parts = [pack(len(data)), data]
+                        total = len(data) + 4
+                    # Gathered by the kernel, the GIL released: no join.
+                    sent = sock.sendmsg(parts, (), _NOSIGNAL)
+                    if sent < total:
+                        sock.sendall(b"".join(parts)[sent:])
+                except OSError as e:
+                    read = _read_answer(sock)
+                    if read is not None:
+                        again = self._send_unread_again(handed, read)
+                        outcome = f"the {again} records it had not read are sent again"
+                    else:
+                        self.lost += 1
+                        outcome = "the record being sent is lost and counted"
+                    log.warning(
+                        "vllm-otel-metrics: the ingest socket %s closed (%s); %s; reconnecting",
+                        self.settings.sidecar.ingest_socket,
+                        e.strerror or e,
+                        outcome,
+                    )
+                    return
+                self.sent += 1
+                continue
+            if self._stop.is_set():
+                return
+            self._idle_wait(self._stop, ticks)
+
+    def _one_call(self, channel, pb, metadata):
         """One client-streaming call, until it breaks or close(). Returns
         the status code it broke with, or None when it ended at close()."""
         done = threading.Event()
         handed = Handed(self._resend_window)
-        call = stub.Stream.future(self._requests(pb, done, handed), metadata=metadata)
+        # The generated stub's serializer takes protobuf messages only; this
+        # one takes a Raw record too.
+        stream = channel.stream_unary(
+            STREAM_METHOD,
+            request_serializer=_serialize,
+            response_deserializer=pb.IngestSummary.FromString,
+        )
+        call = stream.future(self._requests(pb, done, handed), metadata=metadata)
         call.add_done_callback(lambda _f: done.set())
         try:
             # gRPC's result() wakes every 100 ms to look; the event sleeps.
@@ -229,7 +344,9 @@ class Streamer:
             code = e.code() if hasattr(e, "code") else None
             summary = _summary_trailer(e, pb)
             if summary is not None:
-                again = self._send_unread_again(handed, summary)
+                again = self._send_unread_again(
+                    handed, summary.records_applied + summary.records_rejected
+                )
                 outcome = f"the {again} records it had not read are sent again"
             else:
                 outcome = "what it had in flight may be lost"
@@ -251,10 +368,11 @@ class Streamer:
             )
         return None
 
-    def _send_unread_again(self, handed: "Handed", summary) -> int:
-        """Puts the records a shutting-down sidecar did not read first in
-        line for the next call; counts as lost those no longer kept."""
-        unread = handed.count - (summary.records_applied + summary.records_rejected)
+    def _send_unread_again(self, handed: "Handed", read: int) -> int:
+        """Puts the records a shutting-down sidecar did not read (it read
+        ``read`` of those handed over) first in line for the next call;
+        counts as lost those no longer kept."""
+        unread = handed.count - read
         kept = list(handed.last)[-unread:] if unread > 0 else []
         self._unsent.extendleft(reversed(kept))
         self.lost += max(unread - len(kept), 0)
@@ -285,67 +403,108 @@ class Streamer:
                     break
         return items
 
+    def _refill(self, pb, ticks: "_Ticks") -> bool:
+        """Converts one queued item (or, batched, a drain of them) into
+        records waiting in ``_unsent``, while fewer than ``max_records``
+        wait; once a second queues a drops record when the count changed.
+        Says whether it took anything from the queue."""
+        unsent = self._unsent
+        now = time.monotonic()
+        if now - ticks.drops_checked >= 1.0:
+            ticks.drops_checked = now
+            drops = self._drops_record(pb)
+            if drops is not None:
+                unsent.append(drops)
+        if len(unsent) >= self._max_records:
+            return False
+        if self._batched:
+            item = self._drain() or None
+        else:
+            try:
+                item = self._queue.popleft()
+            except IndexError:
+                item = None
+        if item is None:
+            return False
+        ticks.busy = now
+        try:
+            for record in self._to_records(item):
+                if type(record) is convert.NotFinite:
+                    self.unsendable += 1
+                    log.warning(
+                        "vllm-otel-metrics: a %s record of engine %s has a number that "
+                        "is not finite; dropped and counted",
+                        record.kind,
+                        record.engine,
+                    )
+                else:
+                    unsent.append(record)
+        except Exception:  # noqa: BLE001 — a bad item must not end the stream
+            log.exception("vllm-otel-metrics: cannot convert one stats record; dropped")
+            self.unsendable += 1
+        return True
+
+    def _idle_wait(self, event: threading.Event, ticks: "_Ticks") -> None:
+        """Waits for the next look at the queue: less often after a second
+        without items (vLLM waits for requests)."""
+        idle = time.monotonic() - ticks.busy >= 1.0
+        event.wait(max(IDLE_POLL_SECONDS, self._poll_seconds) if idle else self._poll_seconds)
+
     def _requests(self, pb, done: threading.Event, handed: "Handed"):
         """The request iterator of one call (gRPC consumes it on a thread of
         its own). It converts what is queued, then yields the records ready
         as one message (a batch of up to :data:`MAX_BATCH`), each record
         noted in ``handed``. It ends when the call does or on close()."""
-        queue, unsent = self._queue, self._unsent
-        last_drops_check = last_busy = 0.0
+        unsent = self._unsent
+        ticks = _Ticks()
         while not done.is_set():
-            now = time.monotonic()
-            if now - last_drops_check >= 1.0:
-                last_drops_check = now
-                drops = self._drops_record(pb)
-                if drops is not None:
-                    unsent.append(drops)
-            item = None
-            if len(unsent) < self._max_records:
-                if self._batched:
-                    item = self._drain() or None
-                else:
-                    try:
-                        item = queue.popleft()
-                    except IndexError:
-                        pass
-            if item is None:
-                if unsent:
-                    # Everything ready goes in one batch message: gRPC's cost
-                    # is per message, in this process (the GIL) and in the
-                    # sidecar.
-                    records = [
-                        unsent.popleft() for _ in range(min(len(unsent), self._max_records))
-                    ]
-                    for record in records:
-                        handed.note(record)
-                    self.sent += len(records)
-                    if self._batched:
-                        yield from _messages_of(pb, records)
-                    else:
-                        yield _message(pb, records)
-                    continue
-                if self._stop.is_set():
-                    return
-                # Idle for a while (vLLM waits for requests): look less often.
-                idle = now - last_busy >= 1.0
-                done.wait(max(IDLE_POLL_SECONDS, self._poll_seconds) if idle else self._poll_seconds)
+            if self._refill(pb, ticks):
                 continue
-            last_busy = now
-            try:
-                for record in self._to_records(item):
-                    if type(record) is convert.NotFinite:
-                        self.unsendable += 1
-                        log.warning(
-                            "vllm-otel-metrics: a %s record of engine %s has a number that "
-                            "is not finite; dropped and counted",
-                            record.kind,
-                            record.engine,
-                        )
-                    else:
-                        unsent.append(record)
-            except Exception:  # noqa: BLE001 — a bad item must not end the stream
-                log.exception("vllm-otel-metrics: cannot convert one stats record; dropped")
-                self.unsendable += 1
+            if unsent:
+                # Everything ready goes in one batch message: gRPC's cost is
+                # per message, in this process (the GIL) and in the sidecar.
+                records = [unsent.popleft() for _ in range(min(len(unsent), self._max_records))]
+                for record in records:
+                    handed.note(record)
+                self.sent += len(records)
+                if self._batched:
+                    yield from _messages_of(pb, records)
+                else:
+                    yield _message(pb, records)
+                continue
+            if self._stop.is_set():
+                return
+            self._idle_wait(done, ticks)
+
+
+class _Ticks:
+    """When a stream last looked for a drops record and last found items."""
+
+    __slots__ = ("drops_checked", "busy")
+
+    def __init__(self):
+        self.drops_checked = 0.0
+        self.busy = 0.0
+
+
+class Raw:
+    """A ``Record`` serialized by hand, kept as the parts it is made of
+    (the engine-core tap's frames chunk: vLLM's frames between a prefix and
+    a suffix). The ingest socket hands the parts to the kernel as they are;
+    gRPC joins them."""
+
+    __slots__ = ("parts", "size")
+
+    def __init__(self, parts: list, size: int):
+        self.parts = parts
+        self.size = size
+
+    def SerializeToString(self) -> bytes:  # noqa: N802 — protobuf's name
+        return b"".join(self.parts)
+
+
+def _serialize(message) -> bytes:
+    return message.SerializeToString()
 
 
 def _message(pb, records: list):
@@ -359,7 +518,7 @@ def _messages_of(pb, records: list):
     as costly as building it), the records between them in one batch."""
     run: list = []
     for record in records:
-        if record.WhichOneof("record") != "frames":
+        if type(record) is not Raw and record.WhichOneof("record") != "frames":
             run.append(record)
             continue
         if run:
@@ -381,6 +540,22 @@ class Handed:
     def note(self, message) -> None:
         self.count += 1
         self.last.append(message)
+
+
+def _read_answer(sock) -> "int | None":
+    """The number of messages a shutting-down sidecar read from its ingest
+    socket, which it wrote before it closed; None when it wrote none."""
+    try:
+        sock.settimeout(0.5)
+        data = b""
+        while len(data) < 8:
+            more = sock.recv(8 - len(data))
+            if not more:
+                break
+            data += more
+    except OSError:
+        return None
+    return int.from_bytes(data, "little") if len(data) == 8 else None
 
 
 def _summary_trailer(error, pb):

@@ -42,6 +42,7 @@ import dataclasses
 import logging
 import multiprocessing
 import os
+import struct
 import time
 
 from . import config, convert
@@ -61,6 +62,9 @@ HOOKS = ("_send_msg_tracking_payload", "add_request", "abort_requests")
 #: Most frame bytes in one ``EngineCoreFrames`` record: with :data:`MAX_RECORDS`
 #: records a message stays far below the sidecar's 16 MiB limit.
 MAX_CHUNK_BYTES = 512 * 1024
+#: Most frames in one chunk: the ingest socket hands a chunk's parts (its
+#: frames and two more) to one ``sendmsg``, which takes at most 1024 (IOV_MAX).
+MAX_CHUNK_FRAMES = 1000
 #: Most records in one message.
 MAX_RECORDS = 16
 #: Records kept to be sent again after a sidecar's shutdown: chunks are large,
@@ -204,6 +208,63 @@ def _running(request) -> bool:
         return True
 
 
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+class ChunkWriter:
+    """Builds the ``Record`` of a chunk of frames by hand, as a
+    :class:`.stream.Raw`: a prefix, vLLM's frame buffers as they are, and a
+    suffix of their lengths and send times.
+
+    Protobuf would copy every frame twice (into the message, then into its
+    serialization) with the GIL held; here no frame byte is copied in Python.
+    The field numbers come from the generated descriptors, so the layout
+    follows proto/; the parts parse as the message protobuf would build
+    (python/tests/test_tap.py). ``header``: the chunk's fields that never
+    change (model name, field names, flags), serialized once.
+
+    >>> from vllm_otel_metrics import convert
+    >>> pb = convert.messages()
+    >>> raw = ChunkWriter(pb, model_name="m").record([b"ab", b"c"], [1.0, 2.0], 3)
+    >>> record = pb.Record.FromString(raw.SerializeToString())
+    >>> record.frames.model_name, record.frames.frames, list(record.frames.frame_lengths)
+    ('m', b'abc', [2, 1])
+    """
+
+    def __init__(self, pb, **header):
+        frames = pb.EngineCoreFrames.DESCRIPTOR.fields_by_name
+        record = pb.Record.DESCRIPTOR.fields_by_name["frames"].number
+
+        def key(number: int) -> bytes:
+            return _varint(number << 3 | 2)  # wire type 2: length-delimited
+
+        self._record_key = key(record)
+        self._header = pb.EngineCoreFrames(**header).SerializeToString()
+        self._frames_key = key(frames["frames"].number)
+        self._lengths_key = key(frames["frame_lengths"].number)
+        self._times_key = key(frames["sent_at"].number)
+
+    def record(self, frames: list, times: list, size: int):
+        """The record of ``frames`` (``size`` bytes in all), sent at ``times``."""
+        from .stream import Raw
+
+        n = len(frames)
+        head = self._frames_key + _varint(size)
+        tail = b"".join((
+            self._lengths_key, _varint(4 * n), struct.pack(f"<{n}I", *map(len, frames)),
+            self._times_key, _varint(8 * n), struct.pack(f"<{n}d", *times),
+        ))
+        body = len(self._header) + len(head) + size + len(tail)
+        prefix = b"".join((self._record_key, _varint(body), self._header, head))
+        return Raw([prefix, *frames, tail], len(prefix) + size + len(tail))
+
+
 class Tap:
     """One engine core's tap: its queue, its hooks and its streamer."""
 
@@ -213,16 +274,14 @@ class Tap:
 
         self.model_name = model_name
         self.engine = engine
-        #: The part of every chunk that never changes (the model name, the
-        #: field names, the flags), serialized once: parsing it back costs
-        #: less than setting some 30 strings anew for each chunk.
-        self._chunk_header = convert.messages().EngineCoreFrames(
+        self._chunk = ChunkWriter(
+            convert.messages(),
             model_name=model_name,
             engine_core_outputs_fields=list(outputs_fields),
             engine_core_output_fields=list(output_fields),
             kv_consumer=kv_consumer,
             lora_enabled=lora_enabled,
-        ).SerializeToString()
+        )
         self.streamer = Streamer(
             settings,
             self._to_records,
@@ -366,37 +425,29 @@ class Tap:
         return len(item) if isinstance(item, list) else 1
 
     def _to_records(self, items) -> list:
-        """Runs on the streaming thread: the drained items as records, in order."""
+        """Runs on the streaming thread: the drained items as records, in
+        order; the frames in chunks of at most :data:`MAX_CHUNK_BYTES` and
+        :data:`MAX_CHUNK_FRAMES`."""
         pb = convert.messages()
-        header = self._chunk_header
+        chunk = self._chunk
         records = []
         frames: list = []
         times: list = []
         size = 0
-
-        def flush():
-            nonlocal frames, times, size
-            if not frames:
-                return
-            record = pb.Record()
-            chunk = record.frames
-            chunk.MergeFromString(header)
-            chunk.frames = b"".join(frames)
-            chunk.frame_lengths.extend(map(len, frames))
-            chunk.sent_at.extend(times)
-            records.append(record)
-            frames, times, size = [], [], 0
-
         for item in items:
             if type(item) is tuple:
                 at, frame = item
-                if size + len(frame) > MAX_CHUNK_BYTES:
-                    flush()
+                if frames and (size + len(frame) > MAX_CHUNK_BYTES
+                               or len(frames) >= MAX_CHUNK_FRAMES):
+                    records.append(chunk.record(frames, times, size))
+                    frames, times, size = [], [], 0
                 frames.append(frame)
                 times.append(at)
                 size += len(frame)
                 continue
-            flush()
+            if frames:
+                records.append(chunk.record(frames, times, size))
+                frames, times, size = [], [], 0
             if type(item) is Started:
                 records.append(self._request_record(pb, item))
             elif type(item) is Aborted:
@@ -408,7 +459,8 @@ class Tap:
             else:
                 # The engine start's records, queued as they are.
                 records.extend(item)
-        flush()
+        if frames:
+            records.append(chunk.record(frames, times, size))
         return records
 
     def _request_record(self, pb, item: Started):

@@ -123,6 +123,38 @@ impl IngestService {
         self.tracker().evict_idle(idle_before, unix_now())
     }
 
+    /// Largest accepted message, bytes.
+    pub(super) fn max_message_bytes(&self) -> usize {
+        self.limits.max_message_bytes
+    }
+
+    /// Turns true when open streams must end now.
+    pub(super) fn cut_signal(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.cut.subscribe()
+    }
+
+    /// Applies one message of a stream (a batch's records one by one),
+    /// `position` counting the stream's records.
+    pub(super) fn apply_message(
+        &self,
+        message: pb::Record,
+        position: &mut u64,
+        summary: &mut Summary,
+    ) {
+        match message.record {
+            Some(pb::record::Record::Batch(batch)) => {
+                for record in batch.records {
+                    *position += 1;
+                    self.apply(record, *position, summary);
+                }
+            }
+            record => {
+                *position += 1;
+                self.apply(pb::Record { record }, *position, summary);
+            }
+        }
+    }
+
     /// Applies one wire record at `position` of its stream, noting the outcome in `summary`.
     fn apply(&self, message: pb::Record, position: u64, summary: &mut Summary) {
         if let Some(pb::record::Record::Frames(frames)) = message.record {
@@ -152,7 +184,7 @@ impl IngestService {
     }
 
     /// Counts an input that cannot be decoded, named by `message`.
-    fn invalid(&self, message: String, summary: &mut Summary) {
+    pub(super) fn invalid(&self, message: String, summary: &mut Summary) {
         RecordSink::invalid(&mut *self.tracker());
         summary.reject(RejectReason::InvalidRecord.as_str(), message);
     }
@@ -228,7 +260,7 @@ impl IngestService {
 
 /// A stream's summary under construction.
 #[derive(Default)]
-struct Summary {
+pub(super) struct Summary {
     wire: pb::IngestSummary,
     by_reason: HashMap<String, u64>,
 }
@@ -241,7 +273,7 @@ impl Summary {
         }
     }
 
-    fn finish(mut self) -> pb::IngestSummary {
+    pub(super) fn finish(mut self) -> pb::IngestSummary {
         self.wire.rejected_by_reason = self.by_reason;
         self.wire
     }
@@ -290,18 +322,7 @@ impl pb::ingest_server::Ingest for IngestService {
                     )))
                 }
             };
-            match message.record {
-                Some(pb::record::Record::Batch(batch)) => {
-                    for record in batch.records {
-                        position += 1;
-                        self.apply(record, position, &mut summary);
-                    }
-                }
-                record => {
-                    position += 1;
-                    self.apply(pb::Record { record }, position, &mut summary);
-                }
-            }
+            self.apply_message(message, &mut position, &mut summary);
         }
         Ok(Response::new(summary.finish()))
     }

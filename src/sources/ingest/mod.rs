@@ -1,5 +1,5 @@
 //! The ingest sources: a JSONL trace (`replay`), the gRPC ingest service
-//! (`serve`), its wire types, and the client that streams to it (`--target`).
+//! (`serve`), the ingest socket beside it, their wire types, and the client that streams to it (`--target`).
 
 #[cfg(feature = "grpc")]
 pub mod client;
@@ -8,3 +8,5 @@ pub mod grpc;
 pub mod jsonl;
 #[cfg(feature = "grpc")]
 pub mod proto;
+#[cfg(all(feature = "grpc", unix))]
+pub mod socket;

@@ -1,0 +1,261 @@
+//! The ingest socket: a Unix domain socket over which a process of this
+//! host's user sends the records the gRPC service takes, without gRPC.
+//!
+//! Why a second transport: the engine-core tap runs inside vLLM's engine
+//! core, where every microsecond of Python holds the GIL against the step
+//! loop. Over this socket the tap hands vLLM's encoded frames to the kernel
+//! as they are (one `sendmsg` of a hand-built record around them, the copy
+//! done with the GIL released); gRPC's Python layer and protobuf's copies
+//! cost about as much as vLLM's own encode of the step (docs/PERFORMANCE.md).
+//!
+//! The wire: each message is a protobuf [`pb::Record`] (a batch too) after
+//! its length, a little-endian `u32`. The sidecar writes back once, when it
+//! shuts down with the connection open: the number of messages it read, a
+//! little-endian `u64`; the sender sends the messages after those to the
+//! next sidecar. Without that answer (a sidecar killed) what was in flight
+//! may be lost, as on gRPC.
+//!
+//! Who may send: the socket file is made `0600` (the plugin keeps it in a
+//! `0700` directory of its own), and a connection whose peer runs under
+//! another user is closed before anything is read from it. Bounded like the
+//! gRPC listener: connections at once, an idle timeout, the message size
+//! (checked on the length, before anything is allocated). A message that
+//! does not decode is counted and named (`ingest socket, connection N,
+//! message M`) and the connection goes on; one longer than the limit ends
+//! its connection (the stream cannot be resynchronised without reading it).
+
+use std::future::Future;
+use std::io;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use prost::Message;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::Semaphore;
+
+use super::grpc::{describe_summary, IngestService, Summary};
+use super::proto::pb;
+use crate::support::listen::ListenerLimits;
+
+/// A bound ingest socket: its listener, its path and the user it admits.
+#[derive(Debug)]
+pub struct IngestSocket {
+    listener: UnixListener,
+    path: PathBuf,
+    owner: u32,
+}
+
+impl IngestSocket {
+    /// Binds `path`, mode `0600`. A socket file already there is replaced
+    /// when it is this user's and nothing answers on it (left by a sidecar
+    /// that was killed); anything else there is an error naming the path.
+    pub async fn bind(path: &Path) -> io::Result<IngestSocket> {
+        let named = |e: io::Error, what: &str| {
+            io::Error::new(
+                e.kind(),
+                format!("ingest socket {}: {what}: {e}", path.display()),
+            )
+        };
+        if let Ok(existing) = std::fs::symlink_metadata(path) {
+            if !existing.file_type().is_socket() {
+                return Err(named(
+                    io::Error::from(io::ErrorKind::AlreadyExists),
+                    "something other than a socket is there",
+                ));
+            }
+            if UnixStream::connect(path).await.is_ok() {
+                return Err(named(
+                    io::Error::from(io::ErrorKind::AddrInUse),
+                    "another process listens there",
+                ));
+            }
+            std::fs::remove_file(path).map_err(|e| named(e, "cannot remove the stale socket"))?;
+        }
+        let listener = UnixListener::bind(path).map_err(|e| named(e, "cannot listen"))?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| named(e, "cannot make it private"))?;
+        // The file was made by this process: its owner is this process's user.
+        let owner = std::fs::metadata(path)
+            .map_err(|e| named(e, "cannot read it back"))?
+            .uid();
+        Ok(IngestSocket {
+            listener,
+            path: path.to_owned(),
+            owner,
+        })
+    }
+
+    /// The socket's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for IngestSocket {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Serves `socket` into `service` until `shutdown` completes; then accepts
+/// no more and lets open connections read on until they end, or until the
+/// service cuts open streams ([`IngestService::cut_open_streams`]).
+pub async fn serve(
+    socket: IngestSocket,
+    service: IngestService,
+    limits: ListenerLimits,
+    shutdown: impl Future<Output = ()>,
+) {
+    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let numbers = AtomicU64::new(0);
+    let mut connections = tokio::task::JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            accepted = socket.listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(error) => {
+                    tracing::warn!(%error, "ingest socket: accepting a connection failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            _ = &mut shutdown => break,
+        };
+        let number = numbers.fetch_add(1, Ordering::Relaxed) + 1;
+        match stream.peer_cred() {
+            Ok(peer) if peer.uid() == socket.owner => {}
+            Ok(peer) => {
+                tracing::warn!(
+                    "ingest socket, connection {number}: refused, its process (pid {:?}) runs as uid {}, not {}",
+                    peer.pid(),
+                    peer.uid(),
+                    socket.owner
+                );
+                continue;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "ingest socket, connection {number}: refused, its peer is unknown");
+                continue;
+            }
+        }
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            tracing::warn!(
+                "ingest socket, connection {number}: refused, {} connections are open (--ingest-max-connections)",
+                limits.max_connections
+            );
+            continue;
+        };
+        let service = service.clone();
+        let idle = limits.idle_timeout;
+        connections.spawn(async move {
+            read_connection(stream, &service, number, idle).await;
+            drop(slot);
+        });
+        // Finished connections are reaped as new ones come.
+        while connections.try_join_next().is_some() {}
+    }
+    while connections.join_next().await.is_some() {}
+}
+
+/// Reads one connection's messages into `service` until it ends, idles past
+/// `idle`, sends what cannot be read on, or the service cuts open streams.
+/// Cut, it answers with the number of messages it read (a `u64`,
+/// little-endian) before it closes: its sender sends the rest again to the
+/// next sidecar, as a gRPC client does after the `ingest-summary-bin`
+/// trailer.
+async fn read_connection(
+    mut stream: UnixStream,
+    service: &IngestService,
+    number: u64,
+    idle: Option<Duration>,
+) {
+    let max = service.max_message_bytes();
+    let mut cut = service.cut_signal();
+    let mut summary = Summary::default();
+    let mut position = 0u64;
+    let mut message = 0u64;
+    // Bytes read and not yet applied; `read_buf` into it is cancel-safe, so
+    // the cut can interrupt a read without losing what it had read.
+    let mut buffer: Vec<u8> = Vec::with_capacity(64 * 1024);
+    let ended = 'connection: loop {
+        let mut start = 0;
+        while let Some(header) = buffer.get(start..start + 4) {
+            let length = u32::from_le_bytes(header.try_into().expect("4 bytes")) as usize;
+            if length > max {
+                service.invalid(
+                    format!("ingest socket, connection {number}, message {}: {length} bytes, above the {max} of --max-message-bytes; the connection is closed", message + 1),
+                    &mut summary,
+                );
+                break 'connection "a message was too long";
+            }
+            let Some(body) = buffer.get(start + 4..start + 4 + length) else {
+                break;
+            };
+            message += 1;
+            match pb::Record::decode(body) {
+                Ok(record) => service.apply_message(record, &mut position, &mut summary),
+                Err(e) => service.invalid(
+                    format!("ingest socket, connection {number}, message {message}: cannot decode it ({e})"),
+                    &mut summary,
+                ),
+            }
+            start += 4 + length;
+        }
+        buffer.drain(..start);
+        if let Some(header) = buffer.get(..4) {
+            // The length was checked above: the rest of the message fits.
+            let length = u32::from_le_bytes(header.try_into().expect("4 bytes")) as usize;
+            buffer.reserve((4 + length).saturating_sub(buffer.len()));
+        } else if buffer.capacity() == buffer.len() {
+            buffer.reserve(64 * 1024);
+        }
+        let read = tokio::select! {
+            read = within(idle, stream.read_buf(&mut buffer)) => Some(read),
+            _ = cut.wait_for(|cut| *cut) => None,
+        };
+        let Some(read) = read else {
+            // What was read and not applied is a part of a message: its
+            // sender sends it again, whole.
+            let read = message.to_le_bytes();
+            let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(&read)).await;
+            break "the server shut down";
+        };
+        match read {
+            Ok(0) if buffer.is_empty() => break "",
+            // The sender went away inside a message: it sends the whole
+            // message again on its next connection.
+            Ok(0) => break "it ended inside a message",
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::TimedOut => break "it was idle too long",
+            Err(_) => break "it failed",
+        }
+    };
+    let summary = summary.finish();
+    if summary.records_rejected > 0 || !summary.first_rejections.is_empty() {
+        tracing::warn!(
+            "ingest socket, connection {number}: {}",
+            describe_summary(&summary)
+        );
+    }
+    if !ended.is_empty() {
+        tracing::debug!("ingest socket, connection {number} closed: {ended}");
+    }
+}
+
+/// `read` within `limit`, a timeout being an `io::ErrorKind::TimedOut`.
+async fn within<T>(
+    limit: Option<Duration>,
+    read: impl Future<Output = io::Result<T>>,
+) -> io::Result<T> {
+    match limit {
+        None => read.await,
+        Some(limit) => tokio::time::timeout(limit, read)
+            .await
+            .unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into())),
+    }
+}
