@@ -288,13 +288,7 @@ fn sigterm_drains_and_flushes_otlp() {
     assert_eq!(server.vllm_samples(), expected);
     // Nothing was exported yet (60 s interval): SIGTERM must do it.
     assert!(collector.samples_of("serve-sigterm").is_empty());
-    let pid = server.process.0.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
-    let status = server.process.0.wait().unwrap();
+    let status = server.sigterm();
     let mut stderr = String::new();
     std::io::Read::read_to_string(server.process.0.stderr.as_mut().unwrap(), &mut stderr).unwrap();
     assert_eq!(status.code(), Some(0), "{stderr}");

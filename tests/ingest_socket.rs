@@ -122,19 +122,7 @@ fn the_socket_file_is_replaced_when_stale_refused_when_not_a_socket_and_removed_
     send_over_socket(&socket, &aborted("d"));
     wait_for_sample(&server, ABORTS, 1.0);
     // A second sidecar on the same path: refused, naming it.
-    let output = Command::new(common::binary())
-        .args([
-            "serve",
-            "--ingest-addr",
-            "127.0.0.1:0",
-            "--metrics-addr",
-            "none",
-        ])
-        .args(["--ingest-socket", socket.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = refused(&socket);
     assert!(
         stderr.contains(&format!(
             "ingest socket {}: another process listens there",
@@ -142,30 +130,12 @@ fn the_socket_file_is_replaced_when_stale_refused_when_not_a_socket_and_removed_
         )),
         "{stderr}"
     );
-    let pid = server.process.0.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
-    server.process.0.wait().unwrap();
+    server.sigterm();
     assert!(!socket.exists(), "serve removes its socket when it ends");
 
     let file = dir.join("not-a-socket");
     std::fs::write(&file, "data").unwrap();
-    let output = Command::new(common::binary())
-        .args([
-            "serve",
-            "--ingest-addr",
-            "127.0.0.1:0",
-            "--metrics-addr",
-            "none",
-        ])
-        .args(["--ingest-socket", file.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = refused(&file);
     assert!(
         stderr.contains(&format!(
             "ingest socket {}: something other than a socket is there",
@@ -231,6 +201,18 @@ fn another_users_process_is_not_read() {
     assert_eq!(server.sample(ABORTS), Some(1.0));
 }
 
+/// The error output of a `serve --ingest-socket path` that must not start.
+fn refused(path: &Path) -> String {
+    let output = Command::new(common::binary())
+        .args(["serve", "--ingest-addr", "127.0.0.1:0"])
+        .args(["--metrics-addr", "none", "--ingest-socket"])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
 fn nix_is_root() -> bool {
     use std::os::unix::fs::MetadataExt;
     // The owner of a file this process makes is its effective user.
@@ -265,17 +247,12 @@ fn at_shutdown_an_open_connection_is_told_how_many_messages_were_read() {
     bytes.extend_from_slice(&third[..third.len() / 2]);
     stream.write_all(&bytes).unwrap();
     wait_for_sample(&server, ABORTS, 1.0);
-    let pid = server.process.0.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
+    let terminated = std::thread::spawn(move || server.sigterm());
     stream
         .set_read_timeout(Some(std::time::Duration::from_secs(20)))
         .unwrap();
     let mut answer = Vec::new();
     stream.read_to_end(&mut answer).unwrap();
     assert_eq!(answer, 2u64.to_le_bytes());
-    assert_eq!(server.process.0.wait().unwrap().code(), Some(0));
+    assert_eq!(terminated.join().unwrap().code(), Some(0));
 }

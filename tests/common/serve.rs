@@ -49,6 +49,17 @@ impl Server {
         vllm_samples(&super::http_get(self.metrics, "/metrics").expect("serve answers"))
     }
 
+    /// Sends SIGTERM and waits for the exit status.
+    pub(crate) fn sigterm(&mut self) -> std::process::ExitStatus {
+        let pid = self.process.0.id().to_string();
+        assert!(Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success());
+        self.process.0.wait().unwrap()
+    }
+
     pub(crate) fn sample(&self, key: &str) -> Option<f64> {
         super::samples(&super::http_get(self.metrics, "/metrics")?)
             .get(key)
