@@ -106,10 +106,13 @@ def test_over_the_ingest_socket_each_record_arrives_once_in_order(tmp_path):
     assert streamer.transport == "socket"
 
 
-def test_a_record_the_closed_connection_did_not_read_is_sent_on_the_next(tmp_path, caplog):
+def close_one_connection(tmp_path, caplog, answer):
+    """Sends 0, lets the sink close the connection (answering how many it
+    read when ``answer``), then sends 1 and 2; returns what arrived and the
+    streamer."""
     import time
 
-    sink = SocketSink(tmp_path / "s.sock", close_after=1)
+    sink = SocketSink(tmp_path / "s.sock", close_after=1, answer=answer)
     records = {i: [pb.Record(sleep_state=pb.SleepState(model_name=str(i), level=1))] for i in range(3)}
     streamer = socket_streamer(tmp_path / "s.sock", records.get).start()
     try:
@@ -119,36 +122,25 @@ def test_a_record_the_closed_connection_did_not_read_is_sent_on_the_next(tmp_pat
         time.sleep(0.1)
         with caplog.at_level(logging.WARNING, logger="vllm.vllm_otel_metrics"):
             streamer.submit(1)
-            sink.wait_for(2)
+            time.sleep(0.3)
             streamer.submit(2)
-            received = sink.wait_for(3)
+            received = sink.wait_for(3, timeout=5.0)
     finally:
         streamer.close()
         sink.close()
+    return received, sink.connections, streamer
+
+
+def test_a_record_the_closed_connection_did_not_read_is_sent_on_the_next(tmp_path, caplog):
+    received, connections, streamer = close_one_connection(tmp_path, caplog, answer=True)
     assert [r.sleep_state.model_name for r in received] == ["0", "1", "2"]
-    assert [len(c) for c in sink.connections] == [1, 2]
+    assert [len(c) for c in connections] == [1, 2]
     assert streamer.lost == 0
     assert "closed (Broken pipe); the 1 records it had not read are sent again" in caplog.text
 
 
 def test_without_the_sidecars_answer_the_record_being_sent_is_counted_lost(tmp_path, caplog):
-    import time
-
-    sink = SocketSink(tmp_path / "s.sock", close_after=1, answer=False)
-    records = {i: [pb.Record(sleep_state=pb.SleepState(model_name=str(i), level=1))] for i in range(3)}
-    streamer = socket_streamer(tmp_path / "s.sock", records.get).start()
-    try:
-        streamer.submit(0)
-        sink.wait_for(1)
-        time.sleep(0.1)
-        with caplog.at_level(logging.WARNING, logger="vllm.vllm_otel_metrics"):
-            streamer.submit(1)
-            time.sleep(0.3)
-            streamer.submit(2)
-            received = sink.wait_for(3, timeout=2.0)
-    finally:
-        streamer.close()
-        sink.close()
+    received, _, streamer = close_one_connection(tmp_path, caplog, answer=False)
     # 1 is lost; the drops record that says so arrives with 2.
     names = [r.sleep_state.model_name for r in received if r.WhichOneof("record") == "sleep_state"]
     drops = [r.plugin_drops.dropped for r in received if r.WhichOneof("record") == "plugin_drops"]
