@@ -227,14 +227,12 @@ class ChunkWriter:
     The field numbers come from the generated descriptors, so the layout
     follows proto/; the parts parse as the message protobuf would build
     (python/tests/test_tap.py). ``header``: the chunk's fields that never
-    change (model name, field names, flags), serialized once.
+    change (model name, field names, flags), serialized once. With ``pb``
+    the generated ingest module::
 
-    >>> from vllm_otel_metrics import convert
-    >>> pb = convert.messages()
-    >>> raw = ChunkWriter(pb, model_name="m").record([b"ab", b"c"], [1.0, 2.0], 3)
-    >>> record = pb.Record.FromString(raw.SerializeToString())
-    >>> record.frames.model_name, record.frames.frames, list(record.frames.frame_lengths)
-    ('m', b'abc', [2, 1])
+        raw = ChunkWriter(pb, model_name="m").record([b"ab", b"c"], [1.0, 2.0], 3)
+        record = pb.Record.FromString(raw.SerializeToString())
+        # record.frames: model_name "m", frames b"abc", frame_lengths [2, 1]
     """
 
     def __init__(self, pb, **header):
