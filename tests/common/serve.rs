@@ -76,6 +76,7 @@ pub(crate) fn vllm_samples(exposition: &str) -> BTreeMap<String, f64> {
 
 /// Sends `records` over `serve --ingest-socket`'s socket at `path`, as the
 /// plugin does: each an encoded `Record` after its length (u32, little-endian).
+#[cfg(all(feature = "grpc", unix))]
 pub(crate) fn send_over_socket(
     path: &std::path::Path,
     records: &[vllm_otel_metrics::sources::ingest::proto::pb::Record],
