@@ -248,15 +248,7 @@ def prepare(transport: str):
     layer calls."""
     from vllm_otel_metrics import stream
 
-    pack, Raw = stream._LENGTH.pack, stream.Raw
-
-    def socket_parts(record):
-        if type(record) is Raw:
-            return [pack(record.size), *record.parts]
-        data = record.SerializeToString()
-        return [pack(len(data)), data]
-
-    return socket_parts if transport == "socket" else stream._serialize
+    return stream.socket_parts if transport == "socket" else stream._serialize
 
 
 def time_thread(tap, items, per_drain: int, transport: str) -> float:

@@ -25,13 +25,14 @@ item). Everything else happens on the thread:
   replaces it, nothing lost, nothing twice. The last :data:`RESEND_WINDOW`
   records handed over are kept for this; unread records beyond them are
   counted as lost;
-- on the ingest socket, a record whose send fails is sent first on the next
-  connection; a sidecar that shuts down reads what was sent before it closes
-  the connection;
+- on the ingest socket, a sidecar that shuts down answers an open
+  connection with the number of messages it read; the records after those
+  are sent again, first, on the next connection, as after a gRPC summary;
 - a call that breaks without a summary (the sidecar killed) may lose what
-  it had in flight, uncounted (so may a socket's): gRPC acknowledges a client stream only at its
+  it had in flight, uncounted: gRPC acknowledges a client stream only at its
   end, so the records the sidecar read before it died cannot be told from
-  the others. The loss is logged with the stream's status.
+  the others. The loss is logged with the stream's status. On the socket,
+  the record whose send failed is counted as lost.
 """
 
 import collections
@@ -282,7 +283,6 @@ class Streamer:
         ticks = _Ticks()
         unsent = self._unsent
         handed = Handed(self._resend_window)
-        pack = _LENGTH.pack
         while True:
             if self._refill(pb, ticks):
                 continue
@@ -290,13 +290,7 @@ class Streamer:
                 record = unsent.popleft()
                 handed.note(record)
                 try:
-                    if type(record) is Raw:
-                        parts = [pack(record.size), *record.parts]
-                        total = record.size + 4
-                    else:
-                        data = record.SerializeToString()
-                        parts = [pack(len(data)), data]
-                        total = len(data) + 4
+                    parts, total = socket_parts(record)
                     # Gathered by the kernel, the GIL released: no join.
                     sent = sock.sendmsg(parts, (), _NOSIGNAL)
                     if sent < total:
@@ -501,6 +495,16 @@ class Raw:
 
     def SerializeToString(self) -> bytes:  # noqa: N802 — protobuf's name
         return b"".join(self.parts)
+
+
+def socket_parts(record) -> tuple:
+    """The buffers of ``record``'s message on the ingest socket (its length,
+    then the record: a :class:`Raw` one's parts as they are), and their
+    total size."""
+    if type(record) is Raw:
+        return [_LENGTH.pack(record.size), *record.parts], record.size + 4
+    data = record.SerializeToString()
+    return [_LENGTH.pack(len(data)), data], len(data) + 4
 
 
 def _serialize(message) -> bytes:
