@@ -1,7 +1,14 @@
 //! `vllm-otel-metrics`: see `vllm-otel-metrics --help` and docs/CLI.md.
 
 use clap::Parser;
+use vllm_otel_metrics::cli;
 
 fn main() -> std::process::ExitCode {
-    vllm_otel_metrics::cli::run(vllm_otel_metrics::cli::Cli::parse())
+    match cli::command_line() {
+        Ok(argv) => cli::run(cli::Cli::parse_from(argv)),
+        Err(message) => {
+            eprintln!("error: {message}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }

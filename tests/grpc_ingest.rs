@@ -215,14 +215,16 @@ fn malformed_records_and_garbage_frames_leave_the_server_serving() {
             "record 4: request a: unknown event type 7",
         ]
     );
-    let garbage = &lines[1]["garbage"];
-    assert_eq!(garbage["code"], "INVALID_ARGUMENT", "{garbage}");
-    assert!(
-        garbage["details"]
-            .as_str()
-            .unwrap()
-            .starts_with("record 2: cannot decode the message"),
-        "{garbage}"
+    // A message that does not decode is counted at its position; the
+    // stream goes on (gRPC's framing says where the next message begins).
+    assert_eq!(
+        lines[1]["garbage"],
+        serde_json::json!({
+            "applied": 2,
+            "rejected": 1,
+            "by_reason": {"invalid_record": 1},
+            "first": ["record 2: cannot decode the message (malformed protobuf in a Record)"],
+        })
     );
     assert_eq!(
         lines[2]["after"]["applied"], 2,
@@ -240,17 +242,18 @@ fn malformed_records_and_garbage_frames_leave_the_server_serving() {
             "first": ["record 2: a batch inside a batch"],
         })
     );
-    // a, c and d finished (b, started before the garbage frame, and e are
+    // a, b (finished after the garbage message), c and d finished (e is
     // still in flight).
     assert_eq!(
         server.sample(
             r#"vllm:request_success_total{model_name="m",engine="0",finished_reason="stop"}"#
         ),
-        Some(3.0)
+        Some(4.0)
     );
     assert_eq!(
         server.sample(r#"vllm_otel_metrics_rejected_inputs_total{reason="invalid_record"}"#),
-        Some(4.0)
+        // The three misfits, the garbage message, the nested batch.
+        Some(5.0)
     );
 }
 

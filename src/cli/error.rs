@@ -67,11 +67,16 @@ from_library_error! {
 }
 
 impl CliError {
-    /// The exit status: 1 for every reason a run could not start or go on
-    /// (the exit statuses of docs/CLI.md; 2 and 3 are outcomes of a completed
-    /// run, not errors).
+    /// The exit status: 4 when a listen address is taken, 1 for every other
+    /// reason a run could not start or go on (the exit statuses of
+    /// docs/CLI.md; 2 and 3 are outcomes of a completed run, not errors).
     pub fn exit_code(&self) -> ExitCode {
         match self {
+            // A supervisor (the vLLM plugin) tells "another process holds
+            // the port" from every other failure: starting again will not help.
+            CliError::Io(e) if e.kind() == io::ErrorKind::AddrInUse => {
+                ExitCode::from(super::EXIT_ADDRESS_IN_USE)
+            }
             CliError::Otlp(_)
             | CliError::Listener(_)
             | CliError::Target(_)

@@ -48,6 +48,7 @@ use crate::protocol::{InputLimits, Record};
 use crate::sources::ingest::client::{RemoteSink, TargetSecurity};
 use crate::sources::ingest::grpc::{self, IngestLimits, IngestListener, IngestService};
 use crate::sources::ingest::jsonl;
+use crate::sources::ingest::prescan::DecodeLimits;
 #[cfg(unix)]
 use crate::sources::ingest::socket;
 use crate::sources::sim::{simulate, Progress, SimConfig};
@@ -61,6 +62,13 @@ use opentelemetry_sdk::trace::SdkTracerProvider;
 pub const EXIT_EXPORT_FAILED: u8 = 3;
 /// Exit status when input lines were invalid.
 pub const EXIT_INVALID_INPUT: u8 = 2;
+/// Exit status when a listen address is taken by another process.
+pub const EXIT_ADDRESS_IN_USE: u8 = 4;
+/// The environment variable whose JSON array of strings is appended to the
+/// command line: how a supervisor passes flags that may hold secrets (an
+/// OTLP header) without putting them in `/proc/PID/cmdline`, which every
+/// local user can read (`/proc/PID/environ` is the owner's alone).
+pub const SERVE_ARGS_ENV: &str = "VLLM_OTEL_METRICS_SERVE_ARGS";
 
 /// vLLM's per-request lifecycle metrics on OpenTelemetry, exposed under vLLM's names.
 #[derive(Debug, Parser)]
@@ -115,6 +123,32 @@ fn init_diagnostics() {
     };
     // A host that installed its own subscriber keeps it.
     let _ = installed;
+}
+
+/// The process's arguments, then those of [`SERVE_ARGS_ENV`] when it is
+/// set; an error names the variable, never its value (it may hold a secret).
+pub fn command_line() -> Result<Vec<std::ffi::OsString>, String> {
+    /// More than any flag set needs; a bound before the value is parsed.
+    const MAX_BYTES: usize = 64 << 10;
+    let mut argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let Some(raw) = std::env::var_os(SERVE_ARGS_ENV) else {
+        return Ok(argv);
+    };
+    if raw.len() > MAX_BYTES {
+        return Err(format!("{SERVE_ARGS_ENV} is longer than {MAX_BYTES} bytes"));
+    }
+    let raw = raw
+        .into_string()
+        .map_err(|_| format!("{SERVE_ARGS_ENV} is not UTF-8"))?;
+    let extra: Vec<String> = serde_json::from_str(&raw).map_err(|e| {
+        format!(
+            "{SERVE_ARGS_ENV} is not a JSON array of strings (line {}, column {})",
+            e.line(),
+            e.column()
+        )
+    })?;
+    argv.extend(extra.into_iter().map(Into::into));
+    Ok(argv)
 }
 
 /// Runs the command line; returns the process exit status.

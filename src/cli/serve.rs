@@ -23,6 +23,22 @@ pub(super) struct ServeArgs {
     /// Largest accepted gRPC message, bytes.
     #[arg(long, default_value_t = IngestLimits::default().max_message_bytes, value_name = "BYTES")]
     pub(super) max_message_bytes: usize,
+    /// Most records in one batch message; a larger batch is refused (and
+    /// counted) before it is decoded.
+    #[arg(long, default_value_t = DecodeLimits::default().max_records_per_batch, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub(super) max_records_per_batch: usize,
+    /// Most outputs in one output batch; a larger one is refused (and
+    /// counted) before it is decoded.
+    #[arg(long, default_value_t = DecodeLimits::default().max_outputs_per_batch, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub(super) max_outputs_per_batch: usize,
+    /// Most bytes held in messages that have arrived in part, over every
+    /// ingest stream and connection; a stream whose next message would go
+    /// past it ends with RESOURCE_EXHAUSTED.
+    #[arg(long, default_value_t = IngestLimits::default().max_buffered_bytes, value_name = "BYTES")]
+    pub(super) ingest_max_buffered_bytes: usize,
+    /// Most gRPC streams open at once on one ingest connection.
+    #[arg(long, default_value_t = IngestLimits::default().max_streams_per_connection, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(super) ingest_max_streams_per_connection: u32,
     /// After SIGINT/SIGTERM, wait this long for open streams to end; then
     /// they are answered with the summary of what they applied.
     #[arg(long, default_value_t = 10.0, value_name = "SECS")]
@@ -35,6 +51,16 @@ pub(super) struct ServeArgs {
     /// however it ends).
     #[arg(long)]
     pub(super) exit_with_parent: bool,
+    /// As --exit-with-parent, for the parent with this pid: a sidecar whose
+    /// parent is another process already when it starts (its supervisor
+    /// died before this one ran) exits at once, holding no port.
+    #[arg(long, value_name = "PID", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(super) parent_pid: Option<u32>,
+    /// Require `Authorization: Bearer <token>` on ingest streams with the
+    /// token in this file, instead of --auth-token-file's: the scrape
+    /// credential of `/metrics` then cannot write records.
+    #[arg(long, value_name = "FILE")]
+    pub(super) ingest_auth_token_file: Option<PathBuf>,
     #[command(flatten)]
     pub(super) common: CommonArgs,
 }
@@ -64,6 +90,18 @@ fn current_parent() -> Option<u32> {
 }
 
 pub(super) fn run_serve(args: ServeArgs) -> Result<ExitCode, CliError> {
+    // First, before any setup: a parent that is gone already is gone for
+    // good, and a sidecar started for it must not take the ports.
+    let parent = match args.parent_pid {
+        Some(pid) if current_parent() != Some(pid) => {
+            report::line(format_args!(
+                "the parent process (pid {pid}) ended before this one started: exiting"
+            ));
+            return Ok(ExitCode::SUCCESS);
+        }
+        Some(pid) => Some(pid),
+        None => args.exit_with_parent.then(current_parent).flatten(),
+    };
     let request_ttl = seconds("--request-ttl", args.request_ttl)?;
     let drain = seconds("--drain-timeout", args.drain_timeout)?;
     let pipeline = Pipeline::new(&args.common, OnSignal::Command, false)?;
@@ -71,10 +109,26 @@ pub(super) fn run_serve(args: ServeArgs) -> Result<ExitCode, CliError> {
         max_inflight_requests: usize::try_from(args.max_inflight_requests).unwrap_or(usize::MAX),
         request_ttl: (!request_ttl.is_zero()).then_some(request_ttl),
         max_message_bytes: args.max_message_bytes,
+        decode: DecodeLimits {
+            max_records_per_batch: args.max_records_per_batch,
+            max_outputs_per_batch: args.max_outputs_per_batch,
+            // A message may decode into twice its bytes; more is an
+            // amplification no sender needs.
+            max_decoded_bytes: args.max_message_bytes.saturating_mul(2),
+        },
+        max_buffered_bytes: args.ingest_max_buffered_bytes,
+        max_streams_per_connection: args.ingest_max_streams_per_connection,
     };
     // The TLS and token files are read before the port is taken: a
     // configuration error is reported as such, whatever holds the port.
     let (tls, token) = args.common.listen.security(&[b"h2"])?;
+    let token = match &args.ingest_auth_token_file {
+        Some(file) => Some(BearerToken::from_file(file).map_err(|e| CliError::Invalid {
+            flag: "--ingest-auth-token-file",
+            reason: crate::error::chain(&e).to_string(),
+        })?),
+        None => token,
+    };
     let listener_limits = args.common.listen.limits(args.ingest_max_connections)?;
     let tracker = pipeline.tracker(args.common.input_limits());
     let service = IngestService::new(tracker, limits);
@@ -113,7 +167,6 @@ pub(super) fn run_serve(args: ServeArgs) -> Result<ExitCode, CliError> {
         tls,
         token,
     };
-    let parent = args.exit_with_parent.then(current_parent).flatten();
     let served = pipeline.runtime.block_on(async {
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let stopping = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {

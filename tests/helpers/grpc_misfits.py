@@ -62,8 +62,12 @@ with grpc.insecure_channel(target) as channel:
         response_deserializer=pb.IngestSummary.FromString,
     )
     try:
-        raw(iter([start("b").SerializeToString(), b"\xff\xff\xff\xff not protobuf"]))
-        print(json.dumps({"garbage": "accepted"}))
+        summary = raw(iter([
+            start("b").SerializeToString(),
+            b"\xff\xff\xff\xff not protobuf",
+            finish("b").SerializeToString(),
+        ]))
+        print(json.dumps({"garbage": summary_json(summary)}))
     except grpc.RpcError as error:
         print(json.dumps({"garbage": {"code": error.code().name, "details": error.details()}}))
 

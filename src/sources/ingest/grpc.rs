@@ -7,7 +7,8 @@
 //! `abort` beyond the cap) and requests idle longer than a time-to-live are
 //! terminated as `abort` too; both are counted on
 //! `vllm_otel_metrics_evicted_requests_total`. An invalid record is rejected
-//! on its own and the stream goes on; an undecodable frame ends only its stream.
+//! on its own and the stream goes on, as does a message refused before
+//! decoding or one that does not decode ([`server`](super::server)).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -18,7 +19,9 @@ use prost::Message;
 use tokio::net::TcpListener;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::prescan::DecodeLimits;
 use super::proto::{pb, record_from_proto};
+use super::server::{Buffered, Incoming, IngestRoute};
 use crate::catalog::RejectReason;
 use crate::protocol::Record;
 use crate::sources::tap::{Chunk, EngineSetup, Layout};
@@ -40,6 +43,13 @@ pub struct IngestLimits {
     pub request_ttl: Option<Duration>,
     /// Largest accepted message, bytes.
     pub max_message_bytes: usize,
+    /// Bounds a message is scanned against before it is decoded.
+    pub decode: DecodeLimits,
+    /// Most bytes held in messages that have arrived in part, over every
+    /// stream and connection.
+    pub max_buffered_bytes: usize,
+    /// Most streams open at once on one HTTP/2 connection.
+    pub max_streams_per_connection: u32,
 }
 
 impl Default for IngestLimits {
@@ -48,6 +58,9 @@ impl Default for IngestLimits {
             max_inflight_requests: 1_000_000,
             request_ttl: Some(Duration::from_secs(600)),
             max_message_bytes: 16 << 20,
+            decode: DecodeLimits::default(),
+            max_buffered_bytes: 32 << 20,
+            max_streams_per_connection: 8,
         }
     }
 }
@@ -77,6 +90,8 @@ pub struct IngestService {
     clock: Instant,
     /// Set when open streams must end now (the drain deadline).
     cut: Arc<tokio::sync::watch::Sender<bool>>,
+    /// Room for messages that have arrived in part.
+    buffered: Buffered,
 }
 
 impl std::fmt::Debug for IngestService {
@@ -95,6 +110,7 @@ impl IngestService {
             limits,
             clock: Instant::now(),
             cut: Arc::new(tokio::sync::watch::channel(false).0),
+            buffered: Buffered::new(limits.max_buffered_bytes),
         }
     }
 
@@ -128,14 +144,26 @@ impl IngestService {
         self.limits.max_message_bytes
     }
 
+    /// The bounds a message is scanned against before it is decoded.
+    pub(super) fn decode_limits(&self) -> DecodeLimits {
+        self.limits.decode
+    }
+
+    /// Room for messages that have arrived in part.
+    pub(super) fn buffered(&self) -> &Buffered {
+        &self.buffered
+    }
+
     /// Turns true when open streams must end now.
     pub(super) fn cut_signal(&self) -> tokio::sync::watch::Receiver<bool> {
         self.cut.subscribe()
     }
 
     /// Applies one message of a stream (a batch's records one by one),
-    /// `position` counting the stream's records.
-    pub(super) fn apply_message(
+    /// `position` counting the stream's records. It gives the runtime's
+    /// worker back between records, so that a large batch does not hold up
+    /// `/metrics` or the other streams.
+    pub(super) async fn apply_message(
         &self,
         message: pb::Record,
         position: &mut u64,
@@ -145,20 +173,26 @@ impl IngestService {
             Some(pb::record::Record::Batch(batch)) => {
                 for record in batch.records {
                     *position += 1;
-                    self.apply(record, *position, summary);
+                    self.apply(record, *position, summary).await;
+                    tokio::task::consume_budget().await;
                 }
             }
             record => {
                 *position += 1;
-                self.apply(pb::Record { record }, *position, summary);
+                self.apply(pb::Record { record }, *position, summary).await;
             }
         }
     }
 
+    /// Counts a message refused before it was decoded, at `position`.
+    pub(super) fn refused(&self, position: u64, why: &str, summary: &mut Summary) {
+        self.reject_whole(position, why.to_owned(), summary);
+    }
+
     /// Applies one wire record at `position` of its stream, noting the outcome in `summary`.
-    fn apply(&self, message: pb::Record, position: u64, summary: &mut Summary) {
+    async fn apply(&self, message: pb::Record, position: u64, summary: &mut Summary) {
         if let Some(pb::record::Record::Frames(frames)) = message.record {
-            self.apply_frames(&frames, position, summary);
+            self.apply_frames(&frames, position, summary).await;
             return;
         }
         let now = unix_now();
@@ -219,7 +253,12 @@ impl IngestService {
     /// Applies the engine-core tap's frames (one wire record): each frame
     /// that decodes becomes its records; one that does not is counted and
     /// named (`record N, frame K`), and the frames around it are applied.
-    fn apply_frames(&self, frames: &pb::EngineCoreFrames, position: u64, summary: &mut Summary) {
+    async fn apply_frames(
+        &self,
+        frames: &pb::EngineCoreFrames,
+        position: u64,
+        summary: &mut Summary,
+    ) {
         let layout = match Layout::new(
             &frames.engine_core_outputs_fields,
             &frames.engine_core_output_fields,
@@ -253,6 +292,7 @@ impl IngestService {
                 }
                 Err(e) => self.invalid(format!("record {position}, {e}"), summary),
             }
+            tokio::task::consume_budget().await;
         }
         summary.wire.records_applied += 1;
     }
@@ -279,11 +319,12 @@ impl Summary {
     }
 }
 
-#[tonic::async_trait]
-impl pb::ingest_server::Ingest for IngestService {
-    async fn stream(
+impl IngestService {
+    /// One client-streaming call: its messages applied in order; answered,
+    /// when the client closes its side, with what it did.
+    pub(super) async fn stream(
         &self,
-        request: Request<Streaming<pb::Record>>,
+        request: Request<Streaming<Incoming>>,
     ) -> Result<Response<pb::IngestSummary>, Status> {
         let mut stream = request.into_inner();
         let mut summary = Summary::default();
@@ -311,18 +352,36 @@ impl pb::ingest_server::Ingest for IngestService {
                 }
             };
             let message = match next {
-                Ok(Some(message)) => message,
+                Ok(Some(Incoming::Record(message))) => message,
+                Ok(Some(Incoming::Refused(why))) => {
+                    position += 1;
+                    self.refused(position, &why.to_string(), &mut summary);
+                    continue;
+                }
+                Ok(Some(Incoming::Undecodable(why))) => {
+                    position += 1;
+                    let why = format!("cannot decode the message ({why})");
+                    self.refused(position, &why, &mut summary);
+                    continue;
+                }
                 Ok(None) => break,
                 Err(status) => {
-                    return Err(Status::invalid_argument(format!(
-                        "record {}: cannot decode the message ({}); {} record(s) before it were applied",
+                    let message = format!(
+                        "record {}: cannot read the message ({}); {} record(s) before it were applied",
                         position + 1,
                         status.message(),
                         summary.wire.records_applied
-                    )))
+                    );
+                    self.invalid(message.clone(), &mut summary);
+                    let code = match status.code() {
+                        tonic::Code::ResourceExhausted => tonic::Code::ResourceExhausted,
+                        _ => tonic::Code::InvalidArgument,
+                    };
+                    return Err(Status::new(code, message));
                 }
             };
-            self.apply_message(message, &mut position, &mut summary);
+            self.apply_message(message, &mut position, &mut summary)
+                .await;
         }
         Ok(Response::new(summary.finish()))
     }
@@ -371,8 +430,7 @@ pub async fn serve(
     let limits = service.limits;
     let token = how.token;
     let server = tonic::service::interceptor::InterceptedService::new(
-        pb::ingest_server::IngestServer::new(service)
-            .max_decoding_message_size(limits.max_message_bytes),
+        IngestRoute::new(service),
         move |request: Request<()>| match &token {
             Some(token)
                 if !token.accepts(
@@ -388,9 +446,14 @@ pub async fn serve(
         },
     );
     let incoming = listen::incoming(listener, how.limits, how.tls, "ingest");
+    // The windows bound what a connection's peer can make the server hold
+    // before a stream reads it: a connection's window on every connection
+    // at once stays a few hundred MiB below what 64 connections of 16 MiB
+    // messages would take.
     tonic::transport::Server::builder()
-        .initial_stream_window_size(Some(2 << 20))
-        .initial_connection_window_size(Some(8 << 20))
+        .initial_stream_window_size(Some(1 << 20))
+        .initial_connection_window_size(Some(2 << 20))
+        .max_concurrent_streams(Some(limits.max_streams_per_connection))
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         .add_service(server)

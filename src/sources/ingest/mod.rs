@@ -7,6 +7,10 @@ pub mod client;
 pub mod grpc;
 pub mod jsonl;
 #[cfg(feature = "grpc")]
+pub mod prescan;
+#[cfg(feature = "grpc")]
 pub mod proto;
+#[cfg(feature = "grpc")]
+pub mod server;
 #[cfg(all(feature = "grpc", unix))]
 pub mod socket;

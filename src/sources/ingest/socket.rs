@@ -19,8 +19,10 @@
 //! `0700` directory of its own), and a connection whose peer runs under
 //! another user is closed before anything is read from it. Bounded like the
 //! gRPC listener: connections at once, an idle timeout, the message size
-//! (checked on the length, before anything is allocated). A message that
-//! does not decode is counted and named (`ingest socket, connection N,
+//! (checked on the length, before anything is allocated), the bytes held in
+//! unfinished messages (shared with gRPC), and what a message decodes into
+//! (scanned before decoding, as on gRPC). A message that
+//! does not decode, or is refused by the scan, is counted and named (`ingest socket, connection N,
 //! message M`) and the connection goes on; one longer than the limit ends
 //! its connection (the stream cannot be resynchronised without reading it).
 
@@ -38,6 +40,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::Semaphore;
 
 use super::grpc::{describe_summary, IngestService, Summary};
+use super::prescan;
 use super::proto::pb;
 use crate::support::listen::ListenerLimits;
 
@@ -182,6 +185,9 @@ async fn read_connection(
     // Bytes read and not yet applied; `read_buf` into it is cancel-safe, so
     // the cut can interrupt a read without losing what it had read.
     let mut buffer: Vec<u8> = Vec::with_capacity(64 * 1024);
+    // The room this connection holds for its largest message: its buffer
+    // keeps that capacity while it is open.
+    let mut held = None;
     let ended = 'connection: loop {
         let mut start = 0;
         while let Some(header) = buffer.get(start..start + 4) {
@@ -197,19 +203,40 @@ async fn read_connection(
                 break;
             };
             message += 1;
-            match pb::Record::decode(body) {
-                Ok(record) => service.apply_message(record, &mut position, &mut summary),
-                Err(e) => service.invalid(
-                    format!("ingest socket, connection {number}, message {message}: cannot decode it ({e})"),
+            if let Err(why) = prescan::check(body, &service.decode_limits()) {
+                position += 1;
+                service.refused(
+                    position,
+                    &format!("ingest socket, connection {number}, message {message}: {why}"),
                     &mut summary,
-                ),
+                );
+            } else {
+                match pb::Record::decode(body) {
+                    Ok(record) => {
+                        service
+                            .apply_message(record, &mut position, &mut summary)
+                            .await
+                    }
+                    Err(e) => service.invalid(
+                        format!("ingest socket, connection {number}, message {message}: cannot decode it ({e})"),
+                        &mut summary,
+                    ),
+                }
             }
             start += 4 + length;
         }
         buffer.drain(..start);
         if let Some(header) = buffer.get(..4) {
-            // The length was checked above: the rest of the message fits.
+            // The length was checked above: the rest of the message fits,
+            // if the bytes held in unfinished messages leave room for it.
             let length = u32::from_le_bytes(header.try_into().expect("4 bytes")) as usize;
+            if let Err(why) = service.buffered().hold(&mut held, 4 + length) {
+                service.invalid(
+                    format!("ingest socket, connection {number}, message {}: {why}; the connection is closed", message + 1),
+                    &mut summary,
+                );
+                break 'connection "the server held too many unfinished messages";
+            }
             buffer.reserve((4 + length).saturating_sub(buffer.len()));
         } else if buffer.capacity() == buffer.len() {
             buffer.reserve(64 * 1024);
