@@ -308,7 +308,10 @@ fn a_taken_metrics_port_is_a_start_up_error() {
         "--metrics-addr",
         &addr.to_string(),
     ]);
-    assert_eq!(status, 1, "{stderr}");
+    assert_eq!(
+        status, 4,
+        "a taken address has a status of its own: {stderr}"
+    );
     let error = stderr.lines().last().unwrap_or_default();
     assert!(
         error.starts_with(&format!("error: cannot serve /metrics on {addr}: "))

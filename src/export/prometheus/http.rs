@@ -167,7 +167,13 @@ async fn respond(shared: &Shared, request: &Request<Incoming>) -> Response<Full<
 
 /// Serves `/metrics` on `listener` until the task is dropped or aborted.
 pub async fn serve(listener: TcpListener, bridge: PrometheusBridge, config: MetricsServer) {
-    let mut incoming = listen::incoming(listener, config.limits, config.tls.clone(), "/metrics");
+    let mut incoming = listen::incoming(
+        listener,
+        config.limits,
+        config.tls.clone(),
+        listen::IdleBy::Bytes,
+        "/metrics",
+    );
     let header_timeout = config.limits.idle_timeout;
     let shared = Arc::new(Shared {
         bridge,

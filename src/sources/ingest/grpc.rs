@@ -326,6 +326,12 @@ impl IngestService {
         &self,
         request: Request<Streaming<Incoming>>,
     ) -> Result<Response<pb::IngestSummary>, Status> {
+        // Open while this call is: the connection is not idle.
+        let streams = request
+            .extensions()
+            .get::<listen::ConnInfo>()
+            .and_then(|info| info.streams.clone());
+        let _open = streams.as_ref().map(|streams| streams.opened());
         let mut stream = request.into_inner();
         let mut summary = Summary::default();
         let mut position = 0u64;
@@ -380,6 +386,9 @@ impl IngestService {
                     return Err(Status::new(code, message));
                 }
             };
+            if let Some(streams) = &streams {
+                streams.touch();
+            }
             self.apply_message(message, &mut position, &mut summary)
                 .await;
         }
@@ -445,7 +454,15 @@ pub async fn serve(
             _ => Ok(request),
         },
     );
-    let incoming = listen::incoming(listener, how.limits, how.tls, "ingest");
+    // HTTP/2 pings are bytes: streams, not bytes, keep an ingest
+    // connection from idling.
+    let incoming = listen::incoming(
+        listener,
+        how.limits,
+        how.tls,
+        listen::IdleBy::Streams,
+        "ingest",
+    );
     // The windows bound what a connection's peer can make the server hold
     // before a stream reads it: a connection's window on every connection
     // at once stays a few hundred MiB below what 64 connections of 16 MiB

@@ -5,6 +5,8 @@ use super::ListenerLimits;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -27,11 +29,75 @@ pub enum Conn {
 impl Conn {
     /// The peer's address.
     pub fn peer(&self) -> Option<std::net::SocketAddr> {
+        self.guarded().stream.peer_addr().ok()
+    }
+
+    fn guarded(&self) -> &Guarded {
         match self {
-            Conn::Plain(io) => io.stream.peer_addr().ok(),
-            Conn::Tls(io) => io.get_ref().0.stream.peer_addr().ok(),
+            Conn::Plain(io) => io,
+            Conn::Tls(io) => io.get_ref().0,
         }
     }
+}
+
+/// What keeps a connection from being idle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdleBy {
+    /// Any byte read or written (`/metrics`: each request is bytes).
+    Bytes,
+    /// An open stream or a message on one (gRPC ingest): the HTTP/2 pings
+    /// a connection answers are bytes, and must not keep a connection
+    /// that carries no stream.
+    Streams,
+}
+
+/// The streams of one connection, for [`IdleBy::Streams`]: the server
+/// notes each stream it opens ([`StreamActivity::opened`]) and each message
+/// ([`StreamActivity::touch`]).
+#[derive(Debug, Default)]
+pub struct StreamActivity {
+    open: AtomicUsize,
+    touched: AtomicBool,
+}
+
+impl StreamActivity {
+    /// Notes a stream open until the guard is dropped.
+    pub fn opened(self: &Arc<Self>) -> OpenStream {
+        self.open.fetch_add(1, Ordering::Relaxed);
+        self.touch();
+        OpenStream(Arc::clone(self))
+    }
+
+    /// Notes activity (a message).
+    pub fn touch(&self) {
+        self.touched.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a stream is open or there was activity since the last look.
+    fn busy(&self) -> bool {
+        self.touched.swap(false, Ordering::Relaxed) || self.open.load(Ordering::Relaxed) > 0
+    }
+}
+
+/// A stream open on a connection; dropped when the stream ends.
+#[derive(Debug)]
+pub struct OpenStream(Arc<StreamActivity>);
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
+        self.0.touch();
+    }
+}
+
+/// What the server learns of a connection with each request (tonic puts it
+/// in the request's extensions).
+#[derive(Debug, Clone)]
+pub struct ConnInfo {
+    /// The peer's address.
+    pub peer: Option<std::net::SocketAddr>,
+    /// The connection's streams, when they are what keeps it from idling.
+    pub streams: Option<Arc<StreamActivity>>,
 }
 
 /// A TCP stream with idle and write timeouts and a connection slot.
@@ -43,6 +109,8 @@ pub struct Guarded {
     write_timeout: Option<Duration>,
     read_deadline: Option<Pin<Box<Sleep>>>,
     write_deadline: Option<Pin<Box<Sleep>>>,
+    /// Set when streams, not bytes, keep the connection from idling.
+    streams: Option<Arc<StreamActivity>>,
 }
 
 fn timed_out(what: &str) -> io::Error {
@@ -54,8 +122,13 @@ impl Guarded {
         stream: TcpStream,
         slot: OwnedSemaphorePermit,
         limits: &ListenerLimits,
+        idle_by: IdleBy,
     ) -> Self {
         Guarded {
+            streams: match idle_by {
+                IdleBy::Bytes => None,
+                IdleBy::Streams => Some(Arc::default()),
+            },
             read_deadline: limits.idle_timeout.map(|t| Box::pin(sleep(t))),
             stream,
             _slot: slot,
@@ -73,29 +146,47 @@ impl AsyncRead for Guarded {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = &mut *self;
-        match Pin::new(&mut this.stream).poll_read(cx, buf) {
-            Poll::Ready(result) => {
-                if let (Some(deadline), Some(idle)) = (&mut this.read_deadline, this.idle_timeout) {
-                    deadline.as_mut().reset(Instant::now() + idle);
-                }
-                Poll::Ready(result)
-            }
-            Poll::Pending => {
-                let expired = this
-                    .read_deadline
-                    .as_mut()
-                    .is_some_and(|deadline| deadline.as_mut().poll(cx).is_ready());
-                if expired {
-                    Poll::Ready(Err(timed_out("the peer sent nothing for the idle timeout")))
-                } else {
-                    Poll::Pending
-                }
-            }
+        let polled = Pin::new(&mut this.stream).poll_read(cx, buf);
+        if polled.is_ready() && this.streams.is_none() {
+            this.reset_idle();
+            return polled;
         }
+        if this.idle_expired(cx) {
+            return Poll::Ready(Err(timed_out(if this.streams.is_some() {
+                "the connection carried no stream for the idle timeout"
+            } else {
+                "the peer sent nothing for the idle timeout"
+            })));
+        }
+        polled
     }
 }
 
 impl Guarded {
+    fn reset_idle(&mut self) {
+        if let (Some(deadline), Some(idle)) = (&mut self.read_deadline, self.idle_timeout) {
+            deadline.as_mut().reset(Instant::now() + idle);
+        }
+    }
+
+    /// Whether the idle deadline passed with nothing to keep the
+    /// connection (with [`IdleBy::Streams`], a deadline that passes while
+    /// a stream is open or was active starts over).
+    fn idle_expired(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(deadline) = self.read_deadline.as_mut() else {
+            return false;
+        };
+        if deadline.as_mut().poll(cx).is_pending() {
+            return false;
+        }
+        if self.streams.as_ref().is_some_and(|streams| streams.busy()) {
+            self.reset_idle();
+            // Registers the waker with the new deadline.
+            return self.idle_expired(cx);
+        }
+        true
+    }
+
     /// Notes the outcome of a write: progress resets both deadlines; a
     /// write that stays pending past the write timeout fails.
     fn guard_write(
@@ -106,9 +197,10 @@ impl Guarded {
         match polled {
             Poll::Ready(result) => {
                 self.write_deadline = None;
-                // Taking bytes is activity too: a long response is not idle.
-                if let (Some(deadline), Some(idle)) = (&mut self.read_deadline, self.idle_timeout) {
-                    deadline.as_mut().reset(Instant::now() + idle);
+                // Taking bytes is activity too: a long response is not idle
+                // (with streams counted, the streams say so themselves).
+                if self.streams.is_none() {
+                    self.reset_idle();
                 }
                 Poll::Ready(result)
             }
@@ -226,9 +318,12 @@ impl AsyncWrite for Conn {
 // tonic's server asks each connection for its peer.
 #[cfg(feature = "grpc")]
 impl tonic::transport::server::Connected for Conn {
-    type ConnectInfo = Option<std::net::SocketAddr>;
+    type ConnectInfo = ConnInfo;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.peer()
+        ConnInfo {
+            peer: self.peer(),
+            streams: self.guarded().streams.clone(),
+        }
     }
 }

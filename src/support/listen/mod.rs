@@ -18,7 +18,7 @@ mod conn;
 mod tls;
 
 pub use auth::BearerToken;
-pub use conn::{Conn, Guarded};
+pub use conn::{Conn, ConnInfo, Guarded, IdleBy, OpenStream, StreamActivity};
 pub use tls::{ServerTls, ServerTlsFiles};
 
 use crate::error::{Cause, Setting, Settings};
@@ -139,12 +139,13 @@ impl Settings for ListenConfigError {
 
 /// Accepts from `listener` under `limits`, with TLS when given; the
 /// connections come out of the returned stream (for tonic's
-/// `serve_with_incoming` or a hyper loop). `name` names the listener in
-/// warnings.
+/// `serve_with_incoming` or a hyper loop). `idle_by` says what keeps a
+/// connection from idling; `name` names the listener in warnings.
 pub fn incoming(
     listener: TcpListener,
     limits: ListenerLimits,
     tls: Option<ServerTls>,
+    idle_by: IdleBy,
     name: &'static str,
 ) -> ReceiverStream<io::Result<Conn>> {
     let (sender, receiver) = mpsc::channel(limits.max_connections.clamp(1, 64));
@@ -171,7 +172,7 @@ pub fn incoming(
                 }
             };
             let _ = stream.set_nodelay(true);
-            let guarded = Guarded::new(stream, slot, &limits);
+            let guarded = Guarded::new(stream, slot, &limits, idle_by);
             let sender = sender.clone();
             match &acceptor {
                 None => {

@@ -1,0 +1,425 @@
+//! `serve` on a host other users share: what one sender can make the
+//! sidecar hold (peak memory read from `/proc/PID/status`, VmHWM), the
+//! streams of one connection, connections that only answer pings, and a
+//! parent that is gone before the sidecar starts.
+
+mod common;
+
+use std::future::Future;
+use std::io::Write;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::serve::Server;
+
+/// A 16 MiB `Record` of empty records: `batch` (field 10) holding `0a 00`
+/// (an empty `records` element) over and over. Protobuf decodes each two
+/// bytes into a whole `Record`.
+fn empty_records_message() -> Vec<u8> {
+    const BYTES: usize = 16 << 20;
+    let inner = (BYTES - 16) / 2 * 2;
+    let mut message = vec![0x52];
+    let mut length = inner;
+    while length >= 0x80 {
+        message.push((length as u8) | 0x80);
+        length >>= 7;
+    }
+    message.push(length as u8);
+    message.extend(std::iter::repeat_n([0x0a, 0x00], inner / 2).flatten());
+    message
+}
+
+/// A process's peak resident memory, kB.
+fn vm_hwm(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc/PID/status");
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM in /proc/PID/status")
+}
+
+/// One gRPC message frame: a flag byte, the length (big-endian), the bytes.
+fn grpc_frame(message: &[u8]) -> Vec<u8> {
+    let mut frame = vec![0];
+    frame.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    frame.extend_from_slice(message);
+    frame
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// An HTTP/2 connection to the ingest port.
+async fn connect(
+    port: u16,
+) -> (
+    h2::client::SendRequest<bytes::Bytes>,
+    tokio::task::JoinHandle<Result<(), h2::Error>>,
+) {
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let (send, connection) = h2::client::handshake(tcp).await.unwrap();
+    (send, tokio::spawn(connection))
+}
+
+/// Opens the ingest stream on `send`.
+async fn open_stream(
+    send: h2::client::SendRequest<bytes::Bytes>,
+) -> (h2::client::ResponseFuture, h2::SendStream<bytes::Bytes>) {
+    let mut send = send.ready().await.unwrap();
+    let request = http::Request::post("http://127.0.0.1/vllm_otel_metrics.v1.Ingest/Stream")
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    send.send_request(request, false).unwrap()
+}
+
+/// The grpc-status and grpc-message of a finished call (trailers, or the
+/// headers of a trailers-only answer).
+async fn status_of(response: h2::client::ResponseFuture) -> (String, String) {
+    let response = response.await.unwrap();
+    let headers = response.headers().clone();
+    let mut body = response.into_body();
+    let mut summary = Vec::new();
+    while let Some(data) = body.data().await {
+        let data = data.unwrap();
+        let _ = body.flow_control().release_capacity(data.len());
+        summary.extend_from_slice(&data);
+    }
+    let trailers = body.trailers().await.unwrap().unwrap_or(headers);
+    let get = |key: &str| {
+        trailers
+            .get(key)
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default()
+    };
+    (get("grpc-status"), get("grpc-message"))
+}
+
+/// Sends `data` on `stream`, waiting for window as the peer reads.
+async fn send_all(stream: &mut h2::SendStream<bytes::Bytes>, data: Vec<u8>, end: bool) -> bool {
+    let mut data = bytes::Bytes::from(data);
+    while !data.is_empty() {
+        stream.reserve_capacity(data.len());
+        let granted = match std::future::poll_fn(|cx| stream.poll_capacity(cx)).await {
+            Some(Ok(n)) => n,
+            _ => return false,
+        };
+        if stream
+            .send_data(data.split_to(granted.min(data.len())), false)
+            .is_err()
+        {
+            return false;
+        }
+    }
+    !end || stream.send_data(bytes::Bytes::new(), true).is_ok()
+}
+
+/// Finding: one 16 MiB message of empty records took 7.6 GB and 11 s.
+/// Now it is refused before it is decoded: counted once, named, the stream
+/// goes on, and the sidecar's peak memory stays within 64 MB of idle.
+#[test]
+fn a_16_mib_batch_of_empty_records_is_refused_before_it_is_decoded() {
+    let server = Server::start(&["--max-message-bytes", &(17 << 20).to_string()]);
+    let pid = server.process.0.id();
+    let idle = vm_hwm(pid);
+    let message = empty_records_message();
+    let (status, summary) = runtime().block_on(async {
+        let (send, _connection) = connect(server.ingest).await;
+        let (response, mut stream) = open_stream(send).await;
+        let abort = {
+            use prost::Message;
+            use vllm_otel_metrics::sources::ingest::proto::pb;
+            pb::Record {
+                record: Some(pb::record::Record::Abort(pb::Abort {
+                    request_id: "after".into(),
+                    received_at: Some(1.0),
+                })),
+            }
+            .encode_to_vec()
+        };
+        let mut frames = grpc_frame(&message);
+        frames.extend(grpc_frame(&abort));
+        assert!(send_all(&mut stream, frames, true).await);
+        let response = response.await.unwrap();
+        let mut body = response.into_body();
+        let mut summary = Vec::new();
+        while let Some(data) = body.data().await {
+            let data = data.unwrap();
+            let _ = body.flow_control().release_capacity(data.len());
+            summary.extend_from_slice(&data);
+        }
+        let trailers = body.trailers().await.unwrap().unwrap();
+        (
+            trailers["grpc-status"].to_str().unwrap().to_owned(),
+            summary,
+        )
+    });
+    assert_eq!(status, "0");
+    let summary = {
+        use prost::Message;
+        vllm_otel_metrics::sources::ingest::proto::pb::IngestSummary::decode(&summary[5..]).unwrap()
+    };
+    assert_eq!(
+        (
+            summary.records_applied,
+            summary.records_rejected,
+            summary.first_rejections.clone()
+        ),
+        (
+            1,
+            1,
+            vec![
+                "record 1: a record batch of more than 1024 records (--max-records-per-batch); refused before decoding"
+                    .to_owned(),
+                // Applied: it changes no metric, for a request never started.
+                "record 2: abort for unknown or already finished request 'after'".to_owned(),
+            ]
+        ),
+        "{summary:?}"
+    );
+    assert_eq!(
+        server.sample(r#"vllm_otel_metrics_rejected_inputs_total{reason="invalid_record"}"#),
+        Some(1.0),
+        "one message, one count (was 8,388,568)"
+    );
+    let peak = vm_hwm(pid);
+    eprintln!("VmHWM: idle {idle} kB, after the message {peak} kB");
+    assert!(
+        peak < idle + 64 * 1024,
+        "peak {peak} kB, idle {idle} kB: more than 64 MB above idle"
+    );
+}
+
+/// The same message over the ingest socket: refused alike, and the next
+/// message on the connection is applied.
+#[test]
+fn a_16_mib_batch_of_empty_records_on_the_socket_is_refused_alike() {
+    let dir = common::tempdir("shared-host-socket");
+    let path = dir.join("ingest.sock");
+    let server = Server::start(&[
+        "--ingest-socket",
+        path.to_str().unwrap(),
+        "--max-message-bytes",
+        &(17 << 20).to_string(),
+    ]);
+    let pid = server.process.0.id();
+    let idle = vm_hwm(pid);
+    let message = empty_records_message();
+    let mut socket = std::os::unix::net::UnixStream::connect(&path).unwrap();
+    socket
+        .write_all(&(message.len() as u32).to_le_bytes())
+        .unwrap();
+    socket.write_all(&message).unwrap();
+    drop(socket);
+    use vllm_otel_metrics::sources::ingest::proto::pb;
+    common::serve::send_over_socket(
+        &path,
+        &[pb::Record {
+            record: Some(pb::record::Record::Abort(pb::Abort {
+                request_id: "after".into(),
+                received_at: Some(1.0),
+            })),
+        }],
+    );
+    common::wait_for(20, "the refused message to be counted", || {
+        server
+            .sample(r#"vllm_otel_metrics_rejected_inputs_total{reason="invalid_record"}"#)
+            .filter(|n| *n == 1.0)
+    });
+    let peak = vm_hwm(pid);
+    eprintln!("VmHWM: idle {idle} kB, after the message {peak} kB");
+    assert!(peak < idle + 64 * 1024, "peak {peak} kB, idle {idle} kB");
+}
+
+/// Finding: 64 connections, each holding a 16 MiB message that never ends,
+/// could make the sidecar hold a GiB. The bytes of unfinished messages are
+/// bounded over all streams (`--ingest-max-buffered-bytes`): the streams
+/// past the bound end with RESOURCE_EXHAUSTED when their length arrives.
+#[test]
+fn sixty_four_unfinished_16_mib_messages_stay_under_256_mb() {
+    let server = Server::start(&["--max-message-bytes", &(17 << 20).to_string()]);
+    let pid = server.process.0.id();
+    let idle = vm_hwm(pid);
+    let outcomes = runtime().block_on(async {
+        let mut calls = Vec::new();
+        for _ in 0..64 {
+            let (send, connection) = connect(server.ingest).await;
+            let (response, mut stream) = open_stream(send).await;
+            calls.push(tokio::spawn(async move {
+                // The whole header and all but the last byte of the message.
+                let mut frame = grpc_frame(&vec![0x0a; 16 << 20]);
+                frame.pop();
+                let sent = tokio::time::timeout(
+                    Duration::from_secs(20),
+                    send_all(&mut stream, frame, false),
+                )
+                .await;
+                let status = tokio::time::timeout(Duration::from_secs(5), status_of(response))
+                    .await
+                    .unwrap_or_else(|_| ("pending".to_owned(), String::new()));
+                (sent.is_ok(), status, stream, connection)
+            }));
+        }
+        let mut outcomes = Vec::new();
+        for call in calls {
+            outcomes.push(call.await.unwrap());
+        }
+        // Read while every connection is still open.
+        let peak = vm_hwm(pid);
+        (
+            outcomes
+                .iter()
+                .map(|(_, status, _, _)| status.clone())
+                .collect::<Vec<_>>(),
+            peak,
+        )
+    });
+    let (statuses, peak) = outcomes;
+    let exhausted = statuses
+        .iter()
+        .filter(|(code, message)| code == "8" && message.contains("--ingest-max-buffered-bytes"))
+        .count();
+    let pending = statuses
+        .iter()
+        .filter(|(code, _)| code == "pending")
+        .count();
+    eprintln!("VmHWM: idle {idle} kB, with 64 unfinished messages {peak} kB; {exhausted} refused, {pending} held");
+    // 32 MiB of room: two 16 MiB messages are held; every other stream is
+    // refused.
+    assert_eq!((exhausted, pending), (62, 2), "{statuses:?}");
+    assert!(
+        peak < idle + 256 * 1024,
+        "peak {peak} kB, idle {idle} kB: more than 256 MB above idle"
+    );
+}
+
+/// Finding: no `max_concurrent_streams` (tonic passed none, which removed
+/// hyper's default). The server now announces the bound in its SETTINGS.
+#[test]
+fn one_connection_carries_a_bounded_number_of_streams() {
+    let server = Server::start(&["--ingest-max-streams-per-connection", "3"]);
+    let bound = runtime().block_on(async {
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", server.ingest))
+            .await
+            .unwrap();
+        let (_send, mut connection) = h2::client::handshake(tcp).await.unwrap();
+        // The server's SETTINGS come before its answer to a ping.
+        let mut pings = connection.ping_pong().unwrap();
+        let ping = pings.ping(h2::Ping::opaque());
+        tokio::pin!(ping);
+        std::future::poll_fn(|cx| {
+            let _ = std::pin::Pin::new(&mut connection).poll(cx);
+            ping.as_mut().poll(cx)
+        })
+        .await
+        .unwrap();
+        connection.max_concurrent_send_streams()
+    });
+    assert_eq!(bound, 3, "the streams one connection may open at once");
+}
+
+/// Finding: a connection's idle timer was reset by any byte, the replies
+/// to pings included, so connections that never open a stream held every
+/// ingest slot. Now only streams keep a connection: one that pings and
+/// never opens a stream is closed after the idle timeout.
+#[test]
+fn a_connection_that_only_answers_pings_is_closed_when_idle() {
+    let server = Server::start(&["--idle-timeout", "1"]);
+    let closed_after = runtime().block_on(async {
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", server.ingest))
+            .await
+            .unwrap();
+        let (_send, mut connection) = h2::client::handshake(tcp).await.unwrap();
+        let mut pings = connection.ping_pong().unwrap();
+        let began = Instant::now();
+        let driver = tokio::spawn(connection);
+        loop {
+            if began.elapsed() > Duration::from_secs(10) {
+                return None;
+            }
+            // Bytes both ways every 100 ms.
+            if pings.ping(h2::Ping::opaque()).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let _ = driver.await;
+        Some(began.elapsed())
+    });
+    let closed_after = closed_after.expect("the server closed the connection within 10 s");
+    assert!(
+        closed_after >= Duration::from_millis(900),
+        "closed after {closed_after:?}, before the idle timeout"
+    );
+    // A connection with a stream open is kept however long it is quiet.
+    let kept = runtime().block_on(async {
+        let (send, connection) = connect(server.ingest).await;
+        let (_response, _stream) = open_stream(send).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        !connection.is_finished()
+    });
+    assert!(kept, "a connection with an open stream was closed");
+}
+
+/// Finding: `--exit-with-parent` took the parent's pid after the OTLP
+/// setup and both binds; a sidecar whose supervisor died before that kept
+/// the ports for good. With `--parent-pid`, one whose parent is already
+/// another process exits at once and binds nothing.
+#[test]
+fn a_sidecar_whose_parent_is_gone_exits_at_once() {
+    let ingest = common::free_port();
+    let began = Instant::now();
+    let (status, _, stderr) = common::run(&[
+        "serve",
+        "--parent-pid",
+        // Never this test process's own child's parent.
+        "1",
+        "--ingest-addr",
+        &format!("127.0.0.1:{ingest}"),
+        "--metrics-addr",
+        "none",
+    ]);
+    assert_eq!(status, 0, "{stderr}");
+    assert_eq!(
+        stderr.trim(),
+        "the parent process (pid 1) ended before this one started: exiting"
+    );
+    assert!(
+        began.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        began.elapsed()
+    );
+    assert!(
+        std::net::TcpListener::bind(("127.0.0.1", ingest)).is_ok(),
+        "the port was never taken"
+    );
+
+    // The race itself: the supervisor (a shell) starts the sidecar with its
+    // own pid and exits at once. Whichever comes first, the sidecar ends.
+    let ingest = common::free_port();
+    let shell = format!(
+        "{} serve --parent-pid $$ --ingest-addr 127.0.0.1:{ingest} --metrics-addr none & echo $!",
+        common::binary().display()
+    );
+    let output = Command::new("sh").args(["-c", &shell]).output().unwrap();
+    let pid: u32 = String::from_utf8_lossy(&output.stdout)
+        .trim()
+        .parse()
+        .unwrap();
+    common::wait_for(10, "the orphaned sidecar to exit", || {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat
+            .rsplit(')')
+            .next()
+            .and_then(|s| s.split_whitespace().next());
+        (stat.is_empty() || state == Some("Z")).then_some(())
+    });
+}
