@@ -100,7 +100,30 @@ async fn status_of(response: h2::client::ResponseFuture) -> (String, String) {
             .map(|v| v.to_str().unwrap().to_owned())
             .unwrap_or_default()
     };
-    (get("grpc-status"), get("grpc-message"))
+    (get("grpc-status"), percent_decoded(&get("grpc-message")))
+}
+
+/// A `grpc-message` as written (it travels percent-encoded).
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| u8::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Sends `data` on `stream`, waiting for window as the peer reads.
@@ -422,4 +445,28 @@ fn a_sidecar_whose_parent_is_gone_exits_at_once() {
             .and_then(|s| s.split_whitespace().next());
         (stat.is_empty() || state == Some("Z")).then_some(())
     });
+}
+
+/// A message above `--max-message-bytes` ends its stream on its header,
+/// counted, without a byte of it kept or a share of the buffered bound.
+#[test]
+fn a_message_above_the_size_limit_ends_its_stream_counted() {
+    let server = Server::start(&["--max-message-bytes", "1048576"]);
+    let (code, message) = runtime().block_on(async {
+        let (send, _connection) = connect(server.ingest).await;
+        let (response, mut stream) = open_stream(send).await;
+        let mut header = vec![0];
+        header.extend_from_slice(&(2u32 << 20).to_be_bytes());
+        let _ = send_all(&mut stream, header, false).await;
+        status_of(response).await
+    });
+    assert_eq!(code, "3", "INVALID_ARGUMENT: {message}");
+    assert_eq!(
+        message,
+        "record 1: cannot read the message (Error, decoded message length too large: found 2097152 bytes, the limit is: 1048576 bytes); 0 record(s) before it were applied"
+    );
+    assert_eq!(
+        server.sample(r#"vllm_otel_metrics_rejected_inputs_total{reason="invalid_record"}"#),
+        Some(1.0)
+    );
 }

@@ -228,6 +228,7 @@ where
             header: [0; 5],
             header_have: 0,
             message_left: 0,
+            max_message_bytes: self.max_message_bytes,
         });
         Box::pin(async move { Ok(grpc.client_streaming(method, request).await) })
     }
@@ -243,6 +244,7 @@ struct BoundedBody<B> {
     header: [u8; 5],
     header_have: usize,
     message_left: usize,
+    max_message_bytes: usize,
 }
 
 impl<B> BoundedBody<B> {
@@ -265,9 +267,13 @@ impl<B> BoundedBody<B> {
                 let length =
                     u32::from_be_bytes(self.header[1..5].try_into().expect("4 bytes")) as usize;
                 self.message_left = length;
-                self.buffered
-                    .hold(&mut self.held, length)
-                    .map_err(Status::resource_exhausted)?;
+                // One above the size limit is tonic's to refuse, on the
+                // header, before it keeps a byte of it.
+                if length <= self.max_message_bytes {
+                    self.buffered
+                        .hold(&mut self.held, length)
+                        .map_err(Status::resource_exhausted)?;
+                }
             }
         }
         Ok(())
