@@ -4,7 +4,8 @@
 //! Reports outputs/s sustained (1 and 2 concurrent streams), the added
 //! latency per batch (decode + convert + track one 256-output batch, p50 and
 //! p99 over many batches), and the server's resident memory with 100,000
-//! requests in flight. Run: `cargo bench --bench ingest`.
+//! requests in flight, and what the scan before decoding costs against
+//! decoding alone. Run: `cargo bench --bench ingest`.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -246,7 +247,34 @@ fn main() {
         latencies.len()
     );
 
-    // 3. Memory with 100,000 requests in flight (started, one output each, none finished).
+    // 3. The scan before decoding (prescan), against decoding alone, on the
+    // same messages in alternating rounds: its cost as a ratio.
+    let limits = vllm_otel_metrics::sources::ingest::prescan::DecodeLimits::default();
+    let mut ratios = Vec::new();
+    for _ in 0..if quick { 3 } else { 15 } {
+        let started = Instant::now();
+        for bytes in &encoded {
+            std::hint::black_box(pb::Record::decode(bytes.as_slice()).unwrap());
+        }
+        let decode = started.elapsed().as_secs_f64();
+        let started = Instant::now();
+        for bytes in &encoded {
+            vllm_otel_metrics::sources::ingest::prescan::check(bytes, &limits).unwrap();
+            std::hint::black_box(pb::Record::decode(bytes.as_slice()).unwrap());
+        }
+        ratios.push(started.elapsed().as_secs_f64() / decode);
+    }
+    ratios.sort_by(f64::total_cmp);
+    println!(
+        "ingest: scan+decode / decode alone = {:.2}-{:.2} (median {:.2}, {} rounds of {} messages)",
+        ratios[0],
+        ratios[ratios.len() - 1],
+        ratios[ratios.len() / 2],
+        ratios.len(),
+        encoded.len()
+    );
+
+    // 4. Memory with 100,000 requests in flight (started, one output each, none finished).
     let server = start_serve();
     let in_flight = if quick { 2_000 } else { 100_000 };
     let before = rss_mib(server.0.id());
