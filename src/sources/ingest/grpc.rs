@@ -65,9 +65,10 @@ impl Default for IngestLimits {
     }
 }
 
-/// Default bounds of the ingest listener. Live clients answer the server's
-/// HTTP/2 pings every [`KEEPALIVE_INTERVAL`], so only dead or silent
-/// connections reach the idle timeout.
+/// Default bounds of the ingest listener. A connection is idle while it
+/// carries no stream ([`listen::IdleBy::Streams`]): answering the server's
+/// HTTP/2 pings (every [`KEEPALIVE_INTERVAL`], which find dead peers) does
+/// not keep it.
 pub const DEFAULT_LIMITS: ListenerLimits = ListenerLimits {
     max_connections: 64,
     idle_timeout: Some(Duration::from_secs(60)),
