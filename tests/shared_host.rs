@@ -54,17 +54,24 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// An HTTP/2 connection to the ingest port.
+type Connection = h2::client::Connection<tokio::net::TcpStream, bytes::Bytes>;
+
+/// An HTTP/2 connection to the ingest port, for the caller to drive.
+async fn handshake(port: u16) -> (h2::client::SendRequest<bytes::Bytes>, Connection) {
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    h2::client::handshake(tcp).await.unwrap()
+}
+
+/// An HTTP/2 connection to the ingest port, driven by a task of its own.
 async fn connect(
     port: u16,
 ) -> (
     h2::client::SendRequest<bytes::Bytes>,
     tokio::task::JoinHandle<Result<(), h2::Error>>,
 ) {
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .unwrap();
-    let (send, connection) = h2::client::handshake(tcp).await.unwrap();
+    let (send, connection) = handshake(port).await;
     (send, tokio::spawn(connection))
 }
 
@@ -84,6 +91,12 @@ async fn open_stream(
 /// The grpc-status and grpc-message of a finished call (trailers, or the
 /// headers of a trailers-only answer).
 async fn status_of(response: h2::client::ResponseFuture) -> (String, String) {
+    let (status, message, _) = answer_of(response).await;
+    (status, message)
+}
+
+/// [`status_of`] and the body of the answer.
+async fn answer_of(response: h2::client::ResponseFuture) -> (String, String, Vec<u8>) {
     let response = response.await.unwrap();
     let headers = response.headers().clone();
     let mut body = response.into_body();
@@ -100,7 +113,11 @@ async fn status_of(response: h2::client::ResponseFuture) -> (String, String) {
             .map(|v| v.to_str().unwrap().to_owned())
             .unwrap_or_default()
     };
-    (get("grpc-status"), percent_decoded(&get("grpc-message")))
+    (
+        get("grpc-status"),
+        percent_decoded(&get("grpc-message")),
+        summary,
+    )
 }
 
 /// A `grpc-message` as written (it travels percent-encoded).
@@ -171,19 +188,8 @@ fn a_16_mib_batch_of_empty_records_is_refused_before_it_is_decoded() {
         let mut frames = grpc_frame(&message);
         frames.extend(grpc_frame(&abort));
         assert!(send_all(&mut stream, frames, true).await);
-        let response = response.await.unwrap();
-        let mut body = response.into_body();
-        let mut summary = Vec::new();
-        while let Some(data) = body.data().await {
-            let data = data.unwrap();
-            let _ = body.flow_control().release_capacity(data.len());
-            summary.extend_from_slice(&data);
-        }
-        let trailers = body.trailers().await.unwrap().unwrap();
-        (
-            trailers["grpc-status"].to_str().unwrap().to_owned(),
-            summary,
-        )
+        let (status, _, summary) = answer_of(response).await;
+        (status, summary)
     });
     assert_eq!(status, "0");
     let summary = {
@@ -330,10 +336,7 @@ fn sixty_four_unfinished_16_mib_messages_stay_under_256_mb() {
 fn one_connection_carries_a_bounded_number_of_streams() {
     let server = Server::start(&["--ingest-max-streams-per-connection", "3"]);
     let bound = runtime().block_on(async {
-        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", server.ingest))
-            .await
-            .unwrap();
-        let (_send, mut connection) = h2::client::handshake(tcp).await.unwrap();
+        let (_send, mut connection) = handshake(server.ingest).await;
         // The server's SETTINGS come before its answer to a ping.
         let mut pings = connection.ping_pong().unwrap();
         let ping = pings.ping(h2::Ping::opaque());
@@ -357,10 +360,7 @@ fn one_connection_carries_a_bounded_number_of_streams() {
 fn a_connection_that_only_answers_pings_is_closed_when_idle() {
     let server = Server::start(&["--idle-timeout", "1"]);
     let closed_after = runtime().block_on(async {
-        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", server.ingest))
-            .await
-            .unwrap();
-        let (_send, mut connection) = h2::client::handshake(tcp).await.unwrap();
+        let (_send, mut connection) = handshake(server.ingest).await;
         let mut pings = connection.ping_pong().unwrap();
         let began = Instant::now();
         let driver = tokio::spawn(connection);
