@@ -127,7 +127,8 @@ step "plugin tests (pytest, in the vLLM environment)"
 "$VLLM_OTEL_METRICS_PYTHON" -m pytest -q -p no:cacheprovider python/tests
 "$VLLM_OTEL_METRICS_PYTHON" -m pytest -q -p no:cacheprovider --doctest-modules \
   python/src/vllm_otel_metrics/config.py python/src/vllm_otel_metrics/convert.py \
-  python/src/vllm_otel_metrics/sidecar.py python/src/vllm_otel_metrics/tap.py
+  python/src/vllm_otel_metrics/sidecar.py python/src/vllm_otel_metrics/stream.py \
+  python/src/vllm_otel_metrics/tap.py
 step "cargo test"
 cargo test --all-targets
 cargo test --doc

@@ -308,7 +308,7 @@ def bench_steps(args, config, tap_module, pb, rng) -> list:
         # The thread's input: what the hot path queues.
         time_hot(core, buffers)
         items = list(tap.streamer.queue)
-        tap.streamer.queue.clear()
+        tap.streamer.clear()
         vllm_t, hot_t = [], []
         # And the steps one drain holds as deployed: a step every --step-ms,
         # a drain every POLL_SECONDS.
@@ -319,7 +319,7 @@ def bench_steps(args, config, tap_module, pb, rng) -> list:
         def ours():
             # The wrapper's time less that of the method it wraps (vLLM's).
             hot = time_hot(core, buffers) - time_hot(plain, buffers)
-            tap.streamer.queue.clear()
+            tap.streamer.clear()
             threads = {(name, k): time_thread(tap, items, k, name) for name, k in thread_t}
             return hot, threads
 
@@ -404,11 +404,11 @@ def bench_requests(args, config, tap_module, pb, rng) -> tuple:
     for bufs in buffers_of(engine_steps(64, 16, rng)):
         core._send_msg_tracking_payload(None, bufs)
     step_items = list(streamer.queue)
-    streamer.queue.clear()
+    streamer.clear()
     for request in requests[:4]:
         core.add_request(request, 0)
     started = list(streamer.queue)
-    streamer.queue.clear()
+    streamer.clear()
     mixed = list(step_items)
     for i, item in enumerate(started):
         mixed.insert(4 * (i + 1) + i, item)

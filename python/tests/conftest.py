@@ -26,6 +26,9 @@ def started_supervisors(monkeypatch):
         def start(self):
             return self
 
+        def admits(self):
+            return True
+
         def close(self):
             pass
 

@@ -1,7 +1,9 @@
-"""Settings from the environment: defaults, and one clear error per bad value."""
+"""Settings from the environment: defaults, and one clear error per bad value;
+the private directory and the files the plugin makes in it."""
 
 import os
 import pathlib
+import stat
 import tempfile
 
 import pytest
@@ -9,9 +11,10 @@ import pytest
 from vllm_otel_metrics import config
 
 
-def test_defaults_are_loopback_without_tls():
-    s = config.from_env({})
-    assert (s.address, s.tls, s.token, s.root_certificates, s.queue) == ("127.0.0.1:50051", False, None, None, 4096)
+def test_defaults_are_loopback_without_tls(tmp_path):
+    s = config.from_env({"XDG_RUNTIME_DIR": str(tmp_path)})
+    assert (s.address, s.tls, s.token, s.root_certificates, s.queue, s.queue_bytes) == (
+        "127.0.0.1:50051", False, None, None, 4096, 64 * 1024 * 1024)
 
 
 def test_https_with_token_and_ca(tmp_path):
@@ -22,8 +25,10 @@ def test_https_with_token_and_ca(tmp_path):
         "VLLM_OTEL_METRICS_TOKEN_FILE": str(tmp_path / "token"),
         "VLLM_OTEL_METRICS_CA_FILE": str(tmp_path / "ca.pem"),
         "VLLM_OTEL_METRICS_QUEUE": "10",
+        "VLLM_OTEL_METRICS_QUEUE_BYTES": "1048576",
     })
-    assert (s.address, s.tls, s.token, s.root_certificates, s.queue) == ("sidecar.internal:8443", True, "s3cret", b"PEM", 10)
+    assert (s.address, s.tls, s.token, s.root_certificates, s.queue, s.queue_bytes) == (
+        "sidecar.internal:8443", True, "s3cret", b"PEM", 10, 1048576)
     assert "s3cret" not in repr(s)
 
 
@@ -31,6 +36,9 @@ def test_https_with_token_and_ca(tmp_path):
     ({"VLLM_OTEL_METRICS_TARGET": "grpc://x:1"}, "VLLM_OTEL_METRICS_TARGET='grpc://x:1' is not http://HOST:PORT"),
     ({"VLLM_OTEL_METRICS_TARGET": "http://u:p@x:1"}, "VLLM_OTEL_METRICS_TARGET carries credentials"),
     ({"VLLM_OTEL_METRICS_QUEUE": "0"}, "VLLM_OTEL_METRICS_QUEUE='0' is not a whole number"),
+    ({"VLLM_OTEL_METRICS_QUEUE_BYTES": "64MiB"},
+     "VLLM_OTEL_METRICS_QUEUE_BYTES='64MiB' is not a whole number from 1 to 17179869184"),
+    ({"VLLM_OTEL_METRICS_QUEUE_BYTES": "0"}, "VLLM_OTEL_METRICS_QUEUE_BYTES='0' is not a whole number"),
     ({"VLLM_OTEL_METRICS_TOKEN_FILE": "/nonexistent/token"}, "VLLM_OTEL_METRICS_TOKEN_FILE=/nonexistent/token: cannot read it"),
     ({"VLLM_OTEL_METRICS_CA_FILE": "/x.pem"}, "VLLM_OTEL_METRICS_CA_FILE is set but VLLM_OTEL_METRICS_TARGET is not https://"),
 ])
@@ -42,23 +50,29 @@ def test_bad_settings_name_their_variable(env, message):
 
 
 def test_the_sidecar_is_started_for_a_loopback_http_target_only(tmp_path):
+    private = tmp_path / "vllm-otel-metrics"
     s = config.from_env({"VLLM_OTEL_METRICS_TARGET": "http://localhost:6000", "XDG_RUNTIME_DIR": str(tmp_path)})
     assert s.sidecar == config.SidecarSettings(
         ingest_addr="127.0.0.1:6000",
         metrics_addr="127.0.0.1:9464",
         args=(),
-        log_file=str(pathlib.Path(tempfile.gettempdir()) / "vllm-otel-metrics-6000.log"),
-        ingest_socket=str(tmp_path / "vllm-otel-metrics" / "ingest-6000.sock"),
+        log_file=str(private / "sidecar-6000.log"),
+        ingest_socket=str(private / "ingest-6000.sock"),
+        lock_file=str(private / "sidecar-6000.lock"),
     )
+    (tmp_path / "token").write_text("s3cret\n")
     s = config.from_env({
         "VLLM_OTEL_METRICS_TARGET": "http://[::1]:6001",
         "VLLM_OTEL_METRICS_METRICS_ADDR": "none",
         "VLLM_OTEL_METRICS_SIDECAR_ARGS": "--otlp-interval-ms 5000 --otlp-header 'a=b c'",
         "VLLM_OTEL_METRICS_SIDECAR_LOG": str(tmp_path / "s.log"),
         "VLLM_OTEL_METRICS_SOCKET": "none",
+        "VLLM_OTEL_METRICS_TOKEN_FILE": str(tmp_path / "token"),
+        "XDG_RUNTIME_DIR": str(tmp_path),
     })
     assert s.sidecar == config.SidecarSettings(
-        "[::1]:6001", "none", ("--otlp-interval-ms", "5000", "--otlp-header", "a=b c"), str(tmp_path / "s.log")
+        "[::1]:6001", "none", ("--otlp-interval-ms", "5000", "--otlp-header", "a=b c"), str(tmp_path / "s.log"),
+        lock_file=str(private / "sidecar-6001.lock"), token_file=str(tmp_path / "token"),
     )
     assert config.from_env({"VLLM_OTEL_METRICS_SIDECAR": "off"}).sidecar is None
     assert config.from_env({"VLLM_OTEL_METRICS_TARGET": "http://10.1.2.3:1"}).sidecar is None
@@ -80,34 +94,112 @@ def test_bad_sidecar_settings_name_their_variable_not_their_value(env, message):
     assert str(e.value) == message
 
 
-def test_the_ingest_socket_lives_in_a_directory_of_this_users_alone(tmp_path):
+def test_the_sidecars_files_live_in_a_directory_of_this_users_alone(tmp_path):
     env = {"XDG_RUNTIME_DIR": str(tmp_path)}
     directory = tmp_path / "vllm-otel-metrics"
-    assert config.from_env(env).sidecar.ingest_socket == str(directory / "ingest-50051.sock")
+    sidecar = config.from_env(env).sidecar
+    assert (sidecar.ingest_socket, sidecar.lock_file, sidecar.log_file) == (
+        str(directory / "ingest-50051.sock"), str(directory / "sidecar-50051.lock"),
+        str(directory / "sidecar-50051.log"))
     assert directory.stat().st_mode & 0o777 == 0o700
-    # Opened to others, or replaced by a link: not private, so no socket.
-    directory.chmod(0o755)
-    assert config.from_env(env).sidecar.ingest_socket is None
-    directory.rmdir()
-    (tmp_path / "elsewhere").mkdir(mode=0o700)
-    directory.symlink_to(tmp_path / "elsewhere")
-    assert config.from_env(env).sidecar.ingest_socket is None
     # Without XDG_RUNTIME_DIR: a directory named after the user in the
     # temporary directory.
-    private = config.private_dir({})
-    assert private == str(pathlib.Path(tempfile.gettempdir()) / f"vllm-otel-metrics-{os.getuid()}")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(tempfile, "tempdir", str(tmp))
+        assert config.private_dir({}) == str(tmp / f"vllm-otel-metrics-{os.getuid()}")
+
+
+def _other_users(path):
+    """Makes ``path`` another user's (``nobody``); needs root, as the test
+    command runs."""
+    if os.getuid() != 0:
+        pytest.skip("needs root, to give a directory to another user")
+    os.chown(path, 65534, 65534)
+
+
+@pytest.mark.parametrize("made_by,why", [
+    ("this user, open to others", "is open to others (mode 755)"),
+    ("a link to a directory", "is a symbolic link (to "),
+    ("another user", "belongs to uid 65534, not to this user"),
+    ("a file", "is not a directory"),
+])
+def test_a_private_directory_that_is_not_this_users_alone_refuses_the_sidecar(tmp_path, made_by, why):
+    """Before: a warning, and streaming over gRPC to the TCP port (which any
+    user can hold). After: a ConfigError naming the path and what is wrong,
+    which turns the plugin off (test_plugin.py)."""
+    env = {"XDG_RUNTIME_DIR": str(tmp_path)}
+    directory = tmp_path / "vllm-otel-metrics"
+    if made_by == "this user, open to others":
+        directory.mkdir(mode=0o700)
+        directory.chmod(0o755)
+    elif made_by == "a link to a directory":
+        (tmp_path / "elsewhere").mkdir(mode=0o700)
+        directory.symlink_to(tmp_path / "elsewhere")
+    elif made_by == "another user":
+        directory.mkdir(mode=0o700)
+        _other_users(directory)
+    else:
+        directory.write_text("")
+    with pytest.raises(config.ConfigError) as e:
+        config.from_env(env)
+    assert str(e.value).startswith(f"the private directory {directory} {why}")
+    # A sidecar the plugin does not start needs no private directory.
+    assert config.from_env({**env, "VLLM_OTEL_METRICS_SIDECAR": "off"}).sidecar is None
+
+
+def test_the_lock_and_log_files_are_this_users_regular_files_alone(tmp_path):
+    """Before: the lock file was opened "a+b" in /tmp (following a link
+    another user put there), the log file likewise. After: open_private
+    opens without following links and refuses what is not this user's
+    regular file, with no permission for others."""
+    mine = tmp_path / "mine.lock"
+    fd = config.open_private(str(mine), os.O_RDWR)
+    os.close(fd)
+    assert stat.S_IMODE(mine.stat().st_mode) == 0o600
+    target = tmp_path / "target"
+    target.write_text("")
+    (tmp_path / "link.lock").symlink_to(target)
+    os.mkfifo(tmp_path / "fifo.log")
+    (tmp_path / "open.log").write_text("")
+    (tmp_path / "open.log").chmod(0o644)
+    refused = {
+        "link.lock": "is a symbolic link (to ",
+        # Opened without blocking: a FIFO would otherwise hang the plugin.
+        "fifo.log": "cannot be opened (No such device or address)",
+        "open.log": "is open to others (mode 644)",
+    }
+    for name, why in refused.items():
+        with pytest.raises(config.ConfigError) as e:
+            config.open_private(str(tmp_path / name), os.O_WRONLY | os.O_APPEND)
+        assert str(e.value).startswith(f"{tmp_path / name} {why}"), e.value
+    # A log file the user named may be readable by others; never a link.
+    os.close(config.open_private(str(tmp_path / "open.log"), os.O_WRONLY, user_named=True))
+    with pytest.raises(config.ConfigError):
+        config.open_private(str(tmp_path / "link.lock"), os.O_WRONLY, user_named=True)
+    theirs = tmp_path / "theirs.log"
+    theirs.write_text("")
+    _other_users(theirs)
+    with pytest.raises(config.ConfigError) as e:
+        config.open_private(str(theirs), os.O_WRONLY, user_named=True)
+    assert str(e.value) == f"{theirs} belongs to uid 65534, not to this user (uid {os.getuid()})"
 
 
 def test_an_ingest_socket_path_too_long_for_a_socket(tmp_path):
     deep = tmp_path / ("d" * 100)
     deep.mkdir()
-    assert config.from_env({"XDG_RUNTIME_DIR": str(deep)}).sidecar.ingest_socket is None
+    # Not gRPC over TCP instead (whoever holds the port would get the
+    # records): the plugin is off, and the line says what to set.
+    with pytest.raises(config.ConfigError) as e:
+        config.from_env({"XDG_RUNTIME_DIR": str(deep)})
+    assert "longer than a Unix socket's 107 bytes: set VLLM_OTEL_METRICS_SOCKET" in str(e.value)
     long_path = str(deep / "s.sock")
     with pytest.raises(config.ConfigError) as e:
-        config.from_env({"VLLM_OTEL_METRICS_SOCKET": long_path})
+        config.from_env({"VLLM_OTEL_METRICS_SOCKET": long_path, "XDG_RUNTIME_DIR": str(tmp_path)})
     assert str(e.value) == (
         f"VLLM_OTEL_METRICS_SOCKET={long_path!r} is longer than a Unix socket's 107 bytes"
     )
     with pytest.raises(config.ConfigError) as e:
-        config.from_env({"VLLM_OTEL_METRICS_SOCKET": "s.sock"})
+        config.from_env({"VLLM_OTEL_METRICS_SOCKET": "s.sock", "XDG_RUNTIME_DIR": str(tmp_path)})
     assert str(e.value) == "VLLM_OTEL_METRICS_SOCKET='s.sock' is not an absolute path"

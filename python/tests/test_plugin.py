@@ -3,7 +3,10 @@ vLLM's own stats classes, and a wrong setting leaves vLLM running."""
 
 import logging
 import os
+import threading
 import types
+
+import pytest
 
 from vllm.v1.engine import FinishReason
 from vllm.v1.metrics.loggers import AggregateStatLoggerBase, load_stat_logger_plugin_factories
@@ -52,7 +55,7 @@ def test_a_wrong_setting_is_one_log_line_and_vllm_goes_on(monkeypatch, caplog):
     monkeypatch.setenv("VLLM_OTEL_METRICS_QUEUE", "lots")
     with caplog.at_level(logging.ERROR, logger="vllm.vllm_otel_metrics"):
         plugin = OtelMetricsStatLogger(vllm_steps.vllm_config("m", 4096), [0])
-    assert [r.getMessage() for r in caplog.records] == [
+    assert here(caplog) == [
         "vllm-otel-metrics: VLLM_OTEL_METRICS_QUEUE='lots' is not a whole number from 1 to 1000000; "
         "the plugin is off, vLLM goes on"
     ]
@@ -157,13 +160,20 @@ def vllm_steps_ns(**fields):
     return types.SimpleNamespace(**fields)
 
 
+def here(caplog):
+    """The log lines of this test's own thread (another test's streaming
+    thread may still be logging)."""
+    return [r.getMessage() for r in caplog.records if r.thread == threading.get_ident()]
+
+
 def test_the_sidecar_gets_the_bucket_overrides_vllm_or_the_environment_gives(
-    monkeypatch, started_supervisors
+    monkeypatch, started_supervisors, tmp_path
 ):
     from vllm_otel_metrics import sidecar
 
     started = started_supervisors(plugin_module)
     monkeypatch.setenv("VLLM_OTEL_METRICS_SIDECAR", "auto")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     # Nothing listens there; the streamer keeps trying in the background.
     monkeypatch.setenv("VLLM_OTEL_METRICS_TARGET", "http://127.0.0.1:9")
     from_env = '{"request_latency": [0.1, 1, 10]}'
@@ -180,7 +190,7 @@ def test_the_sidecar_gets_the_bucket_overrides_vllm_or_the_environment_gives(
     for plugin in (first, second):
         plugin.streamer.close()
 
-    argvs = [sidecar.command("bin", settings, length) for settings, length in started]
+    argvs = [sidecar.command("bin", *args) for args in started]
     assert [argv[argv.index("--custom-histogram-buckets") :] for argv in argvs] == [
         ["--custom-histogram-buckets", from_env],
         ["--custom-histogram-buckets", '{"time_to_first_token": [0.05, 0.5]}'],
@@ -188,13 +198,48 @@ def test_the_sidecar_gets_the_bucket_overrides_vllm_or_the_environment_gives(
 
 
 def test_with_the_tap_as_source_the_plugin_starts_the_sidecar_and_sends_nothing(
-    monkeypatch, started_supervisors
+    monkeypatch, started_supervisors, tmp_path
 ):
     started = started_supervisors(plugin_module)
     monkeypatch.setenv("VLLM_OTEL_METRICS_SIDECAR", "auto")
     monkeypatch.setenv("VLLM_OTEL_METRICS_SOURCE", "engine_core")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     plugin = OtelMetricsStatLogger(vllm_steps.vllm_config("m", 4096), [0])
     # Started here (this process ends the normal way), fed by the tap.
-    assert [max_model_len for _settings, max_model_len in started] == [4096]
+    assert [(max_model_len, buckets) for _settings, max_model_len, buckets in started] == [
+        (4096, "python")]
     assert plugin.streamer is None
     plugin.record(None, IterationStats(), None, 0)
+
+
+@pytest.mark.parametrize("planted", ["private directory", "lock file"])
+def test_a_private_directory_or_lock_file_not_this_users_is_one_line_and_the_plugin_off(
+    monkeypatch, tmp_path, caplog, planted
+):
+    """Before: a private directory that was not this user's was a warning,
+    and the plugin streamed over gRPC to the TCP port (whoever held it);
+    the lock file was opened in /tmp following links. After: one error
+    line naming the path and what is wrong; no sidecar, no streaming; vLLM
+    goes on."""
+    monkeypatch.setenv("VLLM_OTEL_METRICS_SIDECAR", "auto")
+    monkeypatch.setenv("VLLM_OTEL_METRICS_TARGET", "http://127.0.0.1:9")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    (tmp_path / "theirs").mkdir()
+    private = tmp_path / "vllm-otel-metrics"
+    if planted == "private directory":
+        private.symlink_to(tmp_path / "theirs")
+        path, why = private, "is a symbolic link"
+    else:
+        private.mkdir(mode=0o700)
+        (private / "sidecar-9.lock").symlink_to(tmp_path / "theirs" / "x")
+        path, why = private / "sidecar-9.lock", "is a symbolic link"
+    with caplog.at_level(logging.INFO, logger="vllm.vllm_otel_metrics"):
+        plugin = OtelMetricsStatLogger(vllm_steps.vllm_config("m", 4096), [0])
+    lines = here(caplog)
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"vllm-otel-metrics: ") and f"{path} {why}" in lines[0]
+    assert lines[0].endswith("; the plugin is off, vLLM goes on")
+    assert [r.levelname for r in caplog.records if r.thread == threading.get_ident()] == ["ERROR"]
+    assert (plugin.streamer, plugin.supervisor) == (None, None)
+    plugin.record(None, IterationStats(), None, 0)
+    assert os.listdir(tmp_path / "theirs") == []

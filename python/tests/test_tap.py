@@ -29,8 +29,11 @@ def parsed(records):
     return [pb.Record.FromString(r.SerializeToString()) for r in records]
 
 
-def make_tap(queue=16):
-    settings = config.from_env({"VLLM_OTEL_METRICS_QUEUE": str(queue)})
+def make_tap(queue=16, queue_bytes=None):
+    env = {"VLLM_OTEL_METRICS_QUEUE": str(queue), "VLLM_OTEL_METRICS_SIDECAR": "off"}
+    if queue_bytes is not None:
+        env["VLLM_OTEL_METRICS_QUEUE_BYTES"] = str(queue_bytes)
+    settings = config.from_env(env)
     return tap.Tap(settings, "tiny", 0, ["engine_index", "outputs", "timestamp"],
                    ["request_id", "new_token_ids", "finish_reason", "events"], False, False)
 
@@ -67,7 +70,40 @@ def test_a_full_queue_drops_and_counts_but_vllm_goes_on():
     engine.abort_requests(["r1", "r2"])
     assert len(engine.calls) == 3
     assert len(t.streamer.queue) == 1
-    assert t.streamer.dropped == 3
+    # The frame's drop on vLLM's output thread, the aborts' on its engine
+    # thread: a counter each, one writer each.
+    assert (t.streamer.dropped_frames, t.streamer.dropped) == (1, 2)
+
+
+def test_frames_are_bounded_in_bytes_too():
+    """Before: only the number of queued items was bounded, so large steps
+    (a batch of long outputs) could queue without limit in bytes. After:
+    VLLM_OTEL_METRICS_QUEUE_BYTES bounds the frames' bytes as well, counted
+    lock-free: in by the output hook, out by the streaming thread."""
+    t = make_tap(queue=100, queue_bytes=10)
+    engine = StandInEngine()
+    t._hook(engine)
+    for _ in range(3):
+        engine._send_msg_tracking_payload("sock", [b"\x90" * 4])
+    assert [len(frame) for _at, frame in t.streamer.queue] == [4, 4]
+    assert t.streamer.dropped_frames == 1
+    assert len(t.streamer._drain()) == 2
+    engine._send_msg_tracking_payload("sock", [b"\x90" * 4])
+    assert (len(t.streamer.queue), t.streamer.dropped_frames) == (1, 1)
+    assert len(engine.calls) == 4
+
+
+def test_a_request_that_cannot_be_read_is_counted_and_the_rest_is_sent():
+    """Before: one request the tap could not read made the whole drain
+    (every frame of a second of steps) one "cannot convert" traceback.
+    After: that request alone is counted; the rest goes out."""
+    t = make_tap()
+    broken = types.SimpleNamespace(arrival_time=1.0)  # no request_id
+    records = t._to_records([(1.0, b"\x90"), tap.Started(2.0, broken), tap.Started(3.0, request("r2"))])
+    assert type(records[1]) is convert.Unconvertible
+    assert records[1].kind == "request"
+    kinds = [r.WhichOneof("record") for r in parsed([records[0], records[2]])]
+    assert kinds == ["frames", "request"]
 
 
 def test_records_keep_the_order_and_join_consecutive_frames():
@@ -167,12 +203,13 @@ def test_an_abort_is_recorded_once_while_the_scheduler_runs_the_request():
 
 
 def test_under_vllm_rs_the_main_process_starts_the_sidecar_with_rust_buckets(
-    monkeypatch, started_supervisors
+    monkeypatch, started_supervisors, tmp_path
 ):
     from vllm_otel_metrics import sidecar
 
     started = started_supervisors(sidecar)
     monkeypatch.setenv("VLLM_OTEL_METRICS_SIDECAR", "auto")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     tap.start_sidecar()
     ((settings, max_model_len, token_buckets),) = started
     argv = sidecar.command("bin", settings, max_model_len, token_buckets)

@@ -31,11 +31,11 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import time
 
 import aiohttp
-from vllm_otel_metrics.sidecar import alive
+from vllm_otel_metrics import config
+from vllm_otel_metrics.sidecar import alive, read_record
 
 from live import (
     BLOCK_SIZE,
@@ -417,19 +417,20 @@ def reasons(families: dict) -> dict:
 # --- Main -------------------------------------------------------------------
 
 
-def sidecar_pids(vllm_log: str, ingest_port: int) -> list:
+def sidecar_pids(vllm_log: str, env: dict) -> list:
     """The sidecars started for this run: the pids vLLM's log names, and
     the one the supervisor's lock file holds (vLLM's main process may log
-    before vLLM has set up its logging, so the log alone can miss it)."""
+    before vLLM has set up its logging, so the log alone can miss it). The
+    lock file is where vLLM's plugin (run with ``env``) keeps it, in the
+    user's private directory."""
     pids = {int(m) for m in SIDECAR_PID.findall(open(vllm_log, errors="replace").read())}
-    lock = os.path.join(tempfile.gettempdir(), f"vllm-otel-metrics-{ingest_port}.lock")
     try:
-        with open(lock) as f:
-            text = f.read().strip()
-        if text.isdigit():
-            pids.add(int(text))
-    except OSError:
-        pass
+        lock = config.from_env(env).sidecar.lock_file
+    except config.ConfigError:
+        return sorted(pids)
+    pid = read_record(lock).get("pid")
+    if isinstance(pid, int) and pid > 0:
+        pids.add(pid)
     return sorted(pids)
 
 
@@ -509,11 +510,11 @@ def main():
         }
         report["vllm_exposition"] = vllm_text
         report["sidecar_exposition"] = sidecar_text
-        report["sidecar_pids"] = sidecar_pids(vllm_log, ingest_port)
+        report["sidecar_pids"] = sidecar_pids(vllm_log, env)
     finally:
         stop(vllm)
         if not report["sidecar_pids"] and os.path.exists(vllm_log):
-            report["sidecar_pids"] = sidecar_pids(vllm_log, ingest_port)
+            report["sidecar_pids"] = sidecar_pids(vllm_log, env)
     # No process outlives vLLM: the sidecar the tap started is gone within
     # a few seconds (it drains first).
     deadline = time.monotonic() + 15

@@ -1,7 +1,8 @@
 """One plugin process of the sidecar-supervision test: builds the plugin
 (found through vLLM's loader) with the settings of its environment, records
-one engine step a second, and prints each line of the plugin's log to stdout
-until it is killed or told to stop (a line on stdin).
+one engine step a second, and prints each line of the plugin's log to stdout,
+its level first (``ERROR vllm-otel-metrics: ...``), until it is killed or
+told to stop (a line on stdin).
 
     python supervise.py
 """
@@ -18,7 +19,7 @@ import vllm_steps
 
 def main():
     handler = logging.StreamHandler(sys.stdout)
-    handler.setFormatter(logging.Formatter("%(message)s"))
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
     logger = logging.getLogger("vllm.vllm_otel_metrics")
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)

@@ -6,25 +6,36 @@ plugin is configured with environment variables:
 - ``VLLM_OTEL_METRICS_TARGET``: the sidecar's ingest address, ``http://`` or
   ``https://`` (default ``http://127.0.0.1:50051``);
 - ``VLLM_OTEL_METRICS_TOKEN_FILE``: a file holding the bearer token that
-  ``serve --auth-token-file`` expects;
+  ``serve --auth-token-file`` expects; a sidecar the plugin starts is given
+  the file's path (``serve --ingest-auth-token-file``), never the token;
 - ``VLLM_OTEL_METRICS_CA_FILE``: a PEM file of the CA that signed an
   ``https://`` target's certificate (default: the system's roots);
 - ``VLLM_OTEL_METRICS_QUEUE``: the most records waiting to be sent (default
-  4096); beyond it records are dropped and counted;
+  4096): for the stat-logger plugin, records (an engine step makes up to
+  two); for the engine-core tap, queued items (a step's frame, a new
+  request, an abort); beyond it records are dropped and counted;
+- ``VLLM_OTEL_METRICS_QUEUE_BYTES``: the most bytes of the engine-core tap's
+  frames waiting to be sent (default 64 MiB); beyond it frames are dropped
+  and counted (the stat-logger plugin queues vLLM's objects, not bytes);
 - ``VLLM_OTEL_METRICS_SIDECAR``: ``auto`` (default) starts and supervises
   ``vllm-otel-metrics serve`` when the target is an ``http://`` loopback
-  address where nothing answers (:mod:`.sidecar`); ``off`` never starts one,
-  for a sidecar run by other means (another container, a service manager);
+  address and no sidecar of this user answers (:mod:`.sidecar`); ``off``
+  never starts one, for a sidecar run by other means (another container, a
+  service manager);
 - ``VLLM_OTEL_METRICS_METRICS_ADDR``: the started sidecar's Prometheus
   ``/metrics`` address (default ``127.0.0.1:9464``; ``none`` for none);
 - ``VLLM_OTEL_METRICS_SIDECAR_ARGS``: more ``serve`` flags for the started
-  sidecar, split as a shell would (``--otlp-interval-ms 5000``);
+  sidecar, split as a shell would (``--otlp-interval-ms 5000``); they reach
+  it in its environment (``VLLM_OTEL_METRICS_SERVE_ARGS``), not its command
+  line, which every user of the host can read;
 - ``VLLM_OTEL_METRICS_SIDECAR_LOG``: the started sidecar's log file (default
-  ``vllm-otel-metrics-PORT.log`` in the temporary directory);
+  ``sidecar-PORT.log`` in the user's private directory, :func:`private_dir`);
 - ``VLLM_OTEL_METRICS_SOCKET``: the started sidecar's ingest socket, a Unix
   domain socket over which this host's plugins stream to it without gRPC
-  (default ``ingest-PORT.sock`` in the user's private directory,
-  :func:`private_dir`; ``none`` for gRPC over TCP only);
+  (default ``ingest-PORT.sock`` in the user's private directory). With a
+  started sidecar the plugin streams over this socket only, to a process of
+  its own user. ``none`` streams over gRPC to the target's port instead,
+  trusting whichever process holds that port;
 - ``VLLM_OTEL_METRICS_SOURCE``: where an engine's records come from:
   ``auto`` (default) is the engine-core tap (:mod:`.tap`) under vLLM's Rust
   frontend (``VLLM_USE_RUST_FRONTEND=1``, where no stat-logger plugin loads)
@@ -37,9 +48,17 @@ plugin is configured with environment variables:
 The started sidecar reads the standard ``OTEL_*`` variables itself (endpoint,
 protocol, headers, resource, traces exporter), as vLLM's environment passes
 them on.
+
+Everything the plugin creates for a started sidecar (its lock file, its
+default log file and ingest socket) lives in the user's private directory,
+which must be this user's alone: GPU hosts are shared, and a file or socket
+another user can replace would hand them the plugin's records, its token or
+a way to make it write where they choose.
 """
 
 import dataclasses
+import errno
+import fcntl
 import ipaddress
 import logging
 import os
@@ -54,6 +73,10 @@ DEFAULT_TARGET = "http://127.0.0.1:50051"
 DEFAULT_QUEUE = 4096
 #: The largest queue bound accepted: a record holds one engine step's stats.
 MAX_QUEUE = 1_000_000
+#: The engine-core tap's bound on queued frame bytes, by default.
+DEFAULT_QUEUE_BYTES = 64 * 1024 * 1024
+#: The largest bound on queued frame bytes accepted.
+MAX_QUEUE_BYTES = 1 << 34
 #: The largest token file read (a bearer token is a few dozen bytes).
 MAX_TOKEN_BYTES = 4096
 DEFAULT_METRICS_ADDR = "127.0.0.1:9464"
@@ -81,12 +104,15 @@ class Settings:
     root_certificates: bytes | None
     #: The bearer token, or None. Never logged.
     token: str | None
-    #: The queue bound.
+    #: The queue bound: records (the stat-logger plugin) or items (the
+    #: engine-core tap).
     queue: int
     #: How to start the sidecar, or None when the plugin never starts one
     #: (``VLLM_OTEL_METRICS_SIDECAR=off``, a TLS target, or a target that is
     #: not a loopback address: a sidecar elsewhere is someone else's to run).
     sidecar: "SidecarSettings | None" = None
+    #: The bound on the engine-core tap's queued frame bytes.
+    queue_bytes: int = DEFAULT_QUEUE_BYTES
 
     def __repr__(self) -> str:
         # The token stays out of every log line and traceback.
@@ -94,7 +120,7 @@ class Settings:
         return (
             f"Settings(address={self.address!r}, tls={self.tls}, "
             f"ca={'set' if self.root_certificates else None}, token={token}, queue={self.queue}, "
-            f"sidecar={self.sidecar!r})"
+            f"queue_bytes={self.queue_bytes}, sidecar={self.sidecar!r})"
         )
 
 
@@ -114,6 +140,11 @@ class SidecarSettings:
     custom_histogram_buckets: str = ""
     #: ``serve --ingest-socket``, or None for gRPC over TCP only.
     ingest_socket: "str | None" = None
+    #: The lock file that makes one sidecar per host and user (in the
+    #: private directory).
+    lock_file: "str | None" = None
+    #: ``serve --ingest-auth-token-file``: the plugin's token file, or None.
+    token_file: "str | None" = None
 
 
 def _read(variable: str, path: str, limit: int | None = None) -> bytes:
@@ -156,15 +187,9 @@ def from_env(env=None) -> Settings:
     host = parsed.hostname
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
-    raw_queue = env.get("VLLM_OTEL_METRICS_QUEUE", "") or str(DEFAULT_QUEUE)
-    try:
-        queue = int(raw_queue)
-    except ValueError:
-        queue = 0
-    if not 1 <= queue <= MAX_QUEUE:
-        raise ConfigError(
-            f"VLLM_OTEL_METRICS_QUEUE={raw_queue!r} is not a whole number from 1 to {MAX_QUEUE}"
-        )
+    queue = _bound(env, "VLLM_OTEL_METRICS_QUEUE", DEFAULT_QUEUE, MAX_QUEUE)
+
+    queue_bytes = _bound(env, "VLLM_OTEL_METRICS_QUEUE_BYTES", DEFAULT_QUEUE_BYTES, MAX_QUEUE_BYTES)
 
     token = None
     token_file = env.get("VLLM_OTEL_METRICS_TOKEN_FILE", "")
@@ -190,8 +215,27 @@ def from_env(env=None) -> Settings:
         root_certificates=root_certificates,
         token=token,
         queue=queue,
+        queue_bytes=queue_bytes,
         sidecar=_sidecar(env, parsed.scheme, host, port, address),
     )
+
+
+def _bound(env, variable: str, default: int, most: int) -> int:
+    """A queue bound: a whole number from 1 to ``most``.
+
+    >>> _bound({"VLLM_OTEL_METRICS_QUEUE_BYTES": "0"}, "VLLM_OTEL_METRICS_QUEUE_BYTES", 1, 10)
+    Traceback (most recent call last):
+    ...
+    vllm_otel_metrics.config.ConfigError: VLLM_OTEL_METRICS_QUEUE_BYTES='0' is not a whole number from 1 to 10
+    """
+    raw = env.get(variable, "") or str(default)
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= most:
+        raise ConfigError(f"{variable}={raw!r} is not a whole number from 1 to {most}")
+    return value
 
 
 def _is_loopback(host: str) -> bool:
@@ -205,9 +249,14 @@ def _is_loopback(host: str) -> bool:
 
 def _sidecar(env, scheme: str, host: str, port: int, address: str) -> "SidecarSettings | None":
     """The started sidecar's settings, or None when none is to be started.
+    Makes the user's private directory (:func:`private_dir`), where its
+    files live.
 
-    >>> _sidecar({}, "http", "127.0.0.1", 50051, "127.0.0.1:50051").metrics_addr
-    '127.0.0.1:9464'
+    >>> import tempfile
+    >>> env = {"XDG_RUNTIME_DIR": tempfile.mkdtemp()}
+    >>> s = _sidecar(env, "http", "127.0.0.1", 50051, "127.0.0.1:50051")
+    >>> s.metrics_addr, os.path.basename(s.lock_file), os.path.basename(s.log_file)
+    ('127.0.0.1:9464', 'sidecar-50051.lock', 'sidecar-50051.log')
     >>> _sidecar({"VLLM_OTEL_METRICS_SIDECAR": "off"}, "http", "127.0.0.1", 1, "127.0.0.1:1") is None
     True
     >>> _sidecar({}, "http", "sidecar.internal", 1, "sidecar.internal:1") is None
@@ -225,11 +274,13 @@ def _sidecar(env, scheme: str, host: str, port: int, address: str) -> "SidecarSe
     except ValueError as e:
         # The value may hold a header or a token: name the error, not the value.
         raise ConfigError(f"VLLM_OTEL_METRICS_SIDECAR_ARGS cannot be split as a shell would: {e}") from None
-    log_file = env.get("VLLM_OTEL_METRICS_SIDECAR_LOG", "") or os.path.join(
-        tempfile.gettempdir(), f"vllm-otel-metrics-{port}.log"
-    )
     if mode == "off" or scheme != "http" or not _is_loopback(host):
         return None
+    directory = private_dir(env)
+    log_file = env.get("VLLM_OTEL_METRICS_SIDECAR_LOG", "") or os.path.join(
+        directory, f"sidecar-{port}.log"
+    )
+    token_file = env.get("VLLM_OTEL_METRICS_TOKEN_FILE", "")
     # `serve --ingest-addr` takes an address, not a name.
     ingest_addr = f"127.0.0.1:{port}" if host == "localhost" else address
     return SidecarSettings(
@@ -238,17 +289,22 @@ def _sidecar(env, scheme: str, host: str, port: int, address: str) -> "SidecarSe
         args=args,
         log_file=log_file,
         custom_histogram_buckets=env.get("VLLM_OTEL_METRICS_CUSTOM_HISTOGRAM_BUCKETS", "").strip(),
-        ingest_socket=_ingest_socket(env, port),
+        ingest_socket=_ingest_socket(env, port, directory),
+        lock_file=os.path.join(directory, f"sidecar-{port}.lock"),
+        # Absolute: the path is the sidecar's to open.
+        token_file=os.path.abspath(token_file) if token_file else None,
     )
 
 
-def _ingest_socket(env, port: int) -> "str | None":
+def _ingest_socket(env, port: int, directory: str) -> "str | None":
     """The started sidecar's ingest socket, or None for none.
 
-    >>> _ingest_socket({"VLLM_OTEL_METRICS_SOCKET": "none"}, 1) is None
+    >>> _ingest_socket({"VLLM_OTEL_METRICS_SOCKET": "none"}, 1, "/d") is None
     True
-    >>> _ingest_socket({"VLLM_OTEL_METRICS_SOCKET": "/run/s.sock"}, 1)
+    >>> _ingest_socket({"VLLM_OTEL_METRICS_SOCKET": "/run/s.sock"}, 1, "/d")
     '/run/s.sock'
+    >>> _ingest_socket({}, 1, "/d")
+    '/d/ingest-1.sock'
     """
     raw = env.get("VLLM_OTEL_METRICS_SOCKET", "").strip()
     if raw.lower() == "none":
@@ -258,9 +314,6 @@ def _ingest_socket(env, port: int) -> "str | None":
         if not os.path.isabs(path):
             raise ConfigError(f"VLLM_OTEL_METRICS_SOCKET={raw!r} is not an absolute path")
     else:
-        directory = private_dir(env)
-        if directory is None:
-            return None
         path = os.path.join(directory, f"ingest-{port}.sock")
     if len(os.fsencode(path)) > MAX_SOCKET_PATH:
         if raw:
@@ -268,25 +321,27 @@ def _ingest_socket(env, port: int) -> "str | None":
                 f"VLLM_OTEL_METRICS_SOCKET={raw!r} is longer than a Unix socket's "
                 f"{MAX_SOCKET_PATH} bytes"
             )
-        log.warning(
-            "vllm-otel-metrics: %s is longer than a Unix socket's %d bytes; streaming over "
-            "gRPC only (set VLLM_OTEL_METRICS_SOCKET to a shorter path)",
-            path,
-            MAX_SOCKET_PATH,
+        # Not gRPC instead: over TCP the plugin cannot tell its sidecar
+        # from another user's process on the port.
+        raise ConfigError(
+            f"the ingest socket {path} is longer than a Unix socket's {MAX_SOCKET_PATH} bytes: "
+            "set VLLM_OTEL_METRICS_SOCKET to a shorter path (or to none for gRPC over TCP)"
         )
-        return None
     return path
 
 
-def private_dir(env=None) -> "str | None":
-    """This user's private directory for the sidecar's socket, made ``0700``:
-    ``vllm-otel-metrics`` in ``XDG_RUNTIME_DIR``, else
-    ``vllm-otel-metrics-UID`` in the temporary directory. None (with one
-    warning) when it is not this user's alone: a directory another user made
-    or can enter, or a symbolic link.
+def private_dir(env=None) -> str:
+    """This user's private directory, for the started sidecar's lock file,
+    log file and socket, made ``0700``: ``vllm-otel-metrics`` in
+    ``XDG_RUNTIME_DIR``, else ``vllm-otel-metrics-UID`` in the temporary
+    directory. Raises :class:`ConfigError`, naming the path and what is
+    wrong, when it is not this user's alone: a directory another user made
+    or can enter, or a symbolic link (anyone can make one in ``/tmp``
+    before this user does).
 
     Other users share GPU hosts: a socket in a directory they can reach
-    could be replaced by theirs, and then the plugin would stream to them.
+    could be replaced by theirs, and then the plugin would stream to them;
+    a lock or log file there could be a link to a file of this user's.
     """
     env = os.environ if env is None else env
     runtime = env.get("XDG_RUNTIME_DIR", "")
@@ -299,14 +354,14 @@ def private_dir(env=None) -> "str | None":
     except FileExistsError:
         pass
     except OSError as e:
-        log.warning(
-            "vllm-otel-metrics: cannot make %s (%s); streaming over gRPC only", path, e.strerror
-        )
-        return None
+        raise ConfigError(f"the private directory {path} cannot be made ({e.strerror})") from None
     why = _not_private(path)
     if why:
-        log.warning("vllm-otel-metrics: %s %s; streaming over gRPC only", path, why)
-        return None
+        raise ConfigError(
+            f"the private directory {path} {why}: it must be a directory of this user's alone "
+            "(mode 0700); remove it, or set XDG_RUNTIME_DIR (or TMPDIR) to a directory of this "
+            "user's"
+        )
     return path
 
 
@@ -316,13 +371,63 @@ def _not_private(path: str) -> str:
         st = os.lstat(path)
     except OSError as e:
         return f"cannot be read ({e.strerror})"
+    if stat.S_ISLNK(st.st_mode):
+        return f"is a symbolic link (to {_link_target(path)})"
     if not stat.S_ISDIR(st.st_mode):
         return "is not a directory"
     if st.st_uid != os.getuid():
-        return f"belongs to uid {st.st_uid}"
+        return f"belongs to uid {st.st_uid}, not to this user (uid {os.getuid()})"
     if st.st_mode & 0o077:
         return f"is open to others (mode {stat.S_IMODE(st.st_mode):o})"
     return ""
+
+
+def _link_target(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return "?"
+
+
+def open_private(path: str, flags: int, *, user_named: bool = False) -> int:
+    """Opens (making it ``0600`` if need be) a file of this user's: never
+    through a symbolic link (``O_NOFOLLOW``), and only a regular file this
+    user owns with no permission for group or others; for a file the user
+    named (``user_named``: a log file of their choosing, perhaps outside the
+    private directory) its mode is theirs to choose. Returns the file
+    descriptor (close-on-exec); raises :class:`ConfigError` naming the path
+    and what is wrong.
+
+    Opened without blocking: a FIFO put in its place would otherwise hang
+    the open, before the check could refuse it.
+    """
+    try:
+        fd = os.open(
+            path,
+            flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+            0o600,
+        )
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise ConfigError(f"{path} is a symbolic link (to {_link_target(path)})") from None
+        raise ConfigError(f"{path} cannot be opened ({e.strerror})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            why = "is not a regular file"
+        elif st.st_uid != os.getuid():
+            why = f"belongs to uid {st.st_uid}, not to this user (uid {os.getuid()})"
+        elif not user_named and st.st_mode & 0o077:
+            why = f"is open to others (mode {stat.S_IMODE(st.st_mode):o})"
+        else:
+            why = ""
+        if why:
+            raise ConfigError(f"{path} {why}")
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def rust_frontend(env=None) -> bool:

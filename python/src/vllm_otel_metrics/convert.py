@@ -59,6 +59,16 @@ class NotFinite:
     engine: int
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Unconvertible:
+    """In place of a record that could not be built from what vLLM queued
+    (an object without a field the record needs): the stream counts it
+    among the plugin's drops and logs it, and sends the others."""
+
+    kind: str
+    error: str
+
+
 def finish_reason(reason) -> str:
     """The label value of a vLLM ``FinishReason`` (enum, int or string).
 

@@ -14,14 +14,13 @@ logger's rules (``docs/SEMANTICS.md``, plugin path). With a loopback
 """
 
 import atexit
-import dataclasses
 import logging
 import time
 
 from vllm.v1.metrics.loggers import AggregateStatLoggerBase
 
 from . import config, convert
-from .sidecar import Supervisor, vllm_bucket_overrides
+from .sidecar import Supervisor, planned
 from .stream import Streamer
 
 # Under vLLM's own logger, so that vLLM's log configuration shows the
@@ -64,21 +63,22 @@ class OtelMetricsStatLogger(AggregateStatLoggerBase):
         try:
             settings = config.from_env()
             source = config.engine_source()
-        except config.ConfigError as e:
-            log.error("vllm-otel-metrics: %s; the plugin is off, vLLM goes on", e)
-            return
-        if settings.sidecar is not None:
-            max_model_len = getattr(vllm_config.model_config, "max_model_len", None)
-            sidecar = settings.sidecar
-            from_vllm = vllm_bucket_overrides(vllm_config)
-            if from_vllm is not None:
-                if sidecar.custom_histogram_buckets and sidecar.custom_histogram_buckets != from_vllm:
+            if settings.sidecar is not None:
+                from_env = settings.sidecar.custom_histogram_buckets
+                sidecar, max_model_len, token_buckets = planned(settings.sidecar, vllm_config, False)
+                if from_env and sidecar.custom_histogram_buckets != from_env:
                     log.warning(
                         "vllm-otel-metrics: vLLM's --custom-histogram-buckets wins over "
                         "VLLM_OTEL_METRICS_CUSTOM_HISTOGRAM_BUCKETS"
                     )
-                sidecar = dataclasses.replace(sidecar, custom_histogram_buckets=from_vllm)
-            self.supervisor = Supervisor(sidecar, max_model_len).start()
+                # Opens the lock and log files now: one that is not this
+                # user's turns the plugin off before anything streams.
+                self.supervisor = Supervisor(sidecar, max_model_len, token_buckets)
+        except config.ConfigError as e:
+            log.error("vllm-otel-metrics: %s; the plugin is off, vLLM goes on", e)
+            return
+        if self.supervisor is not None:
+            self.supervisor.start()
             # Registered first, so it runs after the streamer's close: the
             # sidecar is stopped once what was queued had its chance to arrive.
             atexit.register(self.supervisor.close)
@@ -94,21 +94,28 @@ class OtelMetricsStatLogger(AggregateStatLoggerBase):
                 source,
             )
             return
-        self.streamer = Streamer(settings, self._to_records, self._records_in).start()
+        self.streamer = Streamer(
+            settings,
+            self._to_records,
+            self._records_in,
+            admit=self.supervisor.admits if self.supervisor is not None else None,
+        ).start()
         # At exit, what is queued gets up to 2 s to reach the sidecar.
         atexit.register(self.streamer.close)
         log.info(
             "vllm-otel-metrics: streaming %s (engines %s) to %s",
             self.model_name,
             self.engine_indexes,
-            settings.address,
+            (settings.sidecar and settings.sidecar.ingest_socket) or settings.address,
         )
 
     def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx=0):
         """Once per engine step: enqueue, never block."""
         if self.streamer is not None:
+            # The weight inline (_records_in's rule): no call on vLLM's loop.
             self.streamer.submit(
-                ("step", engine_idx, scheduler_stats, iteration_stats, mm_cache_stats, time.time())
+                ("step", engine_idx, scheduler_stats, iteration_stats, mm_cache_stats, time.time()),
+                (scheduler_stats is not None) + (iteration_stats is not None),
             )
 
     def record_sleep_state(self, sleep: int = 0, level: int = 0):

@@ -1,11 +1,16 @@
 """The background half of the plugin: a bounded queue and one thread that
-streams its records to ``vllm-otel-metrics serve``: over the started
-sidecar's ingest socket when there is one (a Unix domain socket in the
-user's private directory: length-prefixed records handed to the kernel with
-one ``sendmsg``, no gRPC layer), else over gRPC.
+streams its records to ``vllm-otel-metrics serve``: to a sidecar the plugin
+starts, over its ingest socket only (a Unix domain socket in the user's
+private directory, its listener checked to be this user's process:
+length-prefixed records handed to the kernel with one ``sendmsg``, no gRPC
+layer); to a sidecar run by other means (or with
+``VLLM_OTEL_METRICS_SOCKET=none``), over gRPC to the target.
+
+Never gRPC to the started sidecar's port instead of its socket: on a shared
+host any user can hold that port, and would get the token and the records.
 
 vLLM calls ``record()`` on its event loop once per engine step, so the only
-work done there is :meth:`Streamer.submit`: a length check and a
+work done there is :meth:`Streamer.submit`: a weight, a comparison and a
 ``deque.append`` (atomic under the GIL; no lock, no allocation beyond the
 item). Everything else happens on the thread:
 
@@ -13,12 +18,20 @@ item). Everything else happens on the thread:
   sends them on one long-lived client-streaming call, so the sidecar
   applies each record as it arrives — within the 50 ms poll of an idle
   queue;
+- the queue is bounded in records (the stat-logger plugin) or in items and
+  frame bytes (the engine-core tap), counted by two counters each written
+  by one thread (in by the producer, out by this thread), so no lock;
 - when the sidecar is down, slow or refusing, the queue fills and
   :meth:`Streamer.submit` drops and counts; the thread reconnects with
   exponential back-off (0.1 s to 5 s) and, on each new stream and whenever
   the count changed, sends the drops not yet reported as a ``plugin_drops``
   record, which the sidecar adds to
   ``vllm_otel_metrics_plugin_dropped_records_total``;
+- a record it cannot send (not convertible, a number that is not finite,
+  larger than a message may be) is counted among those drops; a batch too
+  large for one message is split. Its log line comes at most once every
+  :data:`LOG_EVERY_SECONDS` per kind (:class:`LogLimit`): a flood of bad
+  records must not flood vLLM's log;
 - a sidecar that shuts down (SIGTERM) ends each open call with the summary
   of what it applied (the ``ingest-summary-bin`` trailer): the records after
   those are sent again, first, on the next call — to the sidecar that
@@ -32,12 +45,13 @@ item). Everything else happens on the thread:
   it had in flight, uncounted: gRPC acknowledges a client stream only at its
   end, so the records the sidecar read before it died cannot be told from
   the others. The loss is logged with the stream's status. On the socket,
-  the record whose send failed is counted as lost.
+  the record whose send failed is counted as lost;
+- whatever else goes wrong in a session is one line in vLLM's log, then a
+  reconnection after the back-off: the thread never ends in silence.
 """
 
 import collections
 import logging
-import os
 import socket
 import struct
 import threading
@@ -45,7 +59,8 @@ import time
 
 import grpc
 
-from . import convert
+from . import config, convert
+from .sidecar import connect_own
 
 log = logging.getLogger("vllm.vllm_otel_metrics")
 
@@ -57,7 +72,8 @@ IDLE_POLL_SECONDS = 0.25
 BACKOFF_MIN, BACKOFF_MAX = 0.1, 5.0
 #: How long to wait for a connection before backing off, seconds.
 CONNECT_TIMEOUT = 2.0
-#: Largest message the client sends (the sidecar's default limit is 16 MiB).
+#: Largest message the client sends, on gRPC and on the ingest socket (the
+#: sidecar's default limit is 16 MiB).
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 #: Most records in one batch message: a batch-256 engine step's stats are a
 #: few KiB, so 256 of them stay far below :data:`MAX_MESSAGE_BYTES`.
@@ -68,6 +84,10 @@ RESEND_WINDOW = 4096
 #: How long a send on the ingest socket may block (a sidecar that stopped
 #: reading), seconds; then the connection is dropped and made again.
 SEND_TIMEOUT = 10.0
+#: At most one log line per kind of bad record this often, seconds.
+LOG_EVERY_SECONDS = 10.0
+#: How often a streamer that was turned off empties its queue, seconds.
+OFF_POLL_SECONDS = 1.0
 #: The ingest service's client-streaming method.
 STREAM_METHOD = "/vllm_otel_metrics.v1.Ingest/Stream"
 _LENGTH = struct.Struct("<I")
@@ -77,25 +97,66 @@ _NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
 SUMMARY_TRAILER = "ingest-summary-bin"
 
 
+class LogLimit:
+    """At most one log line per kind every ``seconds``; the next line of a
+    kind says how many were left out. Costs a clock read and a dict look-up.
+
+    >>> lines = []
+    >>> limit = LogLimit(10.0, clock=iter([0.0, 1.0, 2.0, 11.0]).__next__)
+    >>> limit.log = lambda level, msg, *args: lines.append(msg % args)
+    >>> for n in range(4):
+    ...     limit.emit(logging.WARNING, "bad", "record %d is bad", n)
+    >>> lines
+    ['record 0 is bad', 'record 3 is bad (2 more like it in the last 10 s not logged)']
+    """
+
+    __slots__ = ("seconds", "_clock", "_next", "_left_out", "log")
+
+    def __init__(self, seconds: float = LOG_EVERY_SECONDS, clock=time.monotonic):
+        self.seconds = seconds
+        self._clock = clock
+        self._next: dict = {}
+        self._left_out: dict = {}
+        self.log = log.log
+
+    def emit(self, level: int, kind: str, message: str, *args) -> None:
+        now = self._clock()
+        due = self._next.get(kind)
+        if due is not None and now < due:
+            self._left_out[kind] = self._left_out.get(kind, 0) + 1
+            return
+        self._next[kind] = now + self.seconds
+        left_out = self._left_out.pop(kind, 0)
+        if left_out:
+            message += " (%d more like it in the last %.0f s not logged)"
+            args += (left_out, self.seconds)
+        self.log(level, message, *args)
+
+
 class Streamer:
     """A bounded queue of items and the thread that streams them.
 
     ``to_records(item)`` turns one queued item into records (ingest
-    ``Record`` messages, or :class:`.convert.NotFinite` in place of one that
-    cannot be sent); it runs on the thread, never in :meth:`submit`.
-    ``weigh(item)`` says how many records an item would have become; it runs
-    only for an item the full queue refuses, so that drops are counted in
-    records.
+    ``Record`` messages, or :class:`.convert.NotFinite` or
+    :class:`.convert.Unconvertible` in place of one that cannot be sent); it
+    runs on the thread, never in :meth:`submit`. ``weigh(item)`` says how
+    many records an item becomes (a cheap guess: it runs in :meth:`submit`),
+    so that the queue is bounded, and drops counted, in records.
+
+    ``admit()``, when given, runs on the thread before each connection:
+    False turns the streamer off for good (:class:`.sidecar.Gate`): what is
+    queued and what comes after is dropped.
     """
 
     def __init__(self, settings, to_records, weigh=lambda item: 1, *, batched=False,
                  max_records=MAX_BATCH, resend_window=RESEND_WINDOW, max_drain=MAX_BATCH,
-                 max_drain_bytes=0, poll_seconds=POLL_SECONDS):
+                 max_drain_bytes=0, poll_seconds=POLL_SECONDS, admit=None):
         self.settings = settings
         self._to_records = to_records
         self._weigh = weigh
         self._queue = collections.deque()
         self._bound = settings.queue
+        self._byte_bound = getattr(settings, "queue_bytes", config.DEFAULT_QUEUE_BYTES)
         #: ``to_records`` takes every queued item at once (up to
         #: ``max_drain`` of them, or until ``max_drain_bytes`` of frames),
         #: and what it returns goes out as its own message(s) of at most
@@ -107,11 +168,23 @@ class Streamer:
         self._max_drain_bytes = max_drain_bytes
         #: How often a stream that found nothing looks again, seconds.
         self._poll_seconds = poll_seconds
+        self._admit = admit
+        #: Records queued by submit() (only submit() writes it) and taken
+        #: by the thread (only the thread writes it): their difference is
+        #: what is queued, without a lock.
+        self.records_in = 0
+        self.records_out = 0
+        #: Frame bytes queued by the engine-core tap's output hook (only it
+        #: writes it) and taken by the thread (only the thread writes it).
+        self.bytes_in = 0
+        self.bytes_out = 0
         #: Records of the items refused because the queue was full (only
-        #: submit() writes it).
+        #: submit(), or the tap's engine thread, writes it).
         self.dropped = 0
-        #: Records the thread could not send: not convertible, or a number
-        #: that is not finite (only the thread writes it).
+        #: Frames the tap's output hook refused (only it writes it).
+        self.dropped_frames = 0
+        #: Records the thread could not send: not convertible, a number
+        #: that is not finite, or too large (only the thread writes it).
         self.unsendable = 0
         #: Records a shutting-down sidecar did not read and that were no
         #: longer kept to be sent again (only the thread writes it).
@@ -127,6 +200,9 @@ class Streamer:
         #: The last stream's transport, ``socket`` or ``grpc`` (for tests and
         #: the benchmark).
         self.transport = None
+        #: Whether the plugin was turned off (``admit()`` said no).
+        self.off = False
+        self._limits = LogLimit()
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name="vllm-otel-metrics-stream", daemon=True
@@ -136,18 +212,23 @@ class Streamer:
         self._thread.start()
         return self
 
-    def submit(self, item) -> None:
-        """Enqueues one item, or drops and counts it when the queue is full.
-        Never blocks."""
-        if len(self._queue) >= self._bound:
-            self.dropped += self._weigh(item)
+    def submit(self, item, weight: "int | None" = None) -> None:
+        """Enqueues one item of ``weight`` records (default: ``weigh(item)``),
+        or drops and counts it when its records would take the queue beyond
+        its bound. Never blocks."""
+        if weight is None:
+            weight = self._weigh(item)
+        if self.records_in - self.records_out + weight > self._bound or self.off:
+            self.dropped += weight
         else:
+            self.records_in += weight
             self._queue.append(item)
 
     @property
     def queue(self) -> collections.deque:
         """The queue itself, for a producer that appends without
-        :meth:`submit`'s call (checking :attr:`bound` first)."""
+        :meth:`submit`'s call (checking :attr:`bound` and, for frames,
+        :attr:`byte_bound` against :attr:`bytes_in` first)."""
         return self._queue
 
     @property
@@ -155,13 +236,20 @@ class Streamer:
         """The queue's bound."""
         return self._bound
 
+    @property
+    def byte_bound(self) -> int:
+        """The bound on queued frame bytes (``(time, bytes)`` items)."""
+        return self._byte_bound
+
     def count_dropped(self, records: int) -> None:
         """Counts records a producer dropped because the queue was full."""
         self.dropped += records
 
     @property
     def pending(self) -> int:
-        """Items and messages waiting to be sent."""
+        """Items and messages waiting to be sent (none once turned off)."""
+        if self.off:
+            return 0
         return len(self._queue) + len(self._unsent)
 
     def close(self, timeout: float = 2.0) -> None:
@@ -188,90 +276,134 @@ class Streamer:
             return grpc.secure_channel(s.address, credentials, options=options)
         return grpc.insecure_channel(s.address, options=options)
 
+    def _socket_path(self) -> "str | None":
+        """The started sidecar's ingest socket: the only way to it."""
+        return getattr(getattr(self.settings, "sidecar", None), "ingest_socket", None)
+
     def _unix(self):
         """A connection to the started sidecar's ingest socket, or None when
-        there is none (no socket set, or none listening: a sidecar run by
-        other means, or one still starting)."""
-        path = getattr(getattr(self.settings, "sidecar", None), "ingest_socket", None)
+        no process of this user listens there (none started yet, one still
+        starting, or another user's)."""
+        path = self._socket_path()
         if not path:
             return None
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.settimeout(SEND_TIMEOUT)
-            sock.connect(path)
-            # The directory is this user's alone (config.private_dir); the
-            # peer is checked all the same, as the sidecar checks its peer.
-            uid = struct.unpack("3i", sock.getsockopt(
-                socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[1]
-            if uid != os.getuid():
-                log.warning(
-                    "vllm-otel-metrics: the process listening on %s runs as uid %d, not "
-                    "this user; not streaming to it",
-                    path,
-                    uid,
-                )
-                sock.close()
-                return None
-        except OSError:
-            sock.close()
-            return None
+        sock, uid = connect_own(path, SEND_TIMEOUT)
+        if uid is not None:
+            self._limits.emit(
+                logging.WARNING,
+                "peer",
+                "vllm-otel-metrics: the process listening on %s runs as uid %d, not this user; "
+                "not streaming to it",
+                path,
+                uid,
+            )
+        return sock
+
+    def _unix_within(self, seconds: float):
+        """:meth:`_unix`, tried again every poll for up to ``seconds``: a
+        sidecar just started binds its socket within a second or two, and
+        is no failure to warn about (gRPC's wait for a channel is alike)."""
+        deadline = time.monotonic() + seconds
+        sock = self._unix()
+        while sock is None and time.monotonic() < deadline and not self._stop.wait(POLL_SECONDS):
+            sock = self._unix()
         return sock
 
     def _run(self) -> None:
         pb = convert.messages()
         metadata = (("authorization", f"Bearer {self.settings.token}"),) if self.settings.token else ()
+        path = self._socket_path()
+        where = path or self.settings.address
         backoff = BACKOFF_MIN
         failures = 0
+        errors = 0
         while not self._stop.is_set():
-            channel = None
-            sock = self._unix()
-            if sock is None:
-                channel = self._channel()
-                try:
-                    grpc.channel_ready_future(channel).result(timeout=CONNECT_TIMEOUT)
-                except grpc.FutureTimeoutError:
-                    channel.close()
+            if self._admit is not None and not self._admit():
+                self._turn_off()
+                return
+            sock = channel = None
+            try:
+                if path:
+                    sock = self._unix_within(CONNECT_TIMEOUT)
+                    up = sock is not None
+                else:
+                    channel = self._channel()
+                    up = _ready(channel)
+                if not up:
                     failures += 1
-                    if failures == 1 or failures % 60 == 0:
+                    if (failures == 1 or failures % 60 == 0) and not self._stop.is_set():
                         log.warning(
                             "vllm-otel-metrics: sidecar at %s unreachable (%d attempts); "
                             "records are queued, then dropped and counted",
-                            self.settings.address,
+                            where,
                             failures,
                         )
-                    self._stop.wait(backoff)
+                    wait = backoff
                     backoff = min(backoff * 2, BACKOFF_MAX)
-                    continue
-                # A started sidecar binds its socket before its port: one
-                # that just came up has it now.
-                sock = self._unix()
-                if sock is not None:
-                    channel.close()
-                    channel = None
-            if failures:
-                log.warning(
-                    "vllm-otel-metrics: streaming to %s again after %d failed attempts",
-                    self.settings.address,
-                    failures,
-                )
-            failures = 0
-            backoff = BACKOFF_MIN
-            self.connected = True
-            try:
-                if sock is not None:
-                    self.transport = "socket"
-                    self._socket_session(sock, pb)
                 else:
-                    self.transport = "grpc"
-                    if self._one_call(channel, pb, metadata) == grpc.StatusCode.UNAUTHENTICATED:
-                        backoff = BACKOFF_MAX
+                    if failures:
+                        log.warning(
+                            "vllm-otel-metrics: streaming to %s again after %d failed attempts",
+                            where,
+                            failures,
+                        )
+                    failures = 0
+                    backoff = wait = BACKOFF_MIN
+                    self.connected = True
+                    if sock is not None:
+                        self.transport = "socket"
+                        self._socket_session(sock, pb)
+                    else:
+                        self.transport = "grpc"
+                        if self._one_call(channel, pb, metadata) == grpc.StatusCode.UNAUTHENTICATED:
+                            wait = BACKOFF_MAX
+                    errors = 0
+            except Exception as e:  # noqa: BLE001 — the thread must not end: nothing would stream
+                errors += 1
+                wait = min(BACKOFF_MIN * 2 ** errors, BACKOFF_MAX)
+                self._limits.emit(
+                    logging.ERROR,
+                    "session",
+                    "vllm-otel-metrics: the stream to %s failed (%s: %s); reconnecting in %.1f s",
+                    where,
+                    type(e).__name__,
+                    e,
+                    wait,
+                )
             finally:
                 self.connected = False
                 if sock is not None:
                     sock.close()
                 if channel is not None:
                     channel.close()
-            self._stop.wait(backoff)
+            self._stop.wait(wait)
+
+    def _turn_off(self) -> None:
+        """The plugin is off: nothing more is sent. What is queued is
+        dropped, and so is what producers queue after (the engine-core
+        tap's hooks keep their bounds, so the queue is emptied now and
+        then until close())."""
+        self.off = True
+        self._unsent.clear()
+        while True:
+            self.clear()
+            if self._stop.wait(OFF_POLL_SECONDS):
+                return
+
+    def clear(self) -> None:
+        """Empties the queue: what was queued is neither sent nor counted.
+        The queue's record and byte counts follow (``queue.clear()`` would
+        leave them counting what is gone, and the bounds would shrink). On
+        the streaming thread, or while it does not run: the counts out are
+        that thread's to write."""
+        queue = self._queue
+        while queue:
+            item = queue.popleft()
+            if not self._batched:
+                self.records_out += self._weigh(item)
+            elif type(item) is tuple:
+                # The engine-core tap's frame, (time, bytes).
+                self.bytes_out += len(item[1])
 
     def _socket_session(self, sock, pb) -> None:
         """Sends records over the ingest socket, one message each, until a
@@ -288,9 +420,12 @@ class Streamer:
                 continue
             if unsent:
                 record = unsent.popleft()
+                parts, total = socket_parts(record)
+                if total - _LENGTH.size > MAX_MESSAGE_BYTES:
+                    self._too_large(record, total - _LENGTH.size)
+                    continue
                 handed.note(record)
                 try:
-                    parts, total = socket_parts(record)
                     # Gathered by the kernel, the GIL released: no join.
                     sent = sock.sendmsg(parts, (), _NOSIGNAL)
                     if sent < total:
@@ -328,9 +463,9 @@ class Streamer:
             request_serializer=_serialize,
             response_deserializer=pb.IngestSummary.FromString,
         )
-        call = stream.future(self._requests(pb, done, handed), metadata=metadata)
-        call.add_done_callback(lambda _f: done.set())
         try:
+            call = stream.future(self._requests(pb, done, handed), metadata=metadata)
+            call.add_done_callback(lambda _f: done.set())
             # gRPC's result() wakes every 100 ms to look; the event sleeps.
             done.wait()
             summary = call.result()
@@ -354,6 +489,9 @@ class Streamer:
             return code
         finally:
             done.set()
+            # The request iterator, on gRPC's thread, may be in the middle
+            # of a turn: it takes no more records for this ended call.
+            handed.close()
         if summary.records_rejected:
             log.warning(
                 "vllm-otel-metrics: the sidecar rejected %d records: %s",
@@ -366,14 +504,15 @@ class Streamer:
         """Puts the records a shutting-down sidecar did not read (it read
         ``read`` of those handed over) first in line for the next call;
         counts as lost those no longer kept."""
-        unread = handed.count - read
-        kept = list(handed.last)[-unread:] if unread > 0 else []
+        count, last = handed.close()
+        unread = count - read
+        kept = last[-unread:] if unread > 0 else []
         self._unsent.extendleft(reversed(kept))
         self.lost += max(unread - len(kept), 0)
         return len(kept)
 
     def _drops_record(self, pb):
-        dropped = self.dropped + self.unsendable + self.lost
+        dropped = self.dropped + self.dropped_frames + self.unsendable + self.lost
         if dropped == self._dropped_reported:
             return None
         delta = dropped - self._dropped_reported
@@ -391,10 +530,11 @@ class Streamer:
             except IndexError:
                 break
             items.append(item)
-            if limit and type(item) is tuple:
+            if type(item) is tuple:
                 size += len(item[1])
-                if size >= limit:
+                if limit and size >= limit:
                     break
+        self.bytes_out += size
         return items
 
     def _refill(self, pb, ticks: "_Ticks") -> bool:
@@ -418,25 +558,65 @@ class Streamer:
                 item = self._queue.popleft()
             except IndexError:
                 item = None
+            else:
+                self.records_out += self._weigh(item)
         if item is None:
             return False
         ticks.busy = now
         try:
-            for record in self._to_records(item):
-                if type(record) is convert.NotFinite:
-                    self.unsendable += 1
-                    log.warning(
-                        "vllm-otel-metrics: a %s record of engine %s has a number that "
-                        "is not finite; dropped and counted",
-                        record.kind,
-                        record.engine,
-                    )
-                else:
-                    unsent.append(record)
-        except Exception:  # noqa: BLE001 — a bad item must not end the stream
-            log.exception("vllm-otel-metrics: cannot convert one stats record; dropped")
-            self.unsendable += 1
+            records = self._to_records(item)
+            if type(records) is not list:
+                records = list(records)
+        except Exception as e:  # noqa: BLE001 — a bad item must not end the stream
+            lost = sum(map(self._weigh, item)) if self._batched else self._weigh(item)
+            self.unsendable += lost
+            self._limits.emit(
+                logging.ERROR,
+                "convert",
+                "vllm-otel-metrics: cannot convert %d queued records (%s: %s); dropped and counted",
+                lost,
+                type(e).__name__,
+                e,
+            )
+            return True
+        for record in records:
+            kind = type(record)
+            if kind is convert.NotFinite:
+                self.unsendable += 1
+                self._limits.emit(
+                    logging.WARNING,
+                    "not finite",
+                    "vllm-otel-metrics: a %s record of engine %s has a number that "
+                    "is not finite; dropped and counted",
+                    record.kind,
+                    record.engine,
+                )
+            elif kind is convert.Unconvertible:
+                self.unsendable += 1
+                self._limits.emit(
+                    logging.WARNING,
+                    "unconvertible",
+                    "vllm-otel-metrics: cannot convert a %s record (%s); dropped and counted",
+                    record.kind,
+                    record.error,
+                )
+            else:
+                unsent.append(record)
         return True
+
+    def _too_large(self, record, size: int) -> None:
+        """Counts (and logs, rate-limited) a record no message can carry."""
+        self.unsendable += 1
+        kind = "frames" if type(record) is Raw else record.WhichOneof("record")
+        self._limits.emit(
+            logging.WARNING,
+            "too large",
+            "vllm-otel-metrics: a %s record of %d bytes is larger than a message may be "
+            "(%d bytes); dropped and counted",
+            kind,
+            size,
+            MAX_MESSAGE_BYTES,
+        )
 
     def _idle_wait(self, event: threading.Event, ticks: "_Ticks") -> None:
         """Waits for the next look at the queue: less often after a second
@@ -457,18 +637,54 @@ class Streamer:
             if unsent:
                 # Everything ready goes in one batch message: gRPC's cost is
                 # per message, in this process (the GIL) and in the sidecar.
-                records = [unsent.popleft() for _ in range(min(len(unsent), self._max_records))]
-                for record in records:
-                    handed.note(record)
-                self.sent += len(records)
-                if self._batched:
-                    yield from _messages_of(pb, records)
-                else:
-                    yield _message(pb, records)
+                taken = handed.take(unsent, self._max_records, lambda records: self._pack(pb, records))
+                if taken is None:
+                    # The call has ended (its records were counted for
+                    # sending again): what is left waits for the next one.
+                    return
+                messages, count = taken
+                self.sent += count
+                yield from messages
                 continue
             if self._stop.is_set():
                 return
             self._idle_wait(done, ticks)
+
+    def _pack(self, pb, records: list) -> list:
+        """``records`` as serialized messages no larger than
+        :data:`MAX_MESSAGE_BYTES`, each with the records it carries: a batch
+        too large is split in halves; a record too large alone is counted
+        and left out. Serialized here, where the size is free to read; gRPC
+        sends the bytes as they are."""
+        out: list = []
+        if not records:
+            return out
+        for group in _groups(records) if self._batched else (records,):
+            self._fit(pb, group, out)
+        return out
+
+    def _fit(self, pb, records: list, out: list) -> None:
+        message = _message(pb, records)
+        if type(message) is not Raw:
+            data = message.SerializeToString()
+            message = Raw([data], len(data))
+        if message.size <= MAX_MESSAGE_BYTES:
+            out.append((message, records))
+        elif len(records) == 1:
+            self._too_large(records[0], message.size)
+        else:
+            half = len(records) // 2
+            self._fit(pb, records[:half], out)
+            self._fit(pb, records[half:], out)
+
+
+def _ready(channel) -> bool:
+    """Whether ``channel`` connects within :data:`CONNECT_TIMEOUT`."""
+    try:
+        grpc.channel_ready_future(channel).result(timeout=CONNECT_TIMEOUT)
+        return True
+    except grpc.FutureTimeoutError:
+        return False
 
 
 class _Ticks:
@@ -516,34 +732,81 @@ def _message(pb, records: list):
     return records[0] if len(records) == 1 else pb.Record(batch=pb.RecordBatch(records=records))
 
 
-def _messages_of(pb, records: list):
-    """The messages of the engine-core tap's records, in order: each
-    ``frames`` record alone (putting it into a batch would copy its bytes,
-    as costly as building it), the records between them in one batch."""
+def _groups(records: list):
+    """The engine-core tap's records in the groups that go out as one
+    message each, in order: each ``frames`` record alone (putting it into a
+    batch would copy its bytes, as costly as building it), the records
+    between them together."""
     run: list = []
     for record in records:
         if type(record) is not Raw and record.WhichOneof("record") != "frames":
             run.append(record)
             continue
         if run:
-            yield _message(pb, run)
+            yield run
             run = []
-        yield record
+        yield [record]
     if run:
-        yield _message(pb, run)
+        yield run
+
+
+def _messages_of(pb, records: list):
+    """The messages of the engine-core tap's records (:func:`_groups`)."""
+    for group in _groups(records):
+        yield _message(pb, group)
 
 
 class Handed:
     """The records handed to one call: how many, and the last ``window``
-    of them."""
+    of them.
+
+    gRPC's thread hands records over (the request iterator); the stream's
+    thread reads what was handed once the call has ended. A lock makes
+    each side's step whole, and :meth:`close` ends the handing over: a
+    record taken after it would be in neither the snapshot nor the queue.
+    """
+
+    __slots__ = ("count", "last", "closed", "_lock")
 
     def __init__(self, window: int = RESEND_WINDOW):
         self.count = 0
         self.last = collections.deque(maxlen=window)
+        self.closed = False
+        self._lock = threading.Lock()
 
-    def note(self, message) -> None:
-        self.count += 1
-        self.last.append(message)
+    def note(self, message) -> bool:
+        """Notes one record handed over; False (not noted) once closed."""
+        with self._lock:
+            if self.closed:
+                return False
+            self.count += 1
+            self.last.append(message)
+            return True
+
+    def take(self, unsent: collections.deque, most: int, pack):
+        """Takes up to ``most`` records from the front of ``unsent``, packs
+        them (``pack(records)``: ``(message, records)`` pairs) and notes the
+        records packed, all at once; returns the messages and how many
+        records they carry. None once closed: the records stay first in
+        ``unsent``, behind those the call's snapshot sends again."""
+        with self._lock:
+            if self.closed:
+                return None
+            records = [unsent.popleft() for _ in range(min(len(unsent), most))]
+            packed = pack(records)
+            count = 0
+            for _message, carried in packed:
+                count += len(carried)
+                self.last.extend(carried)
+            self.count += count
+            return [message for message, _carried in packed], count
+
+    def close(self) -> tuple:
+        """Ends the handing over; returns how many records were handed and
+        the last ``window`` of them."""
+        with self._lock:
+            self.closed = True
+            return self.count, list(self.last)
 
 
 def _read_answer(sock) -> "int | None":

@@ -16,9 +16,10 @@ the step loop's; docs/PERFORMANCE.md measures it against vLLM's own work):
   step's ``EngineCoreOutputs`` for the frontend and hands the buffers to
   ``_send_msg_tracking_payload``. The tap's wrapper copies the first buffer
   (the whole msgpack value; tensors vLLM sends beside it are not read) and
-  appends it with the wall-clock time to a bounded deque. Nothing is
-  decoded here: the sidecar reads vLLM's layout in Rust
-  (``src/sources/tap/``);
+  appends it with the wall-clock time to a deque bounded in items
+  (``VLLM_OTEL_METRICS_QUEUE``) and frame bytes
+  (``VLLM_OTEL_METRICS_QUEUE_BYTES``). Nothing is decoded here: the sidecar
+  reads vLLM's layout in Rust (``src/sources/tap/``);
 - **each new request**: ``add_request`` appends the ``Request`` object itself;
   its few fields (id, arrival time, prompt length, ``max_tokens``, ``n``,
   stop strings, ``traceparent``) are read on the streaming thread;
@@ -96,7 +97,9 @@ def register() -> None:
     vLLM's engine-core processes when the tap is the source
     (:func:`.config.engine_source`). Runs in every vLLM process. Under the
     Rust frontend it also starts the sidecar, from vLLM's main process
-    (:func:`start_sidecar`)."""
+    (:func:`start_sidecar`). A wrong setting, or a private directory or
+    lock file that is not this user's, is one line in vLLM's log and no
+    tap."""
     global _registered
     if _registered:
         return
@@ -130,17 +133,15 @@ def start_sidecar() -> None:
     with SIGKILL when it stops, which would kill the sidecar before it
     drained its last spans and samples. The main process ends the normal
     way, so the supervisor's exit handler stops the sidecar with SIGTERM
-    and ``serve --exit-with-parent`` covers the rest. No ``--max-model-len``:
-    vllm-rs 0.32.0 builds its token buckets for 131072 tokens whatever the
-    model's length (``build_1_2_5_buckets(131_072)`` in its
-    ``rust/src/metrics/src/request.rs``), which is the sidecar's default.
+    and ``serve --parent-pid`` covers the rest. No ``--max-model-len``
+    (:func:`.sidecar.planned`).
     """
-    from .sidecar import Supervisor
+    from .sidecar import Supervisor, planned
 
     settings = config.from_env()
     if settings.sidecar is None:
         return
-    supervisor = Supervisor(settings.sidecar, None, "rust").start()
+    supervisor = Supervisor(*planned(settings.sidecar, None, True)).start()
     import atexit
 
     atexit.register(supervisor.close)
@@ -154,6 +155,9 @@ def _hook_busy_loop(cls) -> None:
         if getattr(self, "_vllm_otel_metrics_tap", None) is None:
             try:
                 self._vllm_otel_metrics_tap = Tap.attach(self)
+            except config.ConfigError as e:
+                log.error("vllm-otel-metrics: %s; the engine-core tap is off, vLLM goes on", e)
+                self._vllm_otel_metrics_tap = False
             except Exception:  # noqa: BLE001 — the tap must never stop vLLM
                 log.exception("vllm-otel-metrics: the engine-core tap failed to start; it is off")
                 self._vllm_otel_metrics_tap = False
@@ -267,7 +271,7 @@ class Tap:
     """One engine core's tap: its queue, its hooks and its streamer."""
 
     def __init__(self, settings, model_name: str, engine: int, outputs_fields, output_fields,
-                 kv_consumer: bool, lora_enabled: bool):
+                 kv_consumer: bool, lora_enabled: bool, admit=None):
         from .stream import Streamer
 
         self.model_name = model_name
@@ -290,6 +294,7 @@ class Tap:
             max_drain=MAX_DRAIN,
             max_drain_bytes=MAX_CHUNK_BYTES * MAX_RECORDS // 2,
             poll_seconds=POLL_SECONDS,
+            admit=admit,
         )
 
     @classmethod
@@ -313,12 +318,23 @@ class Tap:
             return False
         settings = config.from_env()
         vllm_config = engine_core.vllm_config
+        rust_frontend = config.rust_frontend()
         model_name = served_model_name(vllm_config)
         engine = int(getattr(engine_core, "engine_index", 0))
         kv_consumer, nixl = convert.kv_transfer_setup(
             getattr(vllm_config, "kv_transfer_config", None)
         )
         lora_config = getattr(vllm_config, "lora_config", None)
+        admit = None
+        if settings.sidecar is not None:
+            from .sidecar import Gate, fingerprint, planned
+
+            # The sidecar this vLLM's supervisor starts (in another process)
+            # has this configuration: one of another instance's is not ours.
+            admit = Gate(
+                settings.sidecar.lock_file,
+                fingerprint(*planned(settings.sidecar, vllm_config, rust_frontend)),
+            ).admits
         tap = cls(
             settings,
             model_name,
@@ -327,14 +343,17 @@ class Tap:
             EngineCoreOutput.__struct_fields__,
             kv_consumer,
             lora_config is not None,
+            admit,
         )
         # Under vllm-rs the sidecar's token buckets do not follow the model's
         # length (start_sidecar): the length stays out of the engine_config
         # record, or the sidecar would advise matching it.
-        max_model_len = None if config.rust_frontend() else getattr(
+        max_model_len = None if rust_frontend else getattr(
             vllm_config.model_config, "max_model_len", None
         )
-        tap.streamer.submit(
+        # Straight into the queue: the tap's queue is bounded by its hooks
+        # (items and bytes), not by submit()'s record count.
+        tap.streamer.queue.append(
             convert.engine_records(
                 vllm_config.cache_config,
                 model_name,
@@ -369,21 +388,30 @@ class Tap:
         """Wraps the three methods on the instance (an instance attribute
         wins over the class's function): nothing global changes, and each
         call is looked up anew, so the running output thread sees it."""
-        queue = self.streamer.queue
-        bound = self.streamer.bound
-        dropped = self.streamer.count_dropped
+        streamer = self.streamer
+        queue = streamer.queue
+        bound = streamer.bound
+        byte_bound = streamer.byte_bound
+        dropped = streamer.count_dropped
         send = engine_core._send_msg_tracking_payload
         add = engine_core.add_request
         abort = engine_core.abort_requests
         now = time.time
 
         # The hot path: one engine step. A copy of the encoded step, a time,
-        # an append; no lock (deque.append is atomic under the GIL).
+        # an append; no lock (deque.append is atomic under the GIL, and
+        # bytes_in is written by this thread only, bytes_out by the
+        # streaming thread only).
         def _send_msg_tracking_payload(socket, buffers, _append=queue.append):
-            if len(queue) < bound:
-                _append((now(), bytes(buffers[0])))
+            frame = bytes(buffers[0])
+            size = len(frame)
+            if len(queue) < bound and streamer.bytes_in - streamer.bytes_out + size <= byte_bound:
+                streamer.bytes_in += size
+                _append((now(), frame))
             else:
-                dropped(1)
+                # A counter of its own: this runs on vLLM's output thread,
+                # the other hooks on its engine thread.
+                streamer.dropped_frames += 1
             return send(socket, buffers)
 
         def add_request(request, *args, **kwargs):
@@ -447,7 +475,10 @@ class Tap:
                 records.append(chunk.record(frames, times, size))
                 frames, times, size = [], [], 0
             if type(item) is Started:
-                records.append(self._request_record(pb, item))
+                try:
+                    records.append(self._request_record(pb, item))
+                except Exception as e:  # noqa: BLE001 — one odd request must not cost the drain
+                    records.append(convert.Unconvertible("request", f"{type(e).__name__}: {e}"))
             elif type(item) is Aborted:
                 for request_id in item.request_ids:
                     record = pb.Record()
