@@ -79,13 +79,22 @@ async fn connect(
 async fn open_stream(
     send: h2::client::SendRequest<bytes::Bytes>,
 ) -> (h2::client::ResponseFuture, h2::SendStream<bytes::Bytes>) {
+    open_stream_with(send, None).await
+}
+
+/// [`open_stream`], with `authorization: Bearer TOKEN` when given.
+async fn open_stream_with(
+    send: h2::client::SendRequest<bytes::Bytes>,
+    token: Option<&str>,
+) -> (h2::client::ResponseFuture, h2::SendStream<bytes::Bytes>) {
     let mut send = send.ready().await.unwrap();
-    let request = http::Request::post("http://127.0.0.1/vllm_otel_metrics.v1.Ingest/Stream")
+    let mut request = http::Request::post("http://127.0.0.1/vllm_otel_metrics.v1.Ingest/Stream")
         .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .body(())
-        .unwrap();
-    send.send_request(request, false).unwrap()
+        .header("te", "trailers");
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    send.send_request(request.body(()).unwrap(), false).unwrap()
 }
 
 /// The grpc-status and grpc-message of a finished call (trailers, or the
@@ -469,4 +478,85 @@ fn a_message_above_the_size_limit_ends_its_stream_counted() {
         server.sample(r#"vllm_otel_metrics_rejected_inputs_total{reason="invalid_record"}"#),
         Some(1.0)
     );
+}
+
+/// Finding 10: one `--auth-token-file` guarded `/metrics` and ingest, so a
+/// scrape credential could write records. `--ingest-auth-token-file` gives
+/// ingest a token of its own; `/metrics` keeps `--auth-token-file`'s, here
+/// none (the vLLM plugin starts its sidecar so: `/metrics` open, as vLLM's).
+#[test]
+fn ingest_takes_a_token_of_its_own() {
+    let dir = common::tempdir("shared-host-token");
+    let token_file = dir.join("ingest-token");
+    std::fs::write(&token_file, "ingest-only\n").unwrap();
+    // Server::start scrapes /metrics without a token before it returns.
+    let server = Server::start(&["--ingest-auth-token-file", token_file.to_str().unwrap()]);
+    let codes = runtime().block_on(async {
+        let mut codes = Vec::new();
+        for token in [None, Some("wrong"), Some("ingest-only")] {
+            let (send, _connection) = connect(server.ingest).await;
+            let (response, mut stream) = open_stream_with(send, token).await;
+            let _ = stream.send_data(bytes::Bytes::new(), true);
+            codes.push(status_of(response).await.0);
+        }
+        codes
+    });
+    // UNAUTHENTICATED, UNAUTHENTICATED, OK.
+    assert_eq!(codes, ["16", "16", "0"]);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// Finding 3: a stream's records were applied on the runtime's only worker
+/// in one go, so a large batch held up `/metrics` and every other stream
+/// until its last record. Now the worker is given back between records: a
+/// scrape made while a batch of 100,000 records is applied sees part of it.
+#[test]
+fn metrics_are_served_while_a_large_batch_is_applied() {
+    use vllm_otel_metrics::sources::ingest::proto::pb;
+    const RECORDS: usize = 100_000;
+    let dir = common::tempdir("shared-host-stall");
+    let path = dir.join("ingest.sock");
+    let server = Server::start(&[
+        "--ingest-socket",
+        path.to_str().unwrap(),
+        "--max-records-per-batch",
+        &RECORDS.to_string(),
+        "--max-message-bytes",
+        &(64 << 20).to_string(),
+    ]);
+    // Aborts of requests never started: each counts once, as it is applied.
+    let records = (0..RECORDS)
+        .map(|i| pb::Record {
+            record: Some(pb::record::Record::Abort(pb::Abort {
+                request_id: format!("r{i}"),
+                received_at: Some(1.0),
+            })),
+        })
+        .collect();
+    let batch = pb::Record {
+        record: Some(pb::record::Record::Batch(pb::RecordBatch { records })),
+    };
+    let sender = std::thread::spawn(move || common::serve::send_over_socket(&path, &[batch]));
+    let key = r#"vllm_otel_metrics_rejected_inputs_total{reason="unknown_request"}"#;
+    // Scrapes back to back, until one sees the batch.
+    let began = Instant::now();
+    let first_seen = loop {
+        if let Some(seen) = server.sample(key).filter(|n| *n > 0.0) {
+            break seen;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(60),
+            "the batch never arrived"
+        );
+    };
+    sender.join().unwrap();
+    eprintln!("the first scrape that saw the batch saw {first_seen} of its {RECORDS} records");
+    assert!(
+        first_seen < RECORDS as f64,
+        "the first scrape that saw the batch saw all of it ({first_seen}): /metrics waited for the batch"
+    );
+    common::wait_for(60, "the whole batch", || {
+        server.sample(key).filter(|n| *n == RECORDS as f64)
+    });
+    std::fs::remove_dir_all(dir).ok();
 }
