@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 
 use vllm_otel_metrics::catalog;
 use vllm_otel_metrics::export::prometheus::{Family, PrometheusBridge, Value};
-use vllm_otel_metrics::instruments::Instruments;
+use vllm_otel_metrics::instruments::{Instruments, Slo};
 use vllm_otel_metrics::protocol::Record;
 use vllm_otel_metrics::sources::sim::{simulate, KvOffloadConnector, SimConfig};
 use vllm_otel_metrics::tracker::Tracker;
@@ -60,8 +60,15 @@ fn every_feature(connector: KvOffloadConnector) -> SimConfig {
 #[test]
 fn every_family_has_a_path_from_some_record() {
     let (bridge, reader) = PrometheusBridge::builder().build();
-    let mut tracker =
-        Tracker::new(Instruments::builder().with_reader(reader).build()).with_start_order();
+    // With an SLO, so that its families are made and fed too.
+    let slo = Slo::from_json(r#"{"ttft": 5, "tpot": 0.5}"#).unwrap();
+    let mut tracker = Tracker::new(
+        Instruments::builder()
+            .with_slo(slo)
+            .with_reader(reader)
+            .build(),
+    )
+    .with_start_order();
     let mut seen = BTreeSet::new();
     let mut look = |bridge: &PrometheusBridge| {
         for family in bridge.snapshot() {

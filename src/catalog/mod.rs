@@ -64,6 +64,7 @@ mod reasons;
 mod request;
 mod scheduler;
 pub mod semconv;
+pub mod slo;
 mod telemetry;
 
 pub use bucket_families::*;
@@ -344,7 +345,8 @@ pub(crate) const fn concat<const H: usize, const T: usize, const N: usize>(
 }
 
 /// Every family, in exposition order: per-request tier, scheduler tier,
-/// engine tier, self-telemetry.
+/// engine tier, self-telemetry, SLO (whose instruments exist only with
+/// `--slo`).
 pub fn all() -> impl Iterator<Item = &'static MetricDef> {
     PER_REQUEST
         .into_iter()
@@ -352,6 +354,7 @@ pub fn all() -> impl Iterator<Item = &'static MetricDef> {
         .chain(ENGINE)
         .chain(KV_CONNECTOR)
         .chain(SELF_TELEMETRY)
+        .chain(slo::ALL)
 }
 
 /// How many series one `(model_name, engine)` label set has in `def`: one,
@@ -462,6 +465,6 @@ mod tests {
             names.dedup();
             assert_eq!(names.len(), defs.len());
         }
-        assert_eq!(all().count(), 78);
+        assert_eq!(all().count(), 80);
     }
 }

@@ -66,6 +66,12 @@ pub(super) struct CommonArgs {
     /// name (which wins over its family). Both /metrics and OTLP use them.
     #[arg(long, value_name = "JSON")]
     pub(super) custom_histogram_buckets: Option<String>,
+    /// Judge each finished request against a latency SLO and count the
+    /// outcomes and the goodput tokens: a JSON object of bounds in seconds,
+    /// '{"ttft": 0.5, "tpot": 0.05, "e2e": 30, "models": {"NAME": {"ttft": 2}}}'
+    /// (every key optional; a model's bounds override the default's).
+    #[arg(long, value_name = "JSON")]
+    pub(super) slo: Option<String>,
     #[command(flatten)]
     pub(super) semconv: SemconvArgs,
     #[command(flatten)]
@@ -335,6 +341,19 @@ pub(super) fn parse_header(n: usize, s: &str) -> Result<(String, String), Invali
 }
 
 impl CommonArgs {
+    /// `--slo`, parsed; none given, no SLO.
+    pub(super) fn slo(&self) -> Result<Option<Slo>, CliError> {
+        self.slo
+            .as_deref()
+            .map(|json| {
+                Slo::from_json(json).map_err(|e| CliError::Invalid {
+                    flag: "--slo",
+                    reason: e.to_string(),
+                })
+            })
+            .transpose()
+    }
+
     /// `--custom-histogram-buckets`, parsed; none given, none overridden.
     pub(super) fn bucket_overrides(&self) -> Result<BucketOverrides, CliError> {
         match &self.custom_histogram_buckets {

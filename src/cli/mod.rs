@@ -42,7 +42,7 @@ use crate::export::shared::SharedAggregation;
 use crate::instruments::spans::RequestSpans;
 use crate::instruments::{
     BucketOverrides, ExponentialHistograms, Instruments, NameStyle, OtlpHistograms, Semconv,
-    SemconvServer, DEFAULT_MAX_LABEL_SETS,
+    SemconvServer, Slo, DEFAULT_MAX_LABEL_SETS,
 };
 use crate::protocol::{InputLimits, Record};
 use crate::sources::ingest::client::{RemoteSink, TargetSecurity};

@@ -74,6 +74,9 @@ impl Pipeline {
             .with_semconv(common.semconv.semconv())
             .with_semconv_server(common.semconv.server())
             .with_bucket_overrides(common.bucket_overrides()?);
+        if let Some(slo) = common.slo()? {
+            builder = builder.with_slo(slo);
+        }
         let mut bridge_reader =
             (bridge_read || common.metrics_addr.0.is_some()).then_some(bridge_reader);
         let resource = otlp::resource();

@@ -10,7 +10,7 @@ use opentelemetry_sdk::metrics::{MeterProviderBuilder, SdkMeterProvider};
 use opentelemetry_sdk::Resource;
 
 use super::meters::{with_views, Meters};
-use super::{BucketOverrides, Instruments, OtlpHistograms, Semconv, SemconvServer};
+use super::{BucketOverrides, Instruments, OtlpHistograms, Semconv, SemconvServer, Slo};
 use crate::catalog::{TokenBuckets, DEFAULT_MAX_MODEL_LEN};
 
 /// Default number of `(model_name, engine)` label sets kept apart before
@@ -54,6 +54,9 @@ pub struct InstrumentsConfig {
     /// the provider except the explicit-bucket reader
     /// ([`InstrumentsBuilder::with_explicit_histogram_reader`]).
     pub otlp_histograms: OtlpHistograms,
+    /// The latency SLO requests are judged against (`--slo`); none: no SLO
+    /// family is created and nothing is judged.
+    pub slo: Option<Arc<Slo>>,
 }
 
 impl Default for InstrumentsConfig {
@@ -66,6 +69,7 @@ impl Default for InstrumentsConfig {
             semconv: Semconv::None,
             bucket_overrides: Arc::default(),
             otlp_histograms: OtlpHistograms::Explicit,
+            slo: None,
         }
     }
 }
@@ -136,6 +140,13 @@ impl InstrumentsBuilder {
     /// (docs/SEMANTICS.md §3c).
     pub fn with_semconv(mut self, semconv: Semconv) -> Self {
         self.config.semconv = semconv;
+        self
+    }
+
+    /// Judges each finished request against `slo` and records the SLO
+    /// families (`--slo`).
+    pub fn with_slo(mut self, slo: Slo) -> Self {
+        self.config.slo = Some(Arc::new(slo));
         self
     }
 

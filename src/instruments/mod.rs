@@ -19,7 +19,9 @@
 //!     .with_max_model_len(4096)
 //!     .with_reader(reader)
 //!     .build();
-//! assert_eq!(bridge.snapshot().len(), vllm_otel_metrics::catalog::all().count());
+//! // Every family but the SLO ones (only with `with_slo`), series or not.
+//! let catalog = vllm_otel_metrics::catalog::all().count();
+//! assert_eq!(bridge.snapshot().len(), catalog - vllm_otel_metrics::catalog::slo::ALL.len());
 //! # instruments.shutdown().unwrap();
 //! ```
 //!
@@ -72,6 +74,7 @@ mod label_set;
 mod meters;
 mod request;
 mod semconv;
+mod slo;
 pub mod spans;
 mod tee;
 mod views;
@@ -90,6 +93,9 @@ pub(crate) use request::{Preemptions, RequestHandles, RequestHistogram, NO_PREEM
 pub(crate) use semconv::SemconvEnd;
 use semconv::SemconvInstruments;
 pub use semconv::{Semconv, SemconvServer};
+pub(crate) use slo::SloEnd;
+use slo::SloInstruments;
+pub use slo::{Slo, SloBounds, SloError, SloOutcome};
 #[doc(hidden)]
 pub use views::views;
 
@@ -100,6 +106,8 @@ struct Inner {
     request: RequestInstruments,
     /// With `--semconv gen_ai`.
     semconv: Option<SemconvInstruments>,
+    /// With `--slo`.
+    slo: Option<SloInstruments>,
     engine: EngineInstruments,
     /// In `RejectReason::ALL` order.
     rejected: [BoundCounter<u64>; RejectReason::ALL.len()],
@@ -208,6 +216,10 @@ impl Instruments {
                 request: RequestInstruments::new(meter),
                 semconv: (config.semconv == Semconv::GenAi)
                     .then(|| SemconvInstruments::new(meter, server)),
+                slo: config
+                    .slo
+                    .as_ref()
+                    .map(|slo| SloInstruments::new(meter, Slo::clone(slo))),
                 engine: EngineInstruments::new(meter),
                 rejected: RejectReason::ALL.map(|r| rejected.bind(&reason(r.as_str()))),
                 evicted: EvictReason::ALL.map(|r| evicted.bind(&reason(r.as_str()))),
@@ -240,13 +252,14 @@ impl Instruments {
     pub fn label_set(&self, model_name: &str, engine: u32) -> LabelSet {
         let request = &self.inner.request;
         let semconv = self.inner.semconv.as_ref();
+        let slo = self.inner.slo.as_ref();
         let invalid = &self.inner.rejected[RejectReason::InvalidRecord as usize];
         LabelSet {
             handles: self
                 .inner
                 .request_handles
                 .get(model_name, engine, |labels| {
-                    RequestHandles::bind(request, semconv, labels, invalid.clone())
+                    RequestHandles::bind(request, semconv, slo, labels, invalid.clone())
                 }),
         }
     }

@@ -17,6 +17,7 @@ use opentelemetry::KeyValue;
 use super::label_set::with_label;
 use super::meters::{f64_histogram, u64_counter, Meters};
 use super::semconv::{SemconvEnd, SemconvHandles, SemconvInstruments};
+use super::slo::{SloEnd, SloHandles, SloInstruments, SloOutcome};
 use crate::catalog::{self, MetricDef, PREEMPTION_REASONS, PROMPT_TOKEN_SOURCES};
 use crate::protocol::{FinishReason, PreemptionReason, PrefillStats};
 
@@ -108,6 +109,8 @@ pub(crate) struct RequestHandles {
     num_preemptions_by_reason_instrument: Counter<u64>,
     /// The semantic-convention series, with `--semconv gen_ai`.
     semconv: Option<SemconvHandles>,
+    /// The SLO series and the model's bounds, with `--slo`.
+    slo: Option<SloHandles>,
     prompt_tokens: BoundCounter<u64>,
     /// In [`PROMPT_TOKEN_SOURCES`] order.
     prompt_tokens_by_source: [BoundCounter<u64>; catalog::PROMPT_TOKEN_SOURCES.len()],
@@ -137,6 +140,7 @@ impl RequestHandles {
     pub(crate) fn bind(
         instruments: &RequestInstruments,
         semconv: Option<&SemconvInstruments>,
+        slo: Option<&SloInstruments>,
         labels: Vec<KeyValue>,
         invalid: BoundCounter<u64>,
     ) -> Self {
@@ -155,6 +159,7 @@ impl RequestHandles {
             num_preemptions_by_reason: Default::default(),
             num_preemptions_by_reason_instrument: i.num_preemptions_by_reason.clone(),
             semconv: semconv.map(|s| SemconvHandles::new(s, model_name.as_deref())),
+            slo: slo.map(|s| SloHandles::bind(s, &labels, model_name.as_deref())),
             prompt_tokens: i.prompt_tokens.bind(&labels),
             prompt_tokens_by_source: PROMPT_TOKEN_SOURCES.map(source),
             prompt_tokens_cached: i.prompt_tokens_cached.bind(&labels),
@@ -223,6 +228,13 @@ impl RequestHandles {
         if let Some(semconv) = &self.semconv {
             semconv.record_end(end);
         }
+    }
+
+    /// Judges a request's end against its model's SLO and counts it, if
+    /// an SLO is set; its outcome.
+    #[inline]
+    pub(crate) fn record_slo(&self, end: &SloEnd) -> Option<SloOutcome> {
+        self.slo.as_ref().map(|slo| slo.record(end))
     }
 
     /// Counts one output refused as invalid.

@@ -92,6 +92,9 @@ pub mod keys {
     pub const FINISHED_REASON: &str = "vllm.request.finished_reason";
     /// The engine index.
     pub const ENGINE: &str = "vllm.engine";
+    /// How the request fared against its model's SLO (`--slo`): the
+    /// `outcome` of `vllm_otel_metrics_slo_requests_total`.
+    pub const SLO_OUTCOME: &str = "vllm_otel_metrics.slo.outcome";
     /// Why a `preempted` event happened (`vllm:num_preemptions_by_reason`'s
     /// `reason`).
     pub const PREEMPTION_REASON: &str = "vllm.preemption.reason";
@@ -135,6 +138,8 @@ pub(crate) struct SpanValues {
     pub(crate) prefill: f64,
     pub(crate) decode: f64,
     pub(crate) inference: f64,
+    /// With `--slo`.
+    pub(crate) slo_outcome: Option<super::SloOutcome>,
 }
 
 /// A tracked request's span in the making.
@@ -276,6 +281,8 @@ impl RequestSpans {
             Some(KeyValue::new(keys::ENGINE, i64::from(engine))),
             v.max_tokens
                 .map(|m| KeyValue::new(keys::REQUEST_MAX_TOKENS, i64::from(m))),
+            v.slo_outcome
+                .map(|o| KeyValue::new(keys::SLO_OUTCOME, o.as_str())),
         ];
         let mut present = Vec::with_capacity(attributes.len());
         present.extend(attributes.into_iter().flatten());

@@ -11,7 +11,9 @@
 use opentelemetry::Context;
 
 use crate::instruments::spans::{RequestSpans, SpanValues};
-use crate::instruments::{Instruments, RequestHandles, RequestHistogram, NO_PREEMPTIONS};
+use crate::instruments::{
+    Instruments, RequestHandles, RequestHistogram, SloEnd, SloOutcome, NO_PREEMPTIONS,
+};
 use crate::protocol::{FinishedRequest, IterationStats};
 use crate::support::clock::unix_now;
 
@@ -56,16 +58,16 @@ pub(super) fn iteration_stats(
     }
     let received_at = stats.received_at.unwrap_or_else(unix_now);
     for request in &stats.finished_requests {
-        finished(h, request);
+        let slo_outcome = finished(h, request);
         if let Some(spans) = spans {
-            span(spans, stats, received_at, request);
+            span(spans, stats, received_at, request, slo_outcome);
         }
     }
 }
 
 /// A finished request's terminal families (`record()`'s loop over
-/// `finished_requests`).
-fn finished(h: &RequestHandles, r: &FinishedRequest) {
+/// `finished_requests`), and its SLO outcome with `--slo`.
+fn finished(h: &RequestHandles, r: &FinishedRequest) -> Option<SloOutcome> {
     use RequestHistogram::*;
     let observations = [
         (E2eRequestLatency, r.e2e_latency),
@@ -88,11 +90,29 @@ fn finished(h: &RequestHandles, r: &FinishedRequest) {
         .filter(|m| *m > 0)
         .map(|m| (ParamsMaxTokens, f64::from(m)));
     h.record_terminal(r.finish_reason, observations.into_iter().chain(max_tokens));
+    // vLLM's finished-request stats carry no time to first token: the
+    // engine's, from queued to the first token, stands in (it leaves out
+    // what the frontend spends before queueing; docs/SEMANTICS.md).
+    h.record_slo(&SloEnd {
+        reason: r.finish_reason,
+        time_to_first_token: (r.num_generation_tokens > 0)
+            .then_some(r.queued_time + r.prefill_time),
+        time_per_output_token: (r.num_generation_tokens > 1)
+            .then_some(r.mean_time_per_output_token),
+        e2e: r.e2e_latency,
+        generation_tokens: u64::from(r.num_generation_tokens),
+    })
 }
 
 /// A finished request's `llm_request` span: from `received_at − e2e_latency`
 /// to `received_at`, in a new trace, with the attributes its values give.
-fn span(spans: &RequestSpans, stats: &IterationStats, received_at: f64, r: &FinishedRequest) {
+fn span(
+    spans: &RequestSpans,
+    stats: &IterationStats,
+    received_at: f64,
+    r: &FinishedRequest,
+    slo_outcome: Option<SloOutcome>,
+) {
     let values = SpanValues {
         reason: r.finish_reason,
         start_time: received_at - r.e2e_latency,
@@ -109,6 +129,7 @@ fn span(spans: &RequestSpans, stats: &IterationStats, received_at: f64, r: &Fini
         prefill: r.prefill_time,
         decode: r.decode_time,
         inference: r.inference_time,
+        slo_outcome,
     };
     let request_id = (!r.request_id.is_empty()).then(|| r.request_id.clone());
     spans.emit(

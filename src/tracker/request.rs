@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::instruments::spans::{RequestSpans, SpanState, SpanValues};
 use crate::instruments::{
-    Instruments, LabelSet, Preemptions, RequestHandles, RequestHistogram, SemconvEnd,
+    Instruments, LabelSet, Preemptions, RequestHandles, RequestHistogram, SemconvEnd, SloEnd,
     NO_PREEMPTIONS,
 };
 use crate::protocol::{
@@ -278,6 +278,7 @@ impl RequestState {
             prefill: diff_or_zero(self.first_token_ts, self.scheduled_ts),
             decode: diff_or_zero(self.last_token_ts, self.first_token_ts),
             inference: diff_or_zero(self.last_token_ts, self.scheduled_ts),
+            slo_outcome: None,
         };
         let per_output_token = if self.num_generation_tokens > 1 {
             values.decode / (tokens - 1.0)
@@ -304,16 +305,29 @@ impl RequestState {
         // `max_tokens` is observed only when the request set it.
         let max_tokens = p.max_tokens.map(|m| (ParamsMaxTokens, f64::from(m)));
         h.record_terminal(reason, observations.into_iter().chain(max_tokens));
+        // Only a request that produced a token has a first-token time; only
+        // one of two tokens or more a time per output token.
+        let time_to_first_token =
+            (self.num_generation_tokens > 0).then_some(self.time_to_first_token);
+        let time_per_output_token = (self.num_generation_tokens > 1).then_some(per_output_token);
         h.record_semconv(&SemconvEnd {
             operation: self.operation,
             reason,
             duration: values.e2e,
-            // Only a request that produced a token has a first-token time.
-            time_to_first_token: (self.num_generation_tokens > 0)
-                .then_some(self.time_to_first_token),
-            time_per_output_token: (self.num_generation_tokens > 1).then_some(per_output_token),
+            time_to_first_token,
+            time_per_output_token,
         });
-        values
+        let slo_outcome = h.record_slo(&SloEnd {
+            reason,
+            time_to_first_token,
+            time_per_output_token,
+            e2e: values.e2e,
+            generation_tokens: self.num_generation_tokens,
+        });
+        SpanValues {
+            slo_outcome,
+            ..values
+        }
     }
 }
 

@@ -252,7 +252,17 @@ impl Gathered {
         let defs = catalog::all();
         let defs = defs.chain(catalog::semconv::ALL);
         let places = self.by_catalog.iter().chain(&self.by_semconv);
-        let catalog = defs.zip(places).map(move |(def, gathered)| Laid {
+        // The SLO families exist only with `--slo`: without it they are not
+        // in the exposition at all (vLLM's families are, series or not).
+        let optional = |def: &MetricDef| {
+            catalog::slo::ALL
+                .iter()
+                .any(|slo| slo.vllm_name == def.vllm_name)
+        };
+        let defs_places = defs
+            .zip(places)
+            .filter(move |(def, gathered)| gathered.is_some() || !optional(def));
+        let catalog = defs_places.map(move |(def, gathered)| Laid {
             meta: catalog_family(def),
             layout: gathered.map(|i| Layout::new(&self.families[i], overflow_label, def.labels)),
         });
@@ -488,7 +498,12 @@ mod tests {
     fn a_bridge_without_instruments_shows_every_family_empty() {
         let (bridge, _reader) = PrometheusBridge::builder().build();
         let families = bridge.snapshot();
-        assert_eq!(families.len(), catalog::all().count());
+        // Every family but the SLO ones, which exist only with `--slo`.
+        assert_eq!(
+            families.len(),
+            catalog::all().count() - catalog::slo::ALL.len()
+        );
+        assert!(families.iter().all(|f| !f.name.contains("slo")));
         assert!(families.iter().all(|f| f.series.is_empty()));
     }
 }

@@ -1,0 +1,277 @@
+//! SLO attainment and goodput (`--slo`) against outcomes computed apart.
+//!
+//! A simulator run is applied twice through the tracker. The first pass,
+//! without an SLO, gives each request's values (its `llm_request` span) and
+//! the bounds: the medians of TTFT and TPOT and the 40th percentile of e2e,
+//! so that requests fall on both sides of each. The second pass judges the
+//! run against those bounds; this file judges every span again with its own
+//! reading of the rules (docs/SEMANTICS.md, "SLO attainment"), and the
+//! counts, the goodput tokens and each span's outcome attribute must agree
+//! exactly. The plugin path (vLLM's finished-request stats) is checked on
+//! records written to straddle each bound.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use opentelemetry::Value as Attribute;
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
+use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
+use vllm_otel_metrics::instruments::spans::{keys, RequestSpans, SPAN_NAME};
+use vllm_otel_metrics::instruments::{Instruments, Slo};
+use vllm_otel_metrics::protocol::Record;
+use vllm_otel_metrics::sources::sim::{simulate, SimConfig};
+use vllm_otel_metrics::tracker::Tracker;
+
+/// Keeps the spans it is given.
+#[derive(Debug, Clone, Default)]
+struct KeptSpans(Arc<Mutex<Vec<SpanData>>>);
+
+impl SpanExporter for KeptSpans {
+    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        self.0.lock().unwrap().extend(batch);
+        Ok(())
+    }
+}
+
+fn number(span: &SpanData, key: &str) -> Option<f64> {
+    span.attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == key)
+        .map(|kv| match &kv.value {
+            Attribute::F64(v) => *v,
+            Attribute::I64(v) => *v as f64,
+            other => panic!("{key}: {other:?}"),
+        })
+}
+
+fn text(span: &SpanData, key: &str) -> Option<String> {
+    span.attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == key)
+        .map(|kv| kv.value.as_str().into_owned())
+}
+
+/// One request's values, from its span.
+#[derive(Debug)]
+struct Request {
+    reason: String,
+    tokens: f64,
+    ttft: Option<f64>,
+    tpot: Option<f64>,
+    e2e: f64,
+    outcome: Option<String>,
+}
+
+impl Request {
+    fn of(span: &SpanData) -> Request {
+        let tokens = number(span, keys::USAGE_COMPLETION_TOKENS).unwrap();
+        let decode = number(span, keys::LATENCY_TIME_IN_MODEL_DECODE).unwrap();
+        Request {
+            reason: text(span, keys::FINISHED_REASON).unwrap(),
+            tokens,
+            ttft: (tokens > 0.0).then(|| number(span, keys::LATENCY_TIME_TO_FIRST_TOKEN).unwrap()),
+            tpot: (tokens > 1.0).then(|| decode / (tokens - 1.0)),
+            e2e: number(span, keys::LATENCY_E2E).unwrap(),
+            outcome: text(span, keys::SLO_OUTCOME),
+        }
+    }
+
+    /// The outcome, judged here: an abort is `aborted`; no first token
+    /// misses TTFT; one token or none meets TPOT; e2e decides only when
+    /// TTFT and TPOT were met; a value at its bound meets it.
+    fn judged(&self, ttft: f64, tpot: f64, e2e: f64) -> &'static str {
+        if self.reason == "abort" {
+            return "aborted";
+        }
+        let slow_first = match self.ttft {
+            None => true,
+            Some(t) => t > ttft,
+        };
+        let slow_rest = matches!(self.tpot, Some(t) if t > tpot);
+        if slow_first && slow_rest {
+            "missed_both"
+        } else if slow_first {
+            "missed_ttft"
+        } else if slow_rest {
+            "missed_tpot"
+        } else if self.e2e > e2e {
+            "missed_e2e"
+        } else {
+            "met"
+        }
+    }
+}
+
+/// A simulator run applied through a tracker with `slo`: its requests and
+/// its exposition.
+fn run(slo: Option<&str>) -> (Vec<Request>, String) {
+    let kept = KeptSpans::default();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(kept.clone())
+        .build();
+    let (bridge, reader) = PrometheusBridge::builder().build();
+    let mut builder = Instruments::builder().with_reader(reader);
+    if let Some(slo) = slo {
+        builder = builder.with_slo(Slo::from_json(slo).unwrap());
+    }
+    let mut tracker = Tracker::new(builder.build()).with_spans(RequestSpans::new(&provider));
+    let mut config = SimConfig::default();
+    config.duration = 80.0;
+    config.rate = 8.0;
+    config.abort_rate = 0.05;
+    simulate(
+        &config,
+        &mut |record: &Record| {
+            tracker.apply(record);
+        },
+        &mut |_| {},
+    );
+    let exposition = bridge.encode(Format::Text);
+    let spans = kept.0.lock().unwrap();
+    let requests = spans
+        .iter()
+        .filter(|s| s.name == SPAN_NAME)
+        .map(Request::of)
+        .collect();
+    (requests, exposition)
+}
+
+fn median(mut values: Vec<f64>, q: f64) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[((values.len() - 1) as f64 * q) as usize]
+}
+
+#[test]
+fn outcomes_agree_with_the_requests_judged_apart() {
+    let (first, exposition) = run(None);
+    assert!(
+        !exposition.contains("slo"),
+        "no SLO, no SLO family:\n{exposition}"
+    );
+    assert!(first.len() >= 500, "{} requests", first.len());
+    let ttft = median(first.iter().filter_map(|r| r.ttft).collect(), 0.5);
+    let tpot = median(first.iter().filter_map(|r| r.tpot).collect(), 0.5);
+    let e2e = median(first.iter().map(|r| r.e2e).collect(), 0.4);
+    let slo = format!(r#"{{"ttft": {ttft}, "tpot": {tpot}, "e2e": {e2e}}}"#);
+    let (requests, exposition) = run(Some(&slo));
+    assert_eq!(requests.len(), first.len(), "the run is deterministic");
+
+    let mut expected: BTreeMap<&str, f64> = BTreeMap::new();
+    let mut goodput = 0.0;
+    for request in &requests {
+        let outcome = request.judged(ttft, tpot, e2e);
+        assert_eq!(request.outcome.as_deref(), Some(outcome), "{request:?}");
+        *expected.entry(outcome).or_default() += 1.0;
+        if outcome == "met" {
+            goodput += request.tokens;
+        }
+    }
+    let samples = vllm_otel_metrics_samples(&exposition);
+    let mut counted: BTreeMap<&str, f64> = BTreeMap::new();
+    for outcome in [
+        "met",
+        "missed_ttft",
+        "missed_tpot",
+        "missed_both",
+        "missed_e2e",
+        "aborted",
+    ] {
+        let total: f64 = samples
+            .iter()
+            .filter(|(k, _)| {
+                k.starts_with("vllm_otel_metrics_slo_requests_total{")
+                    && k.contains(&format!("outcome=\"{outcome}\""))
+            })
+            .map(|(_, v)| v)
+            .sum();
+        counted.insert(outcome, total);
+        assert!(
+            total > 0.0,
+            "no request {outcome}: the bounds straddle nothing"
+        );
+    }
+    eprintln!("bounds ttft {ttft:.4} s, tpot {tpot:.4} s, e2e {e2e:.3} s; outcomes {counted:?}; goodput {goodput} tokens");
+    assert_eq!(counted, expected);
+    let goodput_counted: f64 = samples
+        .iter()
+        .filter(|(k, _)| k.starts_with("vllm_otel_metrics_slo_goodput_tokens_total{"))
+        .map(|(_, v)| v)
+        .sum();
+    assert_eq!(goodput_counted, goodput);
+}
+
+/// The plugin path: vLLM's finished-request stats carry no time to first
+/// token; queued plus prefill time stands in for it.
+#[test]
+fn the_plugin_paths_finished_requests_are_judged_alike() {
+    let (bridge, reader) = PrometheusBridge::builder().build();
+    let slo =
+        Slo::from_json(r#"{"ttft": 1, "tpot": 0.1, "models": {"big": {"ttft": 3}}}"#).unwrap();
+    let mut tracker = Tracker::new(
+        Instruments::builder()
+            .with_slo(slo)
+            .with_reader(reader)
+            .build(),
+    );
+    let finished = |id: &str, reason: &str, queued: f64, prefill: f64, tpot: f64, tokens: u32| {
+        format!(
+            r#"{{"request_id":"{id}","finish_reason":"{reason}","e2e_latency":5.0,"queued_time":{queued},"prefill_time":{prefill},"inference_time":1.0,"decode_time":1.0,"mean_time_per_output_token":{tpot},"num_prompt_tokens":10,"num_generation_tokens":{tokens},"num_preemptions":0,"num_cached_tokens":0}}"#
+        )
+    };
+    let record = |model: &str, requests: Vec<String>| -> Record {
+        serde_json::from_str(&format!(
+            r#"{{"type":"iteration_stats","model_name":"{model}","engine":0,"received_at":1700000000.0,"num_generation_tokens":0,"finished_requests":[{}]}}"#,
+            requests.join(",")
+        ))
+        .unwrap()
+    };
+    for r in [
+        record(
+            "small",
+            vec![
+                finished("a", "stop", 0.5, 0.5, 0.1, 20), // at both bounds: met
+                finished("b", "stop", 0.5, 0.6, 0.05, 20), // TTFT 1.1
+                finished("c", "length", 0.1, 0.1, 0.2, 20), // TPOT 0.2
+                finished("d", "stop", 1.0, 1.0, 0.2, 20), // both
+                finished("e", "abort", 0.0, 0.1, 0.01, 20), // aborted
+                finished("f", "stop", 0.1, 0.1, 9.0, 1),  // one token: no TPOT
+                finished("g", "error", 0.1, 0.1, 0.0, 0), // no token: no TTFT
+            ],
+        ),
+        record("big", vec![finished("h", "stop", 1.0, 1.5, 0.05, 7)]),
+    ] {
+        assert_eq!(tracker.apply(&r), vec![]);
+    }
+    let samples = vllm_otel_metrics_samples(&bridge.encode(Format::Text));
+    let outcomes: BTreeMap<String, f64> = samples
+        .into_iter()
+        .filter(|(k, v)| k.starts_with("vllm_otel_metrics_slo") && *v != 0.0)
+        .collect();
+    let expected: BTreeMap<String, f64> = [
+        (r#"vllm_otel_metrics_slo_goodput_tokens_total{model_name="big",engine="0"}"#, 7.0),
+        (r#"vllm_otel_metrics_slo_goodput_tokens_total{model_name="small",engine="0"}"#, 21.0),
+        (r#"vllm_otel_metrics_slo_requests_total{model_name="big",engine="0",outcome="met"}"#, 1.0),
+        (r#"vllm_otel_metrics_slo_requests_total{model_name="small",engine="0",outcome="aborted"}"#, 1.0),
+        (r#"vllm_otel_metrics_slo_requests_total{model_name="small",engine="0",outcome="met"}"#, 2.0),
+        (r#"vllm_otel_metrics_slo_requests_total{model_name="small",engine="0",outcome="missed_both"}"#, 1.0),
+        (r#"vllm_otel_metrics_slo_requests_total{model_name="small",engine="0",outcome="missed_tpot"}"#, 1.0),
+        (r#"vllm_otel_metrics_slo_requests_total{model_name="small",engine="0",outcome="missed_ttft"}"#, 2.0),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    assert_eq!(outcomes, expected);
+}
+
+/// The samples of an exposition, by series.
+fn vllm_otel_metrics_samples(exposition: &str) -> BTreeMap<String, f64> {
+    exposition
+        .lines()
+        .filter(|line| !line.starts_with('#') && !line.is_empty())
+        .filter_map(|line| {
+            let (key, value) = line.rsplit_once(' ')?;
+            Some((key.to_owned(), value.parse().ok()?))
+        })
+        .collect()
+}
