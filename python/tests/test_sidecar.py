@@ -38,6 +38,7 @@ import logging
 import socket
 import subprocess
 import threading
+import re
 import time
 
 import pytest
@@ -262,3 +263,22 @@ def test_the_fingerprint_is_the_command_line_but_the_executable_and_parent():
         other = config.dataclasses.replace(settings, **changed)
         assert sidecar.fingerprint(other, 4096) != sidecar.fingerprint(settings, 4096), changed
     assert sidecar.fingerprint(settings, 4096, "rust") != sidecar.fingerprint(settings, 4096)
+
+
+def test_the_slo_reaches_the_started_sidecar_and_a_bad_one_is_refused_first(tmp_path):
+    """VLLM_OTEL_METRICS_SLO becomes the sidecar's --slo; a value serve would
+    refuse is a ConfigError naming the key, before any sidecar is started
+    (one that exits at once would be started again and again)."""
+    slo = '{"ttft": 0.5, "models": {"big": {"tpot": 0.1}}}'
+    settings = sidecar_settings(tmp_path, VLLM_OTEL_METRICS_SLO=slo)
+    argv = sidecar.command("bin", settings, 4096, parent_pid=1)
+    assert argv[argv.index("--slo") + 1] == slo
+    for bad, key in [
+        ('{"ttft": -1}', "ttft"),
+        ('{"p99": 1}', "p99"),
+        ('{"models": {"big": {"e2e": "slow"}}}', "models.big.e2e"),
+        ('[1]', "--slo"),
+        ('{"ttft": true}', "ttft"),
+    ]:
+        with pytest.raises(config.ConfigError, match=f"VLLM_OTEL_METRICS_SLO: {re.escape(key)}: "):
+            sidecar_settings(tmp_path, VLLM_OTEL_METRICS_SLO=bad)

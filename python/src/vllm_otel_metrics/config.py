@@ -43,7 +43,12 @@ plugin is configured with environment variables:
   ``stat_logger`` choose one. Never both: an engine is counted once;
 - ``VLLM_OTEL_METRICS_CUSTOM_HISTOGRAM_BUCKETS``: the started sidecar's
   ``--custom-histogram-buckets`` JSON, for a vLLM without that flag of its
-  own (a vLLM that has it passes its own value, which wins).
+  own (a vLLM that has it passes its own value, which wins);
+- ``VLLM_OTEL_METRICS_SLO``: the started sidecar's ``--slo`` JSON, the
+  latency SLO each finished request is judged against
+  (``{"ttft": 0.5, "tpot": 0.05, "models": {"NAME": {...}}}``); checked
+  here, so that a value the sidecar would refuse is one error line at
+  start-up.
 
 The started sidecar reads the standard ``OTEL_*`` variables itself (endpoint,
 protocol, headers, resource, traces exporter), as vLLM's environment passes
@@ -60,7 +65,9 @@ import dataclasses
 import errno
 import fcntl
 import ipaddress
+import json
 import logging
+import math
 import os
 import shlex
 import stat
@@ -145,6 +152,8 @@ class SidecarSettings:
     lock_file: "str | None" = None
     #: ``serve --ingest-auth-token-file``: the plugin's token file, or None.
     token_file: "str | None" = None
+    #: ``serve --slo``: the latency SLO (JSON), or empty.
+    slo: str = ""
 
 
 def _read(variable: str, path: str, limit: int | None = None) -> bytes:
@@ -281,6 +290,9 @@ def _sidecar(env, scheme: str, host: str, port: int, address: str) -> "SidecarSe
         directory, f"sidecar-{port}.log"
     )
     token_file = env.get("VLLM_OTEL_METRICS_TOKEN_FILE", "")
+    slo = env.get("VLLM_OTEL_METRICS_SLO", "").strip()
+    if slo:
+        check_slo(slo)
     # `serve --ingest-addr` takes an address, not a name.
     ingest_addr = f"127.0.0.1:{port}" if host == "localhost" else address
     return SidecarSettings(
@@ -293,7 +305,54 @@ def _sidecar(env, scheme: str, host: str, port: int, address: str) -> "SidecarSe
         lock_file=os.path.join(directory, f"sidecar-{port}.lock"),
         # Absolute: the path is the sidecar's to open.
         token_file=os.path.abspath(token_file) if token_file else None,
+        slo=slo,
     )
+
+
+#: The keys of an SLO's bounds (``serve --slo``).
+SLO_BOUNDS = ("ttft", "tpot", "e2e")
+
+
+def check_slo(text: str) -> None:
+    """Checks ``VLLM_OTEL_METRICS_SLO`` as ``serve --slo`` reads it (a JSON
+    object of bounds in seconds, and ``models`` of the same per model name);
+    raises :class:`ConfigError` naming the key at fault, so that a sidecar
+    that would refuse it is never started (and started again).
+
+    >>> check_slo('{"ttft": 0.5, "models": {"big": {"tpot": 0.1}}}')
+    >>> check_slo('{"models": {"big": {"ttft": 0}}}')
+    Traceback (most recent call last):
+    ...
+    vllm_otel_metrics.config.ConfigError: VLLM_OTEL_METRICS_SLO: models.big.ttft: 0 is not a positive number of seconds
+    """
+    def fail(key: str, reason: str):
+        raise ConfigError(f"VLLM_OTEL_METRICS_SLO: {key}: {reason}")
+
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        fail("--slo", f"not JSON ({e})")
+    if not isinstance(value, dict):
+        fail("--slo", "not a JSON object")
+
+    def bounds(obj: dict, place: str, models: bool) -> None:
+        for key, bound in obj.items():
+            where = f"{place}.{key}" if place else key
+            if models and key == "models":
+                if not isinstance(bound, dict):
+                    fail("models", "not an object of models")
+                for model, inner in bound.items():
+                    if not isinstance(inner, dict):
+                        fail(f"models.{model}", "not an object of bounds")
+                    bounds(inner, f"models.{model}", False)
+            elif key in SLO_BOUNDS:
+                ok = type(bound) in (int, float) and math.isfinite(bound) and bound > 0
+                if not ok:
+                    fail(where, f"{json.dumps(bound)} is not a positive number of seconds")
+            else:
+                fail(where, "unknown key")
+
+    bounds(value, "", True)
 
 
 def _ingest_socket(env, port: int, directory: str) -> "str | None":

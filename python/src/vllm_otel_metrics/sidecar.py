@@ -213,6 +213,8 @@ def command(executable: str, settings, max_model_len, token_buckets: str = "pyth
         argv += ["--max-model-len", str(max_model_len)]
     if settings.custom_histogram_buckets:
         argv += ["--custom-histogram-buckets", settings.custom_histogram_buckets]
+    if settings.slo:
+        argv += ["--slo", settings.slo]
     return argv
 
 
