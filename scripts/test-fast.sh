@@ -4,7 +4,7 @@
 # arguments go to `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-FAST_TESTS=(allocations catalog embedding fuzz http_endpoint iteration_stats kv_connector listeners otlp_histograms readme replay settings tracker)
+FAST_TESTS=(allocations catalog embedding fuzz http_endpoint iteration_stats kv_connector listeners otlp_histograms readme replay settings slo tracker)
 args=(--lib)
 for t in "${FAST_TESTS[@]}"; do args+=(--test "$t"); done
 cargo test "$@" "${args[@]}"

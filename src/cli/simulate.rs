@@ -56,7 +56,8 @@ pub(super) fn progress_bar(enabled: bool) -> impl FnMut(Progress) {
 }
 
 pub(super) fn run_sweep(args: &SimulateArgs) -> Result<ExitCode, CliError> {
-    to_stdout(format!("{}\n", SweepRow::header()).as_bytes())?;
+    let slo = args.common.slo()?;
+    to_stdout(format!("{}\n", SweepRow::header(slo.is_some())).as_bytes())?;
     for &kv_blocks in &args.sweep_kv_blocks {
         let config = SimConfig {
             kv_blocks,
@@ -65,14 +66,15 @@ pub(super) fn run_sweep(args: &SimulateArgs) -> Result<ExitCode, CliError> {
         };
         config.validate()?;
         let (bridge, reader) = PrometheusBridge::builder().build();
-        let mut tracker = Tracker::new(
-            Instruments::builder()
-                .with_max_model_len(config.max_model_len)
-                .with_token_buckets(args.common.token_buckets.into())
-                .with_bucket_overrides(args.common.bucket_overrides()?)
-                .with_reader(reader)
-                .build(),
-        );
+        let mut builder = Instruments::builder()
+            .with_max_model_len(config.max_model_len)
+            .with_token_buckets(args.common.token_buckets.into())
+            .with_bucket_overrides(args.common.bucket_overrides()?)
+            .with_reader(reader);
+        if let Some(slo) = &slo {
+            builder = builder.with_slo(slo.clone());
+        }
+        let mut tracker = Tracker::new(builder.build());
         let outcome = simulate(&config, &mut tracker, &mut |_| {});
         let row = SweepRow::new(kv_blocks, &outcome, &bridge.snapshot()).line();
         to_stdout(format!("{row}\n").as_bytes())?;

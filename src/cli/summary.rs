@@ -169,6 +169,9 @@ pub fn summary(config: &SimConfig, outcome: &SimOutcome, families: &[Family], wa
         latency(&catalog::E2E_REQUEST_LATENCY)
     );
     let seconds = outcome.simulated_seconds.max(f64::MIN_POSITIVE);
+    if let Some(slo) = SloSummary::from_snapshot(families) {
+        let _ = writeln!(out, "{}", slo.line(seconds));
+    }
     let _ = writeln!(
         out,
         "{:.0} generated tokens/s; peak KV-cache usage {:.1}%; {} preemptions ({:.2}/s)",
@@ -254,6 +257,66 @@ fn exact_quantile(exact: &BTreeMap<u32, u64>, q: f64) -> u32 {
     0
 }
 
+/// The SLO outcomes of a run (`--slo`), summed over every label set.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SloSummary {
+    /// Requests by outcome, in `catalog::slo::SLO_OUTCOMES` order.
+    pub outcomes: [u64; catalog::slo::SLO_OUTCOMES.len()],
+    /// Generation tokens of the requests that met the SLO.
+    pub goodput_tokens: u64,
+}
+
+impl SloSummary {
+    /// The SLO families of a snapshot; None without `--slo`.
+    pub fn from_snapshot(families: &[Family]) -> Option<SloSummary> {
+        use catalog::slo::{SLO_GOODPUT_TOKENS, SLO_OUTCOMES, SLO_REQUESTS};
+        families.iter().find(|f| f.name == SLO_REQUESTS.vllm_name)?;
+        let outcomes = SLO_OUTCOMES.map(|outcome| {
+            counter_total(families, &SLO_REQUESTS, Some(("outcome", outcome))) as u64
+        });
+        Some(SloSummary {
+            outcomes,
+            goodput_tokens: counter_total(families, &SLO_GOODPUT_TOKENS, None) as u64,
+        })
+    }
+
+    /// Requests judged.
+    pub fn requests(&self) -> u64 {
+        self.outcomes.iter().sum()
+    }
+
+    /// Requests that met the SLO.
+    pub fn met(&self) -> u64 {
+        self.outcomes[0]
+    }
+
+    /// The share of judged requests that met the SLO (0 when none was).
+    pub fn attainment(&self) -> f64 {
+        match self.requests() {
+            0 => 0.0,
+            n => self.met() as f64 / n as f64,
+        }
+    }
+
+    /// The summary's line, rates over `seconds`.
+    pub fn line(&self, seconds: f64) -> String {
+        let o = &self.outcomes;
+        format!(
+            "SLO: {} of {} requests met ({:.1}%); missed TTFT {}, TPOT {}, both {}, e2e {}; aborted {}; goodput {:.2} requests/s, {:.0} tokens/s",
+            self.met(),
+            self.requests(),
+            self.attainment() * 100.0,
+            o[1],
+            o[2],
+            o[3],
+            o[4],
+            o[5],
+            self.met() as f64 / seconds,
+            self.goodput_tokens as f64 / seconds
+        )
+    }
+}
+
 /// One row of a capacity what-if sweep.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SweepRow {
@@ -271,6 +334,10 @@ pub struct SweepRow {
     pub ttft_p99: f64,
     /// Preemption events.
     pub preemptions: u64,
+    /// The SLO outcomes, with `--slo`.
+    pub slo: Option<SloSummary>,
+    /// Simulated seconds (the goodput's rate).
+    pub seconds: f64,
 }
 
 impl SweepRow {
@@ -298,12 +365,22 @@ impl SweepRow {
             },
             ttft_p99: ttft.map_or(f64::NAN, |h| h.quantile(0.99)),
             preemptions: outcome.preemptions,
+            slo: SloSummary::from_snapshot(families),
+            seconds: outcome.simulated_seconds.max(f64::MIN_POSITIVE),
         }
     }
 
-    /// The table header matching [`SweepRow::line`].
-    pub fn header() -> String {
-        format!(
+    /// Generated tokens per second of the requests that met the SLO.
+    pub fn goodput_tokens_per_second(&self) -> Option<f64> {
+        self.slo
+            .as_ref()
+            .map(|slo| slo.goodput_tokens as f64 / self.seconds)
+    }
+
+    /// The table header matching [`SweepRow::line`] (with the SLO's
+    /// columns when `slo`).
+    pub fn header(slo: bool) -> String {
+        let mut header = format!(
             "{:>9} {:>9} {:>12} {:>11} {:>10} {:>10} {:>12}",
             "kv_blocks",
             "requests",
@@ -312,7 +389,11 @@ impl SweepRow {
             "share>=2",
             "TTFT p99",
             "preemptions"
-        )
+        );
+        if slo {
+            let _ = write!(header, " {:>8} {:>12}", "SLO met", "goodput t/s");
+        }
+        header
     }
 
     /// The row as a table line.
@@ -326,7 +407,12 @@ impl SweepRow {
             self.share_preempted_twice * 100.0,
             self.ttft_p99,
             self.preemptions
-        )
+        ) + &match (&self.slo, self.goodput_tokens_per_second()) {
+            (Some(slo), Some(goodput)) => {
+                format!(" {:>7.1}% {:>12.1}", slo.attainment() * 100.0, goodput)
+            }
+            _ => String::new(),
+        }
     }
 }
 
