@@ -5,6 +5,7 @@ mod args;
 mod error;
 mod flags;
 mod pipeline;
+mod plot;
 mod replay;
 mod report;
 mod serve;

@@ -23,6 +23,11 @@ pub(super) struct SimulateArgs {
     /// counts and print one table row each (no exporters).
     #[arg(long, value_name = "A,B,C", value_delimiter = ',')]
     pub(super) sweep_kv_blocks: Vec<u32>,
+    /// With --sweep-kv-blocks: also draw the sweep into this SVG file
+    /// (preemptions per request, throughput and, with --slo, goodput and
+    /// attainment against the KV blocks).
+    #[arg(long, value_name = "FILE.svg", requires = "sweep_kv_blocks")]
+    pub(super) plot: Option<PathBuf>,
     #[command(flatten)]
     pub(super) common: CommonArgs,
 }
@@ -57,6 +62,7 @@ pub(super) fn progress_bar(enabled: bool) -> impl FnMut(Progress) {
 
 pub(super) fn run_sweep(args: &SimulateArgs) -> Result<ExitCode, CliError> {
     let slo = args.common.slo()?;
+    let mut rows = Vec::new();
     to_stdout(format!("{}\n", SweepRow::header(slo.is_some())).as_bytes())?;
     for &kv_blocks in &args.sweep_kv_blocks {
         let config = SimConfig {
@@ -76,8 +82,13 @@ pub(super) fn run_sweep(args: &SimulateArgs) -> Result<ExitCode, CliError> {
         }
         let mut tracker = Tracker::new(builder.build());
         let outcome = simulate(&config, &mut tracker, &mut |_| {});
-        let row = SweepRow::new(kv_blocks, &outcome, &bridge.snapshot()).line();
-        to_stdout(format!("{row}\n").as_bytes())?;
+        let row = SweepRow::new(kv_blocks, &outcome, &bridge.snapshot());
+        to_stdout(format!("{}\n", row.line()).as_bytes())?;
+        rows.push(row);
+    }
+    if let Some(path) = &args.plot {
+        std::fs::write(path, plot::sweep_svg(&rows))
+            .map_err(|e| io::Error::new(e.kind(), format!("--plot {}: {e}", path.display())))?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -338,6 +338,8 @@ pub struct SweepRow {
     pub slo: Option<SloSummary>,
     /// Simulated seconds (the goodput's rate).
     pub seconds: f64,
+    /// Generated tokens per second of every request.
+    pub throughput: f64,
 }
 
 impl SweepRow {
@@ -367,6 +369,8 @@ impl SweepRow {
             preemptions: outcome.preemptions,
             slo: SloSummary::from_snapshot(families),
             seconds: outcome.simulated_seconds.max(f64::MIN_POSITIVE),
+            throughput: outcome.generated_tokens as f64
+                / outcome.simulated_seconds.max(f64::MIN_POSITIVE),
         }
     }
 
@@ -391,7 +395,11 @@ impl SweepRow {
             "preemptions"
         );
         if slo {
-            let _ = write!(header, " {:>8} {:>12}", "SLO met", "goodput t/s");
+            let _ = write!(
+                header,
+                " {:>8} {:>12} {:>12}",
+                "SLO met", "goodput t/s", "tokens/s"
+            );
         }
         header
     }
@@ -408,9 +416,12 @@ impl SweepRow {
             self.ttft_p99,
             self.preemptions
         ) + &match (&self.slo, self.goodput_tokens_per_second()) {
-            (Some(slo), Some(goodput)) => {
-                format!(" {:>7.1}% {:>12.1}", slo.attainment() * 100.0, goodput)
-            }
+            (Some(slo), Some(goodput)) => format!(
+                " {:>7.1}% {:>12.1} {:>12.1}",
+                slo.attainment() * 100.0,
+                goodput,
+                self.throughput
+            ),
             _ => String::new(),
         }
     }
