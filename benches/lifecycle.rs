@@ -25,7 +25,8 @@
 //! shipped request with its `llm_request` span, every request sampled or
 //! one in a hundred, into a batch span processor), `otel_sdk_semconv` (the
 //! shipped request with `--semconv gen_ai`: the GenAI histograms recorded
-//! besides vLLM's families). A last section (`baseline/per_observation.rs`) times
+//! besides vLLM's families), `otel_sdk_slo` (the shipped request judged
+//! against an SLO, `--slo`: its outcome and goodput counted). A last section (`baseline/per_observation.rs`) times
 //! single observations on each path.
 //!
 //! Every label set exists before anything is measured. After criterion's
@@ -75,7 +76,7 @@ use vllm_otel_metrics::export::shared::SharedAggregation;
 use vllm_otel_metrics::instruments::spans::RequestSpans;
 use vllm_otel_metrics::instruments::{
     views, ExponentialHistograms, Instruments, InstrumentsConfig, LabelSet, OtlpHistograms,
-    Semconv, SCOPE_NAME,
+    Semconv, Slo, SCOPE_NAME,
 };
 use vllm_otel_metrics::protocol::{
     EngineCoreEvent, EngineCoreOutput, EventType, FinishReason, PrefillStats,
@@ -172,6 +173,8 @@ enum Readers {
     BothSinks,
     /// The bridge's alone, with the GenAI semantic-convention streams on.
     BridgeSemconv,
+    /// The bridge's alone, each request judged against an SLO (`--slo`).
+    BridgeSlo,
     /// Both sinks as the CLI registers them with `--otlp-histograms
     /// exponential`: OTLP and the bridge read one aggregation in which the
     /// latency histograms are exponential; the bridge's second reader, on a
@@ -200,9 +203,16 @@ impl Sdk {
         if let Readers::BridgeSemconv = readers {
             config.semconv = Semconv::GenAi;
         }
+        if let Readers::BridgeSlo = readers {
+            let slo = Slo::from_json(r#"{"ttft": 0.5, "tpot": 0.05, "e2e": 30}"#).unwrap();
+            config.slo = Some(std::sync::Arc::new(slo));
+        }
         let (bridge, reader) = PrometheusBridge::builder().build();
         let mut builder = SdkMeterProvider::builder().with_view(views(config.clone()));
-        if matches!(readers, Readers::Bridge | Readers::BridgeSemconv) {
+        if matches!(
+            readers,
+            Readers::Bridge | Readers::BridgeSemconv | Readers::BridgeSlo
+        ) {
             builder = builder.with_reader(reader);
         } else {
             let push = idle_otlp::idle_push(runtime);
@@ -301,6 +311,7 @@ struct Setup {
     sdk_two_readers: Sdk,
     sdk_both_sinks: Sdk,
     sdk_semconv: Sdk,
+    sdk_slo: Sdk,
     sdk_exponential: Sdk,
     traced: Traced,
     pc_handles: prometheus_client_tracker::Handles,
@@ -330,6 +341,7 @@ impl Setup {
             sdk_two_readers: Sdk::new(Readers::BridgeAndOtlpApart, &runtime),
             sdk_both_sinks: Sdk::new(Readers::BothSinks, &runtime),
             sdk_semconv: Sdk::new(Readers::BridgeSemconv, &runtime),
+            sdk_slo: Sdk::new(Readers::BridgeSlo, &runtime),
             sdk_exponential: Sdk::new(Readers::BothSinksExponential, &runtime),
             traced: Traced::new(),
             pc_handles: prometheus_client_tracker::Handles::resolve(&pc, &labels),
@@ -386,6 +398,10 @@ fn both_sinks(s: &Setup) {
 
 fn otel_sdk_semconv(s: &Setup) {
     shipped_request(&s.sdk_semconv.label_set, &s.canonical);
+}
+
+fn otel_sdk_slo(s: &Setup) {
+    shipped_request(&s.sdk_slo.label_set, &s.canonical);
 }
 
 fn both_sinks_exponential(s: &Setup) {
@@ -456,7 +472,7 @@ const VARIANTS: [Variant; 3] = [
 ];
 
 /// Reference points, timed alongside but not part of the summary line.
-const REFERENCES: [Variant; 10] = [
+const REFERENCES: [Variant; 11] = [
     Variant {
         name: "vllm_rust_atomic",
         run: vllm_rust_atomic,
@@ -464,6 +480,10 @@ const REFERENCES: [Variant; 10] = [
     Variant {
         name: "otel_sdk_semconv",
         run: otel_sdk_semconv,
+    },
+    Variant {
+        name: "otel_sdk_slo",
+        run: otel_sdk_slo,
     },
     Variant {
         name: "both_sinks",
