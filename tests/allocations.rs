@@ -271,6 +271,27 @@ fn with_semconv_on_finishing_a_request_allocates_nothing() {
     }
 }
 
+/// With `--slo`, every outcome's series is bound with the label set:
+/// judging and counting a finished request (met, missed or aborted)
+/// allocates nothing.
+#[test]
+fn with_an_slo_finishing_a_request_allocates_nothing() {
+    use vllm_otel_metrics::instruments::Slo;
+    let (_bridge, reader) = PrometheusBridge::builder().build();
+    let instruments = Instruments::builder()
+        .with_reader(reader)
+        .with_slo(Slo::from_json(r#"{"ttft": 0.1, "tpot": 0.05, "e2e": 30}"#).unwrap())
+        .build();
+    for reason in [FinishReason::Length, FinishReason::Abort] {
+        warm(&instruments, reason);
+        let mut request = RequestMetrics::start(&instruments, MODEL, 0, params());
+        request.observe_output(2.0, 100.5, &first_output("r"));
+        request.observe_output(3.0, 101.0, &preempted_output("r"));
+        let (n, ()) = allocations(|| request.finish(101.5, reason));
+        assert_eq!(n, 0, "finishing as {reason:?} allocated {n} time(s)");
+    }
+}
+
 #[test]
 fn observing_a_batch_of_live_requests_allocates_nothing_once_warmed() {
     let mut tracker = Tracker::new(instruments());
