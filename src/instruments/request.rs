@@ -17,7 +17,7 @@ use opentelemetry::KeyValue;
 use super::label_set::with_label;
 use super::meters::{f64_histogram, u64_counter, Meters};
 use super::semconv::{SemconvEnd, SemconvHandles, SemconvInstruments};
-use super::slo::{SloEnd, SloHandles, SloInstruments, SloOutcome};
+use super::slo::{SloHandles, SloInstruments};
 use crate::catalog::{self, MetricDef, PREEMPTION_REASONS, PROMPT_TOKEN_SOURCES};
 use crate::protocol::{FinishReason, PreemptionReason, PrefillStats};
 
@@ -230,11 +230,10 @@ impl RequestHandles {
         }
     }
 
-    /// Judges a request's end against its model's SLO and counts it, if
-    /// an SLO is set; its outcome.
+    /// The SLO handles, with `--slo`.
     #[inline]
-    pub(crate) fn record_slo(&self, end: &SloEnd) -> Option<SloOutcome> {
-        self.slo.as_ref().map(|slo| slo.record(end))
+    pub(crate) fn slo(&self) -> Option<&SloHandles> {
+        self.slo.as_ref()
     }
 
     /// Counts one output refused as invalid.

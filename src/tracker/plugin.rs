@@ -93,14 +93,16 @@ fn finished(h: &RequestHandles, r: &FinishedRequest) -> Option<SloOutcome> {
     // vLLM's finished-request stats carry no time to first token: the
     // engine's, from queued to the first token, stands in (it leaves out
     // what the frontend spends before queueing; docs/SEMANTICS.md).
-    h.record_slo(&SloEnd {
-        reason: r.finish_reason,
-        time_to_first_token: (r.num_generation_tokens > 0)
-            .then_some(r.queued_time + r.prefill_time),
-        time_per_output_token: (r.num_generation_tokens > 1)
-            .then_some(r.mean_time_per_output_token),
-        e2e: r.e2e_latency,
-        generation_tokens: u64::from(r.num_generation_tokens),
+    h.slo().map(|slo| {
+        slo.record(&SloEnd {
+            reason: r.finish_reason,
+            time_to_first_token: (r.num_generation_tokens > 0)
+                .then_some(r.queued_time + r.prefill_time),
+            time_per_output_token: (r.num_generation_tokens > 1)
+                .then_some(r.mean_time_per_output_token),
+            e2e: r.e2e_latency,
+            generation_tokens: u64::from(r.num_generation_tokens),
+        })
     })
 }
 

@@ -260,7 +260,7 @@ impl RequestState {
         use RequestHistogram::*;
         let p = &self.params;
         let tokens = self.num_generation_tokens as f64;
-        let values = SpanValues {
+        let mut values = SpanValues {
             reason,
             start_time: p.arrival_time,
             end_time: received_at,
@@ -317,17 +317,17 @@ impl RequestState {
             time_to_first_token,
             time_per_output_token,
         });
-        let slo_outcome = h.record_slo(&SloEnd {
-            reason,
-            time_to_first_token,
-            time_per_output_token,
-            e2e: values.e2e,
-            generation_tokens: self.num_generation_tokens,
-        });
-        SpanValues {
-            slo_outcome,
-            ..values
+        // Checked first: without `--slo` nothing more is built or copied.
+        if let Some(slo) = h.slo() {
+            values.slo_outcome = Some(slo.record(&SloEnd {
+                reason,
+                time_to_first_token,
+                time_per_output_token,
+                e2e: values.e2e,
+                generation_tokens: self.num_generation_tokens,
+            }));
         }
+        values
     }
 }
 
