@@ -10,13 +10,21 @@
 //!   for both reasons, `kv_full` and `priority`;
 //! - `vllm-ample`: the same workload with 4096 blocks, never a preemption.
 //!
+//! Both judge every finished request against the same latency SLO (`--slo`,
+//! [`SLO`]): a TTFT bound the ample job always meets and the starved job
+//! meets only before its queue builds up, so the starved job has both met
+//! and missed requests and burns its error budget far above both burn-rate
+//! thresholds, while the ample job stays below them.
+//!
 //! Prometheus evaluates the rules every second. After enough scrapes every
 //! `expr` of every dashboard must return data (the dashboard's variables
 //! `$job`, `$instance`, `$model_name`, `$engine` set to `.*`, `$__rate_interval`
-//! to 15s, `$__range` to 1m), every recording rule must return data, all three
-//! preemption alerts must fire for `vllm-starved` and none may even be pending
-//! for `vllm-ample`; the starved job's preemptions by reason must add up to
-//! its preemptions.
+//! to 15s, `$__range` to 1m), every recording rule must return finite data,
+//! all five alerts (three on preemption, two on the SLO's burn rate) must
+//! fire for `vllm-starved` and none may even be pending for `vllm-ample`;
+//! the starved job's preemptions by reason must add up to its preemptions;
+//! every finished request is judged once, the starved job's outcomes include
+//! `met` and misses, and goodput tokens never exceed generation tokens.
 //!
 //! The GenAI semantic-conventions dashboard (`otel-collector/grafana/genai/`,
 //! a directory of its own: it has its own variables and no vLLM family) is
@@ -30,12 +38,15 @@
 //! here for its structure; `tests/native_histograms.rs` runs its queries on a
 //! live Prometheus holding native histograms.
 //!
-//! The production rules alert after `for: 10m` on 5-minute windows, which would
-//! need more than a quarter of an hour of traffic. Prometheus therefore loads a
-//! copy of `rules.yml` in which every `for:` is `5s` and every `[5m]` window is
-//! `[30s]`; rule names, expressions and thresholds are unchanged. (The
-//! production durations are covered by `promtool test rules` on
-//! `otel-collector/rules_test.yml`, run here by `rules_pass_promtool`.)
+//! The production rules alert after `for: 10m` on 5-minute windows (the
+//! burn-rate alerts after `for: 2m` and `for: 15m` on windows of 5 minutes to
+//! 6 hours), which would need hours of traffic. Prometheus therefore loads a
+//! copy of `rules.yml` in which every `for:` is `5s` and every window a tenth
+//! of its length (`[5m]` is `[30s]`, `[30m]` `[3m]`, `[1h]` `[6m]`, `[6h]`
+//! `[36m]`, the last two longer than the run: they hold all of it); rule
+//! names, expressions and thresholds are unchanged. (The production durations
+//! are covered by `promtool test rules` on `otel-collector/rules_test.yml`,
+//! run here by `rules_pass_promtool`.)
 
 mod common;
 
@@ -45,13 +56,37 @@ use std::time::Instant;
 
 use common::{prometheus, Guard};
 use serde_json::Value;
+use vllm_otel_metrics::catalog::slo::SLO_OUTCOMES;
 use vllm_otel_metrics::catalog::LATENCY_HISTOGRAMS;
 
-const ALERTS: [&str; 3] = [
+const ALERTS: [&str; 5] = [
     "VllmHighPreemptionRate",
     "VllmHighPreemptionsPerRequestP99",
     "VllmManyRequestsPreemptedTwice",
+    "VllmSloErrorBudgetFastBurn",
+    "VllmSloErrorBudgetSlowBurn",
 ];
+
+/// The windows of `rules.yml` and their stand-ins in the live run: a tenth.
+const FAST_WINDOWS: [(&str, &str); 4] = [
+    ("[5m]", "[30s]"),
+    ("[30m]", "[3m]"),
+    ("[1h]", "[6m]"),
+    ("[6h]", "[36m]"),
+];
+
+/// The SLO both simulators judge their requests against. With [`WORKLOAD`]
+/// the ample job's TTFT stays around 0.03 s (p99 0.04 s), under the bound;
+/// the starved job's is under it only until its queue builds up (p50 12 s
+/// over the whole run): its first requests meet the SLO, most later ones
+/// miss `ttft` (about a third met, two thirds missed over the run). TPOT
+/// (about 0.015 s) and e2e stay under their bounds on both; the ample job
+/// misses only through an abort now and then (1 of 359 over the run).
+const SLO: &str = r#"{"ttft": 0.5, "tpot": 0.05, "e2e": 30}"#;
+
+/// The recording rule holding the SLO objective (`vector(0.99)` in
+/// rules.yml), read by the burn-rate alerts and the burn-rate panel.
+const SLO_OBJECTIVE: &str = "vllm_otel_metrics:slo_objective:ratio";
 
 const FILTER: [&str; 4] = [
     r#"job=~"$job""#,
@@ -243,12 +278,28 @@ fn fast_rules(rules: &str) -> String {
             let indent = &line[..line.len() - trimmed.len()];
             out.push_str(&format!("{indent}for: 5s\n"));
         } else {
-            out.push_str(&line.replace("[5m]", "[30s]"));
+            let mut line = line.to_owned();
+            for (window, fast) in FAST_WINDOWS {
+                line = line.replace(window, fast);
+            }
+            out.push_str(&line);
             out.push('\n');
         }
     }
     assert_eq!(fors, ALERTS.len(), "one `for:` per alert in rules.yml");
-    assert!(rules.contains("[5m]"), "rules.yml uses 5m windows");
+    for (window, _) in FAST_WINDOWS {
+        assert!(rules.contains(window), "rules.yml uses {window} windows");
+    }
+    // Every range in the copy is one of the short ones.
+    let mut rest = out.as_str();
+    while let Some(at) = rest.find('[') {
+        let range = &rest[at..=at + rest[at..].find(']').expect("a closed range")];
+        assert!(
+            FAST_WINDOWS.iter().any(|(_, fast)| *fast == range),
+            "a window fast_rules does not shorten: {range}"
+        );
+        rest = &rest[at + 1..];
+    }
     out
 }
 
@@ -332,6 +383,7 @@ fn simulator(dir: &Path, name: &str, kv_blocks: &str, extra: &[&str], port: u16)
         Command::new(common::binary())
             .args(["simulate", "--realtime", "--kv-blocks", kv_blocks])
             .args(WORKLOAD)
+            .args(["--slo", SLO])
             .args(extra)
             .args(["--output", "none", "--metrics-addr"])
             .arg(format!("127.0.0.1:{port}")),
@@ -374,7 +426,7 @@ fn dashboards_and_rules_work_on_live_prometheus() {
         query_data(port, &up, 30);
     }
 
-    // 1. The preemption alerts fire for the starved job.
+    // 1. The preemption and burn-rate alerts fire for the starved job.
     let mut seen = Vec::new();
     let firing = common::wait_for_optional(75, || {
         seen = alerts(port).unwrap_or_default();
@@ -407,11 +459,18 @@ fn dashboards_and_rules_work_on_live_prometheus() {
         }
     }
 
-    // 3. Every recording rule records data, with the values the jobs imply.
+    // 3. Every recording rule records finite data, with the values the jobs
+    // imply.
     let records = rule_values(&rules_text, "record");
-    assert!(records.len() >= 6, "recording rules: {records:?}");
+    assert!(records.len() >= 17, "recording rules: {records:?}");
     for record in &records {
-        query_data(port, record, 20);
+        let result = query_data(port, record, 20);
+        assert!(
+            result
+                .iter()
+                .all(|series| sample_value(series).is_some_and(f64::is_finite)),
+            "{record}: {result:?}"
+        );
     }
     let p99 = query_data(port, "model_name:vllm_request_num_preemptions:p99_5m", 20);
     let starved_p99 = value_for_job(&p99, "vllm-starved").expect("p99 of vllm-starved");
@@ -427,7 +486,10 @@ fn dashboards_and_rules_work_on_live_prometheus() {
     let rate = query_data(port, "model_name_engine:vllm_num_preemptions:rate5m", 20);
     assert_eq!(value_for_job(&rate, "vllm-ample"), Some(0.0), "{rate:?}");
 
-    // 4. Preemptions by reason: the starved job preempts for both reasons
+    // 4. The SLO: see slo_checks.
+    slo_checks(port);
+
+    // 5. Preemptions by reason: the starved job preempts for both reasons
     // it has, the reasons add up to the preemptions, and the ample job has
     // none of either.
     let by_reason = r#"sum by (reason) (vllm:num_preemptions_by_reason_total{job="vllm-starved"})"#;
@@ -481,7 +543,7 @@ fn dashboards_and_rules_work_on_live_prometheus() {
         "vllm-ample has preemptions by reason: {ample_reasons:?}"
     );
 
-    // 5. Nothing fires, or is even pending, for the ample job.
+    // 6. Nothing fires, or is even pending, for the ample job.
     let all = alerts(port).expect("alerts");
     let ample: Vec<_> = all.iter().filter(|a| a.1 == "vllm-ample").collect();
     assert!(ample.is_empty(), "alerts for vllm-ample: {ample:?}");
@@ -490,6 +552,106 @@ fn dashboards_and_rules_work_on_live_prometheus() {
 
     eprintln!("live check done after {:?}", started.elapsed());
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The SLO families and rules of the live run: every outcome of both jobs
+/// exists, the starved job has met and missed requests and the ample one
+/// met ones, every finished request is judged once, goodput tokens are
+/// generation tokens of some of the requests, and the miss ratios put the
+/// starved job above both burn-rate thresholds and the ample one below.
+fn slo_checks(port: u16) {
+    let objective = query_data(port, SLO_OBJECTIVE, 20);
+    assert_eq!(objective.len(), 1, "one objective: {objective:?}");
+    let objective = sample_value(&objective[0]).expect("objective");
+    assert!(objective > 0.0 && objective < 1.0, "objective {objective}");
+    let budget = 1.0 - objective;
+
+    for job in ["vllm-starved", "vllm-ample"] {
+        let per_outcome =
+            format!(r#"sum by (outcome) (vllm_otel_metrics_slo_requests_total{{job="{job}"}})"#);
+        let outcomes = values_by(&query_data(port, &per_outcome, 20), "outcome");
+        let mut names: Vec<&str> = outcomes.iter().map(|(o, _)| o.as_str()).collect();
+        names.sort_unstable();
+        let mut want = SLO_OUTCOMES.to_vec();
+        want.sort_unstable();
+        assert_eq!(names, want, "{job}: outcome series");
+        let met = outcomes
+            .iter()
+            .find(|(o, _)| o == "met")
+            .map_or(0.0, |o| o.1);
+        let missed: f64 = outcomes
+            .iter()
+            .filter(|(o, _)| o != "met")
+            .map(|o| o.1)
+            .sum();
+        assert!(met > 0.0, "{job}: no request met the SLO: {outcomes:?}");
+        if job == "vllm-starved" {
+            assert!(
+                missed > 0.0,
+                "{job}: no request missed the SLO: {outcomes:?}"
+            );
+        }
+        eprintln!("{job} SLO outcomes: {outcomes:?}");
+    }
+
+    // The long windows (36 and 6 minutes here) hold the whole run.
+    for (record, threshold) in [
+        ("model_name:vllm_otel_metrics_slo_miss:ratio_rate6h", 6.0),
+        ("model_name:vllm_otel_metrics_slo_miss:ratio_rate1h", 14.4),
+    ] {
+        let result = query_data(port, record, 20);
+        let starved = value_for_job(&result, "vllm-starved").expect("vllm-starved");
+        let ample = value_for_job(&result, "vllm-ample").expect("vllm-ample");
+        assert!(
+            starved / budget > threshold,
+            "{record}: vllm-starved burns {} (threshold {threshold})",
+            starved / budget
+        );
+        assert!(
+            ample / budget < 6.0,
+            "{record}: vllm-ample burns {} (slow threshold 6)",
+            ample / budget
+        );
+    }
+    let attainment = query_data(
+        port,
+        "model_name:vllm_otel_metrics_slo_attainment:ratio_rate5m",
+        20,
+    );
+    assert!(
+        attainment
+            .iter()
+            .filter_map(sample_value)
+            .all(|v| (0.0..=1.0).contains(&v)),
+        "attainment: {attainment:?}"
+    );
+
+    // Both sides in one expression: one evaluation instant, one scrape;
+    // polled, as a scrape may fall between one request's recordings.
+    let judged = "sum by (job) (vllm_otel_metrics_slo_requests_total) \
+                  - sum by (job) (vllm:e2e_request_latency_seconds_count)";
+    let mut last = Vec::new();
+    let once = common::wait_for_optional(20, || {
+        last = values_by(&query(port, judged).unwrap_or_default(), "job");
+        (last.len() == 2 && last.iter().all(|(_, v)| *v == 0.0)).then_some(())
+    });
+    assert!(
+        once.is_some(),
+        "judged requests minus finished requests, per job: {last:?}"
+    );
+    let beyond = "sum by (job) (vllm_otel_metrics_slo_goodput_tokens_total) \
+                  > sum by (job) (vllm:request_generation_tokens_sum)";
+    let beyond = query(port, beyond).expect("goodput query");
+    assert!(
+        beyond.is_empty(),
+        "goodput tokens above generation tokens: {beyond:?}"
+    );
+    let goodput = query_data(
+        port,
+        "sum by (job) (vllm_otel_metrics_slo_goodput_tokens_total) > 0",
+        20,
+    );
+    assert_eq!(goodput.len(), 2, "goodput tokens of both jobs: {goodput:?}");
 }
 
 #[test]
@@ -613,8 +775,119 @@ fn dashboards_are_filtered_described_and_chained() {
                 by_reason["gridPos"]["y"], rate["gridPos"]["y"],
                 "{name}: by reason beside the rate"
             );
+            assert_slo_panels(&name, &find);
         }
     }
+}
+
+/// The SLO panels of "vLLM preemptions": what they read, and that their
+/// lines are the objective and the thresholds of rules.yml.
+fn assert_slo_panels<'a>(name: &impl std::fmt::Display, find: &dyn Fn(&str) -> &'a Value) {
+    let rules = std::fs::read_to_string(rules_path()).unwrap();
+    let exprs = |panel: &Value| -> Vec<String> {
+        panel["targets"]
+            .as_array()
+            .expect("targets")
+            .iter()
+            .map(|t| t["expr"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    let steps = |panel: &Value| -> Vec<f64> {
+        panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
+            .as_array()
+            .expect("threshold steps")
+            .iter()
+            .filter_map(|step| step["value"].as_f64())
+            .collect()
+    };
+    let requests = "rate(vllm_otel_metrics_slo_requests_total{";
+    let met = format!(r#"sum by (model_name) ({requests}outcome="met", job=~"#);
+    let all = format!(r#"sum by (model_name) ({requests}job=~"#);
+
+    // Attainment: met / all per model; its line is the objective.
+    let attainment = find("SLO attainment");
+    let e = exprs(attainment);
+    assert!(
+        e.len() == 1 && e[0].starts_with(&met) && e[0].contains(&format!(" / {all}")),
+        "{name}: attainment: {e:?}"
+    );
+    assert_eq!(attainment["fieldConfig"]["defaults"]["unit"], "percentunit");
+    let objective: f64 = rules
+        .lines()
+        .skip_while(|l| !l.contains(&format!("record: {SLO_OBJECTIVE}")))
+        .find_map(|l| l.trim().strip_prefix("expr: vector(")?.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("rules.yml: no {SLO_OBJECTIVE} = vector(…)"))
+        .parse()
+        .expect("the objective");
+    assert_eq!(steps(attainment), [objective], "{name}: attainment's line");
+
+    // Outcomes, stacked, one colour per outcome.
+    let outcomes = find("Requests by SLO outcome");
+    let e = exprs(outcomes);
+    assert!(
+        e.len() == 1 && e[0].starts_with(&format!("sum by (outcome) ({requests}job=~")),
+        "{name}: outcomes: {e:?}"
+    );
+    assert_eq!(
+        outcomes["fieldConfig"]["defaults"]["custom"]["stacking"]["mode"], "normal",
+        "{name}: outcomes stacked"
+    );
+    let colored: Vec<&str> = outcomes["fieldConfig"]["overrides"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|o| o["matcher"]["options"].as_str())
+        .collect();
+    for outcome in SLO_OUTCOMES {
+        assert!(
+            colored.contains(&outcome),
+            "{name}: no colour for {outcome}"
+        );
+    }
+
+    // Burn rates at the alerts' four windows, against rules.yml's objective;
+    // its lines are the alerts' thresholds.
+    let burn = find("SLO error-budget burn rate");
+    let e = exprs(burn);
+    let windows: Vec<&str> = FAST_WINDOWS.iter().map(|(w, _)| *w).collect();
+    assert_eq!(e.len(), windows.len(), "{name}: burn rates: {e:?}");
+    for (expr, window) in e.iter().zip(&windows) {
+        let miss = format!(r#"sum by (model_name) ({requests}outcome!="met", job=~"#);
+        assert!(
+            expr.starts_with(&miss)
+                && expr.contains(&format!("{window})) / {all}"))
+                && expr.ends_with(&format!(
+                    "{window})) / on () group_left () (1 - {SLO_OBJECTIVE})"
+                )),
+            "{name}: burn rate over {window}: {expr}"
+        );
+    }
+    for threshold in [6.0, 14.4] {
+        assert!(
+            steps(burn).contains(&threshold),
+            "{name}: burn-rate line at {threshold}"
+        );
+        assert!(
+            rules.contains(&format!(") > {threshold}\n")),
+            "rules.yml: no burn-rate threshold {threshold}"
+        );
+    }
+
+    // Goodput in requests and in tokens, each beside everything finished.
+    let e = exprs(find("Goodput: requests meeting the SLO"));
+    assert!(
+        e.len() == 2 && e[0].starts_with(&met) && e[1].starts_with(&all),
+        "{name}: goodput requests: {e:?}"
+    );
+    let e = exprs(find("Goodput: tokens of requests meeting the SLO"));
+    assert!(
+        e.len() == 2
+            && e[0].starts_with(
+                "sum by (model_name) (rate(vllm_otel_metrics_slo_goodput_tokens_total{job=~"
+            )
+            && e[1].starts_with("sum by (model_name) (rate(vllm:request_generation_tokens_sum{"),
+        "{name}: goodput tokens: {e:?}"
+    );
 }
 
 /// Panel ids unique, every panel inside the 24 grid columns, no two overlapping.
