@@ -250,6 +250,19 @@ fn finishing_a_request_allocates_nothing() {
     assert_eq!(n, 0, "RequestMetrics::finish allocated {n} time(s)");
 }
 
+/// Finishing a warmed label set's request, as a success and as an abort,
+/// allocates nothing.
+fn finishing_as_success_or_abort_allocates_nothing(instruments: &Instruments) {
+    for reason in [FinishReason::Length, FinishReason::Abort] {
+        warm(instruments, reason);
+        let mut request = RequestMetrics::start(instruments, MODEL, 0, params());
+        request.observe_output(2.0, 100.5, &first_output("r"));
+        request.observe_output(3.0, 101.0, &preempted_output("r"));
+        let (n, ()) = allocations(|| request.finish(101.5, reason));
+        assert_eq!(n, 0, "finishing as {reason:?} allocated {n} time(s)");
+    }
+}
+
 /// With `--semconv gen_ai`, the GenAI histograms' series are bound on
 /// their first observation; after that, finishing a request (success or
 /// abort) allocates nothing either.
@@ -261,14 +274,7 @@ fn with_semconv_on_finishing_a_request_allocates_nothing() {
         .with_reader(reader)
         .with_semconv(Semconv::GenAi)
         .build();
-    for reason in [FinishReason::Length, FinishReason::Abort] {
-        warm(&instruments, reason);
-        let mut request = RequestMetrics::start(&instruments, MODEL, 0, params());
-        request.observe_output(2.0, 100.5, &first_output("r"));
-        request.observe_output(3.0, 101.0, &preempted_output("r"));
-        let (n, ()) = allocations(|| request.finish(101.5, reason));
-        assert_eq!(n, 0, "finishing as {reason:?} allocated {n} time(s)");
-    }
+    finishing_as_success_or_abort_allocates_nothing(&instruments);
 }
 
 /// With `--slo`, every outcome's series is bound with the label set:
@@ -282,14 +288,7 @@ fn with_an_slo_finishing_a_request_allocates_nothing() {
         .with_reader(reader)
         .with_slo(Slo::from_json(r#"{"ttft": 0.1, "tpot": 0.05, "e2e": 30}"#).unwrap())
         .build();
-    for reason in [FinishReason::Length, FinishReason::Abort] {
-        warm(&instruments, reason);
-        let mut request = RequestMetrics::start(&instruments, MODEL, 0, params());
-        request.observe_output(2.0, 100.5, &first_output("r"));
-        request.observe_output(3.0, 101.0, &preempted_output("r"));
-        let (n, ()) = allocations(|| request.finish(101.5, reason));
-        assert_eq!(n, 0, "finishing as {reason:?} allocated {n} time(s)");
-    }
+    finishing_as_success_or_abort_allocates_nothing(&instruments);
 }
 
 #[test]

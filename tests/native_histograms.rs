@@ -48,16 +48,14 @@ mod common;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use common::collector::Collector;
 use common::serve::Server;
+use common::spans::{number, KeptSpans};
 use common::tier::{start_agent, Gateway};
 use common::{prometheus, Guard};
-use opentelemetry::Value as Attribute;
-use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
+use opentelemetry_sdk::trace::SdkTracerProvider;
 use serde_json::Value;
 use vllm_otel_metrics::catalog::{LATENCY_HISTOGRAMS, TTFT_BUCKETS};
 use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
@@ -135,17 +133,6 @@ fn through_the_gateway_tier() {
     native_histograms_through(Route::GatewayTier);
 }
 
-/// Keeps the spans it is given.
-#[derive(Debug, Clone, Default)]
-struct KeptSpans(Arc<Mutex<Vec<SpanData>>>);
-
-impl SpanExporter for KeptSpans {
-    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
-        self.0.lock().unwrap().extend(batch);
-        Ok(())
-    }
-}
-
 /// Every observation of the two families, sorted.
 #[derive(Debug)]
 struct Exact {
@@ -190,16 +177,6 @@ fn exact_observations(trace: &Path) -> Exact {
         "{report:?}\n{}",
         String::from_utf8_lossy(&diagnostics)
     );
-    let number = |span: &SpanData, key: &str| {
-        span.attributes
-            .iter()
-            .find(|kv| kv.key.as_str() == key)
-            .map(|kv| match &kv.value {
-                Attribute::F64(v) => *v,
-                Attribute::I64(v) => *v as f64,
-                other => panic!("{key}: {other:?}"),
-            })
-    };
     let spans = kept.0.lock().unwrap();
     let (mut ttft, mut e2e) = (Vec::new(), Vec::new());
     for span in spans.iter().filter(|s| s.name == SPAN_NAME) {

@@ -10,40 +10,19 @@
 //! exactly. The plugin path (vLLM's finished-request stats) is checked on
 //! records written to straddle each bound.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+mod common;
 
-use opentelemetry::Value as Attribute;
-use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
+use std::collections::BTreeMap;
+
+use common::spans::{number, KeptSpans};
+use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData};
+use vllm_otel_metrics::catalog::slo::SLO_OUTCOMES;
 use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
 use vllm_otel_metrics::instruments::spans::{keys, RequestSpans, SPAN_NAME};
 use vllm_otel_metrics::instruments::{Instruments, Slo};
 use vllm_otel_metrics::protocol::Record;
 use vllm_otel_metrics::sources::sim::{simulate, SimConfig};
 use vllm_otel_metrics::tracker::Tracker;
-
-/// Keeps the spans it is given.
-#[derive(Debug, Clone, Default)]
-struct KeptSpans(Arc<Mutex<Vec<SpanData>>>);
-
-impl SpanExporter for KeptSpans {
-    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
-        self.0.lock().unwrap().extend(batch);
-        Ok(())
-    }
-}
-
-fn number(span: &SpanData, key: &str) -> Option<f64> {
-    span.attributes
-        .iter()
-        .find(|kv| kv.key.as_str() == key)
-        .map(|kv| match &kv.value {
-            Attribute::F64(v) => *v,
-            Attribute::I64(v) => *v as f64,
-            other => panic!("{key}: {other:?}"),
-        })
-}
 
 fn text(span: &SpanData, key: &str) -> Option<String> {
     span.attributes
@@ -169,14 +148,7 @@ fn outcomes_agree_with_the_requests_judged_apart() {
     }
     let samples = vllm_otel_metrics_samples(&exposition);
     let mut counted: BTreeMap<&str, f64> = BTreeMap::new();
-    for outcome in [
-        "met",
-        "missed_ttft",
-        "missed_tpot",
-        "missed_both",
-        "missed_e2e",
-        "aborted",
-    ] {
+    for outcome in SLO_OUTCOMES {
         let total: f64 = samples
             .iter()
             .filter(|(k, _)| {

@@ -195,9 +195,41 @@ fn check_run(report: &Value, dir: &Path) -> String {
     )
 }
 
+/// The SLO every live run judges its requests against
+/// (`VLLM_OTEL_METRICS_SLO`): bounds a CPU engine on two cores meets for
+/// some requests and misses for others.
+const LIVE_SLO: &str = r#"{"ttft": 1.0, "tpot": 0.1}"#;
+
+/// The SLO outcomes the sidecar counted add up to the `finished` requests
+/// vLLM counted, and each outcome's count is the number of the sidecar's
+/// own `llm_request` spans with that outcome.
+fn check_slo_outcomes(jaeger: &Jaeger, service: &str, sidecar: &str, finished: usize) {
+    let mut counted = std::collections::BTreeMap::new();
+    for (key, value) in common::samples(sidecar) {
+        if let Some(labels) = key.strip_prefix("vllm_otel_metrics_slo_requests_total{") {
+            let outcome = labels
+                .split("outcome=\"")
+                .nth(1)
+                .and_then(|rest| rest.split('"').next())
+                .unwrap()
+                .to_owned();
+            if value > 0.0 {
+                *counted.entry(outcome).or_insert(0u64) += value as u64;
+            }
+        }
+    }
+    assert_eq!(
+        counted.values().sum::<u64>() as usize,
+        finished,
+        "{counted:?}"
+    );
+    assert_eq!(jaeger.request_spans_outcomes(service), counted);
+    eprintln!("SLO {LIVE_SLO}: {counted:?}");
+}
+
 /// One API server, zero setup: the samples the sidecar shows reach the real
 /// Collector, and one `llm_request` span per finished request reaches Jaeger
-/// with the histogram's preemptions.
+/// with the histogram's preemptions, each with its SLO outcome.
 #[test]
 fn live_engine_one_api_server_to_the_collector_and_jaeger() {
     let _serial = serial();
@@ -227,6 +259,8 @@ fn live_engine_one_api_server_to_the_collector_and_jaeger() {
                 "VLLM_OTEL_METRICS_SIDECAR_ARGS",
                 "--otlp-names prometheus".into(),
             ),
+            // Each finished request judged: outcomes checked below.
+            ("VLLM_OTEL_METRICS_SLO", LIVE_SLO.into()),
         ],
     );
     let summary = check_run(&report, &dir);
@@ -243,6 +277,8 @@ fn live_engine_one_api_server_to_the_collector_and_jaeger() {
         preemptions as f64,
         common::sum_of(vllm, "vllm:request_num_preemptions_sum")
     );
+    let sidecar = report["sidecar_exposition"].as_str().unwrap();
+    check_slo_outcomes(&jaeger, service, sidecar, finished);
     eprintln!(
         "{summary}; {} samples at the Collector; {finished} spans in Jaeger carrying {preemptions} preemptions",
         served.len()
@@ -280,6 +316,8 @@ fn live_engine_two_api_servers_and_sidecar_restarts() {
                 "VLLM_OTEL_METRICS_SIDECAR_ARGS",
                 "--otlp-names prometheus".into(),
             ),
+            // Each finished request judged: outcomes checked below.
+            ("VLLM_OTEL_METRICS_SLO", LIVE_SLO.into()),
         ],
     );
     let summary = check_run(&report, &dir);
@@ -467,6 +505,8 @@ fn live_rust_frontend_engine_core_tap_matches_vllm_rs() {
                 "VLLM_OTEL_METRICS_SIDECAR_ARGS",
                 "--otlp-names prometheus".into(),
             ),
+            // Each finished request judged: outcomes checked below.
+            ("VLLM_OTEL_METRICS_SLO", LIVE_SLO.into()),
         ],
     );
     let logs = format!("logs in {}", dir.display());
@@ -598,6 +638,7 @@ fn live_rust_frontend_engine_core_tap_matches_vllm_rs() {
         span_preemptions as f64,
         common::sum_of(sidecar, "vllm:request_num_preemptions_sum")
     );
+    check_slo_outcomes(&jaeger, service, sidecar, finished);
     eprintln!(
         "vllm-rs: {} samples in {shared} shared families, 0 differ; {preemptions} preemptions, \
          {finished} requests finished ({abort} aborted, {stop} stop), {dropped} dropped by the client; \

@@ -80,6 +80,27 @@ impl Jaeger {
 }
 
 impl Jaeger {
+    /// How many of `service`'s spans carry each SLO outcome
+    /// (`vllm_otel_metrics.slo.outcome`); every span must carry one.
+    pub(crate) fn request_spans_outcomes(
+        &self,
+        service: &str,
+    ) -> std::collections::BTreeMap<String, u64> {
+        let mut outcomes = std::collections::BTreeMap::new();
+        for span in self.spans(service).expect("Jaeger answers") {
+            let outcome = span["tags"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|t| t["key"] == "vllm_otel_metrics.slo.outcome")
+                .and_then(|t| t["value"].as_str())
+                .expect("vllm_otel_metrics.slo.outcome on every span with --slo")
+                .to_owned();
+            *outcomes.entry(outcome).or_default() += 1;
+        }
+        outcomes
+    }
+
     /// Waits up to 30 s for `count` spans of `service`, checks that there
     /// are exactly that many, each an `llm_request` carrying
     /// `vllm.request.num_preemptions`, and returns the sum of those counts.

@@ -6,6 +6,7 @@ pub(crate) mod jaeger;
 pub(crate) mod pki;
 pub(crate) mod prometheus;
 pub(crate) mod serve;
+pub(crate) mod spans;
 pub(crate) mod thanos;
 pub(crate) mod tier;
 
