@@ -1,13 +1,14 @@
 //! SLO attainment and goodput (`--slo`) against outcomes computed apart.
 //!
-//! A simulator run is applied twice through the tracker. The first pass,
-//! without an SLO, gives each request's values (its `llm_request` span) and
-//! the bounds: the medians of TTFT and TPOT and the 40th percentile of e2e,
-//! so that requests fall on both sides of each. The second pass judges the
-//! run against those bounds; this file judges every span again with its own
-//! reading of the rules (docs/SEMANTICS.md, "SLO attainment"), and the
-//! counts, the goodput tokens and each span's outcome attribute must agree
-//! exactly. The plugin path (vLLM's finished-request stats) is checked on
+//! A simulator run is applied twice through the tracker. Beside the
+//! tracker, this file computes each request's values from the records
+//! alone (time to first token, time per output token, e2e, by the rules of
+//! docs/SEMANTICS.md §3) and judges them with its own reading of §3e. The
+//! first pass, without an SLO, gives the bounds: the medians of TTFT and
+//! TPOT and the 40th percentile of e2e, so that requests fall on both sides
+//! of each. The second pass judges the run against those bounds: the
+//! counts by outcome, the goodput tokens and each request's span outcome
+//! must be the ones computed here, exactly. The plugin path (vLLM's finished-request stats) is checked on
 //! records written to straddle each bound.
 
 mod common;
@@ -82,9 +83,83 @@ impl Request {
     }
 }
 
-/// A simulator run applied through a tracker with `slo`: its requests and
-/// its exposition.
-fn run(slo: Option<&str>) -> (Vec<Request>, String) {
+/// A request in flight, as the records tell it.
+#[derive(Debug, Clone, Copy)]
+struct Live {
+    arrival: f64,
+    tokens: f64,
+    ttft: Option<f64>,
+    first_ts: f64,
+    last_ts: f64,
+}
+
+/// Follows the records: each terminated request's values, by request id.
+#[derive(Default)]
+struct FromRecords {
+    live: BTreeMap<String, Live>,
+    ended: BTreeMap<String, Request>,
+}
+
+impl FromRecords {
+    fn apply(&mut self, record: &Record) {
+        match record {
+            Record::Request(r) => {
+                let live = Live {
+                    arrival: r.arrival_time,
+                    tokens: 0.0,
+                    ttft: None,
+                    first_ts: 0.0,
+                    last_ts: 0.0,
+                };
+                self.live.insert(r.request_id.clone(), live);
+            }
+            Record::Outputs(batch) => {
+                for output in &batch.outputs {
+                    let Some(live) = self.live.get_mut(&output.request_id) else {
+                        continue;
+                    };
+                    let tokens = output.new_token_ids.len() as f64;
+                    if tokens > 0.0 {
+                        // The first token's output, on the frontend's clock;
+                        // the decode time on the engine's.
+                        if live.ttft.is_none() {
+                            live.ttft = Some(batch.received_at - live.arrival);
+                            live.first_ts = batch.timestamp;
+                        }
+                        live.last_ts = batch.timestamp;
+                        live.tokens += tokens;
+                    }
+                    if let Some(reason) = output.finish_reason {
+                        self.end(&output.request_id, reason.as_str(), batch.received_at);
+                    }
+                }
+            }
+            Record::Abort(abort) => self.end(&abort.request_id, "abort", abort.received_at),
+            _ => {}
+        }
+    }
+
+    fn end(&mut self, id: &str, reason: &str, at: f64) {
+        let Some(live) = self.live.remove(id) else {
+            return;
+        };
+        let tokens = live.tokens;
+        let request = Request {
+            reason: reason.to_owned(),
+            tokens,
+            ttft: (tokens > 0.0).then_some(live.ttft.unwrap_or(0.0)),
+            tpot: (tokens > 1.0).then(|| (live.last_ts - live.first_ts) / (tokens - 1.0)),
+            e2e: (at - live.arrival).max(0.0),
+            outcome: None,
+        };
+        self.ended.insert(id.to_owned(), request);
+    }
+}
+
+/// A simulator run applied through a tracker with `slo`: each request's
+/// span (by request id), the same requests as the records alone tell them,
+/// and the exposition.
+fn run(slo: Option<&str>) -> (BTreeMap<String, Request>, BTreeMap<String, Request>, String) {
     let kept = KeptSpans::default();
     let provider = SdkTracerProvider::builder()
         .with_simple_exporter(kept.clone())
@@ -99,10 +174,12 @@ fn run(slo: Option<&str>) -> (Vec<Request>, String) {
     config.duration = 80.0;
     config.rate = 8.0;
     config.abort_rate = 0.05;
+    let mut from_records = FromRecords::default();
     simulate(
         &config,
         &mut |record: &Record| {
             tracker.apply(record);
+            from_records.apply(record);
         },
         &mut |_| {},
     );
@@ -111,9 +188,9 @@ fn run(slo: Option<&str>) -> (Vec<Request>, String) {
     let requests = spans
         .iter()
         .filter(|s| s.name == SPAN_NAME)
-        .map(Request::of)
+        .map(|span| (text(span, keys::REQUEST_ID).unwrap(), Request::of(span)))
         .collect();
-    (requests, exposition)
+    (requests, from_records.ended, exposition)
 }
 
 fn median(mut values: Vec<f64>, q: f64) -> f64 {
@@ -123,24 +200,33 @@ fn median(mut values: Vec<f64>, q: f64) -> f64 {
 
 #[test]
 fn outcomes_agree_with_the_requests_judged_apart() {
-    let (first, exposition) = run(None);
+    let (_, first, exposition) = run(None);
     assert!(
         !exposition.contains("slo"),
         "no SLO, no SLO family:\n{exposition}"
     );
     assert!(first.len() >= 500, "{} requests", first.len());
-    let ttft = median(first.iter().filter_map(|r| r.ttft).collect(), 0.5);
-    let tpot = median(first.iter().filter_map(|r| r.tpot).collect(), 0.5);
-    let e2e = median(first.iter().map(|r| r.e2e).collect(), 0.4);
+    let ttft = median(first.values().filter_map(|r| r.ttft).collect(), 0.5);
+    let tpot = median(first.values().filter_map(|r| r.tpot).collect(), 0.5);
+    let e2e = median(first.values().map(|r| r.e2e).collect(), 0.4);
     let slo = format!(r#"{{"ttft": {ttft}, "tpot": {tpot}, "e2e": {e2e}}}"#);
-    let (requests, exposition) = run(Some(&slo));
-    assert_eq!(requests.len(), first.len(), "the run is deterministic");
+    let (spans, from_records, exposition) = run(Some(&slo));
+    assert_eq!(
+        spans.keys().collect::<Vec<_>>(),
+        from_records.keys().collect::<Vec<_>>(),
+        "one span per request the records terminate"
+    );
 
     let mut expected: BTreeMap<&str, f64> = BTreeMap::new();
     let mut goodput = 0.0;
-    for request in &requests {
+    for (id, request) in &from_records {
         let outcome = request.judged(ttft, tpot, e2e);
-        assert_eq!(request.outcome.as_deref(), Some(outcome), "{request:?}");
+        assert_eq!(
+            spans[id].outcome.as_deref(),
+            Some(outcome),
+            "{id}: the span {:?}, the records {request:?}",
+            spans[id]
+        );
         *expected.entry(outcome).or_default() += 1.0;
         if outcome == "met" {
             goodput += request.tokens;
