@@ -403,15 +403,17 @@ class Tap:
         # bytes_in is written by this thread only, bytes_out by the
         # streaming thread only).
         def _send_msg_tracking_payload(socket, buffers, _append=queue.append):
-            frame = bytes(buffers[0])
-            size = len(frame)
-            if len(queue) < bound and streamer.bytes_in - streamer.bytes_out + size <= byte_bound:
-                streamer.bytes_in += size
-                _append((now(), frame))
-            else:
-                # A counter of its own: this runs on vLLM's output thread,
-                # the other hooks on its engine thread.
-                streamer.dropped_frames += 1
+            # The copy only when the queue has room for one more item.
+            if len(queue) < bound:
+                frame = bytes(buffers[0])
+                size = len(frame)
+                if streamer.bytes_in - streamer.bytes_out + size <= byte_bound:
+                    streamer.bytes_in += size
+                    _append((now(), frame))
+                    return send(socket, buffers)
+            # A counter of its own: this runs on vLLM's output thread, the
+            # other hooks on its engine thread.
+            streamer.dropped_frames += 1
             return send(socket, buffers)
 
         def add_request(request, *args, **kwargs):
