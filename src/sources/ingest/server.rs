@@ -67,11 +67,6 @@ impl Buffered {
         }
     }
 
-    /// The bound, bytes.
-    pub fn limit(&self) -> usize {
-        self.limit
-    }
-
     /// Grows `held` to `bytes`, or says why it cannot. A stream holds the
     /// largest message it has had for as long as it is open: its buffer
     /// keeps that capacity.
@@ -166,20 +161,12 @@ fn decoded(result: Result<pb::Record, prost::DecodeError>) -> Incoming {
 #[derive(Debug, Clone)]
 pub struct IngestRoute {
     service: IngestService,
-    limits: DecodeLimits,
-    buffered: Buffered,
-    max_message_bytes: usize,
 }
 
 impl IngestRoute {
     /// The route into `service`.
     pub fn new(service: IngestService) -> Self {
-        IngestRoute {
-            limits: service.decode_limits(),
-            buffered: service.buffered().clone(),
-            max_message_bytes: service.max_message_bytes(),
-            service,
-        }
+        IngestRoute { service }
     }
 }
 
@@ -218,17 +205,17 @@ where
         }
         let method = StreamMethod(self.service.clone());
         let mut grpc = tonic::server::Grpc::new(IngestCodec {
-            limits: self.limits,
+            limits: self.service.decode_limits(),
         })
-        .apply_max_message_size_config(Some(self.max_message_bytes), None);
+        .apply_max_message_size_config(Some(self.service.max_message_bytes()), None);
         let request = request.map(|body| BoundedBody {
             body: Box::pin(body),
-            buffered: self.buffered.clone(),
+            buffered: self.service.buffered().clone(),
             held: None,
             header: [0; 5],
             header_have: 0,
             message_left: 0,
-            max_message_bytes: self.max_message_bytes,
+            max_message_bytes: self.service.max_message_bytes(),
         });
         Box::pin(async move { Ok(grpc.client_streaming(method, request).await) })
     }
