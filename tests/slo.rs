@@ -232,17 +232,14 @@ fn outcomes_agree_with_the_requests_judged_apart() {
             goodput += request.tokens;
         }
     }
-    let samples = vllm_otel_metrics_samples(&exposition);
     let mut counted: BTreeMap<&str, f64> = BTreeMap::new();
     for outcome in SLO_OUTCOMES {
-        let total: f64 = samples
-            .iter()
-            .filter(|(k, _)| {
-                k.starts_with("vllm_otel_metrics_slo_requests_total{")
-                    && k.contains(&format!("outcome=\"{outcome}\""))
-            })
-            .map(|(_, v)| v)
-            .sum();
+        let total = common::sum_where(
+            &exposition,
+            "vllm_otel_metrics_slo_requests_total",
+            "outcome",
+            outcome,
+        );
         counted.insert(outcome, total);
         assert!(
             total > 0.0,
@@ -251,11 +248,7 @@ fn outcomes_agree_with_the_requests_judged_apart() {
     }
     eprintln!("bounds ttft {ttft:.4} s, tpot {tpot:.4} s, e2e {e2e:.3} s; outcomes {counted:?}; goodput {goodput} tokens");
     assert_eq!(counted, expected);
-    let goodput_counted: f64 = samples
-        .iter()
-        .filter(|(k, _)| k.starts_with("vllm_otel_metrics_slo_goodput_tokens_total{"))
-        .map(|(_, v)| v)
-        .sum();
+    let goodput_counted = common::sum_of(&exposition, "vllm_otel_metrics_slo_goodput_tokens_total");
     assert_eq!(goodput_counted, goodput);
 }
 
@@ -301,7 +294,7 @@ fn the_plugin_paths_finished_requests_are_judged_alike() {
     ] {
         assert_eq!(tracker.apply(&r), vec![]);
     }
-    let samples = vllm_otel_metrics_samples(&bridge.encode(Format::Text));
+    let samples = common::samples(&bridge.encode(Format::Text));
     let outcomes: BTreeMap<String, f64> = samples
         .into_iter()
         .filter(|(k, v)| k.starts_with("vllm_otel_metrics_slo") && *v != 0.0)
@@ -320,97 +313,4 @@ fn the_plugin_paths_finished_requests_are_judged_alike() {
     .map(|(k, v)| (k.to_owned(), v))
     .collect();
     assert_eq!(outcomes, expected);
-}
-
-/// The samples of an exposition, by series.
-fn vllm_otel_metrics_samples(exposition: &str) -> BTreeMap<String, f64> {
-    exposition
-        .lines()
-        .filter(|line| !line.starts_with('#') && !line.is_empty())
-        .filter_map(|line| {
-            let (key, value) = line.rsplit_once(' ')?;
-            Some((key.to_owned(), value.parse().ok()?))
-        })
-        .collect()
-}
-
-/// `simulate --sweep-kv-blocks … --slo … --plot FILE.svg`: the chart's
-/// points are the printed table's values, series by series.
-#[test]
-fn the_sweep_plot_draws_the_printed_table() {
-    let dir = std::env::temp_dir().join(format!("slo-plot-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let svg_path = dir.join("sweep.svg");
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_vllm-otel-metrics"))
-        .args([
-            "simulate",
-            "--duration",
-            "30",
-            "--rate",
-            "6",
-            "--metrics-addr",
-            "none",
-        ])
-        .args(["--slo", r#"{"ttft": 2, "tpot": 0.05}"#])
-        .args(["--sweep-kv-blocks", "150,400,1200"])
-        .arg("--plot")
-        .arg(&svg_path)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let table = String::from_utf8(output.stdout).unwrap();
-    let svg = std::fs::read_to_string(&svg_path).unwrap();
-    // The table's columns: kv_blocks, requests, preempt/req, p99 preempt,
-    // share>=2, TTFT p99, preemptions, SLO met, goodput t/s, tokens/s.
-    let rows: Vec<Vec<String>> = table
-        .lines()
-        .skip(1)
-        .map(|l| l.split_whitespace().map(str::to_owned).collect())
-        .collect();
-    assert_eq!(rows.len(), 3, "{table}");
-    // The chart: every point's series, x and value.
-    let attribute = |element: &str, name: &str| -> String {
-        let start = element.find(&format!("{name}=\"")).unwrap() + name.len() + 2;
-        element[start..].split('"').next().unwrap().to_owned()
-    };
-    let mut points: BTreeMap<(String, u32), f64> = BTreeMap::new();
-    for element in svg.split('<').filter(|e| e.starts_with("circle ")) {
-        let series = attribute(element, "data-series");
-        let x: u32 = attribute(element, "data-x").parse().unwrap();
-        let value: f64 = attribute(element, "data-value").parse().unwrap();
-        assert!(points.insert((series, x), value).is_none());
-    }
-    let mut expected: BTreeMap<(String, u32), String> = BTreeMap::new();
-    for row in &rows {
-        let x: u32 = row[0].parse().unwrap();
-        for (series, column) in [
-            ("preemptions_per_request", 2),
-            ("slo_attainment", 7),
-            ("goodput_tokens_per_s", 8),
-            ("throughput_tokens_per_s", 9),
-        ] {
-            expected.insert((series.to_owned(), x), row[column].clone());
-        }
-    }
-    let drawn: BTreeMap<(String, u32), String> = points
-        .iter()
-        .map(|((series, x), v)| {
-            let shown = match series.as_str() {
-                "preemptions_per_request" => format!("{v:.3}"),
-                "slo_attainment" => format!("{:.1}%", v * 100.0),
-                _ => format!("{v:.1}"),
-            };
-            ((series.clone(), *x), shown)
-        })
-        .collect();
-    assert_eq!(drawn, expected, "the chart against the table:\n{table}");
-    // Goodput falls below throughput where the KV cache is short.
-    let goodput = |x| points[&("goodput_tokens_per_s".to_owned(), x)];
-    let throughput = |x| points[&("throughput_tokens_per_s".to_owned(), x)];
-    assert!(goodput(150) < throughput(150) / 2.0, "{table}");
-    std::fs::remove_dir_all(dir).ok();
 }

@@ -172,14 +172,8 @@ fn one_span_per_terminated_request_reaches_jaeger_with_its_preemptions() {
             .filter(|(count, _)| (**count as f64) <= bound)
             .map(|(_, n)| n)
             .sum();
-        let from_metrics: f64 = samples
-            .iter()
-            .filter(|(k, _)| {
-                k.starts_with("vllm:request_num_preemptions_bucket{")
-                    && k.contains(&format!("le=\"{le}\""))
-            })
-            .map(|(_, v)| v)
-            .sum();
+        let from_metrics =
+            common::sum_where(&exposition, "vllm:request_num_preemptions_bucket", "le", le);
         assert_eq!(from_spans as f64, from_metrics, "le={le}");
     }
     let total_preemptions: f64 = samples

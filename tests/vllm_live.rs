@@ -205,17 +205,15 @@ const LIVE_SLO: &str = r#"{"ttft": 1.0, "tpot": 0.1}"#;
 /// own `llm_request` spans with that outcome.
 fn check_slo_outcomes(jaeger: &Jaeger, service: &str, sidecar: &str, finished: usize) {
     let mut counted = std::collections::BTreeMap::new();
-    for (key, value) in common::samples(sidecar) {
-        if let Some(labels) = key.strip_prefix("vllm_otel_metrics_slo_requests_total{") {
-            let outcome = labels
-                .split("outcome=\"")
-                .nth(1)
-                .and_then(|rest| rest.split('"').next())
-                .unwrap()
-                .to_owned();
-            if value > 0.0 {
-                *counted.entry(outcome).or_insert(0u64) += value as u64;
-            }
+    for outcome in vllm_otel_metrics::catalog::slo::SLO_OUTCOMES {
+        let n = common::sum_where(
+            sidecar,
+            "vllm_otel_metrics_slo_requests_total",
+            "outcome",
+            outcome,
+        );
+        if n > 0.0 {
+            counted.insert(outcome.to_owned(), n as u64);
         }
     }
     assert_eq!(

@@ -585,18 +585,11 @@ fn alive(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
-/// The plugin starts its sidecar itself (`VLLM_OTEL_METRICS_SIDECAR=auto`,
-/// the default): two plugin processes on one host share one sidecar; when
-/// the process that started it is killed (SIGKILL) that sidecar ends, and
-/// the other plugin starts one; a sidecar that dies is started again; when
-/// the last plugin process ends, no sidecar is left.
-#[test]
-fn plugin_supervises_one_sidecar_per_host() {
-    let _serial = serial();
-    let dir = common::tempdir("vllm-plugin-supervise");
-    let (ingest, metrics) = (common::free_port(), common::free_port());
-    // The plugin finds the sidecar binary on PATH (this environment's plugin
-    // is installed without one): the one cargo built for the tests.
+/// A plugin process's environment for a sidecar it starts itself on
+/// `ingest` with `/metrics` on `metrics`. The plugin finds the sidecar
+/// binary on PATH (this environment's plugin is installed without one):
+/// the one cargo built for the tests.
+fn sidecar_env(ingest: u16, metrics: u16) -> Vec<(&'static str, String)> {
     let path = std::env::join_paths(
         std::iter::once(common::binary().parent().unwrap().to_path_buf()).chain(
             std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
@@ -605,7 +598,7 @@ fn plugin_supervises_one_sidecar_per_host() {
     .unwrap()
     .into_string()
     .unwrap();
-    let env = [
+    vec![
         ("PATH", path),
         ("VLLM_OTEL_METRICS_SIDECAR", "auto".to_owned()),
         (
@@ -616,11 +609,24 @@ fn plugin_supervises_one_sidecar_per_host() {
             "VLLM_OTEL_METRICS_METRICS_ADDR",
             format!("127.0.0.1:{metrics}"),
         ),
-        (
-            "VLLM_OTEL_METRICS_SIDECAR_LOG",
-            dir.join("sidecar.log").display().to_string(),
-        ),
-    ];
+    ]
+}
+
+/// The plugin starts its sidecar itself (`VLLM_OTEL_METRICS_SIDECAR=auto`,
+/// the default): two plugin processes on one host share one sidecar; when
+/// the process that started it is killed (SIGKILL) that sidecar ends, and
+/// the other plugin starts one; a sidecar that dies is started again; when
+/// the last plugin process ends, no sidecar is left.
+#[test]
+fn plugin_supervises_one_sidecar_per_host() {
+    let _serial = serial();
+    let dir = common::tempdir("vllm-plugin-supervise");
+    let (ingest, metrics) = (common::free_port(), common::free_port());
+    let mut env = sidecar_env(ingest, metrics);
+    env.push((
+        "VLLM_OTEL_METRICS_SIDECAR_LOG",
+        dir.join("sidecar.log").display().to_string(),
+    ));
     let first = PluginProcess::start(&env);
     let sidecar = first.started_sidecar(0, 30);
     let second = PluginProcess::start(&env);
@@ -905,29 +911,12 @@ fn impostor_scenario(scenario: &str, uid: u32, gid: u32) -> Vec<String> {
         _ => {}
     }
     let impostor = Impostor::start(uid, gid, &args, &dir.join("impostor.err"));
-    let path = std::env::join_paths(
-        std::iter::once(common::binary().parent().unwrap().to_path_buf()).chain(
-            std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
-        ),
-    )
-    .unwrap()
-    .into_string()
-    .unwrap();
-    let env = [
-        ("PATH", path),
-        ("VLLM_OTEL_METRICS_SIDECAR", "auto".to_owned()),
-        (
-            "VLLM_OTEL_METRICS_TARGET",
-            format!("http://127.0.0.1:{ingest}"),
-        ),
-        (
-            "VLLM_OTEL_METRICS_METRICS_ADDR",
-            format!("127.0.0.1:{metrics}"),
-        ),
+    let mut env = sidecar_env(ingest, metrics);
+    env.extend([
         ("VLLM_OTEL_METRICS_TOKEN_FILE", display(&token_file)),
         ("TMPDIR", display(&tmp)),
         ("XDG_RUNTIME_DIR", String::new()),
-    ];
+    ]);
     let plugin = PluginProcess::start(&env);
     let errors = |plugin: &PluginProcess| -> Vec<String> {
         let lines = plugin.lines.lock().unwrap();

@@ -72,6 +72,19 @@ pub(crate) fn sum_of(exposition: &str, name: &str) -> f64 {
         .sum()
 }
 
+/// The sum of the samples of `name` whose label `label` is `value`.
+pub(crate) fn sum_where(exposition: &str, name: &str, label: &str, value: &str) -> f64 {
+    let with = format!("{label}=\"{value}\"");
+    samples(exposition)
+        .iter()
+        .filter(|(key, _)| {
+            key.split_once('{')
+                .is_some_and(|(family, labels)| family == name && labels.contains(&with))
+        })
+        .map(|(_, value)| value)
+        .sum()
+}
+
 /// The built command-line binary.
 pub(crate) fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_vllm-otel-metrics"))
