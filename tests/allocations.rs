@@ -7,6 +7,8 @@
 //! parallel on other threads do not disturb each other. Set
 //! `ALLOCATIONS_BACKTRACE=1` to print a backtrace of every counted allocation.
 
+mod common;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
@@ -14,9 +16,8 @@ use vllm_otel_metrics::export::prometheus::PrometheusBridge;
 use vllm_otel_metrics::instruments::Instruments;
 use vllm_otel_metrics::protocol::{
     EngineConfig, EngineCoreEvent, EngineCoreOutput, EventType, FinishReason, FinishedRequest,
-    IterationStats, KvCacheEvictionEvent, KvFetchStages, Operation, OperationKind, OutputBatch,
-    PerfStats, PluginDrops, PrefillStats, PromptTokenStats, Record, RequestStart, SchedulerStats,
-    SleepState, SpecDecodingStats,
+    IterationStats, Operation, OperationKind, OutputBatch, PluginDrops, PrefillStats,
+    PromptTokenStats, Record, RequestStart, SleepState,
 };
 use vllm_otel_metrics::tracker::{RequestMetrics, RequestParams, Tracker};
 
@@ -337,56 +338,31 @@ fn observing_a_batch_of_live_requests_allocates_nothing_once_warmed() {
     );
 }
 
-/// A scheduler snapshot with every engine-level field, of `(MODEL, 0)`.
+/// A scheduler snapshot with every engine-level field, of `(MODEL, 0)`:
+/// every number the proto declares set, and each nested part given here.
 fn full_scheduler_stats() -> Record {
-    Record::SchedulerStats(Box::new(SchedulerStats {
-        model_name: MODEL.into(),
-        engine: 0,
-        num_running_reqs: 3,
-        num_waiting_reqs: 5,
-        kv_cache_usage: 0.4,
-        prefix_cache_queries: 1200,
-        prefix_cache_hits: 300,
-        received_at: Some(1_700_000_000.0),
-        num_skipped_waiting_reqs: 2,
-        num_kv_fetch_reqs_by_stage: Some(KvFetchStages {
-            waiting_to_start: 1,
-            in_progress: 1,
-            completed_waiting: 0,
-        }),
-        external_prefix_cache_queries: 800,
-        external_prefix_cache_hits: 200,
-        external_prefix_cache_hits_by_source: None,
-        mm_cache_queries: 4,
-        mm_cache_hits: 1,
-        kv_cache_eviction_events: vec![KvCacheEvictionEvent {
-            lifetime_seconds: 12.5,
-            idle_seconds: 3.0,
-            reuse_gaps_seconds: vec![1.0, 2.5],
-        }],
-        perf_stats: Some(PerfStats {
-            num_flops_per_gpu: 1.2e13,
-            num_read_bytes_per_gpu: 1.6e10,
-            num_write_bytes_per_gpu: 2.0e8,
-        }),
-        spec_decoding: Some(SpecDecodingStats {
-            num_drafts: 3,
-            num_draft_tokens: 9,
-            num_accepted_tokens: 5,
-            num_accepted_tokens_per_pos: vec![3, 2, 0],
-        }),
-        running_lora_adapters: Some(vec!["sql-lora".into()]),
-        waiting_lora_adapters: Some(Vec::new()),
+    let given = serde_json::json!({
+        "type": "scheduler_stats", "model_name": MODEL, "engine": 0,
+        "num_running_reqs": 3, "num_waiting_reqs": 5, "kv_cache_usage": 0.4,
+        "prefix_cache_queries": 1200, "prefix_cache_hits": 300,
+        "received_at": 1_700_000_000.0, "num_skipped_waiting_reqs": 2,
+        "num_kv_fetch_reqs_by_stage": {"waiting_to_start": 1, "in_progress": 1, "completed_waiting": 0},
+        "external_prefix_cache_queries": 800, "external_prefix_cache_hits": 200,
+        "mm_cache_queries": 4, "mm_cache_hits": 1,
+        "kv_cache_eviction_events": [{"lifetime_seconds": 12.5, "idle_seconds": 3.0, "reuse_gaps_seconds": [1.0, 2.5]}],
+        "perf_stats": {"num_flops_per_gpu": 1.2e13, "num_read_bytes_per_gpu": 1.6e10, "num_write_bytes_per_gpu": 2.0e8},
+        "spec_decoding": {"num_drafts": 3, "num_draft_tokens": 9, "num_accepted_tokens": 5, "num_accepted_tokens_per_pos": [3, 2, 0]},
+        "running_lora_adapters": ["sql-lora"],
+        "waiting_lora_adapters": [],
         // Every KV-connector series too (each bound at its first value).
-        kv_connector_stats: Some(
-            serde_json::from_str(
-                r#"{"nixl":{"transfer_duration":[0.02],"post_duration":[0.001],"bytes_transferred":[4096],"num_descriptors":[12],"num_failed_transfers":1},
-                    "offloading":{"load_bytes":1,"load_time":0.1,"load_sizes":[1],"store_bytes":1,"store_time":0.1,"store_sizes":[1],"lookup_sync_delays":[0.001],"lookup_async_delays":[0.01],"allocation_failures":1,"stores_skipped":1,"cpu_cache_usage":0.5,"cpu_cache_write_usage":0.2,"cpu_cache_read_usage":0.3},
-                    "simple_cpu_offload":{"save_outcomes":{"stored":1,"dropped_cpu_full":1},"load_blocks":2,"used_blocks":3,"pending_store_blocks":1}}"#,
-            )
-            .unwrap(),
-        ),
-    }))
+        "kv_connector_stats": {
+            "nixl": {"transfer_duration": [0.02], "post_duration": [0.001], "bytes_transferred": [4096], "num_descriptors": [12], "num_failed_transfers": 1},
+            "offloading": {"load_bytes": 1, "load_time": 0.1, "load_sizes": [1], "store_bytes": 1, "store_time": 0.1, "store_sizes": [1], "lookup_sync_delays": [0.001], "lookup_async_delays": [0.01], "allocation_failures": 1, "stores_skipped": 1, "cpu_cache_usage": 0.5, "cpu_cache_write_usage": 0.2, "cpu_cache_read_usage": 0.3},
+            "simple_cpu_offload": {"save_outcomes": {"stored": 1, "dropped_cpu_full": 1}, "load_blocks": 2, "used_blocks": 3, "pending_store_blocks": 1},
+        },
+    });
+    serde_json::from_value(common::proto_fields::every_number("SchedulerStats", given))
+        .expect("a scheduler_stats record")
 }
 
 /// vLLM's engine-level records of a known engine (same LoRA adapters as

@@ -5,8 +5,11 @@
 //! A family added to the catalog with no record field feeding it, or whose
 //! tracker code is never reached, fails here by name.
 
+mod common;
+
 use std::collections::BTreeSet;
 
+use serde_json::json;
 use vllm_otel_metrics::catalog;
 use vllm_otel_metrics::export::prometheus::{Family, PrometheusBridge, Value};
 use vllm_otel_metrics::instruments::{Instruments, Slo};
@@ -14,11 +17,23 @@ use vllm_otel_metrics::protocol::Record;
 use vllm_otel_metrics::sources::sim::{simulate, KvOffloadConnector, SimConfig};
 use vllm_otel_metrics::tracker::Tracker;
 
+/// A scheduler snapshot with every number the proto declares for it set
+/// (a field the simulator does not produce included), and the KV-connector
+/// counts the simulator leaves at zero.
+fn every_scheduler_number() -> String {
+    let given = json!({
+        "type": "scheduler_stats", "model_name": "m", "engine": 0,
+        "kv_connector_stats": {
+            "nixl": {"num_failed_notifications": 1, "num_kv_expired_reqs": 1, "num_notifications_after_expiry": 1},
+            "offloading": {"stores_skipped": 3},
+        },
+    });
+    common::proto_fields::every_number("SchedulerStats", given).to_string()
+}
+
 /// What the simulator does not produce: the plugin's records (vLLM's Python
-/// logger path), scheduler-stats fields it leaves out, and records the
-/// tracker counts instead of applying.
-const MORE_RECORDS: &str = r#"{"type":"scheduler_stats","model_name":"m","engine":0,"num_running_reqs":0,"num_waiting_reqs":0,"kv_cache_usage":0.0,"prefix_cache_queries":0,"prefix_cache_hits":0,"mm_cache_queries":4,"mm_cache_hits":2,"kv_connector_stats":{"nixl":{"num_failed_notifications":1,"num_kv_expired_reqs":1,"num_notifications_after_expiry":1},"offloading":{"stores_skipped":3}}}
-{"type":"iteration_stats","model_name":"m","engine":0,"received_at":1700000000.5,"num_generation_tokens":12,"prompt_token_stats":{"computed":100,"local_cache_hit":16,"external_kv_transfer":0,"cached_tokens":16,"total":116},"num_preempted_reqs":1,"max_num_generation_tokens_iter":[30],"n_params_iter":[1],"time_to_first_tokens_iter":[0.25],"inter_token_latencies_iter":[0.02,0.03],"finished_requests":[{"request_id":"r1","finish_reason":"stop","e2e_latency":1.5,"queued_time":0.1,"prefill_time":0.2,"inference_time":1.3,"decode_time":1.1,"mean_time_per_output_token":0.04,"num_prompt_tokens":116,"num_generation_tokens":30,"num_preemptions":1,"num_cached_tokens":16,"max_tokens_param":64}]}
+/// logger path) and records the tracker counts instead of applying.
+const MORE_RECORDS: &str = r#"{"type":"iteration_stats","model_name":"m","engine":0,"received_at":1700000000.5,"num_generation_tokens":12,"prompt_token_stats":{"computed":100,"local_cache_hit":16,"external_kv_transfer":0,"cached_tokens":16,"total":116},"num_preempted_reqs":1,"max_num_generation_tokens_iter":[30],"n_params_iter":[1],"time_to_first_tokens_iter":[0.25],"inter_token_latencies_iter":[0.02,0.03],"finished_requests":[{"request_id":"r1","finish_reason":"stop","e2e_latency":1.5,"queued_time":0.1,"prefill_time":0.2,"inference_time":1.3,"decode_time":1.1,"mean_time_per_output_token":0.04,"num_prompt_tokens":116,"num_generation_tokens":30,"num_preemptions":1,"num_cached_tokens":16,"max_tokens_param":64}]}
 {"type":"plugin_drops","dropped":5}
 {"type":"abort","request_id":"never-started","received_at":1700000001.0}
 {"type":"request","request_id":"evicted","model_name":"m","engine":0,"arrival_time":1700000001.0,"prompt_len":4}"#;
@@ -93,7 +108,11 @@ fn every_family_has_a_path_from_some_record() {
         );
         look(&bridge);
     }
-    for line in MORE_RECORDS.lines() {
+    for line in [every_scheduler_number()]
+        .iter()
+        .map(String::as_str)
+        .chain(MORE_RECORDS.lines())
+    {
         let record: Record = serde_json::from_str(line).unwrap();
         let refused = tracker.apply(&record);
         assert_eq!(

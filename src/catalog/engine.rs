@@ -252,7 +252,7 @@ pub const RL_WEIGHT_UPDATE_OPERATION_DURATION: MetricDef = operation_histogram(
 );
 
 /// The engine tier, in exposition order.
-pub const ENGINE: [&MetricDef; 22] = [
+pub const ENGINE: &[&MetricDef] = &[
     &NUM_REQUESTS_WAITING_BY_REASON,
     &NUM_REQUESTS_KV_FETCH_BY_STAGE,
     &ENGINE_SLEEP_STATE,

@@ -258,7 +258,7 @@ pub const SIMPLE_KV_OFFLOAD_PENDING_STORE_BLOCKS: MetricDef = gauge(
 );
 
 /// The KV-connector tier, in exposition order.
-pub const KV_CONNECTOR: [&MetricDef; 25] = [
+pub const KV_CONNECTOR: &[&MetricDef] = &[
     &NIXL_XFER_TIME,
     &NIXL_POST_TIME,
     &NIXL_BYTES_TRANSFERRED,

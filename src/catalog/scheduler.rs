@@ -41,7 +41,7 @@ pub const PREFIX_CACHE_HITS: MetricDef = counter(
 );
 
 /// The scheduler tier, in exposition order.
-pub const SCHEDULER: [&MetricDef; 5] = [
+pub const SCHEDULER: &[&MetricDef] = &[
     &NUM_REQUESTS_RUNNING,
     &NUM_REQUESTS_WAITING,
     &KV_CACHE_USAGE,

@@ -125,8 +125,10 @@ pub struct SchedulerStats {
     pub waiting_lora_adapters: Option<Vec<String>>,
 }
 
-fn is_zero(value: &u64) -> bool {
-    *value == 0
+/// Whether a count or amount is at its default, which the JSON form leaves
+/// out (every optional number of a record, whatever its type).
+fn is_zero<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
 }
 
 /// Waiting requests by async KV load stage (vLLM's `KV_FETCH_STAGES`).

@@ -5,6 +5,7 @@ pub(crate) mod collector;
 pub(crate) mod jaeger;
 pub(crate) mod pki;
 pub(crate) mod prometheus;
+pub(crate) mod proto_fields;
 pub(crate) mod serve;
 pub(crate) mod spans;
 pub(crate) mod thanos;

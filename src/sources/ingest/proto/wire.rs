@@ -2,8 +2,10 @@
 //! fields declared once.
 //!
 //! `mirror!` writes both directions of a message from one list of its
-//! fields; a field the list leaves out is a compile error on both sides, so a
-//! new field is one name here. Fields that follow a rule (a required id, a
+//! fields; a field the list leaves out is a compile error on both sides.
+//! Messages whose every field is copied as it is take the list from the
+//! proto itself (`wire_fields!`, written by build.rs), so a new field of
+//! theirs needs nothing here: only the record's field of the same name. Fields that follow a rule (a required id, a
 //! default, an enum that may be unset or unknown) are named after `by rule`:
 //! the message then gets `from_wire_with`/`to_wire_with`, which take those
 //! fields from the caller, and [`super`] writes the rules by hand.
@@ -18,6 +20,8 @@ use crate::protocol::{
     PrefillStats, PromptTokenStats, RequestStart, SaveOutcomes, SchedulerStats,
     SimpleCpuOffloadStats, SleepState, SpecDecodingStats,
 };
+
+include!(concat!(env!("OUT_DIR"), "/wire_fields.rs"));
 
 /// A record value read off the wire.
 pub(super) trait FromWire<W> {
@@ -151,6 +155,14 @@ macro_rules! mirror {
     };
 }
 
+/// Messages whose every field is copied as it is, with the field lists the
+/// proto declares (`wire_fields!`).
+macro_rules! mirror_as_in_proto {
+    ($($message:ident),* $(,)?) => {
+        $(wire_fields!($message, mirror!($message <=> $message));)*
+    };
+}
+
 /// Both directions of an enum: its wire value, and its value of a wire
 /// value that is known (unset is `None`; [`super`] says what that means).
 macro_rules! mirror_enum {
@@ -196,51 +208,6 @@ mirror!(EngineCoreOutput <=> EngineCoreOutput { new_token_ids, prefill_stats } b
     events: Vec<crate::protocol::EngineCoreEvent> => Vec<pb::EngineCoreEvent>,
     finish_reason: Option<FinishReason> => i32,
 });
-mirror!(PrefillStats <=> PrefillStats {
-    num_prompt_tokens, num_computed_tokens, num_cached_tokens, num_local_cached_tokens,
-    num_external_cached_tokens,
-});
-
-mirror!(SchedulerStats <=> SchedulerStats {
-    model_name, engine, num_running_reqs, num_waiting_reqs, kv_cache_usage,
-    prefix_cache_queries, prefix_cache_hits, received_at, num_skipped_waiting_reqs,
-    num_kv_fetch_reqs_by_stage, external_prefix_cache_queries, external_prefix_cache_hits,
-    external_prefix_cache_hits_by_source, mm_cache_queries, mm_cache_hits,
-    kv_cache_eviction_events, perf_stats, spec_decoding, running_lora_adapters,
-    waiting_lora_adapters, kv_connector_stats,
-});
-mirror!(KvFetchStages <=> KvFetchStages { waiting_to_start, in_progress, completed_waiting });
-mirror!(ExternalHitsBySource <=> ExternalHitsBySource { host, p2p, disk, external_unspecified });
-mirror!(KvCacheEvictionEvent <=> KvCacheEvictionEvent {
-    lifetime_seconds, idle_seconds, reuse_gaps_seconds,
-});
-mirror!(PerfStats <=> PerfStats {
-    num_flops_per_gpu, num_read_bytes_per_gpu, num_write_bytes_per_gpu,
-});
-mirror!(SpecDecodingStats <=> SpecDecodingStats {
-    num_drafts, num_draft_tokens, num_accepted_tokens, num_accepted_tokens_per_pos,
-});
-
-mirror!(KvConnectorStats <=> KvConnectorStats { nixl, offloading, simple_cpu_offload });
-mirror!(NixlStats <=> NixlStats {
-    transfer_duration, post_duration, bytes_transferred, num_descriptors, num_failed_transfers,
-    num_failed_handshakes, num_failed_notifications, num_kv_expired_reqs,
-    num_notifications_after_expiry,
-});
-mirror!(OffloadingStats <=> OffloadingStats {
-    load_bytes, load_time, load_sizes, store_bytes, store_time, store_sizes, lookup_sync_delays,
-    lookup_async_delays, allocation_failures, stores_skipped, cpu_cache_usage,
-    cpu_cache_write_usage, cpu_cache_read_usage,
-});
-mirror!(SimpleCpuOffloadStats <=> SimpleCpuOffloadStats {
-    save_outcomes, load_blocks, used_blocks, pending_store_blocks,
-});
-mirror!(SaveOutcomes <=> SaveOutcomes {
-    stored, dropped_cpu_full, dropped_request_gone, dropped_null_block, dropped_not_hashed,
-    skipped_already_cached, skipped_in_flight,
-});
-
-mirror!(EngineConfig <=> EngineConfig { model_name, engine, cache_config, max_loras, max_model_len });
 mirror!(SleepState <=> SleepState { model_name, engine } by rule { level: u8 => u32 });
 mirror!(Operation <=> Operation { duration } by rule { operation: OperationKind => i32 });
 
@@ -252,12 +219,26 @@ mirror!(IterationStats <=> IterationStats {
     prompt_token_stats: PromptTokenStats => Option<pb::PromptTokenStats>,
     finished_requests: Vec<FinishedRequest> => Vec<pb::FinishedRequest>,
 });
-mirror!(PromptTokenStats <=> PromptTokenStats {
-    computed, local_cache_hit, external_kv_transfer, cached_tokens, total,
-});
 mirror!(FinishedRequest <=> FinishedRequest {
     request_id, e2e_latency, queued_time, prefill_time, inference_time, decode_time,
     mean_time_per_output_token, num_prompt_tokens, num_generation_tokens, num_preemptions,
     num_cached_tokens, max_tokens_param,
 } by rule { finish_reason: FinishReason => i32 });
-mirror!(PluginDrops <=> PluginDrops { dropped });
+
+mirror_as_in_proto!(
+    PrefillStats,
+    SchedulerStats,
+    KvFetchStages,
+    ExternalHitsBySource,
+    KvCacheEvictionEvent,
+    PerfStats,
+    SpecDecodingStats,
+    KvConnectorStats,
+    NixlStats,
+    OffloadingStats,
+    SimpleCpuOffloadStats,
+    SaveOutcomes,
+    EngineConfig,
+    PromptTokenStats,
+    PluginDrops,
+);
