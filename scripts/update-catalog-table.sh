@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Regenerates docs/CATALOG.md's metric table from src/catalog/.
+# Rewrites docs/CATALOG.md's metric table from the catalog: the output of
+# `cargo run --example catalog_table`, between the table's markers
+# (tests/readme.rs fails until the two agree).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-table=$(cargo test -q --test readme -- --ignored --nocapture print_catalog_table 2>/dev/null | grep '^|')
+table=$(cargo run --quiet --locked --example catalog_table)
 python3 - "$table" <<'PY'
 import sys
 path = "docs/CATALOG.md"

@@ -4,6 +4,9 @@
 //! scripts/test-fast.sh runs.
 
 mod common;
+// The table's one writer: the example prints it, this test compares it.
+#[path = "../examples/catalog_table.rs"]
+mod catalog_table;
 
 use vllm_otel_metrics::catalog::{self, DEFAULT_MAX_MODEL_LEN};
 
@@ -25,7 +28,7 @@ fn catalog_doc_table_is_the_catalog() {
     let end = doc
         .find(END)
         .expect("docs/CATALOG.md has the catalog end marker");
-    let expected = catalog::markdown_table(DEFAULT_MAX_MODEL_LEN);
+    let expected = catalog_table::markdown_table(DEFAULT_MAX_MODEL_LEN);
     assert!(
         doc[start..end] == expected,
         "docs/CATALOG.md's metric table differs from the catalog; run \
@@ -90,14 +93,6 @@ fn testing_doc_lists_every_test_file_and_the_fast_set() {
         fast, none,
         "scripts/test-fast.sh against docs/TESTING.md's *none* rows"
     );
-}
-
-/// Prints the table for docs/CATALOG.md (scripts/update-catalog-table.sh
-/// pastes it): `cargo test --test readme -- --ignored --nocapture`.
-#[test]
-#[ignore = "prints the catalog table; not a check"]
-fn print_catalog_table() {
-    print!("{}", catalog::markdown_table(DEFAULT_MAX_MODEL_LEN));
 }
 
 /// docs/CLI.md's table of `--custom-histogram-buckets` keys is the

@@ -368,38 +368,6 @@ pub fn by_otel_name(otel_name: &str) -> Option<&'static MetricDef> {
     all().find(|def| def.otel_name == otel_name)
 }
 
-/// The catalog as a Markdown table (docs/CATALOG.md's metric table is this text).
-pub fn markdown_table(max_model_len: u32) -> String {
-    let mut out = String::from(
-        "| vLLM name | OTel name | kind | unit | labels | buckets | HELP |\n|---|---|---|---|---|---|---|\n",
-    );
-    for def in all() {
-        let buckets = def
-            .buckets
-            .boundaries(max_model_len)
-            .iter()
-            .map(|b| format!("{b:?}"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let unit = if def.unit.is_empty() {
-            String::new()
-        } else {
-            format!("`{}`", def.unit)
-        };
-        out.push_str(&format!(
-            "| `{}` | `{}` | {} | {} | {} | {} | {} |\n",
-            def.vllm_name,
-            def.otel_name,
-            def.kind.prometheus_type(),
-            unit,
-            def.labels.join(", "),
-            buckets,
-            def.help
-        ));
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
