@@ -458,6 +458,28 @@ def opt_float(obj: dict, key: str) -> Optional[float]:
     return None if v is _MISSING else as_float(v, key)
 
 
+def opt_uint0(obj: dict, key: str) -> int:
+    return opt_uint(obj, key) or 0
+
+
+# Scheduler-stats numbers recorded as they are, each into one family of the
+# tables above: a gauge takes the step's value, a counter adds the step's
+# amount (the family's kind says which), and each is zero from its engine's
+# first record. (family, field, how the field is read.)
+PLAIN_SCHEDULER_NUMBERS = [
+    ("vllm:num_requests_running", "num_running_reqs", req_uint),
+    ("vllm:num_requests_waiting", "num_waiting_reqs", req_uint),
+    ("vllm:kv_cache_usage_perc", "kv_cache_usage", req_float),
+    ("vllm:prefix_cache_queries", "prefix_cache_queries", req_uint),
+    ("vllm:prefix_cache_hits", "prefix_cache_hits", req_uint),
+    ("vllm:external_prefix_cache_queries", "external_prefix_cache_queries", opt_uint0),
+    ("vllm:external_prefix_cache_hits", "external_prefix_cache_hits", opt_uint0),
+    ("vllm:mm_cache_queries", "mm_cache_queries", opt_uint0),
+    ("vllm:mm_cache_hits", "mm_cache_hits", opt_uint0),
+]
+KIND = {name: kind for name, kind, *_ in CATALOG}
+
+
 def nonneg(v: float, key: str) -> float:
     if v < 0:
         raise Invalid(f"field `{key}`: negative value {v!r}")
@@ -561,20 +583,12 @@ class SpecDecoding:
 class SchedulerStatsRec:
     model_name: str
     engine: int
-    num_running_reqs: int
-    num_waiting_reqs: int
-    kv_cache_usage: float
-    prefix_cache_queries: int
-    prefix_cache_hits: int
-    # Issue 14: optional engine-level fields (absent = the defaults below).
+    numbers: dict                   # field -> value, of PLAIN_SCHEDULER_NUMBERS
+    # Optional engine-level fields (absent = the defaults below).
     received_at: Optional[float] = None
     num_skipped_waiting_reqs: int = 0
     kv_fetch_by_stage: Optional[dict] = None          # stage -> count, all 3 stages
-    external_queries: int = 0
-    external_hits: int = 0
     external_hits_by_source: Optional[dict] = None    # as given (validated keys)
-    mm_queries: int = 0
-    mm_hits: int = 0
     eviction_events: list = field(default_factory=list)
     perf: tuple = (0.0, 0.0, 0.0)                     # flops, read bytes, write bytes
     spec_decoding: Optional[SpecDecoding] = None
@@ -754,41 +768,35 @@ def parse_scheduler_stats(obj: dict, max_bytes: int) -> SchedulerStatsRec:
     rec = SchedulerStatsRec(
         model_name=label_value(obj, "model_name", max_bytes),
         engine=req_uint(obj, "engine"),
-        num_running_reqs=req_uint(obj, "num_running_reqs"),
-        num_waiting_reqs=req_uint(obj, "num_waiting_reqs"),
-        kv_cache_usage=req_float(obj, "kv_cache_usage"),
-        prefix_cache_queries=req_uint(obj, "prefix_cache_queries"),
-        prefix_cache_hits=req_uint(obj, "prefix_cache_hits"),
+        numbers={field: read(obj, field) for _, field, read in PLAIN_SCHEDULER_NUMBERS},
     )
+    n = rec.numbers
     rx = opt_float(obj, "received_at")
     rec.received_at = None if rx is None else nonneg(rx, "received_at")
     # 2. waiting by reason.
     skipped = opt_uint(obj, "num_skipped_waiting_reqs")
     rec.num_skipped_waiting_reqs = 0 if skipped is None else skipped
-    if rec.num_skipped_waiting_reqs > rec.num_waiting_reqs:
+    if rec.num_skipped_waiting_reqs > n["num_waiting_reqs"]:
         raise Invalid(f"num_skipped_waiting_reqs {rec.num_skipped_waiting_reqs} > "
-                      f"num_waiting_reqs {rec.num_waiting_reqs}")
+                      f"num_waiting_reqs {n['num_waiting_reqs']}")
     # 3. KV fetch stages (only when present; unknown stage keys are invalid).
     raw = _get(obj, "num_kv_fetch_reqs_by_stage", False)
     if raw is not _MISSING:
         given = parse_count_map(raw, "num_kv_fetch_reqs_by_stage", KV_FETCH_STAGES)
         rec.kv_fetch_by_stage = {s: given.get(s, 0) for s in KV_FETCH_STAGES}
     # 4. external prefix cache.
-    rec.external_queries = opt_uint(obj, "external_prefix_cache_queries") or 0
-    rec.external_hits = opt_uint(obj, "external_prefix_cache_hits") or 0
-    if rec.external_hits > rec.external_queries:
-        raise Invalid(f"external_prefix_cache_hits {rec.external_hits} > "
-                      f"external_prefix_cache_queries {rec.external_queries}")
+    if n["external_prefix_cache_hits"] > n["external_prefix_cache_queries"]:
+        raise Invalid(f"external_prefix_cache_hits {n['external_prefix_cache_hits']} > "
+                      f"external_prefix_cache_queries {n['external_prefix_cache_queries']}")
     # 5. external hits by tier (keys validated; the sum is checked when applying).
     raw = _get(obj, "external_prefix_cache_hits_by_source", False)
     if raw is not _MISSING:
         rec.external_hits_by_source = parse_count_map(
             raw, "external_prefix_cache_hits_by_source", EXTERNAL_SOURCES)
     # 6. multi-modal cache.
-    rec.mm_queries = opt_uint(obj, "mm_cache_queries") or 0
-    rec.mm_hits = opt_uint(obj, "mm_cache_hits") or 0
-    if rec.mm_hits > rec.mm_queries:
-        raise Invalid(f"mm_cache_hits {rec.mm_hits} > mm_cache_queries {rec.mm_queries}")
+    if n["mm_cache_hits"] > n["mm_cache_queries"]:
+        raise Invalid(f"mm_cache_hits {n['mm_cache_hits']} > "
+                      f"mm_cache_queries {n['mm_cache_queries']}")
     # 7. KV block eviction events.
     raw = _get(obj, "kv_cache_eviction_events", False)
     if raw is not _MISSING:
@@ -1226,15 +1234,14 @@ class Tracker:
             return
         self.engines_seen.add(labels)
         m = self.m
-        m.set_gauge("vllm:num_requests_running", labels, 0)
-        m.set_gauge("vllm:num_requests_waiting", labels, 0)
-        m.set_gauge("vllm:kv_cache_usage_perc", labels, 0.0)
+        for name, _, read in PLAIN_SCHEDULER_NUMBERS:
+            zero = 0.0 if read is req_float else 0
+            if KIND[name] == "gauge":
+                m.set_gauge(name, labels, zero)
+            else:
+                m.add(name, labels, zero)
         for reason in WAIT_REASONS:
             m.set_gauge("vllm:num_requests_waiting_by_reason", labels + (reason,), 0)
-        for name in ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits",
-                     "vllm:external_prefix_cache_queries", "vllm:external_prefix_cache_hits",
-                     "vllm:mm_cache_queries", "vllm:mm_cache_hits"):
-            m.add(name, labels, 0)
         for src in CACHE_SOURCES:
             m.add("vllm:prompt_tokens_cached_by_source", labels + (src,), 0)
         for name in ("vllm:estimated_flops_per_gpu", "vllm:estimated_read_bytes_per_gpu",
@@ -1253,38 +1260,35 @@ class Tracker:
         m = self.m
         self.engine_startup(labels)            # first sighting; the record applies on top
         # 1. Gauges take the latest value; the two counters add per-step amounts.
-        m.set_gauge("vllm:num_requests_running", labels, rec.num_running_reqs)
-        m.set_gauge("vllm:num_requests_waiting", labels, rec.num_waiting_reqs)
-        m.set_gauge("vllm:kv_cache_usage_perc", labels, rec.kv_cache_usage)
-        m.add("vllm:prefix_cache_queries", labels, rec.prefix_cache_queries)
-        m.add("vllm:prefix_cache_hits", labels, rec.prefix_cache_hits)
+        n = rec.numbers
+        for name, field_name, _ in PLAIN_SCHEDULER_NUMBERS:
+            if KIND[name] == "gauge":
+                m.set_gauge(name, labels, n[field_name])
+            else:
+                m.add(name, labels, n[field_name])
         # 2. waiting by reason, on every record.
         skipped = rec.num_skipped_waiting_reqs
         m.set_gauge("vllm:num_requests_waiting_by_reason", labels + ("capacity",),
-                    rec.num_waiting_reqs - skipped)
+                    n["num_waiting_reqs"] - skipped)
         m.set_gauge("vllm:num_requests_waiting_by_reason", labels + ("deferred",), skipped)
         # 3. KV fetch stages, only when present (all three stages).
         if rec.kv_fetch_by_stage is not None:
             for stage in KV_FETCH_STAGES:
                 m.set_gauge("vllm:num_requests_kv_fetch_by_stage", labels + (stage,),
                             rec.kv_fetch_by_stage[stage])
-        # 4. external prefix cache.
-        m.add("vllm:external_prefix_cache_queries", labels, rec.external_queries)
-        m.add("vllm:external_prefix_cache_hits", labels, rec.external_hits)
+        # 4. external prefix cache: among the plain numbers above.
         # 5. cached tokens by source: device, then the external tiers (all five added).
         by_tier = {src: 0 for src in EXTERNAL_SOURCES}
         given = rec.external_hits_by_source
-        if given is not None and sum(given.values()) == rec.external_hits:
+        if given is not None and sum(given.values()) == n["external_prefix_cache_hits"]:
             by_tier.update(given)
         else:                                   # absent or inconsistent: vLLM's fallback
-            by_tier["external_unspecified"] = rec.external_hits
+            by_tier["external_unspecified"] = n["external_prefix_cache_hits"]
         m.add("vllm:prompt_tokens_cached_by_source", labels + ("device",),
-              rec.prefix_cache_hits)
+              n["prefix_cache_hits"])
         for src in EXTERNAL_SOURCES:
             m.add("vllm:prompt_tokens_cached_by_source", labels + (src,), by_tier[src])
-        # 6. multi-modal cache.
-        m.add("vllm:mm_cache_queries", labels, rec.mm_queries)
-        m.add("vllm:mm_cache_hits", labels, rec.mm_hits)
+        # 6. multi-modal cache: among the plain numbers above.
         # 7. KV block residency (series appear on their first observation).
         for ev in rec.eviction_events:
             m.observe("vllm:kv_block_lifetime_seconds", labels, ev.lifetime)
