@@ -11,14 +11,16 @@ use super::kv_connector::{KvConnectorHandles, KvConnectorInstruments};
 use super::label_set::with_label;
 use super::meters::{f64_counter, f64_gauge, f64_histogram, u64_counter, u64_gauge, Meters};
 use crate::catalog;
-use crate::protocol::{OperationKind, MAX_SPEC_POSITIONS};
+use crate::protocol::{OperationKind, SchedulerStats, MAX_SPEC_POSITIONS};
 
 /// The families with one series per label set, bound with it and at zero
 /// from its start (vLLM's `create_metric_per_engine`), each written once:
-/// field, kind, value type and catalog entry. A new such family is one line
-/// here plus the tracker's line that records it.
+/// field, kind, value type and catalog entry, and, after `<-`, the
+/// `SchedulerStats` field it takes as it is (a gauge its value, a counter
+/// the step's amount). A new family fed by a new `SchedulerStats` number is
+/// one line here; one fed otherwise is recorded by the tracker.
 macro_rules! plain_families {
-    ($($field:ident: $kind:ident<$value:ident> = $def:ident,)*) => {
+    ($($field:ident: $kind:ident<$value:ident> = $def:ident $(<- $stat:ident)?,)*) => {
         /// The instruments of the plain families.
         pub(crate) struct PlainInstruments {
             $($field: plain_families!(@instrument $kind $value),)*
@@ -47,6 +49,11 @@ macro_rules! plain_families {
             fn start_up(&self) {
                 $(plain_families!(@zero $kind self.$field);)*
             }
+
+            /// Records the numbers of `stats` each family takes as they are.
+            pub(crate) fn record_scheduler_numbers(&self, stats: &SchedulerStats) {
+                $($(plain_families!(@record $kind self.$field, stats.$stat);)?)*
+            }
         }
     };
     (@instrument counter $value:ident) => { Counter<$value> };
@@ -59,18 +66,22 @@ macro_rules! plain_families {
     (@new gauge f64) => { f64_gauge };
     (@zero counter $handle:expr) => { $handle.add(Default::default()) };
     (@zero gauge $handle:expr) => { $handle.record(Default::default()) };
+    (@record counter $handle:expr, $amount:expr) => { $handle.add($amount) };
+    (@record gauge $handle:expr, $value:expr) => { $handle.record($value) };
 }
 
 plain_families! {
-    num_requests_running: gauge<u64> = NUM_REQUESTS_RUNNING,
-    num_requests_waiting: gauge<u64> = NUM_REQUESTS_WAITING,
-    kv_cache_usage: gauge<f64> = KV_CACHE_USAGE,
-    prefix_cache_queries: counter<u64> = PREFIX_CACHE_QUERIES,
-    prefix_cache_hits: counter<u64> = PREFIX_CACHE_HITS,
-    external_prefix_cache_queries: counter<u64> = EXTERNAL_PREFIX_CACHE_QUERIES,
-    external_prefix_cache_hits: counter<u64> = EXTERNAL_PREFIX_CACHE_HITS,
-    mm_cache_queries: counter<u64> = MM_CACHE_QUERIES,
-    mm_cache_hits: counter<u64> = MM_CACHE_HITS,
+    num_requests_running: gauge<u64> = NUM_REQUESTS_RUNNING <- num_running_reqs,
+    num_requests_waiting: gauge<u64> = NUM_REQUESTS_WAITING <- num_waiting_reqs,
+    kv_cache_usage: gauge<f64> = KV_CACHE_USAGE <- kv_cache_usage,
+    prefix_cache_queries: counter<u64> = PREFIX_CACHE_QUERIES <- prefix_cache_queries,
+    prefix_cache_hits: counter<u64> = PREFIX_CACHE_HITS <- prefix_cache_hits,
+    external_prefix_cache_queries: counter<u64> = EXTERNAL_PREFIX_CACHE_QUERIES
+        <- external_prefix_cache_queries,
+    external_prefix_cache_hits: counter<u64> = EXTERNAL_PREFIX_CACHE_HITS
+        <- external_prefix_cache_hits,
+    mm_cache_queries: counter<u64> = MM_CACHE_QUERIES <- mm_cache_queries,
+    mm_cache_hits: counter<u64> = MM_CACHE_HITS <- mm_cache_hits,
     estimated_flops: counter<f64> = ESTIMATED_FLOPS_PER_GPU,
     estimated_read_bytes: counter<f64> = ESTIMATED_READ_BYTES_PER_GPU,
     estimated_write_bytes: counter<f64> = ESTIMATED_WRITE_BYTES_PER_GPU,

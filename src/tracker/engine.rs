@@ -71,20 +71,7 @@ impl EngineRecords {
     /// `SchedulerStats`.
     pub(super) fn scheduler_stats(&mut self, instruments: &Instruments, stats: &SchedulerStats) {
         let handles = instruments.engine_handles(&stats.model_name, stats.engine);
-        handles
-            .plain
-            .num_requests_running
-            .record(stats.num_running_reqs);
-        handles
-            .plain
-            .num_requests_waiting
-            .record(stats.num_waiting_reqs);
-        handles.plain.kv_cache_usage.record(stats.kv_cache_usage);
-        handles
-            .plain
-            .prefix_cache_queries
-            .add(stats.prefix_cache_queries);
-        handles.plain.prefix_cache_hits.add(stats.prefix_cache_hits);
+        handles.plain.record_scheduler_numbers(stats);
         let [capacity, deferred] = &handles.waiting_by_reason;
         capacity.record(stats.waiting_for_capacity());
         deferred.record(stats.num_skipped_waiting_reqs);
@@ -96,21 +83,11 @@ impl EngineRecords {
             in_progress.record(stages.in_progress);
             completed_waiting.record(stages.completed_waiting);
         }
-        handles
-            .plain
-            .external_prefix_cache_queries
-            .add(stats.external_prefix_cache_queries);
-        handles
-            .plain
-            .external_prefix_cache_hits
-            .add(stats.external_prefix_cache_hits);
         let [device, external @ ..] = &handles.cached_by_source;
         device.add(stats.prefix_cache_hits);
         for (counter, hits) in external.iter().zip(stats.external_hits_by_source()) {
             counter.add(hits);
         }
-        handles.plain.mm_cache_queries.add(stats.mm_cache_queries);
-        handles.plain.mm_cache_hits.add(stats.mm_cache_hits);
         if !stats.kv_cache_eviction_events.is_empty() {
             let residency = handles.block_residency(engine);
             for event in &stats.kv_cache_eviction_events {
