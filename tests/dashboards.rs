@@ -56,8 +56,8 @@ use std::time::Instant;
 
 use common::{prometheus, Guard};
 use serde_json::Value;
+use vllm_otel_metrics::catalog;
 use vllm_otel_metrics::catalog::slo::SLO_OUTCOMES;
-use vllm_otel_metrics::catalog::LATENCY_HISTOGRAMS;
 
 const ALERTS: [&str; 5] = [
     "VllmHighPreemptionRate",
@@ -1162,7 +1162,10 @@ fn native_dashboard_is_filtered_described_and_chained() {
         .chain(genai_dashboards())
         .map(|(_, j)| j["uid"].clone())
         .collect();
-    let native: Vec<&str> = LATENCY_HISTOGRAMS.iter().map(|def| def.vllm_name).collect();
+    let native: Vec<&str> = catalog::all()
+        .filter(|def| catalog::is_latency_histogram(def))
+        .map(|def| def.vllm_name)
+        .collect();
     for (path, json) in native_dashboards() {
         let name = path.display();
         assert!(json["uid"].is_string(), "{name}: uid");

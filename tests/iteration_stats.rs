@@ -11,8 +11,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use vllm_otel_metrics::catalog::{
-    Buckets, TokenBuckets, DEFAULT_MAX_MODEL_LEN, ITERATION_BUCKETS, ITL_BUCKETS, LATENCY_BUCKETS,
-    N_BUCKETS, PREEMPTION_BUCKETS, TTFT_BUCKETS,
+    self, Buckets, TokenBuckets, DEFAULT_MAX_MODEL_LEN, PREEMPTION_BUCKETS,
 };
 use vllm_otel_metrics::export::prometheus::format_float;
 
@@ -126,7 +125,7 @@ fn expected() -> Vec<(&'static str, BTreeMap<String, f64>)> {
             "vllm:iteration_tokens_total",
             histogram(
                 "vllm:iteration_tokens_total",
-                ITERATION_BUCKETS,
+                &catalog_bounds("vllm:iteration_tokens_total"),
                 &[112.0, 0.0],
             ),
         ),
@@ -148,7 +147,11 @@ fn expected() -> Vec<(&'static str, BTreeMap<String, f64>)> {
         ),
         (
             "vllm:request_params_n",
-            histogram("vllm:request_params_n", N_BUCKETS, &[1.0]),
+            histogram(
+                "vllm:request_params_n",
+                &catalog_bounds("vllm:request_params_n"),
+                &[1.0],
+            ),
         ),
         (
             "vllm:request_num_preemptions",
@@ -168,13 +171,17 @@ fn expected() -> Vec<(&'static str, BTreeMap<String, f64>)> {
         ),
         (
             "vllm:time_to_first_token_seconds",
-            histogram("vllm:time_to_first_token_seconds", TTFT_BUCKETS, &[0.25]),
+            histogram(
+                "vllm:time_to_first_token_seconds",
+                &catalog_bounds("vllm:time_to_first_token_seconds"),
+                &[0.25],
+            ),
         ),
         (
             "vllm:inter_token_latency_seconds",
             histogram(
                 "vllm:inter_token_latency_seconds",
-                ITL_BUCKETS,
+                &catalog_bounds("vllm:inter_token_latency_seconds"),
                 &[0.02, 0.03, 0.05],
             ),
         ),
@@ -182,7 +189,7 @@ fn expected() -> Vec<(&'static str, BTreeMap<String, f64>)> {
             "vllm:e2e_request_latency_seconds",
             histogram(
                 "vllm:e2e_request_latency_seconds",
-                LATENCY_BUCKETS,
+                &catalog_bounds("vllm:e2e_request_latency_seconds"),
                 &[1.5, 0.5],
             ),
         ),
@@ -190,7 +197,7 @@ fn expected() -> Vec<(&'static str, BTreeMap<String, f64>)> {
             "vllm:request_queue_time_seconds",
             histogram(
                 "vllm:request_queue_time_seconds",
-                LATENCY_BUCKETS,
+                &catalog_bounds("vllm:e2e_request_latency_seconds"),
                 &[0.1, 0.0],
             ),
         ),
@@ -198,7 +205,7 @@ fn expected() -> Vec<(&'static str, BTreeMap<String, f64>)> {
             "vllm:request_prefill_time_seconds",
             histogram(
                 "vllm:request_prefill_time_seconds",
-                LATENCY_BUCKETS,
+                &catalog_bounds("vllm:e2e_request_latency_seconds"),
                 &[0.2, 0.0],
             ),
         ),
@@ -206,7 +213,7 @@ fn expected() -> Vec<(&'static str, BTreeMap<String, f64>)> {
             "vllm:request_inference_time_seconds",
             histogram(
                 "vllm:request_inference_time_seconds",
-                LATENCY_BUCKETS,
+                &catalog_bounds("vllm:e2e_request_latency_seconds"),
                 &[1.3, 0.0],
             ),
         ),
@@ -214,7 +221,7 @@ fn expected() -> Vec<(&'static str, BTreeMap<String, f64>)> {
             "vllm:request_decode_time_seconds",
             histogram(
                 "vllm:request_decode_time_seconds",
-                LATENCY_BUCKETS,
+                &catalog_bounds("vllm:e2e_request_latency_seconds"),
                 &[1.1, 0.0],
             ),
         ),
@@ -222,7 +229,7 @@ fn expected() -> Vec<(&'static str, BTreeMap<String, f64>)> {
             "vllm:request_time_per_output_token_seconds",
             histogram(
                 "vllm:request_time_per_output_token_seconds",
-                ITL_BUCKETS,
+                &catalog_bounds("vllm:inter_token_latency_seconds"),
                 &[0.04, 0.0],
             ),
         ),
@@ -371,7 +378,11 @@ fn invalid_plugin_records_are_located_and_change_nothing() {
     );
     assert_eq!(
         family(&stdout, "vllm:iteration_tokens_total"),
-        histogram("vllm:iteration_tokens_total", ITERATION_BUCKETS, &[3.0])
+        histogram(
+            "vllm:iteration_tokens_total",
+            &catalog_bounds("vllm:iteration_tokens_total"),
+            &[3.0]
+        )
     );
     assert_eq!(
         family(&stdout, "vllm:request_success"),
@@ -443,7 +454,11 @@ fn token_buckets_python_stop_at_the_last_1_2_5_value() {
         );
         assert_eq!(
             family(exposition, "vllm:request_params_n"),
-            histogram("vllm:request_params_n", N_BUCKETS, &[2.0])
+            histogram(
+                "vllm:request_params_n",
+                &catalog_bounds("vllm:request_params_n"),
+                &[2.0]
+            )
         );
     }
     // Exactly at the boundary, and just above the last one.
@@ -515,14 +530,24 @@ fn the_first_record_of_a_label_set_creates_its_series() {
     }
     assert_eq!(
         family(&exposition, "vllm:iteration_tokens_total"),
-        histogram("vllm:iteration_tokens_total", ITERATION_BUCKETS, &[0.0])
+        histogram(
+            "vllm:iteration_tokens_total",
+            &catalog_bounds("vllm:iteration_tokens_total"),
+            &[0.0]
+        )
     );
     for (name, bounds) in [
         ("vllm:request_prompt_tokens", tokens()),
         ("vllm:request_params_max_tokens", tokens()),
         ("vllm:request_num_preemptions", PREEMPTION_BUCKETS.to_vec()),
-        ("vllm:time_to_first_token_seconds", TTFT_BUCKETS.to_vec()),
-        ("vllm:request_decode_time_seconds", LATENCY_BUCKETS.to_vec()),
+        (
+            "vllm:time_to_first_token_seconds",
+            catalog_bounds("vllm:time_to_first_token_seconds"),
+        ),
+        (
+            "vllm:request_decode_time_seconds",
+            catalog_bounds("vllm:e2e_request_latency_seconds"),
+        ),
     ] {
         assert_eq!(
             family(&exposition, name),
@@ -706,4 +731,12 @@ fn extreme_values_are_recorded_and_spans_do_not_panic() {
         (spans[0].start_time, spans[0].end_time),
         (UNIX_EPOCH, UNIX_EPOCH)
     );
+}
+
+/// The boundaries the catalog gives the family `/metrics` names `vllm_name`.
+fn catalog_bounds(vllm_name: &str) -> Vec<f64> {
+    catalog::by_vllm_name(vllm_name)
+        .expect("a catalog family")
+        .buckets
+        .boundaries(DEFAULT_MAX_MODEL_LEN)
 }

@@ -57,7 +57,7 @@ use common::tier::{start_agent, Gateway};
 use common::{prometheus, Guard};
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use serde_json::Value;
-use vllm_otel_metrics::catalog::{LATENCY_HISTOGRAMS, TTFT_BUCKETS};
+use vllm_otel_metrics::catalog::{self, DEFAULT_MAX_MODEL_LEN};
 use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
 use vllm_otel_metrics::instruments::spans::{keys, RequestSpans, SPAN_NAME};
 use vllm_otel_metrics::instruments::Instruments;
@@ -550,7 +550,10 @@ fn native_histograms_through(route: Route) {
 /// classic series.
 fn assert_native_and_classic_series(port: u16) {
     let names = metric_names(port, &format!("{{job=\"{SERVICE}\"}}"));
-    for family in LATENCY_HISTOGRAMS.map(|def| def.vllm_name) {
+    for family in catalog::all()
+        .filter(|def| catalog::is_latency_histogram(def))
+        .map(|def| def.vllm_name)
+    {
         assert!(
             names.iter().any(|n| n == family),
             "{family} is not among the written series: {names:?}"
@@ -588,7 +591,10 @@ fn assert_bridge_keeps_vllm_buckets(server: &Server) {
         })
         .collect();
     bounds.sort_by(f64::total_cmp);
-    let mut want = TTFT_BUCKETS.to_vec();
+    let mut want = catalog::by_vllm_name("vllm:time_to_first_token_seconds")
+        .expect("the TTFT family")
+        .buckets
+        .boundaries(DEFAULT_MAX_MODEL_LEN);
     want.push(f64::INFINITY);
     assert_eq!(bounds, want, "the bridge's TTFT buckets are vLLM's");
 }

@@ -179,7 +179,10 @@ fn bucket_overrides_reach_the_collector_as_on_metrics() {
         ("vllm:request_num_preemptions", vec![1.0, 3.0]),
         (
             "vllm:inter_token_latency_seconds",
-            vllm_otel_metrics::catalog::ITL_BUCKETS.to_vec(),
+            vllm_otel_metrics::catalog::by_vllm_name("vllm:inter_token_latency_seconds")
+                .expect("the ITL family")
+                .buckets
+                .boundaries(vllm_otel_metrics::catalog::DEFAULT_MAX_MODEL_LEN),
         ),
     ];
     for (family, bounds) in &expected {

@@ -171,7 +171,7 @@ fn without_an_explicit_reader_every_reader_gets_exponential_latency() {
     replay_trace(instruments.clone());
     instruments.force_flush().unwrap();
     let exported = exported_histograms(&exporter);
-    for def in catalog::LATENCY_HISTOGRAMS {
+    for def in catalog::all().filter(|def| catalog::is_latency_histogram(def)) {
         assert!(exported[def.otel_name].exponential, "{}", def.otel_name);
     }
     assert!(!exported["vllm.request_num_preemptions"].exponential);

@@ -21,31 +21,33 @@ use std::sync::OnceLock;
 
 use opentelemetry::metrics::{BoundCounter, BoundHistogram, Counter, Meter};
 use opentelemetry::KeyValue;
-use vllm_otel_metrics::catalog::{self, MetricDef, PROMPT_TOKEN_SOURCES};
+use vllm_otel_metrics::catalog::MetricDef;
 use vllm_otel_metrics::protocol::{EngineCoreOutput, FinishReason, PreemptionReason, PrefillStats};
 use vllm_otel_metrics::tracker::RequestParams;
 
-use crate::lifecycle_state::{Lifecycle, Sink, Terminal};
+use crate::lifecycle_state::{family, prompt_token_sources, Lifecycle, Sink, Terminal};
 
 /// The per-request histograms, in the order `RequestMetrics` records the
 /// terminal ones (`max_tokens` last, when set).
-const HISTOGRAMS: [&MetricDef; 15] = [
-    &catalog::REQUEST_PROMPT_TOKENS,
-    &catalog::REQUEST_GENERATION_TOKENS,
-    &catalog::REQUEST_MAX_NUM_GENERATION_TOKENS,
-    &catalog::REQUEST_PARAMS_N,
-    &catalog::REQUEST_NUM_PREEMPTIONS,
-    &catalog::REQUEST_PREFILL_KV_COMPUTED_TOKENS,
-    &catalog::E2E_REQUEST_LATENCY,
-    &catalog::REQUEST_QUEUE_TIME,
-    &catalog::REQUEST_PREFILL_TIME,
-    &catalog::REQUEST_DECODE_TIME,
-    &catalog::REQUEST_INFERENCE_TIME,
-    &catalog::REQUEST_TIME_PER_OUTPUT_TOKEN,
-    &catalog::REQUEST_PARAMS_MAX_TOKENS,
-    &catalog::TIME_TO_FIRST_TOKEN,
-    &catalog::INTER_TOKEN_LATENCY,
-];
+fn histograms() -> [&'static MetricDef; 15] {
+    [
+        family("vllm:request_prompt_tokens"),
+        family("vllm:request_generation_tokens"),
+        family("vllm:request_max_num_generation_tokens"),
+        family("vllm:request_params_n"),
+        family("vllm:request_num_preemptions"),
+        family("vllm:request_prefill_kv_computed_tokens"),
+        family("vllm:e2e_request_latency_seconds"),
+        family("vllm:request_queue_time_seconds"),
+        family("vllm:request_prefill_time_seconds"),
+        family("vllm:request_decode_time_seconds"),
+        family("vllm:request_inference_time_seconds"),
+        family("vllm:request_time_per_output_token_seconds"),
+        family("vllm:request_params_max_tokens"),
+        family("vllm:time_to_first_token_seconds"),
+        family("vllm:inter_token_latency_seconds"),
+    ]
+}
 const MAX_TOKENS: usize = 12;
 const TTFT: usize = 13;
 const ITL: usize = 14;
@@ -56,7 +58,7 @@ enum CounterSlot {
     GenerationTokens = 0,
     NumPreemptions = 1,
     PromptTokens = 2,
-    /// Three, in `PROMPT_TOKEN_SOURCES` order.
+    /// Three, in the catalog's order of prompt token sources.
     PromptTokensBySource = 3,
     PromptTokensCached = 6,
 }
@@ -79,8 +81,8 @@ impl Handles {
     /// the same attributes, as the crate's instruments on that meter.
     pub(crate) fn bind(meter: &Meter, model_name: &str, engine: u32) -> Self {
         let labels = vec![
-            KeyValue::new(catalog::ENGINE_LABELS[0], model_name.to_owned()),
-            KeyValue::new(catalog::ENGINE_LABELS[1], engine.to_string()),
+            KeyValue::new("model_name", model_name.to_owned()),
+            KeyValue::new("engine", engine.to_string()),
         ];
         let with = |name: &'static str, value: &'static str| {
             let mut l = labels.clone();
@@ -94,18 +96,15 @@ impl Handles {
                 .with_description(def.help)
                 .build()
         };
-        let by_source = counter(&catalog::PROMPT_TOKENS_BY_SOURCE);
+        let by_source = counter(family("vllm:prompt_tokens_by_source"));
         let counters = std::array::from_fn(|i| match i {
-            0 => counter(&catalog::GENERATION_TOKENS).bind(&labels),
-            1 => counter(&catalog::NUM_PREEMPTIONS).bind(&labels),
-            2 => counter(&catalog::PROMPT_TOKENS).bind(&labels),
-            3..=5 => by_source.bind(&with(
-                catalog::SOURCE_LABELS[2],
-                PROMPT_TOKEN_SOURCES[i - 3],
-            )),
-            _ => counter(&catalog::PROMPT_TOKENS_CACHED).bind(&labels),
+            0 => counter(family("vllm:generation_tokens")).bind(&labels),
+            1 => counter(family("vllm:num_preemptions")).bind(&labels),
+            2 => counter(family("vllm:prompt_tokens")).bind(&labels),
+            3..=5 => by_source.bind(&with("source", prompt_token_sources()[i - 3])),
+            _ => counter(family("vllm:prompt_tokens_cached")).bind(&labels),
         });
-        let histograms = HISTOGRAMS.map(|def| {
+        let histograms = histograms().map(|def| {
             meter
                 .f64_histogram(def.otel_name)
                 .with_unit(def.unit)
@@ -116,16 +115,15 @@ impl Handles {
         Handles {
             counters,
             request_success: {
-                let instrument = counter(&catalog::REQUEST_SUCCESS);
+                let instrument = counter(family("vllm:request_success"));
                 FinishReason::ALL.map(|reason| {
-                    let series =
-                        instrument.bind(&with(catalog::FINISHED_REASON_LABELS[2], reason.as_str()));
+                    let series = instrument.bind(&with("finished_reason", reason.as_str()));
                     series.add(0);
                     series
                 })
             },
             preemptions_by_reason: Default::default(),
-            preemptions_by_reason_instrument: counter(&catalog::NUM_PREEMPTIONS_BY_REASON),
+            preemptions_by_reason_instrument: counter(family("vllm:num_preemptions_by_reason")),
             labels,
             histograms,
         }
@@ -143,7 +141,7 @@ impl Handles {
         self.preemptions_by_reason[reason].get_or_init(|| {
             let mut labels = self.labels.clone();
             labels.push(KeyValue::new(
-                catalog::PREEMPTION_REASON_LABELS[2],
+                "reason",
                 PreemptionReason::ALL[reason].as_str(),
             ));
             self.preemptions_by_reason_instrument.bind(&labels)

@@ -8,6 +8,7 @@
 //! prompt-token counters from its prefill stats), ITL on later ones, and every
 //! terminal family once when a finish reason arrives.
 
+use vllm_otel_metrics::catalog::{self, MetricDef};
 use vllm_otel_metrics::protocol::{
     EngineCoreOutput, EventType, FinishReason, PreemptionReason, PrefillStats,
 };
@@ -190,4 +191,19 @@ impl<S: Sink> Request<S> {
         self.state
             .observe_output(&self.sink, batch_timestamp, received_at, output)
     }
+}
+
+/// The catalog's family `/metrics` names `vllm_name`: the baselines build
+/// their own instruments from the crate's names, units, HELP and buckets.
+pub(crate) fn family(vllm_name: &str) -> &'static MetricDef {
+    catalog::by_vllm_name(vllm_name).unwrap_or_else(|| panic!("no family {vllm_name}"))
+}
+
+/// The values of `vllm:prompt_tokens_by_source`'s `source` label, in the
+/// catalog's order.
+pub(crate) fn prompt_token_sources() -> [&'static str; 3] {
+    family("vllm:prompt_tokens_by_source")
+        .label_values
+        .try_into()
+        .expect("three prompt token sources")
 }

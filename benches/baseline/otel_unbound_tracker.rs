@@ -11,11 +11,11 @@
 use opentelemetry::metrics::{Counter, Histogram, Meter, MeterProvider as _};
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::metrics::{Aggregation, Instrument, ManualReader, SdkMeterProvider, Stream};
-use vllm_otel_metrics::catalog::{self, MetricDef, PROMPT_TOKEN_SOURCES};
+use vllm_otel_metrics::catalog::{self, MetricDef};
 use vllm_otel_metrics::protocol::{FinishReason, PreemptionReason, PrefillStats};
 use vllm_otel_metrics::tracker::RequestParams;
 
-use crate::lifecycle_state::{Request, Sink, Terminal};
+use crate::lifecycle_state::{family, prompt_token_sources, Request, Sink, Terminal};
 
 /// A meter provider with one explicit-bucket View per catalog histogram, a
 /// ManualReader, and one instrument per per-request family.
@@ -83,28 +83,37 @@ impl Metrics {
             .build();
         let m = provider.meter("lifecycle-bench");
         Metrics {
-            num_preemptions: counter(&m, &NUM_PREEMPTIONS),
-            num_preemptions_by_reason: counter(&m, &NUM_PREEMPTIONS_BY_REASON),
-            prompt_tokens: counter(&m, &PROMPT_TOKENS),
-            prompt_tokens_by_source: counter(&m, &PROMPT_TOKENS_BY_SOURCE),
-            prompt_tokens_cached: counter(&m, &PROMPT_TOKENS_CACHED),
-            generation_tokens: counter(&m, &GENERATION_TOKENS),
-            request_success: counter(&m, &REQUEST_SUCCESS),
-            request_prompt_tokens: histogram(&m, &REQUEST_PROMPT_TOKENS),
-            request_generation_tokens: histogram(&m, &REQUEST_GENERATION_TOKENS),
-            request_max_num_generation_tokens: histogram(&m, &REQUEST_MAX_NUM_GENERATION_TOKENS),
-            request_params_max_tokens: histogram(&m, &REQUEST_PARAMS_MAX_TOKENS),
-            request_params_n: histogram(&m, &REQUEST_PARAMS_N),
-            request_num_preemptions: histogram(&m, &REQUEST_NUM_PREEMPTIONS),
-            request_prefill_kv_computed_tokens: histogram(&m, &REQUEST_PREFILL_KV_COMPUTED_TOKENS),
-            time_to_first_token: histogram(&m, &TIME_TO_FIRST_TOKEN),
-            inter_token_latency: histogram(&m, &INTER_TOKEN_LATENCY),
-            e2e_request_latency: histogram(&m, &E2E_REQUEST_LATENCY),
-            request_queue_time: histogram(&m, &REQUEST_QUEUE_TIME),
-            request_prefill_time: histogram(&m, &REQUEST_PREFILL_TIME),
-            request_decode_time: histogram(&m, &REQUEST_DECODE_TIME),
-            request_inference_time: histogram(&m, &REQUEST_INFERENCE_TIME),
-            request_time_per_output_token: histogram(&m, &REQUEST_TIME_PER_OUTPUT_TOKEN),
+            num_preemptions: counter(&m, family("vllm:num_preemptions")),
+            num_preemptions_by_reason: counter(&m, family("vllm:num_preemptions_by_reason")),
+            prompt_tokens: counter(&m, family("vllm:prompt_tokens")),
+            prompt_tokens_by_source: counter(&m, family("vllm:prompt_tokens_by_source")),
+            prompt_tokens_cached: counter(&m, family("vllm:prompt_tokens_cached")),
+            generation_tokens: counter(&m, family("vllm:generation_tokens")),
+            request_success: counter(&m, family("vllm:request_success")),
+            request_prompt_tokens: histogram(&m, family("vllm:request_prompt_tokens")),
+            request_generation_tokens: histogram(&m, family("vllm:request_generation_tokens")),
+            request_max_num_generation_tokens: histogram(
+                &m,
+                family("vllm:request_max_num_generation_tokens"),
+            ),
+            request_params_max_tokens: histogram(&m, family("vllm:request_params_max_tokens")),
+            request_params_n: histogram(&m, family("vllm:request_params_n")),
+            request_num_preemptions: histogram(&m, family("vllm:request_num_preemptions")),
+            request_prefill_kv_computed_tokens: histogram(
+                &m,
+                family("vllm:request_prefill_kv_computed_tokens"),
+            ),
+            time_to_first_token: histogram(&m, family("vllm:time_to_first_token_seconds")),
+            inter_token_latency: histogram(&m, family("vllm:inter_token_latency_seconds")),
+            e2e_request_latency: histogram(&m, family("vllm:e2e_request_latency_seconds")),
+            request_queue_time: histogram(&m, family("vllm:request_queue_time_seconds")),
+            request_prefill_time: histogram(&m, family("vllm:request_prefill_time_seconds")),
+            request_decode_time: histogram(&m, family("vllm:request_decode_time_seconds")),
+            request_inference_time: histogram(&m, family("vllm:request_inference_time_seconds")),
+            request_time_per_output_token: histogram(
+                &m,
+                family("vllm:request_time_per_output_token_seconds"),
+            ),
             _provider: provider,
         }
     }
@@ -121,18 +130,16 @@ pub(crate) struct Attributes {
 impl Attributes {
     pub(crate) fn new(model_name: &str, engine: u32) -> Self {
         let base = [
-            KeyValue::new(catalog::ENGINE_LABELS[0], model_name.to_owned()),
-            KeyValue::new(catalog::ENGINE_LABELS[1], engine.to_string()),
+            KeyValue::new("model_name", model_name.to_owned()),
+            KeyValue::new("engine", engine.to_string()),
         ];
         let with = |name: &'static str, value: &'static str| {
             [base[0].clone(), base[1].clone(), KeyValue::new(name, value)]
         };
         Attributes {
-            sources: PROMPT_TOKEN_SOURCES.map(|s| with(catalog::SOURCE_LABELS[2], s)),
-            finished: FinishReason::ALL
-                .map(|r| with(catalog::FINISHED_REASON_LABELS[2], r.as_str())),
-            reasons: PreemptionReason::ALL
-                .map(|r| with(catalog::PREEMPTION_REASON_LABELS[2], r.as_str())),
+            sources: prompt_token_sources().map(|s| with("source", s)),
+            finished: FinishReason::ALL.map(|r| with("finished_reason", r.as_str())),
+            reasons: PreemptionReason::ALL.map(|r| with("reason", r.as_str())),
             engine: base,
         }
     }

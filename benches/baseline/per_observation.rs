@@ -16,7 +16,9 @@ use std::time::Instant;
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
-use vllm_otel_metrics::catalog::{self, ITL_BUCKETS};
+use vllm_otel_metrics::catalog::DEFAULT_MAX_MODEL_LEN;
+
+use crate::lifecycle_state::family;
 
 const VALUES: [f64; 4] = [0.018, 0.022, 0.026, 0.030];
 
@@ -46,8 +48,8 @@ pub(crate) fn measure(
     providers: [&SdkMeterProvider; 2],
 ) -> Vec<(&'static str, f64)> {
     let attributes = [
-        KeyValue::new(catalog::ENGINE_LABELS[0], "per-observation"),
-        KeyValue::new(catalog::ENGINE_LABELS[1], "0"),
+        KeyValue::new("model_name", "per-observation"),
+        KeyValue::new("engine", "0"),
     ];
     let value = |i: usize| black_box(VALUES[i & 3]);
     let mut results = Vec::new();
@@ -61,15 +63,15 @@ pub(crate) fn measure(
     ] {
         let meter = provider.meter(vllm_otel_metrics::instruments::SCOPE_NAME);
         let histogram = meter
-            .f64_histogram(catalog::INTER_TOKEN_LATENCY.otel_name)
-            .with_unit(catalog::INTER_TOKEN_LATENCY.unit)
-            .with_description(catalog::INTER_TOKEN_LATENCY.help)
+            .f64_histogram(family("vllm:inter_token_latency_seconds").otel_name)
+            .with_unit(family("vllm:inter_token_latency_seconds").unit)
+            .with_description(family("vllm:inter_token_latency_seconds").help)
             .build()
             .bind(&attributes);
         let counter = meter
-            .u64_counter(catalog::GENERATION_TOKENS.otel_name)
-            .with_unit(catalog::GENERATION_TOKENS.unit)
-            .with_description(catalog::GENERATION_TOKENS.help)
+            .u64_counter(family("vllm:generation_tokens").otel_name)
+            .with_unit(family("vllm:generation_tokens").unit)
+            .with_description(family("vllm:generation_tokens").help)
             .build()
             .bind(&attributes);
         results.push((
@@ -82,7 +84,7 @@ pub(crate) fn measure(
         ));
     }
 
-    let histogram = prometheus_client::metrics::histogram::Histogram::new(ITL_BUCKETS.to_vec());
+    let histogram = prometheus_client::metrics::histogram::Histogram::new(itl_buckets());
     let counter = prometheus_client::metrics::counter::Counter::<u64>::default();
     results.push((
         "prometheus_client_histogram",
@@ -102,7 +104,7 @@ pub(crate) fn measure(
             atomic.fetch_add(black_box(1), Ordering::Relaxed);
         }),
     ));
-    let bounds = ITL_BUCKETS.to_vec();
+    let bounds = itl_buckets();
     let state = Mutex::new((vec![0u64; bounds.len() + 1], 0u64, 0f64));
     results.push((
         "mutex_histogram_binary",
@@ -116,4 +118,11 @@ pub(crate) fn measure(
         }),
     ));
     results
+}
+
+/// The inter-token latency histogram's boundaries.
+fn itl_buckets() -> Vec<f64> {
+    family("vllm:inter_token_latency_seconds")
+        .buckets
+        .boundaries(DEFAULT_MAX_MODEL_LEN)
 }

@@ -18,10 +18,10 @@ use prometheus_client::metrics::family::{Family, MetricConstructor};
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::TypedMetric;
 use prometheus_client::registry::Registry;
-use vllm_otel_metrics::catalog::{self, MetricDef, PROMPT_TOKEN_SOURCES};
+use vllm_otel_metrics::catalog::MetricDef;
 use vllm_otel_metrics::protocol::{FinishReason, PreemptionReason, PrefillStats};
 
-use crate::lifecycle_state::{Sink, Terminal};
+use crate::lifecycle_state::{family, prompt_token_sources, Sink, Terminal};
 
 /// Labels `model_name`, `engine`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -139,41 +139,60 @@ fn histogram<H: TrackerHistogram>(
 
 impl<H: TrackerHistogram> Metrics<H> {
     pub(crate) fn new(max_model_len: u32) -> Self {
-        use catalog::*;
         let mut r = Registry::default();
         let len = max_model_len;
         Metrics {
-            num_preemptions: counter(&mut r, &NUM_PREEMPTIONS),
-            num_preemptions_by_reason: counter(&mut r, &NUM_PREEMPTIONS_BY_REASON),
-            prompt_tokens: counter(&mut r, &PROMPT_TOKENS),
-            prompt_tokens_by_source: counter(&mut r, &PROMPT_TOKENS_BY_SOURCE),
-            prompt_tokens_cached: counter(&mut r, &PROMPT_TOKENS_CACHED),
-            generation_tokens: counter(&mut r, &GENERATION_TOKENS),
-            request_success: counter(&mut r, &REQUEST_SUCCESS),
-            iteration_tokens: histogram(&mut r, &ITERATION_TOKENS, len),
-            request_prompt_tokens: histogram(&mut r, &REQUEST_PROMPT_TOKENS, len),
-            request_generation_tokens: histogram(&mut r, &REQUEST_GENERATION_TOKENS, len),
+            num_preemptions: counter(&mut r, family("vllm:num_preemptions")),
+            num_preemptions_by_reason: counter(&mut r, family("vllm:num_preemptions_by_reason")),
+            prompt_tokens: counter(&mut r, family("vllm:prompt_tokens")),
+            prompt_tokens_by_source: counter(&mut r, family("vllm:prompt_tokens_by_source")),
+            prompt_tokens_cached: counter(&mut r, family("vllm:prompt_tokens_cached")),
+            generation_tokens: counter(&mut r, family("vllm:generation_tokens")),
+            request_success: counter(&mut r, family("vllm:request_success")),
+            iteration_tokens: histogram(&mut r, family("vllm:iteration_tokens_total"), len),
+            request_prompt_tokens: histogram(&mut r, family("vllm:request_prompt_tokens"), len),
+            request_generation_tokens: histogram(
+                &mut r,
+                family("vllm:request_generation_tokens"),
+                len,
+            ),
             request_max_num_generation_tokens: histogram(
                 &mut r,
-                &REQUEST_MAX_NUM_GENERATION_TOKENS,
+                family("vllm:request_max_num_generation_tokens"),
                 len,
             ),
-            request_params_max_tokens: histogram(&mut r, &REQUEST_PARAMS_MAX_TOKENS, len),
-            request_params_n: histogram(&mut r, &REQUEST_PARAMS_N, len),
-            request_num_preemptions: histogram(&mut r, &REQUEST_NUM_PREEMPTIONS, len),
+            request_params_max_tokens: histogram(
+                &mut r,
+                family("vllm:request_params_max_tokens"),
+                len,
+            ),
+            request_params_n: histogram(&mut r, family("vllm:request_params_n"), len),
+            request_num_preemptions: histogram(&mut r, family("vllm:request_num_preemptions"), len),
             request_prefill_kv_computed_tokens: histogram(
                 &mut r,
-                &REQUEST_PREFILL_KV_COMPUTED_TOKENS,
+                family("vllm:request_prefill_kv_computed_tokens"),
                 len,
             ),
-            time_to_first_token: histogram(&mut r, &TIME_TO_FIRST_TOKEN, len),
-            inter_token_latency: histogram(&mut r, &INTER_TOKEN_LATENCY, len),
-            e2e_request_latency: histogram(&mut r, &E2E_REQUEST_LATENCY, len),
-            request_queue_time: histogram(&mut r, &REQUEST_QUEUE_TIME, len),
-            request_prefill_time: histogram(&mut r, &REQUEST_PREFILL_TIME, len),
-            request_decode_time: histogram(&mut r, &REQUEST_DECODE_TIME, len),
-            request_inference_time: histogram(&mut r, &REQUEST_INFERENCE_TIME, len),
-            request_time_per_output_token: histogram(&mut r, &REQUEST_TIME_PER_OUTPUT_TOKEN, len),
+            time_to_first_token: histogram(&mut r, family("vllm:time_to_first_token_seconds"), len),
+            inter_token_latency: histogram(&mut r, family("vllm:inter_token_latency_seconds"), len),
+            e2e_request_latency: histogram(&mut r, family("vllm:e2e_request_latency_seconds"), len),
+            request_queue_time: histogram(&mut r, family("vllm:request_queue_time_seconds"), len),
+            request_prefill_time: histogram(
+                &mut r,
+                family("vllm:request_prefill_time_seconds"),
+                len,
+            ),
+            request_decode_time: histogram(&mut r, family("vllm:request_decode_time_seconds"), len),
+            request_inference_time: histogram(
+                &mut r,
+                family("vllm:request_inference_time_seconds"),
+                len,
+            ),
+            request_time_per_output_token: histogram(
+                &mut r,
+                family("vllm:request_time_per_output_token_seconds"),
+                len,
+            ),
             registry: r,
         }
     }
@@ -199,7 +218,7 @@ impl LabelSet {
     pub(crate) fn new(model_name: &str, engine: u32) -> Self {
         let model_name = model_name.to_owned();
         LabelSet {
-            sources: PROMPT_TOKEN_SOURCES.map(|source| SourceLabels {
+            sources: prompt_token_sources().map(|source| SourceLabels {
                 model_name: model_name.clone(),
                 engine,
                 source,

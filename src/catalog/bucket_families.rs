@@ -11,7 +11,8 @@
 //! use vllm_otel_metrics::catalog::{self, bucket_family};
 //!
 //! let latency = bucket_family("request_latency").unwrap();
-//! assert!(latency.members.contains(&&catalog::E2E_REQUEST_LATENCY));
+//! let e2e = catalog::by_vllm_name("vllm:e2e_request_latency_seconds").unwrap();
+//! assert!(latency.members.contains(&e2e));
 //! assert_eq!(
 //!     catalog::bucket_family_of(&catalog::REQUEST_NUM_PREEMPTIONS).unwrap().key,
 //!     "request_num_preemptions"
@@ -118,7 +119,7 @@ pub const BUCKET_FAMILIES: [BucketFamily; 16] = [
 
 /// The latency histograms: the ones `--otlp-histograms exponential` sends
 /// over OTLP as base-2 exponential histograms.
-pub const LATENCY_HISTOGRAMS: [&MetricDef; 8] = [
+pub(crate) const LATENCY_HISTOGRAMS: [&MetricDef; 8] = [
     &TIME_TO_FIRST_TOKEN,
     &INTER_TOKEN_LATENCY,
     &E2E_REQUEST_LATENCY,

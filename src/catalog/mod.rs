@@ -68,12 +68,13 @@ pub mod slo;
 mod telemetry;
 
 pub use bucket_families::*;
-pub use engine::*;
-pub use kv_connector::*;
+pub(crate) use engine::*;
+pub(crate) use kv_connector::*;
 pub use reasons::{EvictReason, RejectReason};
-pub use request::*;
-pub use scheduler::*;
-pub use telemetry::*;
+pub use request::REQUEST_NUM_PREEMPTIONS;
+pub(crate) use request::*;
+pub(crate) use scheduler::*;
+pub(crate) use telemetry::*;
 
 /// How a family aggregates, which decides its instrument and exposition type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -220,47 +221,47 @@ impl MetricDef {
 }
 
 /// Label names shared by every vLLM family.
-pub const ENGINE_LABELS: &[&str] = &["model_name", "engine"];
+pub(crate) const ENGINE_LABELS: &[&str] = &["model_name", "engine"];
 /// Labels of `vllm:request_success`.
-pub const FINISHED_REASON_LABELS: &[&str] = &["model_name", "engine", "finished_reason"];
+pub(crate) const FINISHED_REASON_LABELS: &[&str] = &["model_name", "engine", "finished_reason"];
 /// Values of its `finished_reason` label (vLLM's `FinishReason`, as
 /// `str(reason)` writes it in `vllm/v1/engine/__init__.py`).
-pub const FINISHED_REASONS: [&str; 5] = ["stop", "length", "abort", "error", "repetition"];
+pub(crate) const FINISHED_REASONS: [&str; 5] = ["stop", "length", "abort", "error", "repetition"];
 /// Labels of `vllm:num_preemptions_by_reason`.
-pub const PREEMPTION_REASON_LABELS: &[&str] = &["model_name", "engine", "reason"];
+pub(crate) const PREEMPTION_REASON_LABELS: &[&str] = &["model_name", "engine", "reason"];
 /// Values of its `reason` label (vLLM PR #58037), in the order of
 /// [`PreemptionReason::ALL`](crate::protocol::PreemptionReason::ALL).
-pub const PREEMPTION_REASONS: [&str; 3] = ["kv_full", "priority", "prefix_cache_reset"];
+pub(crate) const PREEMPTION_REASONS: [&str; 3] = ["kv_full", "priority", "prefix_cache_reset"];
 /// Labels of `vllm:prompt_tokens_by_source`.
-pub const SOURCE_LABELS: &[&str] = &["model_name", "engine", "source"];
+pub(crate) const SOURCE_LABELS: &[&str] = &["model_name", "engine", "source"];
 /// Labels of the self-telemetry counters.
-pub const REASON_LABELS: &[&str] = &["reason"];
+pub(crate) const REASON_LABELS: &[&str] = &["reason"];
 
 /// Values of the `source` label, in the order prefill stats report them:
 /// computed locally, hit in the local prefix cache, transferred from an external KV store.
-pub const PROMPT_TOKEN_SOURCES: [&str; 3] =
+pub(crate) const PROMPT_TOKEN_SOURCES: [&str; 3] =
     ["local_compute", "local_cache_hit", "external_kv_transfer"];
 
 /// Preemptions per request.
 pub const PREEMPTION_BUCKETS: &[f64] = &[1.0, 2.0, 3.0, 4.0, 5.0, 10.0, 20.0];
 /// The `n` request parameter.
-pub const N_BUCKETS: &[f64] = &[1.0, 2.0, 5.0, 10.0, 20.0];
+pub(crate) const N_BUCKETS: &[f64] = &[1.0, 2.0, 5.0, 10.0, 20.0];
 /// Tokens per engine step.
-pub const ITERATION_BUCKETS: &[f64] = &[
+pub(crate) const ITERATION_BUCKETS: &[f64] = &[
     1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0,
 ];
 /// Time to first token.
-pub const TTFT_BUCKETS: &[f64] = &[
+pub(crate) const TTFT_BUCKETS: &[f64] = &[
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
     20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
 ];
 /// Inter-token latency and time per output token.
-pub const ITL_BUCKETS: &[f64] = &[
+pub(crate) const ITL_BUCKETS: &[f64] = &[
     0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
     40.0, 80.0,
 ];
 /// Request phase latencies.
-pub const LATENCY_BUCKETS: &[f64] = &[
+pub(crate) const LATENCY_BUCKETS: &[f64] = &[
     0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
     480.0, 960.0, 1920.0, 7680.0,
 ];
@@ -355,6 +356,21 @@ pub fn all() -> impl Iterator<Item = &'static MetricDef> {
         .chain(KV_CONNECTOR.iter().copied())
         .chain(SELF_TELEMETRY)
         .chain(slo::ALL)
+}
+
+/// The family `/metrics` names `vllm_name` (`vllm:request_num_preemptions`),
+/// if the catalog has it.
+///
+/// ```
+/// use vllm_otel_metrics::catalog;
+///
+/// let def = catalog::by_vllm_name("vllm:request_num_preemptions").unwrap();
+/// assert_eq!(def.otel_name, "vllm.request_num_preemptions");
+/// assert_eq!(def.buckets.boundaries(catalog::DEFAULT_MAX_MODEL_LEN), catalog::PREEMPTION_BUCKETS);
+/// assert!(catalog::by_vllm_name("vllm:no_such_family").is_none());
+/// ```
+pub fn by_vllm_name(vllm_name: &str) -> Option<&'static MetricDef> {
+    all().find(|def| def.vllm_name == vllm_name)
 }
 
 /// How many series one `(model_name, engine)` label set has in `def`: one,

@@ -10,7 +10,7 @@ use super::{
 };
 
 /// Engine-wide preemption events.
-pub const NUM_PREEMPTIONS: MetricDef = counter(
+pub(crate) const NUM_PREEMPTIONS: MetricDef = counter(
     vllm!("num_preemptions"),
     "{preemption}",
     "Cumulative number of preemption events.",
@@ -18,7 +18,7 @@ pub const NUM_PREEMPTIONS: MetricDef = counter(
 );
 /// Preemption events by reason (vLLM PR #58037); the reasons sum to
 /// `vllm:num_preemptions`.
-pub const NUM_PREEMPTIONS_BY_REASON: MetricDef = counter(
+pub(crate) const NUM_PREEMPTIONS_BY_REASON: MetricDef = counter(
     vllm!("num_preemptions_by_reason"),
     "{preemption}",
     "Cumulative number of preemption events, by reason.",
@@ -26,14 +26,14 @@ pub const NUM_PREEMPTIONS_BY_REASON: MetricDef = counter(
 )
 .with_label_values(&PREEMPTION_REASONS);
 /// Prompt tokens, cache hits included.
-pub const PROMPT_TOKENS: MetricDef = counter(
+pub(crate) const PROMPT_TOKENS: MetricDef = counter(
     vllm!("prompt_tokens"),
     "{token}",
     "Prompt tokens summed over sequences, including prefix-cache hits; each parallel-sampling child counts its prompt separately. Equals the sum of vllm:prompt_tokens_by_source_total.",
     ENGINE_LABELS,
 );
 /// Prompt tokens by where their KV came from.
-pub const PROMPT_TOKENS_BY_SOURCE: MetricDef = counter(
+pub(crate) const PROMPT_TOKENS_BY_SOURCE: MetricDef = counter(
     vllm!("prompt_tokens_by_source"),
     "{token}",
     "Number of prompt tokens by source.",
@@ -41,21 +41,21 @@ pub const PROMPT_TOKENS_BY_SOURCE: MetricDef = counter(
 )
 .with_label_values(&PROMPT_TOKEN_SOURCES);
 /// Prompt tokens served from the prefix cache.
-pub const PROMPT_TOKENS_CACHED: MetricDef = counter(
+pub(crate) const PROMPT_TOKENS_CACHED: MetricDef = counter(
     vllm!("prompt_tokens_cached"),
     "{token}",
     "Number of prompt tokens with prefix cache hits.",
     ENGINE_LABELS,
 );
 /// Generated tokens.
-pub const GENERATION_TOKENS: MetricDef = counter(
+pub(crate) const GENERATION_TOKENS: MetricDef = counter(
     vllm!("generation_tokens"),
     "{token}",
     "Number of generation tokens processed.",
     ENGINE_LABELS,
 );
 /// Terminated requests by finish reason.
-pub const REQUEST_SUCCESS: MetricDef = counter(
+pub(crate) const REQUEST_SUCCESS: MetricDef = counter(
     vllm!("request_success"),
     "{request}",
     "Count of successfully processed requests.",
@@ -63,42 +63,42 @@ pub const REQUEST_SUCCESS: MetricDef = counter(
 )
 .with_label_values(&FINISHED_REASONS);
 /// Tokens per engine output batch.
-pub const ITERATION_TOKENS: MetricDef = histogram(
+pub(crate) const ITERATION_TOKENS: MetricDef = histogram(
     vllm!("iteration_tokens_total"),
     "{token}",
     "Histogram of computed prompt and generated tokens per nonempty engine output batch.",
     Buckets::Fixed(ITERATION_BUCKETS),
 );
 /// Prompt length per finished request.
-pub const REQUEST_PROMPT_TOKENS: MetricDef = histogram(
+pub(crate) const REQUEST_PROMPT_TOKENS: MetricDef = histogram(
     vllm!("request_prompt_tokens"),
     "{token}",
     "Prompt length of each finished sequence; each parallel-sampling child is one observation.",
     Buckets::Tokens,
 );
 /// Generated tokens per finished request.
-pub const REQUEST_GENERATION_TOKENS: MetricDef = histogram(
+pub(crate) const REQUEST_GENERATION_TOKENS: MetricDef = histogram(
     vllm!("request_generation_tokens"),
     "{token}",
     "Number of generation tokens processed.",
     Buckets::Tokens,
 );
 /// Maximum generated tokens per finished request.
-pub const REQUEST_MAX_NUM_GENERATION_TOKENS: MetricDef = histogram(
+pub(crate) const REQUEST_MAX_NUM_GENERATION_TOKENS: MetricDef = histogram(
     vllm!("request_max_num_generation_tokens"),
     "{token}",
     "Histogram of maximum number of requested generation tokens.",
     Buckets::Tokens,
 );
 /// The `max_tokens` request parameter.
-pub const REQUEST_PARAMS_MAX_TOKENS: MetricDef = histogram(
+pub(crate) const REQUEST_PARAMS_MAX_TOKENS: MetricDef = histogram(
     vllm!("request_params_max_tokens"),
     "{token}",
     "Histogram of the max_tokens request parameter.",
     Buckets::Tokens,
 );
 /// The `n` request parameter.
-pub const REQUEST_PARAMS_N: MetricDef = histogram(
+pub(crate) const REQUEST_PARAMS_N: MetricDef = histogram(
     vllm!("request_params_n"),
     "{sequence}",
     "Histogram of the n request parameter.",
@@ -112,63 +112,63 @@ pub const REQUEST_NUM_PREEMPTIONS: MetricDef = histogram(
     Buckets::Fixed(PREEMPTION_BUCKETS),
 );
 /// KV tokens computed during prefill (cache hits excluded).
-pub const REQUEST_PREFILL_KV_COMPUTED_TOKENS: MetricDef = histogram(
+pub(crate) const REQUEST_PREFILL_KV_COMPUTED_TOKENS: MetricDef = histogram(
     vllm!("request_prefill_kv_computed_tokens"),
     "{token}",
     "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
     Buckets::Tokens,
 );
 /// Time to first token.
-pub const TIME_TO_FIRST_TOKEN: MetricDef = histogram(
+pub(crate) const TIME_TO_FIRST_TOKEN: MetricDef = histogram(
     vllm!("time_to_first_token_seconds"),
     "s",
     "Histogram of time to first token in seconds.",
     Buckets::Fixed(TTFT_BUCKETS),
 );
 /// Inter-token latency.
-pub const INTER_TOKEN_LATENCY: MetricDef = histogram(
+pub(crate) const INTER_TOKEN_LATENCY: MetricDef = histogram(
     vllm!("inter_token_latency_seconds"),
     "s",
     "Histogram of inter-token latency in seconds.",
     Buckets::Fixed(ITL_BUCKETS),
 );
 /// End-to-end latency.
-pub const E2E_REQUEST_LATENCY: MetricDef = histogram(
+pub(crate) const E2E_REQUEST_LATENCY: MetricDef = histogram(
     vllm!("e2e_request_latency_seconds"),
     "s",
     "Histogram of e2e request latency in seconds.",
     Buckets::Fixed(LATENCY_BUCKETS),
 );
 /// Time in the WAITING phase.
-pub const REQUEST_QUEUE_TIME: MetricDef = histogram(
+pub(crate) const REQUEST_QUEUE_TIME: MetricDef = histogram(
     vllm!("request_queue_time_seconds"),
     "s",
     "Histogram of time spent in WAITING phase for request.",
     Buckets::Fixed(LATENCY_BUCKETS),
 );
 /// Time in the PREFILL phase.
-pub const REQUEST_PREFILL_TIME: MetricDef = histogram(
+pub(crate) const REQUEST_PREFILL_TIME: MetricDef = histogram(
     vllm!("request_prefill_time_seconds"),
     "s",
     "Histogram of time spent in PREFILL phase for request.",
     Buckets::Fixed(LATENCY_BUCKETS),
 );
 /// Time in the DECODE phase.
-pub const REQUEST_DECODE_TIME: MetricDef = histogram(
+pub(crate) const REQUEST_DECODE_TIME: MetricDef = histogram(
     vllm!("request_decode_time_seconds"),
     "s",
     "Histogram of time spent in DECODE phase for request.",
     Buckets::Fixed(LATENCY_BUCKETS),
 );
 /// Time in the RUNNING phase.
-pub const REQUEST_INFERENCE_TIME: MetricDef = histogram(
+pub(crate) const REQUEST_INFERENCE_TIME: MetricDef = histogram(
     vllm!("request_inference_time_seconds"),
     "s",
     "Histogram of time spent in RUNNING phase for request.",
     Buckets::Fixed(LATENCY_BUCKETS),
 );
 /// Decode time per output token after the first.
-pub const REQUEST_TIME_PER_OUTPUT_TOKEN: MetricDef = histogram(
+pub(crate) const REQUEST_TIME_PER_OUTPUT_TOKEN: MetricDef = histogram(
     vllm!("request_time_per_output_token_seconds"),
     "s",
     "Histogram of time_per_output_token_seconds per request.",
@@ -177,7 +177,7 @@ pub const REQUEST_TIME_PER_OUTPUT_TOKEN: MetricDef = histogram(
 
 /// The per-request tier, in exposition order: counts and token histograms,
 /// then the latency histograms.
-pub const PER_REQUEST: [&MetricDef; 23] = super::concat(
+pub(crate) const PER_REQUEST: [&MetricDef; 23] = super::concat(
     [
         &NUM_PREEMPTIONS,
         &NUM_PREEMPTIONS_BY_REASON,

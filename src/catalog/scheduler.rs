@@ -3,21 +3,21 @@
 use super::{counter, gauge, MetricDef, ValueType, ENGINE_LABELS};
 
 /// Requests in the running batch.
-pub const NUM_REQUESTS_RUNNING: MetricDef = gauge(
+pub(crate) const NUM_REQUESTS_RUNNING: MetricDef = gauge(
     vllm!("num_requests_running"),
     "{request}",
     "Number of requests in model execution batches.",
     ValueType::Integer,
 );
 /// Requests in the waiting queue.
-pub const NUM_REQUESTS_WAITING: MetricDef = gauge(
+pub(crate) const NUM_REQUESTS_WAITING: MetricDef = gauge(
     vllm!("num_requests_waiting"),
     "{request}",
     "Number of requests waiting to be processed.",
     ValueType::Integer,
 );
 /// KV-cache usage as a fraction.
-pub const KV_CACHE_USAGE: MetricDef = gauge(
+pub(crate) const KV_CACHE_USAGE: MetricDef = gauge(
     vllm!("kv_cache_usage_perc"),
     // Not UCUM "1": OTLP-to-Prometheus translators append `_ratio` for it,
     // which would break vLLM's name.
@@ -26,14 +26,14 @@ pub const KV_CACHE_USAGE: MetricDef = gauge(
     ValueType::Float,
 );
 /// Tokens looked up in the prefix cache.
-pub const PREFIX_CACHE_QUERIES: MetricDef = counter(
+pub(crate) const PREFIX_CACHE_QUERIES: MetricDef = counter(
     vllm!("prefix_cache_queries"),
     "{token}",
     "Prefix cache queries, in terms of number of queried tokens.",
     ENGINE_LABELS,
 );
 /// Tokens found in the prefix cache.
-pub const PREFIX_CACHE_HITS: MetricDef = counter(
+pub(crate) const PREFIX_CACHE_HITS: MetricDef = counter(
     vllm!("prefix_cache_hits"),
     "{token}",
     "Prefix cache hits, in terms of number of cached tokens.",
@@ -41,7 +41,7 @@ pub const PREFIX_CACHE_HITS: MetricDef = counter(
 );
 
 /// The scheduler tier, in exposition order.
-pub const SCHEDULER: &[&MetricDef] = &[
+pub(crate) const SCHEDULER: &[&MetricDef] = &[
     &NUM_REQUESTS_RUNNING,
     &NUM_REQUESTS_WAITING,
     &KV_CACHE_USAGE,

@@ -20,26 +20,26 @@
 use super::{Buckets, Kind, MetricDef, ValueType};
 
 /// `gen_ai.operation.name`.
-pub const OPERATION_NAME: &str = "gen_ai.operation.name";
+pub(crate) const OPERATION_NAME: &str = "gen_ai.operation.name";
 /// `gen_ai.provider.name`.
-pub const PROVIDER_NAME: &str = "gen_ai.provider.name";
+pub(crate) const PROVIDER_NAME: &str = "gen_ai.provider.name";
 /// `gen_ai.request.model`.
-pub const REQUEST_MODEL: &str = "gen_ai.request.model";
+pub(crate) const REQUEST_MODEL: &str = "gen_ai.request.model";
 /// `gen_ai.response.model`.
-pub const RESPONSE_MODEL: &str = "gen_ai.response.model";
+pub(crate) const RESPONSE_MODEL: &str = "gen_ai.response.model";
 /// `error.type`.
-pub const ERROR_TYPE: &str = "error.type";
+pub(crate) const ERROR_TYPE: &str = "error.type";
 /// `server.address`.
-pub const SERVER_ADDRESS: &str = "server.address";
+pub(crate) const SERVER_ADDRESS: &str = "server.address";
 /// `server.port`.
-pub const SERVER_PORT: &str = "server.port";
+pub(crate) const SERVER_PORT: &str = "server.port";
 
 /// The value of `gen_ai.provider.name`.
-pub const PROVIDER: &str = "vllm";
+pub(crate) const PROVIDER: &str = "vllm";
 
 /// The conventions' well-known `gen_ai.operation.name` values, in the order
 /// of [`GenAiOperation::ALL`](crate::protocol::GenAiOperation::ALL).
-pub const OPERATION_NAMES: [&str; 7] = [
+pub(crate) const OPERATION_NAMES: [&str; 7] = [
     "chat",
     "create_agent",
     "embeddings",
@@ -51,7 +51,7 @@ pub const OPERATION_NAMES: [&str; 7] = [
 
 /// The attributes as Prometheus label names, sorted, as the Collector's
 /// exporter writes them.
-pub const LABELS: &[&str] = &[
+pub(crate) const LABELS: &[&str] = &[
     "error_type",
     "gen_ai_operation_name",
     "gen_ai_provider_name",
@@ -62,15 +62,15 @@ pub const LABELS: &[&str] = &[
 ];
 
 /// Advised buckets of `gen_ai.server.request.duration`.
-pub const REQUEST_DURATION_BUCKETS: &[f64] = &[
+pub(crate) const REQUEST_DURATION_BUCKETS: &[f64] = &[
     0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
 ];
 /// Advised buckets of `gen_ai.server.time_to_first_token`.
-pub const TIME_TO_FIRST_TOKEN_BUCKETS: &[f64] = &[
+pub(crate) const TIME_TO_FIRST_TOKEN_BUCKETS: &[f64] = &[
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
 ];
 /// Advised buckets of `gen_ai.server.time_per_output_token`.
-pub const TIME_PER_OUTPUT_TOKEN_BUCKETS: &[f64] = &[
+pub(crate) const TIME_PER_OUTPUT_TOKEN_BUCKETS: &[f64] = &[
     0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
 ];
 

@@ -6,7 +6,7 @@
 use super::{counter, MetricDef};
 
 /// The labels of [`SLO_REQUESTS`].
-pub const SLO_OUTCOME_LABELS: &[&str] = &["model_name", "engine", "outcome"];
+pub(crate) const SLO_OUTCOME_LABELS: &[&str] = &["model_name", "engine", "outcome"];
 
 /// The values of `outcome`, in `SloOutcome::ALL` order.
 pub const SLO_OUTCOMES: [&str; 6] = [
@@ -19,7 +19,7 @@ pub const SLO_OUTCOMES: [&str; 6] = [
 ];
 
 /// Finished requests judged against the SLO, by outcome.
-pub const SLO_REQUESTS: MetricDef = counter(
+pub(crate) const SLO_REQUESTS: MetricDef = counter(
     own!("slo_requests"),
     "{request}",
     "Finished requests judged against the latency SLO of their model, by outcome.",
@@ -28,7 +28,7 @@ pub const SLO_REQUESTS: MetricDef = counter(
 .with_label_values(&SLO_OUTCOMES);
 
 /// Generation tokens of the requests that met the SLO.
-pub const SLO_GOODPUT_TOKENS: MetricDef = counter(
+pub(crate) const SLO_GOODPUT_TOKENS: MetricDef = counter(
     own!("slo_goodput_tokens"),
     "{token}",
     "Generation tokens of the finished requests that met the latency SLO of their model.",
@@ -36,4 +36,4 @@ pub const SLO_GOODPUT_TOKENS: MetricDef = counter(
 );
 
 /// Both families, in exposition order.
-pub const ALL: [&MetricDef; 2] = [&SLO_REQUESTS, &SLO_GOODPUT_TOKENS];
+pub(crate) const ALL: [&MetricDef; 2] = [&SLO_REQUESTS, &SLO_GOODPUT_TOKENS];

@@ -1,10 +1,13 @@
 //! This crate's own families (self-telemetry), and the process families
 //! served on `/metrics` only.
+// The process families are read only by the `/metrics` server (feature
+// `http`); a build without it leaves them unused.
+#![cfg_attr(not(feature = "http"), allow(dead_code))]
 
 use super::{counter, Buckets, FamilyName, Kind, MetricDef, ValueType, REASON_LABELS};
 
 /// Input that changed no vLLM metric (this crate's own family, never `vllm:`).
-pub const REJECTED_INPUTS: MetricDef = counter(
+pub(crate) const REJECTED_INPUTS: MetricDef = counter(
     own!("rejected_inputs"),
     "{input}",
     "Input records or outputs that changed no vLLM metric, by reason.",
@@ -12,7 +15,7 @@ pub const REJECTED_INPUTS: MetricDef = counter(
 );
 
 /// Requests the tracker terminated itself (in-flight limit, time-to-live).
-pub const EVICTED_REQUESTS: MetricDef = counter(
+pub(crate) const EVICTED_REQUESTS: MetricDef = counter(
     own!("evicted_requests"),
     "{request}",
     "Live requests terminated as abort by the tracker itself, by reason.",
@@ -21,7 +24,7 @@ pub const EVICTED_REQUESTS: MetricDef = counter(
 
 /// Records the vLLM stat-logger plugin reported dropping (this crate's own
 /// family, never `vllm:`; no labels).
-pub const PLUGIN_DROPPED_RECORDS: MetricDef = counter(
+pub(crate) const PLUGIN_DROPPED_RECORDS: MetricDef = counter(
     own!("plugin_dropped_records"),
     "{record}",
     "Records the vLLM stat-logger plugin dropped because its queue was full or the sidecar unreachable.",
@@ -45,22 +48,22 @@ const fn process_gauge(name: FamilyName, help: &'static str) -> MetricDef {
 }
 
 /// Virtual memory of the process.
-pub const PROCESS_VIRTUAL_MEMORY: MetricDef = process_gauge(
+pub(crate) const PROCESS_VIRTUAL_MEMORY: MetricDef = process_gauge(
     process!("virtual_memory_bytes"),
     "Virtual memory size in bytes.",
 );
 /// Resident memory of the process.
-pub const PROCESS_RESIDENT_MEMORY: MetricDef = process_gauge(
+pub(crate) const PROCESS_RESIDENT_MEMORY: MetricDef = process_gauge(
     process!("resident_memory_bytes"),
     "Resident memory size in bytes.",
 );
 /// When the process started.
-pub const PROCESS_START_TIME: MetricDef = process_gauge(
+pub(crate) const PROCESS_START_TIME: MetricDef = process_gauge(
     process!("start_time_seconds"),
     "Start time of the process since unix epoch in seconds.",
 );
 /// CPU time of the process.
-pub const PROCESS_CPU: MetricDef = MetricDef {
+pub(crate) const PROCESS_CPU: MetricDef = MetricDef {
     kind: Kind::Counter,
     ..process_gauge(
         process!("cpu_seconds"),
@@ -68,10 +71,10 @@ pub const PROCESS_CPU: MetricDef = MetricDef {
     )
 };
 /// Open file descriptors.
-pub const PROCESS_OPEN_FDS: MetricDef =
+pub(crate) const PROCESS_OPEN_FDS: MetricDef =
     process_gauge(process!("open_fds"), "Number of open file descriptors.");
 /// The file descriptor limit.
-pub const PROCESS_MAX_FDS: MetricDef = process_gauge(
+pub(crate) const PROCESS_MAX_FDS: MetricDef = process_gauge(
     process!("max_fds"),
     "Maximum number of open file descriptors.",
 );
@@ -80,7 +83,9 @@ pub const PROCESS_MAX_FDS: MetricDef = process_gauge(
 /// names and HELP texts of Prometheus client libraries (vLLM's dashboards
 /// query `process_start_time_seconds`). They are read from the operating
 /// system at each scrape, not recorded, so they are not OTel instruments.
-pub const PROCESS: [&MetricDef; 6] = [
+// The exposition writes each by name; the table is the tests' list of them.
+#[cfg(test)]
+pub(crate) const PROCESS: [&MetricDef; 6] = [
     &PROCESS_VIRTUAL_MEMORY,
     &PROCESS_RESIDENT_MEMORY,
     &PROCESS_START_TIME,
@@ -90,5 +95,5 @@ pub const PROCESS: [&MetricDef; 6] = [
 ];
 
 /// This crate's own families.
-pub const SELF_TELEMETRY: [&MetricDef; 3] =
+pub(crate) const SELF_TELEMETRY: [&MetricDef; 3] =
     [&REJECTED_INPUTS, &EVICTED_REQUESTS, &PLUGIN_DROPPED_RECORDS];

@@ -9,7 +9,7 @@
 //!
 //! let overrides = BucketOverrides::parse(r#"{"request_latency": [0.05, 0.1, 0.5, 1, 5]}"#).unwrap();
 //! assert_eq!(
-//!     overrides.boundaries(&catalog::REQUEST_QUEUE_TIME),
+//!     overrides.boundaries(catalog::by_vllm_name("vllm:request_queue_time_seconds").unwrap()),
 //!     Some(&[0.05, 0.1, 0.5, 1.0, 5.0][..])
 //! );
 //! // The headline histogram keeps its buckets unless named itself.
