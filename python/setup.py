@@ -84,6 +84,9 @@ class BuildPyWithProtoAndBinary(build_py):
                 f"-I{include}",
                 f"--python_out={out}",
                 f"--grpc_python_out={out}",
+                # Stubs of the messages: the generated module builds its
+                # classes at import, where a type checker cannot see them.
+                f"--pyi_out={out}",
                 str(PROTO_FILE),
             ]
         )

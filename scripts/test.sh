@@ -124,11 +124,21 @@ step "promtool check rules / test rules"
 promtool check rules otel-collector/rules.yml
 promtool test rules otel-collector/rules_test.yml
 step "plugin tests (pytest, in the vLLM environment)"
+# The lints first: ruff and mypy at pinned versions (scripts/python-lint-env.sh),
+# mypy reading vLLM and the generated ingest module from the vLLM environment.
+lint_python=$(bash scripts/python-lint-env.sh "$VLLM_OTEL_METRICS_PYTHON")
+(
+  cd python
+  export RUFF_CACHE_DIR="$VLLM_OTEL_METRICS_CACHE/ruff-cache"
+  "$lint_python" -m ruff check src tests setup.py
+  "$lint_python" -m ruff format --check src tests setup.py
+  "$lint_python" -m mypy --cache-dir "$VLLM_OTEL_METRICS_CACHE/mypy-cache"
+)
 "$VLLM_OTEL_METRICS_PYTHON" -m pytest -q -p no:cacheprovider python/tests
 "$VLLM_OTEL_METRICS_PYTHON" -m pytest -q -p no:cacheprovider --doctest-modules \
   python/src/vllm_otel_metrics/config.py python/src/vllm_otel_metrics/convert.py \
-  python/src/vllm_otel_metrics/sidecar.py python/src/vllm_otel_metrics/stream.py \
-  python/src/vllm_otel_metrics/tap.py
+  python/src/vllm_otel_metrics/kv_connector.py python/src/vllm_otel_metrics/sidecar.py \
+  python/src/vllm_otel_metrics/stream.py python/src/vllm_otel_metrics/tap.py
 step "cargo test"
 cargo test --all-targets
 cargo test --doc

@@ -2,7 +2,6 @@
 the private directory and the files the plugin makes in it."""
 
 import os
-import pathlib
 import stat
 import tempfile
 
@@ -14,34 +13,68 @@ from vllm_otel_metrics import config
 def test_defaults_are_loopback_without_tls(tmp_path):
     s = config.from_env({"XDG_RUNTIME_DIR": str(tmp_path)})
     assert (s.address, s.tls, s.token, s.root_certificates, s.queue, s.queue_bytes) == (
-        "127.0.0.1:50051", False, None, None, 4096, 64 * 1024 * 1024)
+        "127.0.0.1:50051",
+        False,
+        None,
+        None,
+        4096,
+        64 * 1024 * 1024,
+    )
 
 
 def test_https_with_token_and_ca(tmp_path):
     (tmp_path / "token").write_text("s3cret\n")
     (tmp_path / "ca.pem").write_bytes(b"PEM")
-    s = config.from_env({
-        "VLLM_OTEL_METRICS_TARGET": "https://sidecar.internal:8443",
-        "VLLM_OTEL_METRICS_TOKEN_FILE": str(tmp_path / "token"),
-        "VLLM_OTEL_METRICS_CA_FILE": str(tmp_path / "ca.pem"),
-        "VLLM_OTEL_METRICS_QUEUE": "10",
-        "VLLM_OTEL_METRICS_QUEUE_BYTES": "1048576",
-    })
+    s = config.from_env(
+        {
+            "VLLM_OTEL_METRICS_TARGET": "https://sidecar.internal:8443",
+            "VLLM_OTEL_METRICS_TOKEN_FILE": str(tmp_path / "token"),
+            "VLLM_OTEL_METRICS_CA_FILE": str(tmp_path / "ca.pem"),
+            "VLLM_OTEL_METRICS_QUEUE": "10",
+            "VLLM_OTEL_METRICS_QUEUE_BYTES": "1048576",
+        }
+    )
     assert (s.address, s.tls, s.token, s.root_certificates, s.queue, s.queue_bytes) == (
-        "sidecar.internal:8443", True, "s3cret", b"PEM", 10, 1048576)
+        "sidecar.internal:8443",
+        True,
+        "s3cret",
+        b"PEM",
+        10,
+        1048576,
+    )
     assert "s3cret" not in repr(s)
 
 
-@pytest.mark.parametrize("env,message", [
-    ({"VLLM_OTEL_METRICS_TARGET": "grpc://x:1"}, "VLLM_OTEL_METRICS_TARGET='grpc://x:1' is not http://HOST:PORT"),
-    ({"VLLM_OTEL_METRICS_TARGET": "http://u:p@x:1"}, "VLLM_OTEL_METRICS_TARGET carries credentials"),
-    ({"VLLM_OTEL_METRICS_QUEUE": "0"}, "VLLM_OTEL_METRICS_QUEUE='0' is not a whole number"),
-    ({"VLLM_OTEL_METRICS_QUEUE_BYTES": "64MiB"},
-     "VLLM_OTEL_METRICS_QUEUE_BYTES='64MiB' is not a whole number from 1 to 17179869184"),
-    ({"VLLM_OTEL_METRICS_QUEUE_BYTES": "0"}, "VLLM_OTEL_METRICS_QUEUE_BYTES='0' is not a whole number"),
-    ({"VLLM_OTEL_METRICS_TOKEN_FILE": "/nonexistent/token"}, "VLLM_OTEL_METRICS_TOKEN_FILE=/nonexistent/token: cannot read it"),
-    ({"VLLM_OTEL_METRICS_CA_FILE": "/x.pem"}, "VLLM_OTEL_METRICS_CA_FILE is set but VLLM_OTEL_METRICS_TARGET is not https://"),
-])
+@pytest.mark.parametrize(
+    "env,message",
+    [
+        (
+            {"VLLM_OTEL_METRICS_TARGET": "grpc://x:1"},
+            "VLLM_OTEL_METRICS_TARGET='grpc://x:1' is not http://HOST:PORT",
+        ),
+        (
+            {"VLLM_OTEL_METRICS_TARGET": "http://u:p@x:1"},
+            "VLLM_OTEL_METRICS_TARGET carries credentials",
+        ),
+        ({"VLLM_OTEL_METRICS_QUEUE": "0"}, "VLLM_OTEL_METRICS_QUEUE='0' is not a whole number"),
+        (
+            {"VLLM_OTEL_METRICS_QUEUE_BYTES": "64MiB"},
+            "VLLM_OTEL_METRICS_QUEUE_BYTES='64MiB' is not a whole number from 1 to 17179869184",
+        ),
+        (
+            {"VLLM_OTEL_METRICS_QUEUE_BYTES": "0"},
+            "VLLM_OTEL_METRICS_QUEUE_BYTES='0' is not a whole number",
+        ),
+        (
+            {"VLLM_OTEL_METRICS_TOKEN_FILE": "/nonexistent/token"},
+            "VLLM_OTEL_METRICS_TOKEN_FILE=/nonexistent/token: cannot read it",
+        ),
+        (
+            {"VLLM_OTEL_METRICS_CA_FILE": "/x.pem"},
+            "VLLM_OTEL_METRICS_CA_FILE is set but VLLM_OTEL_METRICS_TARGET is not https://",
+        ),
+    ],
+)
 def test_bad_settings_name_their_variable(env, message):
     with pytest.raises(config.ConfigError) as e:
         config.from_env(env)
@@ -51,7 +84,9 @@ def test_bad_settings_name_their_variable(env, message):
 
 def test_the_sidecar_is_started_for_a_loopback_http_target_only(tmp_path):
     private = tmp_path / "vllm-otel-metrics"
-    s = config.from_env({"VLLM_OTEL_METRICS_TARGET": "http://localhost:6000", "XDG_RUNTIME_DIR": str(tmp_path)})
+    s = config.from_env(
+        {"VLLM_OTEL_METRICS_TARGET": "http://localhost:6000", "XDG_RUNTIME_DIR": str(tmp_path)}
+    )
     assert s.sidecar == config.SidecarSettings(
         ingest_addr="127.0.0.1:6000",
         metrics_addr="127.0.0.1:9464",
@@ -61,33 +96,52 @@ def test_the_sidecar_is_started_for_a_loopback_http_target_only(tmp_path):
         lock_file=str(private / "sidecar-6000.lock"),
     )
     (tmp_path / "token").write_text("s3cret\n")
-    s = config.from_env({
-        "VLLM_OTEL_METRICS_TARGET": "http://[::1]:6001",
-        "VLLM_OTEL_METRICS_METRICS_ADDR": "none",
-        "VLLM_OTEL_METRICS_SIDECAR_ARGS": "--otlp-interval-ms 5000 --otlp-header 'a=b c'",
-        "VLLM_OTEL_METRICS_SIDECAR_LOG": str(tmp_path / "s.log"),
-        "VLLM_OTEL_METRICS_SOCKET": "none",
-        "VLLM_OTEL_METRICS_TOKEN_FILE": str(tmp_path / "token"),
-        "XDG_RUNTIME_DIR": str(tmp_path),
-    })
+    s = config.from_env(
+        {
+            "VLLM_OTEL_METRICS_TARGET": "http://[::1]:6001",
+            "VLLM_OTEL_METRICS_METRICS_ADDR": "none",
+            "VLLM_OTEL_METRICS_SIDECAR_ARGS": "--otlp-interval-ms 5000 --otlp-header 'a=b c'",
+            "VLLM_OTEL_METRICS_SIDECAR_LOG": str(tmp_path / "s.log"),
+            "VLLM_OTEL_METRICS_SOCKET": "none",
+            "VLLM_OTEL_METRICS_TOKEN_FILE": str(tmp_path / "token"),
+            "XDG_RUNTIME_DIR": str(tmp_path),
+        }
+    )
     assert s.sidecar == config.SidecarSettings(
-        "[::1]:6001", "none", ("--otlp-interval-ms", "5000", "--otlp-header", "a=b c"), str(tmp_path / "s.log"),
-        lock_file=str(private / "sidecar-6001.lock"), token_file=str(tmp_path / "token"),
+        "[::1]:6001",
+        "none",
+        ("--otlp-interval-ms", "5000", "--otlp-header", "a=b c"),
+        str(tmp_path / "s.log"),
+        lock_file=str(private / "sidecar-6001.lock"),
+        token_file=str(tmp_path / "token"),
     )
     assert config.from_env({"VLLM_OTEL_METRICS_SIDECAR": "off"}).sidecar is None
     assert config.from_env({"VLLM_OTEL_METRICS_TARGET": "http://10.1.2.3:1"}).sidecar is None
     (tmp_path / "ca.pem").write_bytes(b"PEM")
-    assert config.from_env({
-        "VLLM_OTEL_METRICS_TARGET": "https://127.0.0.1:1",
-        "VLLM_OTEL_METRICS_CA_FILE": str(tmp_path / "ca.pem"),
-    }).sidecar is None
+    assert (
+        config.from_env(
+            {
+                "VLLM_OTEL_METRICS_TARGET": "https://127.0.0.1:1",
+                "VLLM_OTEL_METRICS_CA_FILE": str(tmp_path / "ca.pem"),
+            }
+        ).sidecar
+        is None
+    )
 
 
-@pytest.mark.parametrize("env,message", [
-    ({"VLLM_OTEL_METRICS_SIDECAR": "yes"}, "VLLM_OTEL_METRICS_SIDECAR='yes' is not one of auto, off"),
-    ({"VLLM_OTEL_METRICS_SIDECAR_ARGS": "--otlp-header 'k=s3cret"},
-     "VLLM_OTEL_METRICS_SIDECAR_ARGS cannot be split as a shell would: No closing quotation"),
-])
+@pytest.mark.parametrize(
+    "env,message",
+    [
+        (
+            {"VLLM_OTEL_METRICS_SIDECAR": "yes"},
+            "VLLM_OTEL_METRICS_SIDECAR='yes' is not one of auto, off",
+        ),
+        (
+            {"VLLM_OTEL_METRICS_SIDECAR_ARGS": "--otlp-header 'k=s3cret"},
+            "VLLM_OTEL_METRICS_SIDECAR_ARGS cannot be split as a shell would: No closing quotation",
+        ),
+    ],
+)
 def test_bad_sidecar_settings_name_their_variable_not_their_value(env, message):
     with pytest.raises(config.ConfigError) as e:
         config.from_env(env)
@@ -99,8 +153,10 @@ def test_the_sidecars_files_live_in_a_directory_of_this_users_alone(tmp_path):
     directory = tmp_path / "vllm-otel-metrics"
     sidecar = config.from_env(env).sidecar
     assert (sidecar.ingest_socket, sidecar.lock_file, sidecar.log_file) == (
-        str(directory / "ingest-50051.sock"), str(directory / "sidecar-50051.lock"),
-        str(directory / "sidecar-50051.log"))
+        str(directory / "ingest-50051.sock"),
+        str(directory / "sidecar-50051.lock"),
+        str(directory / "sidecar-50051.log"),
+    )
     assert directory.stat().st_mode & 0o777 == 0o700
     # Without XDG_RUNTIME_DIR: a directory named after the user in the
     # temporary directory.
@@ -119,13 +175,18 @@ def _other_users(path):
     os.chown(path, 65534, 65534)
 
 
-@pytest.mark.parametrize("made_by,why", [
-    ("this user, open to others", "is open to others (mode 755)"),
-    ("a link to a directory", "is a symbolic link (to "),
-    ("another user", "belongs to uid 65534, not to this user"),
-    ("a file", "is not a directory"),
-])
-def test_a_private_directory_that_is_not_this_users_alone_refuses_the_sidecar(tmp_path, made_by, why):
+@pytest.mark.parametrize(
+    "made_by,why",
+    [
+        ("this user, open to others", "is open to others (mode 755)"),
+        ("a link to a directory", "is a symbolic link (to "),
+        ("another user", "belongs to uid 65534, not to this user"),
+        ("a file", "is not a directory"),
+    ],
+)
+def test_a_private_directory_that_is_not_this_users_alone_refuses_the_sidecar(
+    tmp_path, made_by, why
+):
     """Before: a warning, and streaming over gRPC to the TCP port (which any
     user can hold). After: a ConfigError naming the path and what is wrong,
     which turns the plugin off (test_plugin.py)."""

@@ -7,17 +7,20 @@ import threading
 import types
 
 import pytest
-
+import vllm_steps
 from vllm.v1.engine import FinishReason
 from vllm.v1.metrics.loggers import AggregateStatLoggerBase, load_stat_logger_plugin_factories
-from vllm.v1.metrics.stats import FinishedRequestStats, IterationStats, PrefixCacheStats, SchedulerStats
-
-from vllm_otel_metrics import convert
-from vllm_otel_metrics import plugin as plugin_module
-from vllm_otel_metrics.plugin import OtelMetricsStatLogger
+from vllm.v1.metrics.stats import (
+    FinishedRequestStats,
+    IterationStats,
+    PrefixCacheStats,
+    SchedulerStats,
+)
 from vllm_otel_metrics.v1 import ingest_pb2 as pb
 
-import vllm_steps
+from vllm_otel_metrics import convert, kv_connector
+from vllm_otel_metrics import plugin as plugin_module
+from vllm_otel_metrics.plugin import OtelMetricsStatLogger
 
 
 def test_vllms_loader_finds_the_plugin():
@@ -30,24 +33,52 @@ def test_records_from_vllms_classes_become_messages():
     stats = IterationStats()
     stats.iteration_timestamp = 10.0
     stats.num_generation_tokens = 2
-    stats.finished_requests.append(FinishedRequestStats(FinishReason.STOP, "r", e2e_latency=1.0,
-                                                        num_preemptions=3, num_prompt_tokens=5))
-    scheduler = SchedulerStats(num_running_reqs=1, num_waiting_reqs=2, num_skipped_waiting_reqs=1,
-                               prefix_cache_stats=PrefixCacheStats(queries=5, hits=1))
+    stats.finished_requests.append(
+        FinishedRequestStats(
+            FinishReason.STOP, "r", e2e_latency=1.0, num_preemptions=3, num_prompt_tokens=5
+        )
+    )
+    scheduler = SchedulerStats(
+        num_running_reqs=1,
+        num_waiting_reqs=2,
+        num_skipped_waiting_reqs=1,
+        prefix_cache_stats=PrefixCacheStats(queries=5, hits=1),
+    )
     records = convert.StepConverter("m", False).records(scheduler, stats, None, 3, 9.0)
     assert list(records) == [
         # vLLM's scheduler reports the KV-fetch stages, all 0; without a KV
         # consumer the record leaves them out.
-        pb.Record(scheduler_stats=pb.SchedulerStats(
-            model_name="m", engine=3, received_at=9.0, num_running_reqs=1, num_waiting_reqs=3,
-            num_skipped_waiting_reqs=1, prefix_cache_queries=5, prefix_cache_hits=1)),
+        pb.Record(
+            scheduler_stats=pb.SchedulerStats(
+                model_name="m",
+                engine=3,
+                received_at=9.0,
+                num_running_reqs=1,
+                num_waiting_reqs=3,
+                num_skipped_waiting_reqs=1,
+                prefix_cache_queries=5,
+                prefix_cache_hits=1,
+            )
+        ),
         # No max_tokens_param: the request set none.
-        pb.Record(iteration_stats=pb.IterationStats(
-            model_name="m", engine=3, received_at=10.0, num_generation_tokens=2,
-            prompt_token_stats=pb.PromptTokenStats(),
-            finished_requests=[pb.FinishedRequest(request_id="r", finish_reason=pb.FINISH_REASON_STOP,
-                                                  e2e_latency=1.0, num_prompt_tokens=5,
-                                                  num_preemptions=3)])),
+        pb.Record(
+            iteration_stats=pb.IterationStats(
+                model_name="m",
+                engine=3,
+                received_at=10.0,
+                num_generation_tokens=2,
+                prompt_token_stats=pb.PromptTokenStats(),
+                finished_requests=[
+                    pb.FinishedRequest(
+                        request_id="r",
+                        finish_reason=pb.FINISH_REASON_STOP,
+                        e2e_latency=1.0,
+                        num_prompt_tokens=5,
+                        num_preemptions=3,
+                    )
+                ],
+            )
+        ),
     ]
 
 
@@ -69,28 +100,47 @@ def test_kv_connector_stats_from_vllms_scheduler_stats_become_a_message():
     from vllm.distributed.kv_transfer.kv_connector.v1.nixl.stats import NixlKVConnectorStats
 
     nixl = NixlKVConnectorStats()
-    nixl.record_transfer(vllm_steps_ns(xferDuration=20_000, postDuration=1_000, totalBytes=4096, descCount=12))
-    scheduler = SchedulerStats(num_running_reqs=1, num_waiting_reqs=0,
-                               prefix_cache_stats=PrefixCacheStats(queries=0, hits=0),
-                               kv_connector_stats=nixl.to_dict())
+    nixl.record_transfer(
+        vllm_steps_ns(xferDuration=20_000, postDuration=1_000, totalBytes=4096, descCount=12)
+    )
+    scheduler = SchedulerStats(
+        num_running_reqs=1,
+        num_waiting_reqs=0,
+        prefix_cache_stats=PrefixCacheStats(queries=0, hits=0),
+        kv_connector_stats=nixl.to_dict(),
+    )
     iteration = IterationStats()
     iteration.iteration_timestamp = 10.0
     records = list(convert.StepConverter("m", False).records(scheduler, iteration, None, 0, 9.0))
     # vLLM's empty lists stay present (their histogram series exist), and
     # its failure lists are counts, 0 included.
-    assert records[0] == pb.Record(scheduler_stats=pb.SchedulerStats(
-        model_name="m", received_at=9.0, num_running_reqs=1,
-        kv_connector_stats=pb.KvConnectorStats(nixl=pb.NixlStats(
-            transfer_duration=pb.Observations(values=[0.02]),
-            post_duration=pb.Observations(values=[0.001]),
-            bytes_transferred=pb.Observations(values=[4096.0]),
-            num_descriptors=pb.Observations(values=[12.0]),
-            num_failed_transfers=0, num_failed_handshakes=0, num_failed_notifications=0,
-            num_kv_expired_reqs=0, num_notifications_after_expiry=0,
-        )),
-    ))
-    assert records[1:] == [pb.Record(iteration_stats=pb.IterationStats(
-        model_name="m", received_at=10.0, prompt_token_stats=pb.PromptTokenStats()))]
+    assert records[0] == pb.Record(
+        scheduler_stats=pb.SchedulerStats(
+            model_name="m",
+            received_at=9.0,
+            num_running_reqs=1,
+            kv_connector_stats=pb.KvConnectorStats(
+                nixl=pb.NixlStats(
+                    transfer_duration=pb.Observations(values=[0.02]),
+                    post_duration=pb.Observations(values=[0.001]),
+                    bytes_transferred=pb.Observations(values=[4096.0]),
+                    num_descriptors=pb.Observations(values=[12.0]),
+                    num_failed_transfers=0,
+                    num_failed_handshakes=0,
+                    num_failed_notifications=0,
+                    num_kv_expired_reqs=0,
+                    num_notifications_after_expiry=0,
+                )
+            ),
+        )
+    )
+    assert records[1:] == [
+        pb.Record(
+            iteration_stats=pb.IterationStats(
+                model_name="m", received_at=10.0, prompt_token_stats=pb.PromptTokenStats()
+            )
+        )
+    ]
 
 
 def test_engine_start_gives_the_kv_series_vllm_creates_at_start(monkeypatch):
@@ -104,52 +154,84 @@ def test_engine_start_gives_the_kv_series_vllm_creates_at_start(monkeypatch):
     kv = vllm_steps.kv_transfer_config(os.devnull, "m")
     config = vllm_steps.vllm_config("m", 4096, kv)
     plugin = OtelMetricsStatLogger(config, [0, 2])
-    cache_config = {k: str(v) for k, v in config.cache_config.metrics_info().items() if k != "engine"}
+    cache_config = {
+        k: str(v) for k, v in config.cache_config.metrics_info().items() if k != "engine"
+    }
     nothing = pb.Observations()
     nixl = pb.NixlStats(
-        transfer_duration=nothing, post_duration=nothing, bytes_transferred=nothing,
-        num_descriptors=nothing, num_failed_transfers=0, num_failed_handshakes=0,
-        num_failed_notifications=0, num_kv_expired_reqs=0, num_notifications_after_expiry=0,
+        transfer_duration=nothing,
+        post_duration=nothing,
+        bytes_transferred=nothing,
+        num_descriptors=nothing,
+        num_failed_transfers=0,
+        num_failed_handshakes=0,
+        num_failed_notifications=0,
+        num_kv_expired_reqs=0,
+        num_notifications_after_expiry=0,
     )
     expected = []
     for engine in (0, 2):
         expected += [
-            pb.Record(engine_config=pb.EngineConfig(model_name="m", engine=engine,
-                                                    cache_config=cache_config, max_model_len=4096)),
-            pb.Record(scheduler_stats=pb.SchedulerStats(
-                model_name="m", engine=engine, received_at=100.0,
-                num_kv_fetch_reqs_by_stage=pb.KvFetchStages(),
-                kv_connector_stats=pb.KvConnectorStats(nixl=nixl))),
+            pb.Record(
+                engine_config=pb.EngineConfig(
+                    model_name="m", engine=engine, cache_config=cache_config, max_model_len=4096
+                )
+            ),
+            pb.Record(
+                scheduler_stats=pb.SchedulerStats(
+                    model_name="m",
+                    engine=engine,
+                    received_at=100.0,
+                    num_kv_fetch_reqs_by_stage=pb.KvFetchStages(),
+                    kv_connector_stats=pb.KvConnectorStats(nixl=nixl),
+                )
+            ),
         ]
-    assert plugin._to_records(("engine_initialized",)) == expected
+    assert plugin._to_records(plugin_module.EngineInitialized()) == expected
     # Without a connector, the configuration alone.
     plain = OtelMetricsStatLogger(vllm_steps.vllm_config("m", 4096), [0])
-    assert plain._to_records(("engine_initialized",)) == expected[:1]
+    assert plain._to_records(plugin_module.EngineInitialized()) == expected[:1]
+    # Items are matched by type: a tagged tuple is no engine start.
+    with pytest.raises(TypeError, match="not an item this plugin queues"):
+        plain._to_records(("engine_initialized",))
 
 
 def test_kv_connector_stats_of_the_oracles_multiconnector_reach_vllms_logger_path():
     """vllm_steps builds a MultiConnector's payload under the class names
     MultiConnector files them by, which vLLM's MultiKVConnectorPromMetrics
     looks up, and the plugin reads back the same record."""
-    record = {"nixl": {"transfer_duration": [0.5], "num_failed_handshakes": 2},
-              "offloading": {"load_bytes": 0, "store_sizes": [1.0e6], "cpu_cache_usage": 0.25},
-              "simple_cpu_offload": {"save_outcomes": {"stored": 3}, "used_blocks": 7}}
+    record = {
+        "nixl": {"transfer_duration": [0.5], "num_failed_handshakes": 2},
+        "offloading": {"load_bytes": 0, "store_sizes": [1.0e6], "cpu_cache_usage": 0.25},
+        "simple_cpu_offload": {"save_outcomes": {"stored": 3}, "used_blocks": 7},
+    }
     payload = vllm_steps.kv_connector_stats(record)
-    assert sorted(payload) == ["NixlPullConnector", "OffloadingConnector", "SimpleCPUOffloadConnector"]
+    assert sorted(payload) == [
+        "NixlPullConnector",
+        "OffloadingConnector",
+        "SimpleCPUOffloadConnector",
+    ]
     # vLLM's NIXL stats carry every list, so the lists the record lacks
     # come back empty, and its counts 0.
     nothing = pb.Observations()
-    assert convert.kv_connector_record(payload) == pb.KvConnectorStats(
+    assert connector_message(payload) == pb.KvConnectorStats(
         nixl=pb.NixlStats(
-            transfer_duration=pb.Observations(values=[0.5]), post_duration=nothing,
-            bytes_transferred=nothing, num_descriptors=nothing, num_failed_transfers=0,
-            num_failed_handshakes=2, num_failed_notifications=0, num_kv_expired_reqs=0,
+            transfer_duration=pb.Observations(values=[0.5]),
+            post_duration=nothing,
+            bytes_transferred=nothing,
+            num_descriptors=nothing,
+            num_failed_transfers=0,
+            num_failed_handshakes=2,
+            num_failed_notifications=0,
+            num_kv_expired_reqs=0,
             num_notifications_after_expiry=0,
         ),
-        offloading=pb.OffloadingStats(load_bytes=0, store_sizes=pb.Observations(values=[1.0e6]),
-                                      cpu_cache_usage=0.25),
-        simple_cpu_offload=pb.SimpleCpuOffloadStats(save_outcomes=pb.SaveOutcomes(stored=3),
-                                                    used_blocks=7),
+        offloading=pb.OffloadingStats(
+            load_bytes=0, store_sizes=pb.Observations(values=[1.0e6]), cpu_cache_usage=0.25
+        ),
+        simple_cpu_offload=pb.SimpleCpuOffloadStats(
+            save_outcomes=pb.SaveOutcomes(stored=3), used_blocks=7
+        ),
     )
     assert vllm_steps.kv_connector_stats({"nixl": {"transfer_duration": []}}) is None
 
@@ -207,7 +289,8 @@ def test_with_the_tap_as_source_the_plugin_starts_the_sidecar_and_sends_nothing(
     plugin = OtelMetricsStatLogger(vllm_steps.vllm_config("m", 4096), [0])
     # Started here (this process ends the normal way), fed by the tap.
     assert [(max_model_len, buckets) for _settings, max_model_len, buckets in started] == [
-        (4096, "python")]
+        (4096, "python")
+    ]
     assert plugin.streamer is None
     plugin.record(None, IterationStats(), None, 0)
 
@@ -237,9 +320,16 @@ def test_a_private_directory_or_lock_file_not_this_users_is_one_line_and_the_plu
         plugin = OtelMetricsStatLogger(vllm_steps.vllm_config("m", 4096), [0])
     lines = here(caplog)
     assert len(lines) == 1, lines
-    assert lines[0].startswith(f"vllm-otel-metrics: ") and f"{path} {why}" in lines[0]
+    assert lines[0].startswith("vllm-otel-metrics: ") and f"{path} {why}" in lines[0]
     assert lines[0].endswith("; the plugin is off, vLLM goes on")
     assert [r.levelname for r in caplog.records if r.thread == threading.get_ident()] == ["ERROR"]
     assert (plugin.streamer, plugin.supervisor) == (None, None)
     plugin.record(None, IterationStats(), None, 0)
     assert os.listdir(tmp_path / "theirs") == []
+
+
+def connector_message(payload):
+    """vLLM's ``kv_connector_stats`` payload as a ``KvConnectorStats``."""
+    message = pb.KvConnectorStats()
+    kv_connector.fill(message, payload)
+    return message

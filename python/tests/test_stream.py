@@ -5,8 +5,9 @@ import logging
 import threading
 import types
 
-from vllm_otel_metrics import convert, stream
 from vllm_otel_metrics.v1 import ingest_pb2 as pb
+
+from vllm_otel_metrics import convert, stream
 
 
 def here(caplog):
@@ -33,7 +34,7 @@ def test_a_record_that_is_not_finite_is_counted_and_logged_and_the_others_are_se
     streamer._stop.set()
     streamer.submit("item")
     with caplog.at_level(logging.WARNING, logger="vllm.vllm_otel_metrics"):
-        sent = list(streamer._requests(pb, threading.Event(), stream.Handed()))
+        sent = list(streamer._requests(pb, threading.Event(), stream.Handed(), threading.Lock()))
     assert parsed(sent) == [pb.Record(batch=pb.RecordBatch(records=[record, record]))]
     assert (streamer.sent, streamer.unsendable) == (2, 1)
     assert here(caplog) == [
@@ -58,7 +59,9 @@ def test_a_flood_of_bad_records_is_one_log_line_per_kind_and_ten_seconds(caplog)
     for item in ["not finite", "broken"] * 50:
         streamer.submit(item)
     with caplog.at_level(logging.WARNING, logger="vllm.vllm_otel_metrics"):
-        sent = list(streamer._requests(pb, threading.Event(), stream.Handed(1000)))
+        sent = list(
+            streamer._requests(pb, threading.Event(), stream.Handed(1000), threading.Lock())
+        )
     assert (streamer.unsendable, streamer.sent) == (100, 50)
     assert sum(len(m.batch.records) or 1 for m in parsed(sent)) == 50
     assert here(caplog) == [
@@ -72,7 +75,7 @@ def test_a_flood_of_bad_records_is_one_log_line_per_kind_and_ten_seconds(caplog)
     limit._next = {kind: 0.0 for kind in limit._next}
     with caplog.at_level(logging.WARNING, logger="vllm.vllm_otel_metrics"):
         streamer.submit("not finite")
-        list(streamer._requests(pb, threading.Event(), stream.Handed(1000)))
+        list(streamer._requests(pb, threading.Event(), stream.Handed(1000), threading.Lock()))
     assert here(caplog)[-1] == (
         "vllm-otel-metrics: a iteration_stats record of engine 0 has a number that is not "
         "finite; dropped and counted (49 more like it in the last 10 s not logged)"
@@ -83,8 +86,9 @@ def test_the_queue_is_bounded_in_records_not_items():
     """Before: the bound counted items, whatever their records (an engine
     step is two). After: records, counted lock-free by submit() in and by
     the thread out."""
-    streamer = stream.Streamer(types.SimpleNamespace(queue=5), lambda item: [sleep_record()] * item,
-                               lambda item: item)
+    streamer = stream.Streamer(
+        types.SimpleNamespace(queue=5), lambda item: [sleep_record()] * item, lambda item: item
+    )
     for weight in (2, 2, 2, 1, 1):
         streamer.submit(weight)
     assert list(streamer.queue) == [2, 2, 1]
@@ -105,13 +109,13 @@ def test_a_batch_too_large_for_one_message_is_split_and_a_record_too_large_count
     monkeypatch.setattr(stream, "MAX_MESSAGE_BYTES", 100)
     records = [sleep_record(f"model-{i:02}") for i in range(10)]
     huge = sleep_record("x" * 200)
-    items = {"a": records[:5] + [huge] + records[5:]}
+    items = {"a": [*records[:5], huge, *records[5:]]}
     streamer = stream.Streamer(types.SimpleNamespace(queue=10), items.get, max_records=16)
     streamer._stop.set()
     streamer.submit("a")
     handed = stream.Handed()
     with caplog.at_level(logging.WARNING, logger="vllm.vllm_otel_metrics"):
-        sent = list(streamer._requests(pb, threading.Event(), handed))
+        sent = list(streamer._requests(pb, threading.Event(), handed, threading.Lock()))
     assert all(len(m.SerializeToString()) <= 100 for m in sent)
     assert len(sent) > 1
     arrived = [r for m in parsed(sent) for r in (m.batch.records if m.HasField("batch") else [m])]
@@ -134,7 +138,7 @@ def test_a_record_handed_after_the_call_ended_waits_for_the_next_call():
     items = {"a": records[:2], "b": records[2:]}
     streamer = stream.Streamer(types.SimpleNamespace(queue=10), items.get, max_records=2)
     handed = stream.Handed()
-    requests = streamer._requests(pb, threading.Event(), handed)
+    requests = streamer._requests(pb, threading.Event(), handed, threading.Lock())
     streamer.submit("a")
     first = next(requests)
     streamer.submit("b")
@@ -147,7 +151,7 @@ def test_a_record_handed_after_the_call_ended_waits_for_the_next_call():
     assert list(requests) == []
     assert parsed([first]) == [pb.Record(batch=pb.RecordBatch(records=records[:2]))]
     # The next call gets them all, in order.
-    again = list(streamer._requests(pb, threading.Event(), stream.Handed()))
+    again = list(streamer._requests(pb, threading.Event(), stream.Handed(), threading.Lock()))
     arrived = [r for m in parsed(again) for r in m.batch.records]
     assert arrived == records
     assert streamer.lost == 0
@@ -236,8 +240,12 @@ class SocketSink:
 
 def socket_streamer(path, to_records, weigh=lambda item: 1, **kwargs):
     settings = types.SimpleNamespace(
-        queue=100, address="127.0.0.1:1", tls=False, token=None,
-        sidecar=types.SimpleNamespace(ingest_socket=str(path)))
+        queue=100,
+        address="127.0.0.1:1",
+        tls=False,
+        token=None,
+        sidecar=types.SimpleNamespace(ingest_socket=str(path)),
+    )
     return stream.Streamer(settings, to_records, weigh, poll_seconds=0.01, **kwargs)
 
 
@@ -269,7 +277,9 @@ def close_one_connection(tmp_path, caplog, answer):
     import time
 
     sink = SocketSink(tmp_path / "s.sock", close_after=1, answer=answer)
-    records = {i: [pb.Record(sleep_state=pb.SleepState(model_name=str(i), level=1))] for i in range(3)}
+    records = {
+        i: [pb.Record(sleep_state=pb.SleepState(model_name=str(i), level=1))] for i in range(3)
+    }
     streamer = socket_streamer(tmp_path / "s.sock", records.get).start()
     try:
         streamer.submit(0)
@@ -330,8 +340,12 @@ def test_a_session_that_fails_is_one_line_then_a_reconnection(tmp_path, caplog):
             streamer.close()
             sink.close()
     assert [r.sleep_state.model_name for r in received] == ["0"]
-    lines = [r.getMessage() for r in caplog.records if r.threadName == "vllm-otel-metrics-stream"
-             and r.getMessage().startswith("vllm-otel-metrics: the stream to")]
+    lines = [
+        r.getMessage()
+        for r in caplog.records
+        if r.threadName == "vllm-otel-metrics-stream"
+        and r.getMessage().startswith("vllm-otel-metrics: the stream to")
+    ]
     assert lines == [
         f"vllm-otel-metrics: the stream to {tmp_path / 's.sock'} failed (RuntimeError: a bug); "
         "reconnecting in 0.2 s"
@@ -351,8 +365,12 @@ def test_a_started_sidecar_is_streamed_to_over_its_socket_only(tmp_path):
     impostor.settimeout(2.5)
     host, port = impostor.getsockname()
     settings = types.SimpleNamespace(
-        queue=100, address=f"{host}:{port}", tls=False, token="s3cret",
-        sidecar=types.SimpleNamespace(ingest_socket=str(tmp_path / "none.sock")))
+        queue=100,
+        address=f"{host}:{port}",
+        tls=False,
+        token="s3cret",
+        sidecar=types.SimpleNamespace(ingest_socket=str(tmp_path / "none.sock")),
+    )
     streamer = stream.Streamer(settings, lambda item: [sleep_record()], poll_seconds=0.01).start()
     try:
         streamer.submit(0)
@@ -360,7 +378,7 @@ def test_a_started_sidecar_is_streamed_to_over_its_socket_only(tmp_path):
             connection, _ = impostor.accept()
             connection.close()
             connected = True
-        except socket.timeout:
+        except TimeoutError:
             connected = False
     finally:
         streamer.close(timeout=0.1)
@@ -375,8 +393,9 @@ def test_a_streamer_turned_off_sends_nothing_and_keeps_nothing(tmp_path):
     sink = SocketSink(tmp_path / "s.sock")
     # Items as the stat-logger plugin queues them.
     step = ("step", 0, None, object(), None, 0.0)
-    streamer = socket_streamer(tmp_path / "s.sock", lambda item: [sleep_record()],
-                               admit=lambda: False)
+    streamer = socket_streamer(
+        tmp_path / "s.sock", lambda item: [sleep_record()], admit=lambda: False
+    )
     streamer.submit(step)
     streamer.start()
     try:
@@ -435,3 +454,39 @@ def test_a_closed_streamer_logs_nothing_more(monkeypatch, caplog):
         streamer.close(timeout=0)
         streamer._thread.join(2.0)
     assert [r.getMessage() for r in caplog.records if r.thread == streamer._thread.ident] == []
+
+
+def test_the_streams_thread_goes_on_only_once_the_iterators_turn_has_ended():
+    """The request iterator (gRPC's thread) converts and counts what it
+    takes from the queue; the stream's thread, once the call has ended,
+    writes the same counters (or starts the next call). Before: nothing
+    kept the two apart, though the counters were documented as written by
+    one thread. After: the stream's thread waits for the turn under way,
+    and no turn starts after it."""
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(item):
+        entered.set()
+        release.wait(5)
+        return [sleep_record()]
+
+    streamer = stream.Streamer(types.SimpleNamespace(queue=10), slow)
+    done, turn = threading.Event(), threading.Lock()
+    requests = streamer._requests(pb, done, stream.Handed(), turn)
+    streamer.submit("a")
+    streamer.submit("b")
+    iterating = threading.Thread(target=lambda: list(requests), daemon=True)
+    iterating.start()
+    assert entered.wait(5)
+    ended = threading.Event()
+    ending = threading.Thread(
+        target=lambda: (streamer._end_turns(done, turn), ended.set()), daemon=True
+    )
+    ending.start()
+    assert not ended.wait(0.2), "the turn under way was not waited for"
+    release.set()
+    assert ended.wait(5)
+    iterating.join(5)
+    assert not iterating.is_alive()
+    # The second item was never taken: no turn started after the end.
+    assert (streamer.records_out, len(streamer.queue)) == (1, 1)

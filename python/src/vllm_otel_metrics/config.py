@@ -61,6 +61,8 @@ another user can replace would hand them the plugin's records, its token or
 a way to make it write where they choose.
 """
 
+from __future__ import annotations
+
 import dataclasses
 import errno
 import fcntl
@@ -73,6 +75,8 @@ import shlex
 import stat
 import tempfile
 import urllib.parse
+from collections.abc import Mapping
+from typing import Any, NoReturn
 
 log = logging.getLogger("vllm.vllm_otel_metrics")
 
@@ -117,7 +121,7 @@ class Settings:
     #: How to start the sidecar, or None when the plugin never starts one
     #: (``VLLM_OTEL_METRICS_SIDECAR=off``, a TLS target, or a target that is
     #: not a loopback address: a sidecar elsewhere is someone else's to run).
-    sidecar: "SidecarSettings | None" = None
+    sidecar: SidecarSettings | None = None
     #: The bound on the engine-core tap's queued frame bytes.
     queue_bytes: int = DEFAULT_QUEUE_BYTES
 
@@ -140,18 +144,18 @@ class SidecarSettings:
     #: ``serve --metrics-addr``.
     metrics_addr: str
     #: More ``serve`` flags.
-    args: tuple
+    args: tuple[str, ...]
     #: Where the sidecar's output goes.
     log_file: str
     #: ``serve --custom-histogram-buckets``, or empty.
     custom_histogram_buckets: str = ""
     #: ``serve --ingest-socket``, or None for gRPC over TCP only.
-    ingest_socket: "str | None" = None
+    ingest_socket: str | None = None
     #: The lock file that makes one sidecar per host and user (in the
     #: private directory).
-    lock_file: "str | None" = None
+    lock_file: str | None = None
     #: ``serve --ingest-auth-token-file``: the plugin's token file, or None.
-    token_file: "str | None" = None
+    token_file: str | None = None
     #: ``serve --slo``: the latency SLO (JSON), or empty.
     slo: str = ""
 
@@ -167,7 +171,7 @@ def _read(variable: str, path: str, limit: int | None = None) -> bytes:
     return data
 
 
-def from_env(env=None) -> Settings:
+def from_env(env: Mapping[str, str] | None = None) -> Settings:
     """Reads the settings; raises :class:`ConfigError` naming the bad variable.
 
     >>> from_env({}).address
@@ -180,7 +184,11 @@ def from_env(env=None) -> Settings:
     env = os.environ if env is None else env
     target = env.get("VLLM_OTEL_METRICS_TARGET", "") or DEFAULT_TARGET
     parsed = urllib.parse.urlsplit(target)
-    if parsed.scheme not in ("http", "https") or not parsed.hostname or parsed.path not in ("", "/"):
+    if (
+        parsed.scheme not in ("http", "https")
+        or not parsed.hostname
+        or parsed.path not in ("", "/")
+    ):
         raise ConfigError(
             f"VLLM_OTEL_METRICS_TARGET={target!r} is not http://HOST:PORT or https://HOST:PORT"
         )
@@ -203,9 +211,11 @@ def from_env(env=None) -> Settings:
     token = None
     token_file = env.get("VLLM_OTEL_METRICS_TOKEN_FILE", "")
     if token_file:
-        token = _read("VLLM_OTEL_METRICS_TOKEN_FILE", token_file, MAX_TOKEN_BYTES).decode(
-            "utf-8", "replace"
-        ).strip()
+        token = (
+            _read("VLLM_OTEL_METRICS_TOKEN_FILE", token_file, MAX_TOKEN_BYTES)
+            .decode("utf-8", "replace")
+            .strip()
+        )
         if not token:
             raise ConfigError(f"VLLM_OTEL_METRICS_TOKEN_FILE={token_file}: the file is empty")
 
@@ -229,7 +239,7 @@ def from_env(env=None) -> Settings:
     )
 
 
-def _bound(env, variable: str, default: int, most: int) -> int:
+def _bound(env: Mapping[str, str], variable: str, default: int, most: int) -> int:
     """A queue bound: a whole number from 1 to ``most``.
 
     >>> _bound({"VLLM_OTEL_METRICS_QUEUE_BYTES": "0"}, "VLLM_OTEL_METRICS_QUEUE_BYTES", 1, 10)
@@ -256,7 +266,9 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def _sidecar(env, scheme: str, host: str, port: int, address: str) -> "SidecarSettings | None":
+def _sidecar(
+    env: Mapping[str, str], scheme: str, host: str, port: int, address: str
+) -> SidecarSettings | None:
     """The started sidecar's settings, or None when none is to be started.
     Makes the user's private directory (:func:`private_dir`), where its
     files live.
@@ -282,7 +294,9 @@ def _sidecar(env, scheme: str, host: str, port: int, address: str) -> "SidecarSe
         args = tuple(shlex.split(raw_args))
     except ValueError as e:
         # The value may hold a header or a token: name the error, not the value.
-        raise ConfigError(f"VLLM_OTEL_METRICS_SIDECAR_ARGS cannot be split as a shell would: {e}") from None
+        raise ConfigError(
+            f"VLLM_OTEL_METRICS_SIDECAR_ARGS cannot be split as a shell would: {e}"
+        ) from None
     if mode == "off" or scheme != "http" or not _is_loopback(host):
         return None
     directory = private_dir(env)
@@ -325,7 +339,8 @@ def check_slo(text: str) -> None:
     ...
     vllm_otel_metrics.config.ConfigError: VLLM_OTEL_METRICS_SLO: models.big.ttft: 0 is not a positive number of seconds
     """
-    def fail(key: str, reason: str):
+
+    def fail(key: str, reason: str) -> NoReturn:
         raise ConfigError(f"VLLM_OTEL_METRICS_SLO: {key}: {reason}")
 
     try:
@@ -335,7 +350,7 @@ def check_slo(text: str) -> None:
     if not isinstance(value, dict):
         fail("--slo", "not a JSON object")
 
-    def bounds(obj: dict, place: str, models: bool) -> None:
+    def bounds(obj: dict[str, Any], place: str, models: bool) -> None:
         for key, bound in obj.items():
             where = f"{place}.{key}" if place else key
             if models and key == "models":
@@ -355,7 +370,7 @@ def check_slo(text: str) -> None:
     bounds(value, "", True)
 
 
-def _ingest_socket(env, port: int, directory: str) -> "str | None":
+def _ingest_socket(env: Mapping[str, str], port: int, directory: str) -> str | None:
     """The started sidecar's ingest socket, or None for none.
 
     >>> _ingest_socket({"VLLM_OTEL_METRICS_SOCKET": "none"}, 1, "/d") is None
@@ -389,7 +404,7 @@ def _ingest_socket(env, port: int, directory: str) -> "str | None":
     return path
 
 
-def private_dir(env=None) -> str:
+def private_dir(env: Mapping[str, str] | None = None) -> str:
     """This user's private directory, for the started sidecar's lock file,
     log file and socket, made ``0700``: ``vllm-otel-metrics`` in
     ``XDG_RUNTIME_DIR``, else ``vllm-otel-metrics-UID`` in the temporary
@@ -489,7 +504,7 @@ def open_private(path: str, flags: int, *, user_named: bool = False) -> int:
     return fd
 
 
-def rust_frontend(env=None) -> bool:
+def rust_frontend(env: Mapping[str, str] | None = None) -> bool:
     """Whether vLLM runs its Rust frontend (``VLLM_USE_RUST_FRONTEND``, read
     as vLLM's ``envs`` reads a boolean).
 
@@ -500,7 +515,7 @@ def rust_frontend(env=None) -> bool:
     return env.get("VLLM_USE_RUST_FRONTEND", "0").strip().lower() in ("1", "true")
 
 
-def engine_source(env=None) -> str:
+def engine_source(env: Mapping[str, str] | None = None) -> str:
     """``engine_core`` or ``stat_logger``: which of the plugin's two halves
     sends an engine's records (``VLLM_OTEL_METRICS_SOURCE``).
 

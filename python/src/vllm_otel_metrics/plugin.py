@@ -13,13 +13,18 @@ logger's rules (``docs/SEMANTICS.md``, plugin path). With a loopback
 ``http://`` target it also starts that sidecar (:mod:`.sidecar`).
 """
 
+from __future__ import annotations
+
 import atexit
+import dataclasses
 import logging
 import time
+from collections.abc import Iterable
+from typing import Any
 
 from vllm.v1.metrics.loggers import AggregateStatLoggerBase
 
-from . import config, convert
+from . import config, convert, kv_connector
 from .sidecar import Supervisor, planned
 from .stream import Streamer
 
@@ -28,13 +33,41 @@ from .stream import Streamer
 log = logging.getLogger("vllm.vllm_otel_metrics")
 
 
-def served_model_name(vllm_config) -> str:
+def served_model_name(vllm_config: Any) -> str:
     """The ``model_name`` label vLLM gives an engine's series."""
     name = vllm_config.model_config.served_model_name
     # vLLM labels with the first name when several are served.
     if isinstance(name, (list, tuple)):
         name = name[0] if name else ""
     return str(name)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Step:
+    """A queued ``record()`` call: one engine step's stats objects."""
+
+    engine: int
+    scheduler_stats: Any
+    iteration_stats: Any
+    mm_cache_stats: Any
+    at: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SleepState:
+    """A queued ``record_sleep_state()`` call."""
+
+    sleep: int
+    level: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EngineInitialized:
+    """A queued ``log_engine_initialized()`` call."""
+
+
+#: What the stat-logger plugin queues.
+Item = Step | SleepState | EngineInitialized
 
 
 class OtelMetricsStatLogger(AggregateStatLoggerBase):
@@ -46,26 +79,28 @@ class OtelMetricsStatLogger(AggregateStatLoggerBase):
     at start-up and the plugin does nothing; vLLM keeps serving.
     """
 
-    def __init__(self, vllm_config, engine_indexes=None):
+    def __init__(self, vllm_config: Any, engine_indexes: Iterable[int] | None = None) -> None:
         self.vllm_config = vllm_config
         self.engine_indexes = list(engine_indexes) if engine_indexes else [0]
         self.model_name = served_model_name(vllm_config)
         lora_config = getattr(vllm_config, "lora_config", None)
         self.max_loras = getattr(lora_config, "max_loras", None) if lora_config else None
-        self.kv_consumer, self.nixl = convert.kv_transfer_setup(
+        self.kv_consumer, self.nixl = kv_connector.kv_transfer_setup(
             getattr(vllm_config, "kv_transfer_config", None)
         )
         self.steps = convert.StepConverter(
             self.model_name, lora_config is not None, self.kv_consumer
         )
-        self.streamer = None
-        self.supervisor = None
+        self.streamer: Streamer | None = None
+        self.supervisor: Supervisor | None = None
         try:
             settings = config.from_env()
             source = config.engine_source()
             if settings.sidecar is not None:
                 from_env = settings.sidecar.custom_histogram_buckets
-                sidecar, max_model_len, token_buckets = planned(settings.sidecar, vllm_config, False)
+                sidecar, max_model_len, token_buckets = planned(
+                    settings.sidecar, vllm_config, False
+                )
                 if from_env and sidecar.custom_histogram_buckets != from_env:
                     log.warning(
                         "vllm-otel-metrics: vLLM's --custom-histogram-buckets wins over "
@@ -109,48 +144,59 @@ class OtelMetricsStatLogger(AggregateStatLoggerBase):
             (settings.sidecar and settings.sidecar.ingest_socket) or settings.address,
         )
 
-    def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx=0):
+    def record(
+        self,
+        scheduler_stats: Any,
+        iteration_stats: Any,
+        mm_cache_stats: Any = None,
+        engine_idx: int = 0,
+    ) -> None:
         """Once per engine step: enqueue, never block."""
         if self.streamer is not None:
             # The weight inline (_records_in's rule): no call on vLLM's loop.
             self.streamer.submit(
-                ("step", engine_idx, scheduler_stats, iteration_stats, mm_cache_stats, time.time()),
+                Step(engine_idx, scheduler_stats, iteration_stats, mm_cache_stats, time.time()),
                 (scheduler_stats is not None) + (iteration_stats is not None),
             )
 
-    def record_sleep_state(self, sleep: int = 0, level: int = 0):
+    def record_sleep_state(self, sleep: int = 0, level: int = 0) -> None:
         if self.streamer is not None:
-            self.streamer.submit(("sleep", sleep, level))
+            self.streamer.submit(SleepState(sleep, level))
 
-    def log_engine_initialized(self):
+    def log_engine_initialized(self) -> None:
         if self.streamer is not None:
-            self.streamer.submit(("engine_initialized",))
+            self.streamer.submit(EngineInitialized())
 
-    def log(self):
+    def log(self) -> None:
         """vLLM's periodic log call: nothing to print; the sidecar exports."""
 
-    def _records_in(self, item) -> int:
+    def _records_in(self, item: Item) -> int:
         """How many records :meth:`_to_records` makes of ``item`` (counted
         when the full queue drops it; the engine start's are at least its
         configuration records)."""
-        kind = item[0]
-        if kind == "step":
-            return (item[2] is not None) + (item[3] is not None)
+        if type(item) is Step:
+            return (item.scheduler_stats is not None) + (item.iteration_stats is not None)
         return len(self.engine_indexes)
 
-    def _to_records(self, item) -> list:
+    def _to_records(self, item: Item) -> Iterable[convert.Record]:
         """Runs on the streaming thread."""
-        kind = item[0]
-        if kind == "step":
-            _, engine, scheduler_stats, iteration_stats, mm_cache_stats, now = item
-            return self.steps.records(scheduler_stats, iteration_stats, mm_cache_stats, engine, now)
-        if kind == "sleep":
+        if type(item) is Step:
+            return self.steps.records(
+                item.scheduler_stats,
+                item.iteration_stats,
+                item.mm_cache_stats,
+                item.engine,
+                item.at,
+            )
+        if type(item) is SleepState:
             return [
-                convert.sleep_record(self.model_name, engine, item[1], item[2])
+                convert.sleep_record(self.model_name, engine, item.sleep, item.level)
                 for engine in self.engine_indexes
             ]
+        if type(item) is not EngineInitialized:
+            raise TypeError(f"not an item this plugin queues: {item!r}")
         max_model_len = getattr(self.vllm_config.model_config, "max_model_len", None)
-        records = []
+        records: list[convert.Record] = []
         for engine in self.engine_indexes:
             records += convert.engine_records(
                 self.vllm_config.cache_config,

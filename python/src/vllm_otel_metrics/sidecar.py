@@ -54,6 +54,8 @@ The sidecar is the ``vllm-otel-metrics`` binary the wheel carries
 variables, which it inherits from vLLM's environment.
 """
 
+from __future__ import annotations
+
 import dataclasses
 import fcntl
 import hashlib
@@ -69,6 +71,8 @@ import subprocess
 import sysconfig
 import threading
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from . import config
 
@@ -101,7 +105,7 @@ PACKAGED_BINARY = pathlib.Path(__file__).resolve().parent / "_bin" / "vllm-otel-
 _UCRED = struct.Struct("3i")
 
 
-def binary() -> "str | None":
+def binary() -> str | None:
     """The sidecar binary: the wheel's own, else the first native
     ``vllm-otel-metrics`` executable in this environment's scripts directory
     or on ``PATH``. A plugin-only install's ``vllm-otel-metrics`` command is a
@@ -144,7 +148,7 @@ def answers(address: str, timeout: float = 0.5) -> bool:
         return False
 
 
-def connect_own(path: str, timeout: float) -> tuple:
+def connect_own(path: str, timeout: float) -> tuple[socket.socket | None, int | None]:
     """A connection to the Unix socket ``path`` when a process of this user
     listens there, else None; and the uid of a listener of another user's
     (else None). The connection's timeout is ``timeout``.
@@ -166,8 +170,13 @@ def connect_own(path: str, timeout: float) -> tuple:
     return sock, None
 
 
-def command(executable: str, settings, max_model_len, token_buckets: str = "python",
-            parent_pid: "int | None" = None) -> list:
+def command(
+    executable: str,
+    settings: config.SidecarSettings,
+    max_model_len: int | None,
+    token_buckets: str = "python",
+    parent_pid: int | None = None,
+) -> list[str]:
     """``serve``'s command line for ``settings`` (a
     :class:`.config.SidecarSettings`), for a sidecar whose parent is
     ``parent_pid`` (default: this process). The flags of
@@ -218,7 +227,9 @@ def command(executable: str, settings, max_model_len, token_buckets: str = "pyth
     return argv
 
 
-def environment(settings, base=None) -> dict:
+def environment(
+    settings: config.SidecarSettings, base: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The started sidecar's environment: this process's (``base``), with
     ``VLLM_OTEL_METRICS_SIDECAR_ARGS``'s flags as a JSON array in
     :data:`SERVE_ARGS_VARIABLE`, or without that variable when there are
@@ -238,7 +249,9 @@ def environment(settings, base=None) -> dict:
     return env
 
 
-def fingerprint(settings, max_model_len, token_buckets: str = "python") -> str:
+def fingerprint(
+    settings: config.SidecarSettings, max_model_len: int | None, token_buckets: str = "python"
+) -> str:
     """The configuration a started sidecar would have, as a sha256: its
     command line, less the executable and ``--parent-pid`` (the same for
     two processes of one vLLM, and for two installs of one release), and
@@ -257,7 +270,9 @@ def fingerprint(settings, max_model_len, token_buckets: str = "python") -> str:
     return hashlib.sha256(json.dumps([argv[1:], list(settings.args)]).encode()).hexdigest()
 
 
-def planned(settings, vllm_config, rust_frontend: bool) -> tuple:
+def planned(
+    settings: config.SidecarSettings, vllm_config: Any, rust_frontend: bool
+) -> tuple[config.SidecarSettings, int | None, str]:
     """The sidecar a plugin of this vLLM starts: its settings (vLLM's own
     ``--custom-histogram-buckets`` in place of the environment's), the
     model length for ``--max-model-len`` and the token buckets, as
@@ -276,7 +291,7 @@ def planned(settings, vllm_config, rust_frontend: bool) -> tuple:
     return settings, getattr(vllm_config.model_config, "max_model_len", None), "python"
 
 
-def vllm_bucket_overrides(vllm_config):
+def vllm_bucket_overrides(vllm_config: Any) -> str | None:
     """vLLM's own ``--custom-histogram-buckets`` (vLLM PR #48867) as JSON, or None.
 
     A vLLM with the flag keeps it in ``observability_config``; the sidecar
@@ -296,7 +311,7 @@ def vllm_bucket_overrides(vllm_config):
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def parse_record(data: bytes) -> dict:
+def parse_record(data: bytes) -> dict[str, Any]:
     """What a lock file says of the sidecar its holder started: ``pid`` (0
     for none), ``config`` (its :func:`fingerprint`), ``holder`` (the
     holder's pid), ``log`` (its log file), and ``failed`` when the holder
@@ -319,7 +334,7 @@ def parse_record(data: bytes) -> dict:
     return record if isinstance(record, dict) else {}
 
 
-def read_record(path: str) -> dict:
+def read_record(path: str) -> dict[str, Any]:
     """The record of the lock file at ``path`` (:func:`parse_record`), read
     without taking the lock (only its holder writes it); empty when it
     cannot be read or is not this user's regular file."""
@@ -338,7 +353,7 @@ def read_record(path: str) -> dict:
         os.close(fd)
 
 
-def _pid(value) -> int:
+def _pid(value: object) -> int:
     return value if type(value) is int and value > 0 else 0
 
 
@@ -408,18 +423,23 @@ class Supervisor:
     (:class:`.config.ConfigError`), before anything streams.
     """
 
-    def __init__(self, settings, max_model_len, token_buckets: str = "python"):
+    def __init__(
+        self,
+        settings: config.SidecarSettings,
+        max_model_len: int | None,
+        token_buckets: str = "python",
+    ) -> None:
         self.settings = settings
         self.max_model_len = max_model_len
         self.token_buckets = token_buckets
-        self.lock_path = settings.lock_file
+        if settings.lock_file is None:
+            raise ValueError("a supervised sidecar needs a lock file (SidecarSettings.lock_file)")
+        self.lock_path: str = settings.lock_file
         #: The configuration this plugin's sidecar has.
         self.config = fingerprint(settings, max_model_len, token_buckets)
         self.gate = Gate(self.lock_path, self.config)
         #: The sidecar this plugin started and is watching, if any.
-        self.process = None
-        #: How many sidecars this plugin started (for tests and the log).
-        self.started = 0
+        self.process: subprocess.Popen[bytes] | None = None
         #: Held for the process's life: the kernel releases the lock when
         #: it ends, however it ends.
         self._lock_fd = config.open_private(self.lock_path, os.O_RDWR)
@@ -433,7 +453,7 @@ class Supervisor:
             target=self._run, name="vllm-otel-metrics-sidecar", daemon=True
         )
 
-    def start(self) -> "Supervisor":
+    def start(self) -> Supervisor:
         self._thread.start()
         return self
 
@@ -469,14 +489,16 @@ class Supervisor:
         except BlockingIOError:
             return False
 
-    def _write_record(self, pid: int, **more) -> None:
-        data = json.dumps({
-            "pid": pid,
-            "config": self.config,
-            "holder": os.getpid(),
-            "log": self.settings.log_file,
-            **more,
-        }).encode()
+    def _write_record(self, pid: int, **more: object) -> None:
+        data = json.dumps(
+            {
+                "pid": pid,
+                "config": self.config,
+                "holder": os.getpid(),
+                "log": self.settings.log_file,
+                **more,
+            }
+        ).encode()
         os.ftruncate(self._lock_fd, 0)
         os.pwrite(self._lock_fd, data, 0)
 
@@ -584,7 +606,7 @@ class Supervisor:
         # stays held, so none of them starts the sidecar again.
         self._write_record(0, failed="address in use")
 
-    def _run_one(self, executable: str):
+    def _run_one(self, executable: str) -> int:
         """Starts one sidecar and waits for it to end; returns its exit status."""
         argv = command(executable, self.settings, self.max_model_len, self.token_buckets)
         output = self._open_log()
@@ -602,7 +624,6 @@ class Supervisor:
             )
         finally:
             os.close(output)
-        self.started += 1
         log.info(
             "vllm-otel-metrics: started the sidecar (pid %d) on %s%s, /metrics on %s; its log: %s",
             self.process.pid,

@@ -19,8 +19,11 @@ item). Everything else happens on the thread:
   applies each record as it arrives — within the 50 ms poll of an idle
   queue;
 - the queue is bounded in records (the stat-logger plugin) or in items and
-  frame bytes (the engine-core tap), counted by two counters each written
-  by one thread (in by the producer, out by this thread), so no lock;
+  frame bytes (the engine-core tap), counted by pairs of counters: in,
+  written by the producer only; out, written by the consumer only (this
+  thread, or during a gRPC call the call's request iterator on gRPC's
+  thread, never both at once: :meth:`Streamer._end_turns`). The producer
+  takes no lock;
 - when the sidecar is down, slow or refusing, the queue fills and
   :meth:`Streamer.submit` drops and counts; the thread reconnects with
   exponential back-off (0.1 s to 5 s) and, on each new stream and whenever
@@ -50,12 +53,17 @@ item). Everything else happens on the thread:
   reconnection after the back-off: the thread never ends in silence.
 """
 
+from __future__ import annotations
+
 import collections
 import logging
 import socket
 import struct
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator
+from types import ModuleType
+from typing import Any, cast
 
 import grpc
 
@@ -110,16 +118,18 @@ class LogLimit:
     ['record 0 is bad', 'record 3 is bad (2 more like it in the last 10 s not logged)']
     """
 
-    __slots__ = ("seconds", "_clock", "_next", "_left_out", "log")
+    __slots__ = ("_clock", "_left_out", "_next", "log", "seconds")
 
-    def __init__(self, seconds: float = LOG_EVERY_SECONDS, clock=time.monotonic):
+    def __init__(
+        self, seconds: float = LOG_EVERY_SECONDS, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.seconds = seconds
         self._clock = clock
-        self._next: dict = {}
-        self._left_out: dict = {}
+        self._next: dict[str, float] = {}
+        self._left_out: dict[str, int] = {}
         self.log = log.log
 
-    def emit(self, level: int, kind: str, message: str, *args) -> None:
+    def emit(self, level: int, kind: str, message: str, *args: object) -> None:
         now = self._clock()
         due = self._next.get(kind)
         if due is not None and now < due:
@@ -141,22 +151,35 @@ class Streamer:
     :class:`.convert.Unconvertible` in place of one that cannot be sent); it
     runs on the thread, never in :meth:`submit`. ``weigh(item)`` says how
     many records an item becomes (a cheap guess: it runs in :meth:`submit`),
-    so that the queue is bounded, and drops counted, in records.
+    so that the queue is bounded, and drops counted, in records. A producer
+    that appends to :attr:`queue` itself (the engine-core tap) bounds it in
+    items and frame bytes instead; ``weigh`` then only counts what is lost.
 
     ``admit()``, when given, runs on the thread before each connection:
     False turns the streamer off for good (:class:`.sidecar.Gate`): what is
     queued and what comes after is dropped.
     """
 
-    def __init__(self, settings, to_records, weigh=lambda item: 1, *, batched=False,
-                 max_records=MAX_BATCH, resend_window=RESEND_WINDOW, max_drain=MAX_BATCH,
-                 max_drain_bytes=0, poll_seconds=POLL_SECONDS, admit=None):
+    def __init__(
+        self,
+        settings: Any,
+        to_records: Callable[[Any], Iterable[Any]],
+        weigh: Callable[[Any], int] = lambda item: 1,
+        *,
+        batched: bool = False,
+        max_records: int = MAX_BATCH,
+        resend_window: int = RESEND_WINDOW,
+        max_drain: int = MAX_BATCH,
+        max_drain_bytes: int = 0,
+        poll_seconds: float = POLL_SECONDS,
+        admit: Callable[[], bool] | None = None,
+    ) -> None:
         self.settings = settings
         self._to_records = to_records
         self._weigh = weigh
-        self._queue = collections.deque()
-        self._bound = settings.queue
-        self._byte_bound = getattr(settings, "queue_bytes", config.DEFAULT_QUEUE_BYTES)
+        self._queue: collections.deque[Any] = collections.deque()
+        self._bound: int = settings.queue
+        self._byte_bound: int = getattr(settings, "queue_bytes", config.DEFAULT_QUEUE_BYTES)
         #: ``to_records`` takes every queued item at once (up to
         #: ``max_drain`` of them, or until ``max_drain_bytes`` of frames),
         #: and what it returns goes out as its own message(s) of at most
@@ -169,13 +192,17 @@ class Streamer:
         #: How often a stream that found nothing looks again, seconds.
         self._poll_seconds = poll_seconds
         self._admit = admit
+        # The consumer, below, is whichever thread takes from the queue: the
+        # stream's own thread, or, during a gRPC call, the call's request
+        # iterator on gRPC's thread. Never both at once: the stream's thread
+        # goes on only once the iterator's turn has ended (_end_turns).
         #: Records queued by submit() (only submit() writes it) and taken
-        #: by the thread (only the thread writes it): their difference is
-        #: what is queued, without a lock.
+        #: by the consumer (only it writes it): their difference is what is
+        #: queued, without a lock.
         self.records_in = 0
         self.records_out = 0
         #: Frame bytes queued by the engine-core tap's output hook (only it
-        #: writes it) and taken by the thread (only the thread writes it).
+        #: writes it) and taken by the consumer (only it writes it).
         self.bytes_in = 0
         self.bytes_out = 0
         #: Records of the items refused because the queue was full (only
@@ -183,23 +210,23 @@ class Streamer:
         self.dropped = 0
         #: Frames the tap's output hook refused (only it writes it).
         self.dropped_frames = 0
-        #: Records the thread could not send: not convertible, a number
-        #: that is not finite, or too large (only the thread writes it).
+        #: Records the consumer could not send: not convertible, a number
+        #: that is not finite, or too large (only the consumer writes it).
         self.unsendable = 0
         #: Records a shutting-down sidecar did not read and that were no
-        #: longer kept to be sent again (only the thread writes it).
+        #: longer kept to be sent again (only the stream's thread writes it).
         self.lost = 0
         self._dropped_reported = 0
         #: Messages converted and not yet handed to a call, or handed to a
         #: call that a shutting-down sidecar ended before applying them.
-        self._unsent = collections.deque()
+        self._unsent: collections.deque[Any] = collections.deque()
         #: Records handed to a stream (for tests and the benchmark).
         self.sent = 0
         #: Whether a stream to the sidecar is open (for tests and the benchmark).
         self.connected = False
         #: The last stream's transport, ``socket`` or ``grpc`` (for tests and
         #: the benchmark).
-        self.transport = None
+        self.transport: str | None = None
         #: Whether the plugin was turned off (``admit()`` said no).
         self.off = False
         self._limits = LogLimit()
@@ -208,11 +235,11 @@ class Streamer:
             target=self._run, name="vllm-otel-metrics-stream", daemon=True
         )
 
-    def start(self) -> "Streamer":
+    def start(self) -> Streamer:
         self._thread.start()
         return self
 
-    def submit(self, item, weight: "int | None" = None) -> None:
+    def submit(self, item: object, weight: int | None = None) -> None:
         """Enqueues one item of ``weight`` records (default: ``weigh(item)``),
         or drops and counts it when its records would take the queue beyond
         its bound. Never blocks."""
@@ -225,7 +252,7 @@ class Streamer:
             self._queue.append(item)
 
     @property
-    def queue(self) -> collections.deque:
+    def queue(self) -> collections.deque[Any]:
         """The queue itself, for a producer that appends without
         :meth:`submit`'s call (checking :attr:`bound` and, for frames,
         :attr:`byte_bound` against :attr:`bytes_in` first)."""
@@ -263,7 +290,7 @@ class Streamer:
 
     # The thread.
 
-    def _channel(self):
+    def _channel(self) -> grpc.Channel:
         options = [
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.keepalive_time_ms", 20_000),
@@ -276,11 +303,11 @@ class Streamer:
             return grpc.secure_channel(s.address, credentials, options=options)
         return grpc.insecure_channel(s.address, options=options)
 
-    def _socket_path(self) -> "str | None":
+    def _socket_path(self) -> str | None:
         """The started sidecar's ingest socket: the only way to it."""
         return getattr(getattr(self.settings, "sidecar", None), "ingest_socket", None)
 
-    def _unix(self):
+    def _unix(self) -> socket.socket | None:
         """A connection to the started sidecar's ingest socket, or None when
         no process of this user listens there (none started yet, one still
         starting, or another user's)."""
@@ -299,7 +326,7 @@ class Streamer:
             )
         return sock
 
-    def _unix_within(self, seconds: float):
+    def _unix_within(self, seconds: float) -> socket.socket | None:
         """:meth:`_unix`, tried again every poll for up to ``seconds``: a
         sidecar just started binds its socket within a second or two, and
         is no failure to warn about (gRPC's wait for a channel is alike)."""
@@ -311,7 +338,9 @@ class Streamer:
 
     def _run(self) -> None:
         pb = convert.messages()
-        metadata = (("authorization", f"Bearer {self.settings.token}"),) if self.settings.token else ()
+        metadata = (
+            (("authorization", f"Bearer {self.settings.token}"),) if self.settings.token else ()
+        )
         path = self._socket_path()
         where = path or self.settings.address
         backoff = BACKOFF_MIN
@@ -321,7 +350,8 @@ class Streamer:
             if self._admit is not None and not self._admit():
                 self._turn_off()
                 return
-            sock = channel = None
+            sock: socket.socket | None = None
+            channel: grpc.Channel | None = None
             try:
                 if path:
                     sock = self._unix_within(CONNECT_TIMEOUT)
@@ -354,13 +384,14 @@ class Streamer:
                         self.transport = "socket"
                         self._socket_session(sock, pb)
                     else:
+                        assert channel is not None
                         self.transport = "grpc"
                         if self._one_call(channel, pb, metadata) == grpc.StatusCode.UNAUTHENTICATED:
                             wait = BACKOFF_MAX
                     errors = 0
             except Exception as e:  # noqa: BLE001 — the thread must not end: nothing would stream
                 errors += 1
-                wait = min(BACKOFF_MIN * 2 ** errors, BACKOFF_MAX)
+                wait = min(BACKOFF_MIN * 2**errors, BACKOFF_MAX)
                 self._limits.emit(
                     logging.ERROR,
                     "session",
@@ -405,7 +436,7 @@ class Streamer:
                 # The engine-core tap's frame, (time, bytes).
                 self.bytes_out += len(item[1])
 
-    def _socket_session(self, sock, pb) -> None:
+    def _socket_session(self, sock: socket.socket, pb: ModuleType) -> None:
         """Sends records over the ingest socket, one message each, until a
         send fails or close(). A sidecar that shuts down answers with how
         many it read: the others are sent again to the next one. Without
@@ -451,10 +482,13 @@ class Streamer:
                 return
             self._idle_wait(self._stop, ticks)
 
-    def _one_call(self, channel, pb, metadata):
+    def _one_call(
+        self, channel: grpc.Channel, pb: ModuleType, metadata: tuple[tuple[str, str], ...]
+    ) -> grpc.StatusCode | None:
         """One client-streaming call, until it breaks or close(). Returns
         the status code it broke with, or None when it ended at close()."""
         done = threading.Event()
+        turn = threading.Lock()
         handed = Handed(self._resend_window)
         # The generated stub's serializer takes protobuf messages only; this
         # one takes a Raw record too.
@@ -464,12 +498,13 @@ class Streamer:
             response_deserializer=pb.IngestSummary.FromString,
         )
         try:
-            call = stream.future(self._requests(pb, done, handed), metadata=metadata)
+            call = stream.future(self._requests(pb, done, handed, turn), metadata=metadata)
             call.add_done_callback(lambda _f: done.set())
             # gRPC's result() wakes every 100 ms to look; the event sleeps.
             done.wait()
             summary = call.result()
         except grpc.RpcError as e:
+            self._end_turns(done, turn)
             code = e.code() if hasattr(e, "code") else None
             summary = _summary_trailer(e, pb)
             if summary is not None:
@@ -488,9 +523,9 @@ class Streamer:
             )
             return code
         finally:
-            done.set()
             # The request iterator, on gRPC's thread, may be in the middle
             # of a turn: it takes no more records for this ended call.
+            self._end_turns(done, turn)
             handed.close()
         if summary.records_rejected:
             log.warning(
@@ -500,7 +535,7 @@ class Streamer:
             )
         return None
 
-    def _send_unread_again(self, handed: "Handed", read: int) -> int:
+    def _send_unread_again(self, handed: Handed, read: int) -> int:
         """Puts the records a shutting-down sidecar did not read (it read
         ``read`` of those handed over) first in line for the next call;
         counts as lost those no longer kept."""
@@ -511,7 +546,7 @@ class Streamer:
         self.lost += max(unread - len(kept), 0)
         return len(kept)
 
-    def _drops_record(self, pb):
+    def _drops_record(self, pb: ModuleType) -> Any:
         dropped = self.dropped + self.dropped_frames + self.unsendable + self.lost
         if dropped == self._dropped_reported:
             return None
@@ -519,10 +554,11 @@ class Streamer:
         self._dropped_reported = dropped
         return pb.Record(plugin_drops=pb.PluginDrops(dropped=delta))
 
-    def _drain(self) -> list:
+    def _drain(self) -> list[Any]:
         """Takes what is queued, up to ``max_drain`` items or, counting
         frames (``(time, bytes)`` items), ``max_drain_bytes``."""
-        queue, items, size = self._queue, [], 0
+        queue, size = self._queue, 0
+        items: list[Any] = []
         limit = self._max_drain_bytes
         while len(items) < self._max_drain:
             try:
@@ -537,7 +573,7 @@ class Streamer:
         self.bytes_out += size
         return items
 
-    def _refill(self, pb, ticks: "_Ticks") -> bool:
+    def _refill(self, pb: ModuleType, ticks: _Ticks) -> bool:
         """Converts one queued item (or, batched, a drain of them) into
         records waiting in ``_unsent``, while fewer than ``max_records``
         wait; once a second queues a drops record when the count changed.
@@ -604,7 +640,7 @@ class Streamer:
                 unsent.append(record)
         return True
 
-    def _too_large(self, record, size: int) -> None:
+    def _too_large(self, record: Any, size: int) -> None:
         """Counts (and logs, rate-limited) a record no message can carry."""
         self.unsendable += 1
         kind = "frames" if type(record) is Raw else record.WhichOneof("record")
@@ -618,52 +654,73 @@ class Streamer:
             MAX_MESSAGE_BYTES,
         )
 
-    def _idle_wait(self, event: threading.Event, ticks: "_Ticks") -> None:
+    def _idle_wait(self, event: threading.Event, ticks: _Ticks) -> None:
         """Waits for the next look at the queue: less often after a second
         without items (vLLM waits for requests)."""
         idle = time.monotonic() - ticks.busy >= 1.0
         event.wait(max(IDLE_POLL_SECONDS, self._poll_seconds) if idle else self._poll_seconds)
 
-    def _requests(self, pb, done: threading.Event, handed: "Handed"):
+    def _requests(
+        self, pb: ModuleType, done: threading.Event, handed: Handed, turn: threading.Lock
+    ) -> Iterator[Raw]:
         """The request iterator of one call (gRPC consumes it on a thread of
         its own). It converts what is queued, then yields the records ready
         as one message (a batch of up to :data:`MAX_BATCH`), each record
         noted in ``handed``. It ends when the call does or on close()."""
         unsent = self._unsent
         ticks = _Ticks()
-        while not done.is_set():
-            if self._refill(pb, ticks):
-                continue
-            if unsent:
-                # Everything ready goes in one batch message: gRPC's cost is
-                # per message, in this process (the GIL) and in the sidecar.
-                taken = handed.take(unsent, self._max_records, lambda records: self._pack(pb, records))
-                if taken is None:
-                    # The call has ended (its records were counted for
-                    # sending again): what is left waits for the next one.
+        while True:
+            # A turn on the queue and the counters is whole under ``turn``,
+            # and none starts once the call has ended (:meth:`_end_turns`).
+            with turn:
+                if done.is_set():
                     return
-                messages, count = taken
-                self.sent += count
+                if self._refill(pb, ticks):
+                    continue
+                messages = None
+                if unsent:
+                    # Everything ready goes in one batch message: gRPC's cost
+                    # is per message, in this process (the GIL) and in the
+                    # sidecar.
+                    taken = handed.take(
+                        unsent, self._max_records, lambda records: self._pack(pb, records)
+                    )
+                    if taken is None:
+                        # The call has ended (its records were counted for
+                        # sending again): what is left waits for the next one.
+                        return
+                    messages, count = taken
+                    self.sent += count
+            if messages is not None:
                 yield from messages
                 continue
             if self._stop.is_set():
                 return
             self._idle_wait(done, ticks)
 
-    def _pack(self, pb, records: list) -> list:
+    @staticmethod
+    def _end_turns(done: threading.Event, turn: threading.Lock) -> None:
+        """Ends a call's request iterator for the stream's thread: no turn
+        starts after this, and one under way has ended when it returns, so
+        the queue and the counters have one writer again."""
+        done.set()
+        with turn:
+            pass
+
+    def _pack(self, pb: ModuleType, records: list[Any]) -> list[tuple[Raw, list[Any]]]:
         """``records`` as serialized messages no larger than
         :data:`MAX_MESSAGE_BYTES`, each with the records it carries: a batch
         too large is split in halves; a record too large alone is counted
         and left out. Serialized here, where the size is free to read; gRPC
         sends the bytes as they are."""
-        out: list = []
+        out: list[tuple[Raw, list[Any]]] = []
         if not records:
             return out
         for group in _groups(records) if self._batched else (records,):
             self._fit(pb, group, out)
         return out
 
-    def _fit(self, pb, records: list, out: list) -> None:
+    def _fit(self, pb: ModuleType, records: list[Any], out: list[tuple[Raw, list[Any]]]) -> None:
         message = _message(pb, records)
         if type(message) is not Raw:
             data = message.SerializeToString()
@@ -678,7 +735,7 @@ class Streamer:
             self._fit(pb, records[half:], out)
 
 
-def _ready(channel) -> bool:
+def _ready(channel: grpc.Channel) -> bool:
     """Whether ``channel`` connects within :data:`CONNECT_TIMEOUT`."""
     try:
         grpc.channel_ready_future(channel).result(timeout=CONNECT_TIMEOUT)
@@ -690,9 +747,9 @@ def _ready(channel) -> bool:
 class _Ticks:
     """When a stream last looked for a drops record and last found items."""
 
-    __slots__ = ("drops_checked", "busy")
+    __slots__ = ("busy", "drops_checked")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.drops_checked = 0.0
         self.busy = 0.0
 
@@ -705,7 +762,7 @@ class Raw:
 
     __slots__ = ("parts", "size")
 
-    def __init__(self, parts: list, size: int):
+    def __init__(self, parts: list[bytes], size: int) -> None:
         self.parts = parts
         self.size = size
 
@@ -713,7 +770,7 @@ class Raw:
         return b"".join(self.parts)
 
 
-def socket_parts(record) -> tuple:
+def socket_parts(record: Any) -> tuple[list[bytes], int]:
     """The buffers of ``record``'s message on the ingest socket (its length,
     then the record: a :class:`Raw` one's parts as they are), and their
     total size."""
@@ -723,21 +780,22 @@ def socket_parts(record) -> tuple:
     return [_LENGTH.pack(len(data)), data], len(data) + 4
 
 
-def _serialize(message) -> bytes:
-    return message.SerializeToString()
+def _serialize(message: Any) -> bytes:
+    data: bytes = message.SerializeToString()
+    return data
 
 
-def _message(pb, records: list):
+def _message(pb: ModuleType, records: list[Any]) -> Any:
     """One message of ``records``: the record itself, or a batch of them."""
     return records[0] if len(records) == 1 else pb.Record(batch=pb.RecordBatch(records=records))
 
 
-def _groups(records: list):
+def _groups(records: list[Any]) -> Iterator[list[Any]]:
     """The engine-core tap's records in the groups that go out as one
     message each, in order: each ``frames`` record alone (putting it into a
     batch would copy its bytes, as costly as building it), the records
     between them together."""
-    run: list = []
+    run: list[Any] = []
     for record in records:
         if type(record) is not Raw and record.WhichOneof("record") != "frames":
             run.append(record)
@@ -750,7 +808,7 @@ def _groups(records: list):
         yield run
 
 
-def _messages_of(pb, records: list):
+def _messages_of(pb: ModuleType, records: list[Any]) -> Iterator[Any]:
     """The messages of the engine-core tap's records (:func:`_groups`)."""
     for group in _groups(records):
         yield _message(pb, group)
@@ -766,15 +824,15 @@ class Handed:
     record taken after it would be in neither the snapshot nor the queue.
     """
 
-    __slots__ = ("count", "last", "closed", "_lock")
+    __slots__ = ("_lock", "closed", "count", "last")
 
-    def __init__(self, window: int = RESEND_WINDOW):
+    def __init__(self, window: int = RESEND_WINDOW) -> None:
         self.count = 0
-        self.last = collections.deque(maxlen=window)
+        self.last: collections.deque[Any] = collections.deque(maxlen=window)
         self.closed = False
         self._lock = threading.Lock()
 
-    def note(self, message) -> bool:
+    def note(self, message: Any) -> bool:
         """Notes one record handed over; False (not noted) once closed."""
         with self._lock:
             if self.closed:
@@ -783,7 +841,12 @@ class Handed:
             self.last.append(message)
             return True
 
-    def take(self, unsent: collections.deque, most: int, pack):
+    def take(
+        self,
+        unsent: collections.deque[Any],
+        most: int,
+        pack: Callable[[list[Any]], list[tuple[Raw, list[Any]]]],
+    ) -> tuple[list[Raw], int] | None:
         """Takes up to ``most`` records from the front of ``unsent``, packs
         them (``pack(records)``: ``(message, records)`` pairs) and notes the
         records packed, all at once; returns the messages and how many
@@ -801,7 +864,7 @@ class Handed:
             self.count += count
             return [message for message, _carried in packed], count
 
-    def close(self) -> tuple:
+    def close(self) -> tuple[int, list[Any]]:
         """Ends the handing over; returns how many records were handed and
         the last ``window`` of them."""
         with self._lock:
@@ -809,7 +872,7 @@ class Handed:
             return self.count, list(self.last)
 
 
-def _read_answer(sock) -> "int | None":
+def _read_answer(sock: socket.socket) -> int | None:
     """The number of messages a shutting-down sidecar read from its ingest
     socket, which it wrote before it closed; None when it wrote none."""
     try:
@@ -825,11 +888,12 @@ def _read_answer(sock) -> "int | None":
     return int.from_bytes(data, "little") if len(data) == 8 else None
 
 
-def _summary_trailer(error, pb):
+def _summary_trailer(error: grpc.RpcError, pb: ModuleType) -> Any:
     """The ``IngestSummary`` a shutting-down sidecar put in the trailer of a
     call it ended, or None."""
     trailing = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
-    for key, value in trailing or ():
+    # (Each is a (key, value) named tuple, whatever the stubs say.)
+    for key, value in cast("Iterable[tuple[str, bytes]]", trailing or ()):
         if key == SUMMARY_TRAILER:
             try:
                 return pb.IngestSummary.FromString(value)

@@ -39,14 +39,22 @@ vLLM it cannot read, or one without the methods it hooks, gets one warning in
 vLLM's log and an engine without the tap: vLLM serves on.
 """
 
+from __future__ import annotations
+
 import dataclasses
 import logging
 import multiprocessing
 import os
 import struct
 import time
+from collections.abc import Callable, Iterable, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
-from . import config, convert
+from . import config, convert, kv_connector
+
+if TYPE_CHECKING:
+    from .stream import Raw
 
 log = logging.getLogger("vllm.vllm_otel_metrics")
 
@@ -147,10 +155,10 @@ def start_sidecar() -> None:
     atexit.register(supervisor.close)
 
 
-def _hook_busy_loop(cls) -> None:
+def _hook_busy_loop(cls: Any) -> None:
     original = cls.__dict__["run_busy_loop"]
 
-    def run_busy_loop(self, *args, **kwargs):
+    def run_busy_loop(self: Any, *args: Any, **kwargs: Any) -> Any:
         # Once per engine, on its own thread, before the first step.
         if getattr(self, "_vllm_otel_metrics_tap", None) is None:
             try:
@@ -158,16 +166,16 @@ def _hook_busy_loop(cls) -> None:
             except config.ConfigError as e:
                 log.error("vllm-otel-metrics: %s; the engine-core tap is off, vLLM goes on", e)
                 self._vllm_otel_metrics_tap = False
-            except Exception:  # noqa: BLE001 — the tap must never stop vLLM
+            except Exception:
                 log.exception("vllm-otel-metrics: the engine-core tap failed to start; it is off")
                 self._vllm_otel_metrics_tap = False
         return original(self, *args, **kwargs)
 
-    run_busy_loop.__wrapped__ = original
+    run_busy_loop.__wrapped__ = original  # type: ignore[attr-defined]
     cls.run_busy_loop = run_busy_loop
 
 
-def readable_layout(outputs_cls, output_cls) -> "str | None":
+def readable_layout(outputs_cls: type, output_cls: type) -> str | None:
     """Why the sidecar could not read these structs, or None when it can.
 
     >>> class Outputs: __struct_fields__ = ("engine_index", "outputs", "timestamp")
@@ -185,12 +193,18 @@ def readable_layout(outputs_cls, output_cls) -> "str | None":
     return None
 
 
+#: A queued step: the wall-clock time and vLLM's encoded ``EngineCoreOutputs``.
+#: A plain tuple, unlike the other items: it is made on vLLM's output thread
+#: once per step, where a frozen dataclass would cost several times as much.
+Frame = tuple[float, bytes]
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Started:
     """A queued new request: the engine's ``Request``, read later."""
 
     at: float
-    request: object
+    request: Any
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -198,10 +212,22 @@ class Aborted:
     """Queued aborts."""
 
     at: float
-    request_ids: list
+    request_ids: list[str]
 
 
-def _running(request) -> bool:
+@dataclasses.dataclass(frozen=True, slots=True)
+class EngineStart:
+    """The engine's start-up records (:func:`.convert.engine_records`),
+    queued as they are."""
+
+    records: Sequence[convert.Record]
+
+
+#: What the tap queues.
+Item = Frame | Started | Aborted | EngineStart
+
+
+def _running(request: Any) -> bool:
     """Whether the scheduler's ``Request`` is there and not finished."""
     if request is None:
         return False
@@ -239,7 +265,7 @@ class ChunkWriter:
         # record.frames: model_name "m", frames b"abc", frame_lengths [2, 1]
     """
 
-    def __init__(self, pb, **header):
+    def __init__(self, pb: ModuleType, **header: Any) -> None:
         frames = pb.EngineCoreFrames.DESCRIPTOR.fields_by_name
         record = pb.Record.DESCRIPTOR.fields_by_name["frames"].number
 
@@ -252,16 +278,22 @@ class ChunkWriter:
         self._lengths_key = key(frames["frame_lengths"].number)
         self._times_key = key(frames["sent_at"].number)
 
-    def record(self, frames: list, times: list, size: int):
+    def record(self, frames: list[bytes], times: list[float], size: int) -> Raw:
         """The record of ``frames`` (``size`` bytes in all), sent at ``times``."""
         from .stream import Raw
 
         n = len(frames)
         head = self._frames_key + _varint(size)
-        tail = b"".join((
-            self._lengths_key, _varint(4 * n), struct.pack(f"<{n}I", *map(len, frames)),
-            self._times_key, _varint(8 * n), struct.pack(f"<{n}d", *times),
-        ))
+        tail = b"".join(
+            (
+                self._lengths_key,
+                _varint(4 * n),
+                struct.pack(f"<{n}I", *map(len, frames)),
+                self._times_key,
+                _varint(8 * n),
+                struct.pack(f"<{n}d", *times),
+            )
+        )
         body = len(self._header) + len(head) + size + len(tail)
         prefix = b"".join((self._record_key, _varint(body), self._header, head))
         return Raw([prefix, *frames, tail], len(prefix) + size + len(tail))
@@ -270,8 +302,17 @@ class ChunkWriter:
 class Tap:
     """One engine core's tap: its queue, its hooks and its streamer."""
 
-    def __init__(self, settings, model_name: str, engine: int, outputs_fields, output_fields,
-                 kv_consumer: bool, lora_enabled: bool, admit=None):
+    def __init__(
+        self,
+        settings: config.Settings,
+        model_name: str,
+        engine: int,
+        outputs_fields: Iterable[str],
+        output_fields: Iterable[str],
+        kv_consumer: bool,
+        lora_enabled: bool,
+        admit: Callable[[], bool] | None = None,
+    ) -> None:
         from .stream import Streamer
 
         self.model_name = model_name
@@ -298,7 +339,7 @@ class Tap:
         )
 
     @classmethod
-    def attach(cls, engine_core) -> "Tap | bool":
+    def attach(cls, engine_core: Any) -> Tap | bool:
         """Starts a tap on ``engine_core`` (an ``EngineCoreProc``); False when
         this vLLM cannot be tapped (warned once)."""
         from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs
@@ -321,12 +362,12 @@ class Tap:
         rust_frontend = config.rust_frontend()
         model_name = served_model_name(vllm_config)
         engine = int(getattr(engine_core, "engine_index", 0))
-        kv_consumer, nixl = convert.kv_transfer_setup(
+        kv_consumer, nixl = kv_connector.kv_transfer_setup(
             getattr(vllm_config, "kv_transfer_config", None)
         )
         lora_config = getattr(vllm_config, "lora_config", None)
         admit = None
-        if settings.sidecar is not None:
+        if settings.sidecar is not None and settings.sidecar.lock_file is not None:
             from .sidecar import Gate, fingerprint, planned
 
             # The sidecar this vLLM's supervisor starts (in another process)
@@ -348,21 +389,23 @@ class Tap:
         # Under vllm-rs the sidecar's token buckets do not follow the model's
         # length (start_sidecar): the length stays out of the engine_config
         # record, or the sidecar would advise matching it.
-        max_model_len = None if rust_frontend else getattr(
-            vllm_config.model_config, "max_model_len", None
+        max_model_len = (
+            None if rust_frontend else getattr(vllm_config.model_config, "max_model_len", None)
         )
         # Straight into the queue: the tap's queue is bounded by its hooks
         # (items and bytes), not by submit()'s record count.
         tap.streamer.queue.append(
-            convert.engine_records(
-                vllm_config.cache_config,
-                model_name,
-                engine,
-                getattr(lora_config, "max_loras", None) if lora_config else None,
-                max_model_len,
-                kv_consumer,
-                nixl,
-                time.time(),
+            EngineStart(
+                convert.engine_records(
+                    vllm_config.cache_config,
+                    model_name,
+                    engine,
+                    getattr(lora_config, "max_loras", None) if lora_config else None,
+                    max_model_len,
+                    kv_consumer,
+                    nixl,
+                    time.time(),
+                )
             )
         )
         tap.streamer.start()
@@ -384,7 +427,7 @@ class Tap:
     def close(self) -> None:
         self.streamer.close()
 
-    def _hook(self, engine_core) -> None:
+    def _hook(self, engine_core: Any) -> None:
         """Wraps the three methods on the instance (an instance attribute
         wins over the class's function): nothing global changes, and each
         call is looked up anew, so the running output thread sees it."""
@@ -401,8 +444,10 @@ class Tap:
         # The hot path: one engine step. A copy of the encoded step, a time,
         # an append; no lock (deque.append is atomic under the GIL, and
         # bytes_in is written by this thread only, bytes_out by the
-        # streaming thread only).
-        def _send_msg_tracking_payload(socket, buffers, _append=queue.append):
+        # streamer's consumer only).
+        def _send_msg_tracking_payload(
+            socket: Any, buffers: Sequence[Any], _append: Callable[[Any], None] = queue.append
+        ) -> Any:
             # The copy only when the queue has room for one more item.
             if len(queue) < bound:
                 frame = bytes(buffers[0])
@@ -416,7 +461,7 @@ class Tap:
             streamer.dropped_frames += 1
             return send(socket, buffers)
 
-        def add_request(request, *args, **kwargs):
+        def add_request(request: Any, *args: Any, **kwargs: Any) -> Any:
             if len(queue) < bound:
                 queue.append(Started(now(), request))
             else:
@@ -431,7 +476,7 @@ class Tap:
         if not isinstance(live, dict):
             live = None
 
-        def abort_requests(request_ids, *args, **kwargs):
+        def abort_requests(request_ids: Any, *args: Any, **kwargs: Any) -> Any:
             ids = (request_ids,) if isinstance(request_ids, str) else request_ids
             if live is not None:
                 ids = [i for i in ids if _running(live.get(i))]
@@ -449,24 +494,30 @@ class Tap:
         engine_core.abort_requests = abort_requests
 
     @staticmethod
-    def _weigh(item) -> int:
-        return len(item) if isinstance(item, list) else 1
+    def _weigh(item: Item) -> int:
+        """How many records ``item`` stands for, as its drop is counted."""
+        if type(item) is EngineStart:
+            return len(item.records)
+        if type(item) is Aborted:
+            return len(item.request_ids)
+        return 1
 
-    def _to_records(self, items) -> list:
+    def _to_records(self, items: Iterable[Item]) -> list[Any]:
         """Runs on the streaming thread: the drained items as records, in
         order; the frames in chunks of at most :data:`MAX_CHUNK_BYTES` and
         :data:`MAX_CHUNK_FRAMES`."""
         pb = convert.messages()
         chunk = self._chunk
-        records = []
-        frames: list = []
-        times: list = []
+        records: list[Any] = []
+        frames: list[bytes] = []
+        times: list[float] = []
         size = 0
         for item in items:
             if type(item) is tuple:
                 at, frame = item
-                if frames and (size + len(frame) > MAX_CHUNK_BYTES
-                               or len(frames) >= MAX_CHUNK_FRAMES):
+                if frames and (
+                    size + len(frame) > MAX_CHUNK_BYTES or len(frames) >= MAX_CHUNK_FRAMES
+                ):
                     records.append(chunk.record(frames, times, size))
                     frames, times, size = [], [], 0
                 frames.append(frame)
@@ -487,14 +538,15 @@ class Tap:
                     record.abort.request_id = str(request_id)
                     record.abort.received_at = item.at
                     records.append(record)
+            elif type(item) is EngineStart:
+                records.extend(item.records)
             else:
-                # The engine start's records, queued as they are.
-                records.extend(item)
+                raise TypeError(f"not an item the tap queues: {item!r}")
         if frames:
             records.append(chunk.record(frames, times, size))
         return records
 
-    def _request_record(self, pb, item: Started):
+    def _request_record(self, pb: ModuleType, item: Started) -> Any:
         request = item.request
         record = pb.Record()
         message = record.request
