@@ -18,6 +18,11 @@ use std::error::Error;
 use std::fmt;
 use std::sync::Arc;
 
+#[cfg(any(feature = "listen", feature = "otlp"))]
+pub use crate::support::file::Unreadable;
+#[cfg(any(feature = "otlp", feature = "grpc"))]
+pub use crate::support::redact::CredentialsInUrl;
+
 /// Which setting: a field of one of the crate's configuration types (or a
 /// named argument of a constructor), or an environment variable that the
 /// OpenTelemetry specification defines.

@@ -44,8 +44,8 @@
 //! - `sim`: the engine simulator (`sources::sim`).
 //! - `cli` (default): the command line and the binary; turns on all of the
 //!   above.
-//! - `listen`: the bounded TCP/TLS listeners the servers use (turned on by
-//!   `grpc` and `http`).
+//! - `listen`: the `listen` module, how the servers above listen (bounds,
+//!   TLS, bearer token; turned on by `grpc` and `http`).
 //!
 //! The SDK's `experimental_metrics_bound_instruments` feature is always on:
 //! recording goes through its bound handles.
@@ -53,20 +53,15 @@
 // The layers, in the order data flows through them (see docs/SEMANTICS.md §1).
 pub mod catalog;
 pub mod error;
-// The command line is the binary's. It is public, but hidden, because
-// `main.rs` is a separate crate and the tests read its summary; it is no
-// API for hosts and may change with any release.
-#[cfg(feature = "cli")]
-#[doc(hidden)]
-pub mod cli;
 pub mod export;
 pub mod instruments;
+#[cfg(feature = "listen")]
+pub mod listen;
 pub mod protocol;
 pub mod sources;
-// Plumbing the layers share (clocks, bounded listeners, redaction). Hidden
-// for the same reason: public for the binary and the tests, no API.
-#[doc(hidden)]
-pub mod support;
+// Plumbing the layers share and no host needs; its two error types are
+// public through `error`.
+mod support;
 pub mod tracker;
 
 /// The README's Rust examples, compiled and run as doc tests.

@@ -1,7 +1,8 @@
 //! `vllm-otel-metrics`: see `vllm-otel-metrics --help` and docs/CLI.md.
 
+mod cli;
+
 use clap::Parser;
-use vllm_otel_metrics::cli;
 
 fn main() -> std::process::ExitCode {
     match cli::command_line() {

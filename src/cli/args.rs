@@ -157,10 +157,10 @@ pub(super) struct TargetArgs {
 
 impl TargetArgs {
     pub(super) fn security(&self) -> TargetSecurity {
-        TargetSecurity {
-            ca: self.target_ca.clone(),
-            token_file: self.target_token_file.clone(),
-        }
+        let mut security = TargetSecurity::default();
+        security.ca = self.target_ca.clone();
+        security.token_file = self.target_token_file.clone();
+        security
     }
 }
 
@@ -194,11 +194,13 @@ impl ListenArgs {
     pub(super) fn limits(&self, max_connections: usize) -> Result<ListenerLimits, CliError> {
         let optional =
             |flag, value| seconds(flag, value).map(|d: Duration| (!d.is_zero()).then_some(d));
-        Ok(ListenerLimits {
-            max_connections,
-            idle_timeout: optional("--idle-timeout", self.idle_timeout)?,
-            write_timeout: optional("--write-timeout", self.write_timeout)?,
-        })
+        // Every field is set below; the constant only supplies a value to
+        // start from, as the type's fields may grow.
+        let mut limits: ListenerLimits = http::DEFAULT_LIMITS;
+        limits.max_connections = max_connections;
+        limits.idle_timeout = optional("--idle-timeout", self.idle_timeout)?;
+        limits.write_timeout = optional("--write-timeout", self.write_timeout)?;
+        Ok(limits)
     }
 
     /// TLS with `alpn`, and the token, as the flags say.
@@ -206,11 +208,10 @@ impl ListenArgs {
         &self,
         alpn: &[&[u8]],
     ) -> Result<(Option<ServerTls>, Option<BearerToken>), CliError> {
-        let files = ServerTlsFiles {
-            cert: self.tls_cert.clone(),
-            key: self.tls_key.clone(),
-            client_ca: self.tls_client_ca.clone(),
-        };
+        let mut files = ServerTlsFiles::default();
+        files.cert = self.tls_cert.clone();
+        files.key = self.tls_key.clone();
+        files.client_ca = self.tls_client_ca.clone();
         let tls = ServerTls::from_files(&files, alpn)?;
         let token = self
             .auth_token_file
@@ -366,10 +367,10 @@ impl CommonArgs {
     }
 
     pub(super) fn input_limits(&self) -> InputLimits {
-        InputLimits {
-            max_label_bytes: self.max_label_bytes,
-            max_request_id_bytes: self.max_request_id_bytes,
-        }
+        let mut limits = InputLimits::default();
+        limits.max_label_bytes = self.max_label_bytes;
+        limits.max_request_id_bytes = self.max_request_id_bytes;
+        limits
     }
 }
 
@@ -382,21 +383,21 @@ impl OtlpArgs {
             .map(|(i, h)| parse_header(i + 1, h))
             .collect::<Result<_, _>>()
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        Ok(OtlpOptions {
-            endpoint: self.otlp_endpoint.clone(),
-            traces_endpoint: self.otlp_traces_endpoint.clone(),
-            protocol: self.otlp_protocol,
-            interval: self.otlp_interval_ms.map(Duration::from_millis),
-            timeout: self.otlp_timeout_ms.map(Duration::from_millis),
-            headers,
-            temporality: self.otlp_temporality,
-            compression: self.otlp_compression,
-            tls: TlsFiles {
-                certificate: self.otlp_certificate.clone(),
-                client_certificate: self.otlp_client_certificate.clone(),
-                client_key: self.otlp_client_key.clone(),
-            },
-        })
+        let mut tls = TlsFiles::default();
+        tls.certificate = self.otlp_certificate.clone();
+        tls.client_certificate = self.otlp_client_certificate.clone();
+        tls.client_key = self.otlp_client_key.clone();
+        let mut options = OtlpOptions::default();
+        options.endpoint = self.otlp_endpoint.clone();
+        options.traces_endpoint = self.otlp_traces_endpoint.clone();
+        options.protocol = self.otlp_protocol;
+        options.interval = self.otlp_interval_ms.map(Duration::from_millis);
+        options.timeout = self.otlp_timeout_ms.map(Duration::from_millis);
+        options.headers = headers;
+        options.temporality = self.otlp_temporality;
+        options.compression = self.otlp_compression;
+        options.tls = tls;
+        Ok(options)
     }
 
     /// The `--otlp-histograms` setting with its size and scale.

@@ -4,15 +4,15 @@
 use std::io;
 use std::process::ExitCode;
 
-use crate::export::otlp::OtlpError;
-use crate::sources::ingest::client::TargetError;
-use crate::sources::sim::SimConfigError;
-use crate::support::listen::ListenConfigError;
+use vllm_otel_metrics::export::otlp::OtlpError;
+use vllm_otel_metrics::listen::ListenConfigError;
+use vllm_otel_metrics::sources::ingest::client::TargetError;
+use vllm_otel_metrics::sources::sim::SimConfigError;
 
 /// Why a subcommand stopped before its work was done.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum CliError {
+pub(crate) enum CliError {
     /// The OTLP settings (flags or `OTEL_EXPORTER_OTLP_*` variables).
     #[error(transparent)]
     Otlp(OtlpError),
@@ -70,7 +70,7 @@ impl CliError {
     /// The exit status: 4 when a listen address is taken, 1 for every other
     /// reason a run could not start or go on (the exit statuses of
     /// docs/CLI.md; 2 and 3 are outcomes of a completed run, not errors).
-    pub fn exit_code(&self) -> ExitCode {
+    pub(crate) fn exit_code(&self) -> ExitCode {
         match self {
             // A supervisor (the vLLM plugin) tells "another process holds
             // the port" from every other failure: starting again will not help.
@@ -93,14 +93,14 @@ impl CliError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("final OTLP export to {destination} {outcome}: {reason}")]
 #[non_exhaustive]
-pub struct FinalExportFailed {
+pub(crate) struct FinalExportFailed {
     /// The transport and endpoint.
-    pub destination: String,
+    pub(crate) destination: String,
     /// `failed` (the destination refused or was unreachable) or `did not
     /// complete` (the SDK could not finish it).
-    pub outcome: &'static str,
+    pub(crate) outcome: &'static str,
     /// Why.
-    pub reason: String,
+    pub(crate) reason: String,
 }
 
 /// The exit status of a run that completed: 3 when a final export failed,

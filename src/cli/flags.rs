@@ -8,10 +8,10 @@
 use clap::CommandFactory;
 
 use super::Cli;
-use crate::error::{Setting, SettingKey, Settings};
+use vllm_otel_metrics::error::{Setting, SettingKey, Settings};
 
 /// The command line's argument (its clap id: the args struct's field) that
-/// fills each library setting outside [`SimConfig`](crate::sources::sim::SimConfig),
+/// fills each library setting outside [`SimConfig`](vllm_otel_metrics::sources::sim::SimConfig),
 /// whose fields are the simulator's arguments themselves.
 const ARGUMENTS: &[((&str, &str), &str)] = &[
     (("ServerTlsFiles", "cert"), "tls_cert"),
@@ -84,10 +84,10 @@ pub(super) fn source(setting: Option<&Setting>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sources::ingest::client::RemoteSink;
-    use crate::sources::sim::SimConfig;
-    use crate::support::listen::BearerToken;
     use clap::Args;
+    use vllm_otel_metrics::listen::BearerToken;
+    use vllm_otel_metrics::sources::ingest::client::RemoteSink;
+    use vllm_otel_metrics::sources::sim::SimConfig;
 
     #[test]
     fn every_setting_the_table_names_has_a_flag() {

@@ -10,11 +10,11 @@ mod replay;
 mod report;
 mod serve;
 mod simulate;
-pub mod summary;
+pub(crate) mod summary;
 
 use args::*;
 use error::exit_status;
-pub use error::{CliError, FinalExportFailed};
+pub(crate) use error::{CliError, FinalExportFailed};
 use pipeline::*;
 use replay::*;
 use serve::*;
@@ -35,46 +35,48 @@ use opentelemetry_sdk::metrics::Temporality;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::catalog::{TokenBuckets, DEFAULT_MAX_MODEL_LEN};
-use crate::export::otlp::tls::TlsFiles;
-use crate::export::otlp::{self, Destination, ExportHealth, OtlpOptions, Protocol, Signal};
-use crate::export::prometheus::{http, Format, PrometheusBridge};
-use crate::export::shared::SharedAggregation;
-use crate::instruments::spans::RequestSpans;
-use crate::instruments::{
+use opentelemetry_sdk::error::OTelSdkError;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use vllm_otel_metrics::catalog::{TokenBuckets, DEFAULT_MAX_MODEL_LEN};
+use vllm_otel_metrics::export::otlp::tls::TlsFiles;
+use vllm_otel_metrics::export::otlp::{
+    self, Destination, ExportHealth, OtlpOptions, Protocol, Signal,
+};
+use vllm_otel_metrics::export::prometheus::{http, Format, PrometheusBridge};
+use vllm_otel_metrics::export::shared::SharedAggregation;
+use vllm_otel_metrics::instruments::spans::RequestSpans;
+use vllm_otel_metrics::instruments::{
     BucketOverrides, ExponentialHistograms, Instruments, NameStyle, OtlpHistograms, Semconv,
     SemconvServer, Slo, DEFAULT_MAX_LABEL_SETS,
 };
-use crate::protocol::{InputLimits, Record};
-use crate::sources::ingest::client::{RemoteSink, TargetSecurity};
-use crate::sources::ingest::grpc::{self, IngestLimits, IngestListener, IngestService};
-use crate::sources::ingest::jsonl;
-use crate::sources::ingest::prescan::DecodeLimits;
+use vllm_otel_metrics::listen::{BearerToken, ListenerLimits, ServerTls, ServerTlsFiles};
+use vllm_otel_metrics::protocol::{InputLimits, Record};
+use vllm_otel_metrics::sources::ingest::client::{RemoteSink, TargetSecurity};
+use vllm_otel_metrics::sources::ingest::grpc::{self, IngestLimits, IngestListener, IngestService};
+use vllm_otel_metrics::sources::ingest::jsonl;
+use vllm_otel_metrics::sources::ingest::prescan::DecodeLimits;
 #[cfg(unix)]
-use crate::sources::ingest::socket;
-use crate::sources::sim::{simulate, Progress, SimConfig};
-use crate::sources::RecordSink;
-use crate::support::listen::{BearerToken, ListenerLimits, ServerTls, ServerTlsFiles};
-use crate::tracker::{Rejection, Tracker};
-use opentelemetry_sdk::error::OTelSdkError;
-use opentelemetry_sdk::trace::SdkTracerProvider;
+use vllm_otel_metrics::sources::ingest::socket;
+use vllm_otel_metrics::sources::sim::{simulate, Progress, SimConfig};
+use vllm_otel_metrics::sources::RecordSink;
+use vllm_otel_metrics::tracker::{Rejection, Tracker};
 
 /// Exit status when the final OTLP export failed.
-pub const EXIT_EXPORT_FAILED: u8 = 3;
+pub(crate) const EXIT_EXPORT_FAILED: u8 = 3;
 /// Exit status when input lines were invalid.
-pub const EXIT_INVALID_INPUT: u8 = 2;
+pub(crate) const EXIT_INVALID_INPUT: u8 = 2;
 /// Exit status when a listen address is taken by another process.
-pub const EXIT_ADDRESS_IN_USE: u8 = 4;
+pub(crate) const EXIT_ADDRESS_IN_USE: u8 = 4;
 /// The environment variable whose JSON array of strings is appended to the
 /// command line: how a supervisor passes flags that may hold secrets (an
 /// OTLP header) without putting them in `/proc/PID/cmdline`, which every
 /// local user can read (`/proc/PID/environ` is the owner's alone).
-pub const SERVE_ARGS_ENV: &str = "VLLM_OTEL_METRICS_SERVE_ARGS";
+pub(crate) const SERVE_ARGS_ENV: &str = "VLLM_OTEL_METRICS_SERVE_ARGS";
 
 /// vLLM's per-request lifecycle metrics on OpenTelemetry, exposed under vLLM's names.
 #[derive(Debug, Parser)]
 #[command(name = "vllm-otel-metrics", version, about)]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
 }
@@ -128,7 +130,7 @@ fn init_diagnostics() {
 
 /// The process's arguments, then those of [`SERVE_ARGS_ENV`] when it is
 /// set; an error names the variable, never its value (it may hold a secret).
-pub fn command_line() -> Result<Vec<std::ffi::OsString>, String> {
+pub(crate) fn command_line() -> Result<Vec<std::ffi::OsString>, String> {
     /// More than any flag set needs; a bound before the value is parsed.
     const MAX_BYTES: usize = 64 << 10;
     let mut argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
@@ -153,7 +155,7 @@ pub fn command_line() -> Result<Vec<std::ffi::OsString>, String> {
 }
 
 /// Runs the command line; returns the process exit status.
-pub fn run(cli: Cli) -> ExitCode {
+pub(crate) fn run(cli: Cli) -> ExitCode {
     init_diagnostics();
     let result = match cli.command {
         Command::Replay(args) => run_replay(args),
@@ -162,7 +164,10 @@ pub fn run(cli: Cli) -> ExitCode {
     };
     result.unwrap_or_else(|e| {
         // The error and each cause under it, one after the other.
-        report::line(format_args!("error: {}", crate::error::chain(&e)));
+        report::line(format_args!(
+            "error: {}",
+            vllm_otel_metrics::error::chain(&e)
+        ));
         e.exit_code()
     })
 }

@@ -164,14 +164,12 @@ impl Pipeline {
         if let Some(addr) = common.metrics_addr.0 {
             let (tls, token) = common.listen.security(&[b"http/1.1"])?;
             let scheme = if tls.is_some() { "https" } else { "http" };
-            let server = http::MetricsServer {
-                limits: common
-                    .listen
-                    .limits(common.listen.metrics_max_connections)?,
-                tls,
-                token,
-                ..http::MetricsServer::default()
-            };
+            let mut server = http::MetricsServer::default();
+            server.limits = common
+                .listen
+                .limits(common.listen.metrics_max_connections)?;
+            server.tls = tls;
+            server.token = token;
             let (local, _task) = runtime
                 .block_on(http::spawn(addr, bridge.clone(), server))
                 .map_err(|e| {

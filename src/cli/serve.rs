@@ -105,27 +105,27 @@ pub(super) fn run_serve(args: ServeArgs) -> Result<ExitCode, CliError> {
     let request_ttl = seconds("--request-ttl", args.request_ttl)?;
     let drain = seconds("--drain-timeout", args.drain_timeout)?;
     let pipeline = Pipeline::new(&args.common, OnSignal::Command, false)?;
-    let limits = IngestLimits {
-        max_inflight_requests: usize::try_from(args.max_inflight_requests).unwrap_or(usize::MAX),
-        request_ttl: (!request_ttl.is_zero()).then_some(request_ttl),
-        max_message_bytes: args.max_message_bytes,
-        decode: DecodeLimits {
-            max_records_per_batch: args.max_records_per_batch,
-            max_outputs_per_batch: args.max_outputs_per_batch,
-            // A message may decode into twice its bytes; more is an
-            // amplification no sender needs.
-            max_decoded_bytes: args.max_message_bytes.saturating_mul(2),
-        },
-        max_buffered_bytes: args.ingest_max_buffered_bytes,
-        max_streams_per_connection: args.ingest_max_streams_per_connection,
-    };
+    let mut decode = DecodeLimits::default();
+    decode.max_records_per_batch = args.max_records_per_batch;
+    decode.max_outputs_per_batch = args.max_outputs_per_batch;
+    // A message may decode into twice its bytes; more is an amplification
+    // no sender needs.
+    decode.max_decoded_bytes = args.max_message_bytes.saturating_mul(2);
+    let mut limits = IngestLimits::default();
+    limits.max_inflight_requests =
+        usize::try_from(args.max_inflight_requests).unwrap_or(usize::MAX);
+    limits.request_ttl = (!request_ttl.is_zero()).then_some(request_ttl);
+    limits.max_message_bytes = args.max_message_bytes;
+    limits.decode = decode;
+    limits.max_buffered_bytes = args.ingest_max_buffered_bytes;
+    limits.max_streams_per_connection = args.ingest_max_streams_per_connection;
     // The TLS and token files are read before the port is taken: a
     // configuration error is reported as such, whatever holds the port.
     let (tls, token) = args.common.listen.security(&[b"h2"])?;
     let token = match &args.ingest_auth_token_file {
         Some(file) => Some(BearerToken::from_file(file).map_err(|e| CliError::Invalid {
             flag: "--ingest-auth-token-file",
-            reason: crate::error::chain(&e).to_string(),
+            reason: vllm_otel_metrics::error::chain(&e).to_string(),
         })?),
         None => token,
     };

@@ -34,10 +34,9 @@ pub(super) struct SimulateArgs {
 
 impl SimulateArgs {
     pub(super) fn config(&self) -> SimConfig {
-        SimConfig {
-            max_model_len: self.common.max_model_len,
-            ..self.sim.clone()
-        }
+        let mut config = self.sim.clone();
+        config.max_model_len = self.common.max_model_len;
+        config
     }
 }
 
@@ -65,11 +64,9 @@ pub(super) fn run_sweep(args: &SimulateArgs) -> Result<ExitCode, CliError> {
     let mut rows = Vec::new();
     to_stdout(format!("{}\n", SweepRow::header(slo.is_some())).as_bytes())?;
     for &kv_blocks in &args.sweep_kv_blocks {
-        let config = SimConfig {
-            kv_blocks,
-            realtime: false,
-            ..args.config()
-        };
+        let mut config = args.config();
+        config.kv_blocks = kv_blocks;
+        config.realtime = false;
         config.validate()?;
         let (bridge, reader) = PrometheusBridge::builder().build();
         let mut builder = Instruments::builder()

@@ -4,25 +4,25 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use crate::catalog::{self, MetricDef};
-use crate::export::prometheus::{Family, Value};
-use crate::sources::sim::{SimConfig, SimOutcome};
+use vllm_otel_metrics::catalog::{self, MetricDef};
+use vllm_otel_metrics::export::prometheus::{Family, Value};
+use vllm_otel_metrics::sources::sim::{SimConfig, SimOutcome};
 
 /// One histogram summed over every label set: cumulative `(le, count)` for the
 /// finite bounds, then the total count and the sum.
 #[derive(Debug, Clone, PartialEq)]
-pub struct MergedHistogram {
+pub(crate) struct MergedHistogram {
     /// `(upper bound, cumulative count)` of every finite boundary.
-    pub buckets: Vec<(f64, u64)>,
+    pub(crate) buckets: Vec<(f64, u64)>,
     /// Observations.
-    pub count: u64,
+    pub(crate) count: u64,
     /// Sum of observations.
-    pub sum: f64,
+    pub(crate) sum: f64,
 }
 
 impl MergedHistogram {
     /// The family `def` of a snapshot, summed over its series.
-    pub fn from_snapshot(families: &[Family], def: &MetricDef) -> Option<MergedHistogram> {
+    pub(crate) fn from_snapshot(families: &[Family], def: &MetricDef) -> Option<MergedHistogram> {
         let family = families.iter().find(|f| f.name == def.vllm_name)?;
         let mut merged: Option<MergedHistogram> = None;
         for series in &family.series {
@@ -50,15 +50,7 @@ impl MergedHistogram {
     /// PromQL `histogram_quantile(q, …)`: linear interpolation inside the
     /// bucket holding rank `q × count`; the lowest bucket starts at 0; a rank
     /// in the `+Inf` bucket yields the highest finite bound. NaN when empty.
-    ///
-    /// ```
-    /// use vllm_otel_metrics::cli::summary::MergedHistogram;
-    /// let h = MergedHistogram { buckets: vec![(1.0, 90), (2.0, 99), (5.0, 100)], count: 100, sum: 0.0 };
-    /// assert_eq!(h.quantile(0.5), 1.0 * 50.0 / 90.0);
-    /// assert_eq!(h.quantile(0.99), 2.0);
-    /// assert_eq!(h.quantile(0.995), 2.0 + 3.0 * 0.5);
-    /// ```
-    pub fn quantile(&self, q: f64) -> f64 {
+    pub(crate) fn quantile(&self, q: f64) -> f64 {
         if self.count == 0 || q.is_nan() {
             return f64::NAN;
         }
@@ -87,7 +79,7 @@ impl MergedHistogram {
     }
 
     /// Mean observation.
-    pub fn mean(&self) -> f64 {
+    pub(crate) fn mean(&self) -> f64 {
         if self.count == 0 {
             f64::NAN
         } else {
@@ -110,10 +102,15 @@ fn counter_total(families: &[Family], def: &MetricDef, label: Option<(&str, &str
 }
 
 /// The p-quantiles a summary shows.
-pub const QUANTILES: [f64; 3] = [0.5, 0.9, 0.99];
+pub(crate) const QUANTILES: [f64; 3] = [0.5, 0.9, 0.99];
 
 /// The summary of one run.
-pub fn summary(config: &SimConfig, outcome: &SimOutcome, families: &[Family], wall: f64) -> String {
+pub(crate) fn summary(
+    config: &SimConfig,
+    outcome: &SimOutcome,
+    families: &[Family],
+    wall: f64,
+) -> String {
     let mut out = String::new();
     let speed = if wall > 0.0 {
         outcome.simulated_seconds / wall
@@ -125,7 +122,7 @@ pub fn summary(config: &SimConfig, outcome: &SimOutcome, families: &[Family], wa
         "simulated {:.1} s in {:.2} s of wall time ({speed:.0}x); {} engine(s), {} model(s), seed {}",
         outcome.simulated_seconds, wall, config.engines, config.models, config.seed
     );
-    let reasons: Vec<String> = crate::protocol::FinishReason::ALL
+    let reasons: Vec<String> = vllm_otel_metrics::protocol::FinishReason::ALL
         .iter()
         .map(|r| {
             (
@@ -259,16 +256,16 @@ fn exact_quantile(exact: &BTreeMap<u32, u64>, q: f64) -> u32 {
 
 /// The SLO outcomes of a run (`--slo`), summed over every label set.
 #[derive(Debug, Clone, PartialEq)]
-pub struct SloSummary {
+pub(crate) struct SloSummary {
     /// Requests by outcome, in `catalog::slo::SLO_OUTCOMES` order.
-    pub outcomes: [u64; catalog::slo::SLO_OUTCOMES.len()],
+    pub(crate) outcomes: [u64; catalog::slo::SLO_OUTCOMES.len()],
     /// Generation tokens of the requests that met the SLO.
-    pub goodput_tokens: u64,
+    pub(crate) goodput_tokens: u64,
 }
 
 impl SloSummary {
     /// The SLO families of a snapshot; None without `--slo`.
-    pub fn from_snapshot(families: &[Family]) -> Option<SloSummary> {
+    pub(crate) fn from_snapshot(families: &[Family]) -> Option<SloSummary> {
         use catalog::slo::{SLO_GOODPUT_TOKENS, SLO_OUTCOMES, SLO_REQUESTS};
         families.iter().find(|f| f.name == SLO_REQUESTS.vllm_name)?;
         let outcomes = SLO_OUTCOMES.map(|outcome| {
@@ -281,17 +278,17 @@ impl SloSummary {
     }
 
     /// Requests judged.
-    pub fn requests(&self) -> u64 {
+    pub(crate) fn requests(&self) -> u64 {
         self.outcomes.iter().sum()
     }
 
     /// Requests that met the SLO.
-    pub fn met(&self) -> u64 {
+    pub(crate) fn met(&self) -> u64 {
         self.outcomes[0]
     }
 
     /// The share of judged requests that met the SLO (0 when none was).
-    pub fn attainment(&self) -> f64 {
+    pub(crate) fn attainment(&self) -> f64 {
         match self.requests() {
             0 => 0.0,
             n => self.met() as f64 / n as f64,
@@ -299,7 +296,7 @@ impl SloSummary {
     }
 
     /// The summary's line, rates over `seconds`.
-    pub fn line(&self, seconds: f64) -> String {
+    pub(crate) fn line(&self, seconds: f64) -> String {
         let o = &self.outcomes;
         format!(
             "SLO: {} of {} requests met ({:.1}%); missed TTFT {}, TPOT {}, both {}, e2e {}; aborted {}; goodput {:.2} requests/s, {:.0} tokens/s",
@@ -319,32 +316,32 @@ impl SloSummary {
 
 /// One row of a capacity what-if sweep.
 #[derive(Debug, Clone, PartialEq)]
-pub struct SweepRow {
+pub(crate) struct SweepRow {
     /// KV blocks per engine.
-    pub kv_blocks: u32,
+    pub(crate) kv_blocks: u32,
     /// Terminated requests.
-    pub requests: u64,
+    pub(crate) requests: u64,
     /// Preemptions per terminated request.
-    pub mean_preemptions: f64,
+    pub(crate) mean_preemptions: f64,
     /// p99 preemptions per request (`histogram_quantile`).
-    pub p99_preemptions: f64,
+    pub(crate) p99_preemptions: f64,
     /// Share of requests preempted at least twice (exact).
-    pub share_preempted_twice: f64,
+    pub(crate) share_preempted_twice: f64,
     /// p99 time to first token, seconds.
-    pub ttft_p99: f64,
+    pub(crate) ttft_p99: f64,
     /// Preemption events.
-    pub preemptions: u64,
+    pub(crate) preemptions: u64,
     /// The SLO outcomes, with `--slo`.
-    pub slo: Option<SloSummary>,
+    pub(crate) slo: Option<SloSummary>,
     /// Simulated seconds (the goodput's rate).
-    pub seconds: f64,
+    pub(crate) seconds: f64,
     /// Generated tokens per second of every request.
-    pub throughput: f64,
+    pub(crate) throughput: f64,
 }
 
 impl SweepRow {
     /// The row of one run.
-    pub fn new(kv_blocks: u32, outcome: &SimOutcome, families: &[Family]) -> SweepRow {
+    pub(crate) fn new(kv_blocks: u32, outcome: &SimOutcome, families: &[Family]) -> SweepRow {
         let terminated: u64 = outcome.preemptions_per_request.values().sum();
         let twice: u64 = outcome
             .preemptions_per_request
@@ -375,7 +372,7 @@ impl SweepRow {
     }
 
     /// Generated tokens per second of the requests that met the SLO.
-    pub fn goodput_tokens_per_second(&self) -> Option<f64> {
+    pub(crate) fn goodput_tokens_per_second(&self) -> Option<f64> {
         self.slo
             .as_ref()
             .map(|slo| slo.goodput_tokens as f64 / self.seconds)
@@ -383,7 +380,7 @@ impl SweepRow {
 
     /// The table header matching [`SweepRow::line`] (with the SLO's
     /// columns when `slo`).
-    pub fn header(slo: bool) -> String {
+    pub(crate) fn header(slo: bool) -> String {
         let mut header = format!(
             "{:>9} {:>9} {:>12} {:>11} {:>10} {:>10} {:>12}",
             "kv_blocks",
@@ -405,7 +402,7 @@ impl SweepRow {
     }
 
     /// The row as a table line.
-    pub fn line(&self) -> String {
+    pub(crate) fn line(&self) -> String {
         format!(
             "{:>9} {:>9} {:>12.3} {:>11.2} {:>9.1}% {:>9.3}s {:>12}",
             self.kv_blocks,
@@ -430,6 +427,18 @@ impl SweepRow {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quantiles_interpolate_as_promql_does() {
+        let h = MergedHistogram {
+            buckets: vec![(1.0, 90), (2.0, 99), (5.0, 100)],
+            count: 100,
+            sum: 0.0,
+        };
+        assert_eq!(h.quantile(0.5), 1.0 * 50.0 / 90.0);
+        assert_eq!(h.quantile(0.99), 2.0);
+        assert_eq!(h.quantile(0.995), 2.0 + 3.0 * 0.5);
+    }
 
     /// 0 and 1 are rows of their own, the quantiles whole counts.
     #[test]

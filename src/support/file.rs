@@ -5,7 +5,26 @@
 use crate::error::{Cause, Setting, Settings};
 use std::path::{Path, PathBuf};
 
-/// A file a setting names cannot be read.
+/// A file a setting names cannot be read: a certificate, a key or a token
+/// file. Public as [`crate::error::Unreadable`].
+///
+/// ```
+/// # #[cfg(feature = "listen")] {
+/// use std::error::Error as _;
+/// use vllm_otel_metrics::error::Unreadable;
+/// use vllm_otel_metrics::listen::{BearerToken, ListenConfigError};
+///
+/// let missing = std::env::temp_dir().join("vllm-otel-metrics-doc-no-such-token");
+/// let Err(ListenConfigError::Unreadable(error)) = BearerToken::from_file(&missing) else {
+///     panic!("a missing token file is unreadable");
+/// };
+/// let error: Unreadable = error;
+/// assert_eq!(error.path, missing);
+/// assert_eq!(error.setting.to_string(), "token_file");
+/// // The operating system's error is the source, not part of the text.
+/// assert!(error.source().is_some());
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{setting}: cannot read {}", path.display())]
 #[non_exhaustive]
@@ -26,13 +45,14 @@ impl Settings for Unreadable {
 }
 
 /// The contents of `path`, which `setting` named (the error names it).
-pub fn read(path: &Path, setting: Setting) -> Result<Vec<u8>, Unreadable> {
+pub(crate) fn read(path: &Path, setting: Setting) -> Result<Vec<u8>, Unreadable> {
     std::fs::read(path).map_err(|e| Unreadable::new(setting, path, e))
 }
 
 /// The contents of `path` as text; contents that are not UTF-8 cannot be
 /// read either (the operating system's error says so).
-pub fn read_to_string(path: &Path, setting: Setting) -> Result<String, Unreadable> {
+#[cfg(feature = "grpc")]
+pub(crate) fn read_to_string(path: &Path, setting: Setting) -> Result<String, Unreadable> {
     std::fs::read_to_string(path).map_err(|e| Unreadable::new(setting, path, e))
 }
 
@@ -66,6 +86,7 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "grpc")]
     #[test]
     fn text_that_is_not_utf8_cannot_be_read_either() {
         let path =

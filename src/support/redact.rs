@@ -5,13 +5,7 @@ use crate::error::{Setting, Settings};
 
 /// `url` with any userinfo (`user:password@`) replaced by `***@`, and
 /// whether it had some.
-///
-/// ```
-/// use vllm_otel_metrics::support::redact::userinfo;
-/// assert_eq!(userinfo("https://u:pw@collector:4318/v1/metrics"), ("https://***@collector:4318/v1/metrics".to_owned(), true));
-/// assert_eq!(userinfo("http://collector:4317"), ("http://collector:4317".to_owned(), false));
-/// ```
-pub fn userinfo(url: &str) -> (String, bool) {
+pub(crate) fn userinfo(url: &str) -> (String, bool) {
     let (scheme, rest) = match url.split_once("://") {
         Some((scheme, rest)) => (Some(scheme), rest),
         None => (None, url),
@@ -29,7 +23,25 @@ pub fn userinfo(url: &str) -> (String, bool) {
 
 /// A URL that carries credentials, which are not sent (the transports
 /// authenticate with headers). Names the setting and shows the URL with its
-/// credentials masked, never the secret.
+/// credentials masked, never the secret. Public as
+/// [`crate::error::CredentialsInUrl`].
+///
+/// ```
+/// # #[cfg(feature = "otlp")] {
+/// use vllm_otel_metrics::error::CredentialsInUrl;
+/// use vllm_otel_metrics::export::otlp::{OtlpError, OtlpOptions, Signal};
+///
+/// let mut options = OtlpOptions::default();
+/// options.endpoint = Some("https://user:secret@collector:4318".to_owned());
+/// let Err(OtlpError::CredentialsInUrl(error)) = options.destination(Signal::Metrics, &|_| None)
+/// else {
+///     panic!("credentials in the endpoint are refused");
+/// };
+/// let error: CredentialsInUrl = error;
+/// assert_eq!(error.shown, "https://***@collector:4318/v1/metrics");
+/// assert!(!error.to_string().contains("secret"));
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "{setting} {shown} carries credentials in the URL, which would not be sent; \
@@ -54,7 +66,7 @@ impl Settings for CredentialsInUrl {
 
 /// Refuses a URL that carries credentials; `instead` is the setting that
 /// carries them.
-pub fn refuse_userinfo(
+pub(crate) fn refuse_userinfo(
     setting: Setting,
     url: &str,
     instead: Setting,
@@ -66,5 +78,22 @@ pub fn refuse_userinfo(
             instead,
         }),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn userinfo_is_masked_and_reported() {
+        assert_eq!(
+            userinfo("https://u:pw@collector:4318/v1/metrics"),
+            ("https://***@collector:4318/v1/metrics".to_owned(), true)
+        );
+        assert_eq!(
+            userinfo("http://collector:4317"),
+            ("http://collector:4317".to_owned(), false)
+        );
     }
 }

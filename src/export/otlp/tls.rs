@@ -9,10 +9,8 @@
 //! `ClientTlsConfig` for gRPC, and for HTTP a `reqwest` blocking client
 //! handed to the exporter. Both use rustls with the ring provider.
 
-use crate::error::{setting, Cause, Setting, Settings};
+use crate::error::{setting, Cause, Setting, Settings, Unreadable};
 use crate::support::file;
-// The OTLP client's errors hold it, so hosts can name it here.
-pub use crate::support::file::Unreadable;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

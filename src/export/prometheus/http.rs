@@ -6,7 +6,7 @@
 //! (`process_*`, as Prometheus client libraries expose them). Other paths
 //! get 404, other methods 405, a missing or wrong bearer token 401.
 //!
-//! The listener is bounded ([`crate::support::listen`]): a connection cap, idle and
+//! The listener is bounded ([`crate::listen`]): a connection cap, idle and
 //! write timeouts, optional TLS. Scrapes that arrive while an exposition
 //! is being encoded wait for it and share that one body (reference-counted)
 //! instead of each encoding and holding a copy: no scrape is answered with
@@ -29,7 +29,7 @@ use tokio::net::TcpListener;
 use tokio_stream::StreamExt;
 
 use super::{process, Format, PrometheusBridge};
-use crate::support::listen::{self, BearerToken, ListenerLimits, ServerTls};
+use crate::listen::{self, BearerToken, ListenerLimits, ServerTls};
 
 /// The path the exposition is served at.
 pub const METRICS_PATH: &str = "/metrics";

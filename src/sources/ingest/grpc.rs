@@ -23,11 +23,11 @@ use super::prescan::DecodeLimits;
 use super::proto::{pb, record_from_proto};
 use super::server::{Buffered, Incoming, IngestRoute};
 use crate::catalog::RejectReason;
+use crate::listen::{self, BearerToken, ListenerLimits, ServerTls};
 use crate::protocol::Record;
 use crate::sources::tap::{Chunk, EngineSetup, Layout};
 use crate::sources::RecordSink;
 use crate::support::clock::unix_now;
-use crate::support::listen::{self, BearerToken, ListenerLimits, ServerTls};
 use crate::tracker::{Rejection, Tracker};
 
 /// How many rejection messages a summary carries.
@@ -66,7 +66,7 @@ impl Default for IngestLimits {
 }
 
 /// Default bounds of the ingest listener. A connection is idle while it
-/// carries no stream ([`listen::IdleBy::Streams`]): answering the server's
+/// carries no stream: answering the server's
 /// HTTP/2 pings (every [`KEEPALIVE_INTERVAL`], which find dead peers) does
 /// not keep it.
 pub const DEFAULT_LIMITS: ListenerLimits = ListenerLimits {

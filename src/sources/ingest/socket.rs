@@ -42,7 +42,7 @@ use tokio::sync::Semaphore;
 use super::grpc::{describe_summary, IngestService, Summary};
 use super::prescan;
 use super::proto::pb;
-use crate::support::listen::ListenerLimits;
+use crate::listen::ListenerLimits;
 
 /// A bound ingest socket: its listener, its path and the user it admits.
 #[derive(Debug)]

@@ -1,24 +1,49 @@
-//! Bounded listeners for the two servers (`/metrics` and gRPC ingest): the
-//! limits, the accept loop, and why a listener's files cannot be used.
+//! How the two servers (`/metrics` and gRPC ingest) listen: the bounds of
+//! a listener, its TLS, the bearer token it requires, and why a listener's
+//! files cannot be used. A host fills these into
+//! `export::prometheus::http::MetricsServer` or
+//! `sources::ingest::grpc::IngestListener`.
 //!
-//! [`incoming`] accepts connections only while fewer than
+//! A listener accepts connections only while fewer than
 //! [`ListenerLimits::max_connections`] are open (the rest wait in the
 //! kernel's backlog, holding no file descriptor), backs off when an accept
 //! fails (`EMFILE` must not spin a core), completes the optional TLS
-//! handshake off the accept loop within the idle timeout, and hands out
-//! [`Conn`]s whose reads and writes are guarded: a connection that sends
-//! nothing for the idle timeout, or does not take written bytes for the
-//! write timeout (a scraper that never reads), is closed and frees what it
-//! held. [`ServerTls`] builds the rustls configuration from PEM files, with
+//! handshake off the accept loop within the idle timeout, and closes a
+//! connection that sends nothing for the idle timeout, or does not take
+//! written bytes for the write timeout (a scraper that never reads).
+//! [`ServerTls`] builds the rustls configuration from PEM files, with
 //! client certificates required when a client CA is given; [`BearerToken`]
 //! checks an `Authorization: Bearer` header in constant time.
+//!
+//! ```
+//! # #[cfg(feature = "http")] {
+//! use std::time::Duration;
+//! use vllm_otel_metrics::export::prometheus::http::{MetricsServer, DEFAULT_LIMITS};
+//! use vllm_otel_metrics::listen::{ServerTls, ServerTlsFiles};
+//!
+//! let mut server = MetricsServer::default();
+//! server.limits.max_connections = 4;
+//! server.limits.idle_timeout = Some(Duration::from_secs(10));
+//! // No certificate given: plain HTTP.
+//! server.tls = ServerTls::from_files(&ServerTlsFiles::default(), &[b"http/1.1"]).unwrap();
+//! assert!(server.tls.is_none());
+//! assert_eq!(server.limits.write_timeout, DEFAULT_LIMITS.write_timeout);
+//! # }
+//! ```
+
+// The accept loop and the connection guards serve both servers: a build
+// with only one of them (or `listen` alone) leaves parts of them unused.
+#![cfg_attr(
+    not(all(feature = "http", feature = "grpc")),
+    allow(dead_code, unused_imports)
+)]
 
 mod auth;
 mod conn;
 mod tls;
 
 pub use auth::BearerToken;
-pub use conn::{Conn, ConnInfo, Guarded, IdleBy, OpenStream, StreamActivity};
+pub(crate) use conn::{Conn, ConnInfo, Guarded, IdleBy};
 pub use tls::{ServerTls, ServerTlsFiles};
 
 use crate::error::{Cause, Setting, Settings};
@@ -37,7 +62,22 @@ use tokio_stream::wrappers::ReceiverStream;
 /// How long an accept error pauses the accept loop.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
-/// Bounds of one listener.
+/// Bounds of one listener. Each server has its defaults
+/// (`export::prometheus::http::DEFAULT_LIMITS`,
+/// `sources::ingest::grpc::DEFAULT_LIMITS`); a host changes their fields.
+///
+/// ```
+/// # #[cfg(feature = "grpc")] {
+/// use vllm_otel_metrics::listen::ListenerLimits;
+/// use vllm_otel_metrics::sources::ingest::grpc::DEFAULT_LIMITS;
+///
+/// let mut limits: ListenerLimits = DEFAULT_LIMITS;
+/// limits.max_connections = 8;
+/// // Connections that take no written byte are never closed.
+/// limits.write_timeout = None;
+/// assert_eq!(limits.idle_timeout, DEFAULT_LIMITS.idle_timeout);
+/// # }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ListenerLimits {
@@ -52,6 +92,17 @@ pub struct ListenerLimits {
 
 /// Why a listener's TLS or token files cannot be used; names the settings
 /// ([`ServerTlsFiles`]' fields, `BearerToken::from_file`'s `token_file`).
+///
+/// ```
+/// use std::path::PathBuf;
+/// use vllm_otel_metrics::listen::{ListenConfigError, ServerTls, ServerTlsFiles};
+///
+/// let mut files = ServerTlsFiles::default();
+/// files.key = Some(PathBuf::from("key.pem"));
+/// let error = ServerTls::from_files(&files, &[]).unwrap_err();
+/// assert!(matches!(error, ListenConfigError::Unpaired { .. }));
+/// assert_eq!(error.to_string(), "cert and key go together (and client_ca needs them)");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ListenConfigError {
@@ -141,7 +192,7 @@ impl Settings for ListenConfigError {
 /// connections come out of the returned stream (for tonic's
 /// `serve_with_incoming` or a hyper loop). `idle_by` says what keeps a
 /// connection from idling; `name` names the listener in warnings.
-pub fn incoming(
+pub(crate) fn incoming(
     listener: TcpListener,
     limits: ListenerLimits,
     tls: Option<ServerTls>,

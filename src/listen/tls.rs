@@ -22,7 +22,19 @@ fn invalid(
     }
 }
 
-/// The files of a TLS server.
+/// The files of a TLS server. None given: the server speaks plain TCP.
+///
+/// ```
+/// use std::path::PathBuf;
+/// use vllm_otel_metrics::listen::ServerTlsFiles;
+///
+/// let mut files = ServerTlsFiles::default();
+/// files.cert = Some(PathBuf::from("server.pem"));
+/// files.key = Some(PathBuf::from("server-key.pem"));
+/// // Mutual TLS: clients present certificates that chain to this CA.
+/// files.client_ca = Some(PathBuf::from("clients-ca.pem"));
+/// assert_ne!(files, ServerTlsFiles::default());
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ServerTlsFiles {
@@ -34,13 +46,42 @@ pub struct ServerTlsFiles {
     pub client_ca: Option<PathBuf>,
 }
 
-/// A rustls server configuration (ring provider).
+/// A rustls server configuration (ring provider), built by
+/// [`ServerTls::from_files`].
+///
+/// ```
+/// use vllm_otel_metrics::listen::{ServerTls, ServerTlsFiles};
+///
+/// let tls: Option<ServerTls> = ServerTls::from_files(&ServerTlsFiles::default(), &[b"h2"]).unwrap();
+/// assert!(tls.is_none());
+/// ```
 #[derive(Debug, Clone)]
 pub struct ServerTls(pub(super) Arc<rustls::ServerConfig>);
 
 impl ServerTls {
     /// The configuration of `files`, `None` when no certificate is given;
     /// `alpn` lists the application protocols offered (`h2` for gRPC).
+    ///
+    /// ```
+    /// use vllm_otel_metrics::listen::{ServerTls, ServerTlsFiles};
+    ///
+    /// // A self-signed certificate and its key, made here with rcgen.
+    /// let key = rcgen::KeyPair::generate().unwrap();
+    /// let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+    ///     .unwrap()
+    ///     .self_signed(&key)
+    ///     .unwrap();
+    /// let dir = std::env::temp_dir().join(format!("vllm-otel-metrics-doc-tls-{}", std::process::id()));
+    /// std::fs::create_dir_all(&dir).unwrap();
+    /// let mut files = ServerTlsFiles::default();
+    /// files.cert = Some(dir.join("server.pem"));
+    /// files.key = Some(dir.join("server-key.pem"));
+    /// std::fs::write(files.cert.as_ref().unwrap(), cert.pem()).unwrap();
+    /// std::fs::write(files.key.as_ref().unwrap(), key.serialize_pem()).unwrap();
+    /// let tls = ServerTls::from_files(&files, &[b"h2"]);
+    /// std::fs::remove_dir_all(&dir).unwrap();
+    /// assert!(tls.unwrap().is_some());
+    /// ```
     pub fn from_files(
         files: &ServerTlsFiles,
         alpn: &[&[u8]],

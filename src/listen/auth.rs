@@ -10,6 +10,17 @@ use subtle::ConstantTimeEq;
 
 /// A bearer token a server requires, read from a file (surrounding
 /// whitespace dropped). Its value is never printed.
+///
+/// ```
+/// use vllm_otel_metrics::listen::BearerToken;
+///
+/// let path = std::env::temp_dir().join(format!("vllm-otel-metrics-doc-token-{}", std::process::id()));
+/// std::fs::write(&path, "s3cr3t\n").unwrap();
+/// let token = BearerToken::from_file(&path).unwrap();
+/// std::fs::remove_file(&path).unwrap();
+/// assert!(token.accepts(Some(b"Bearer s3cr3t")));
+/// assert_eq!(format!("{token:?}"), "BearerToken(***)");
+/// ```
 #[derive(Clone)]
 pub struct BearerToken(Arc<[u8]>);
 
@@ -20,11 +31,27 @@ impl std::fmt::Debug for BearerToken {
 }
 
 impl BearerToken {
-    /// The setting errors about the token file name.
+    /// The setting errors about the token file name; a front end renames
+    /// it to its own flag with [`Settings::rename`](crate::error::Settings::rename).
+    ///
+    /// ```
+    /// use vllm_otel_metrics::listen::BearerToken;
+    /// assert_eq!(BearerToken::TOKEN_FILE.to_string(), "token_file");
+    /// ```
     pub const TOKEN_FILE: Setting = Setting::field("BearerToken::from_file::token_file");
 
     /// The token in `token_file` (the command line's `--auth-token-file`); an
     /// empty file is an error.
+    ///
+    /// ```
+    /// use vllm_otel_metrics::listen::{BearerToken, ListenConfigError};
+    ///
+    /// let path = std::env::temp_dir().join(format!("vllm-otel-metrics-doc-empty-{}", std::process::id()));
+    /// std::fs::write(&path, " \n").unwrap();
+    /// let error = BearerToken::from_file(&path).unwrap_err();
+    /// std::fs::remove_file(&path).unwrap();
+    /// assert!(matches!(error, ListenConfigError::EmptyToken { .. }));
+    /// ```
     pub fn from_file(token_file: &Path) -> Result<BearerToken, ListenConfigError> {
         let bytes = file::read(token_file, BearerToken::TOKEN_FILE)?;
         let token = bytes.trim_ascii();
@@ -37,7 +64,21 @@ impl BearerToken {
         Ok(BearerToken(token.into()))
     }
 
-    /// Whether an `Authorization` header value carries this token.
+    /// Whether an `Authorization` header value carries this token (either
+    /// spelling of the scheme, the whole token and nothing else).
+    ///
+    /// ```
+    /// use vllm_otel_metrics::listen::BearerToken;
+    ///
+    /// let path = std::env::temp_dir().join(format!("vllm-otel-metrics-doc-accepts-{}", std::process::id()));
+    /// std::fs::write(&path, "s3cr3t").unwrap();
+    /// let token = BearerToken::from_file(&path).unwrap();
+    /// std::fs::remove_file(&path).unwrap();
+    /// assert!(token.accepts(Some(b"bearer s3cr3t")));
+    /// assert!(!token.accepts(Some(b"Bearer s3cr3")));
+    /// assert!(!token.accepts(Some(b"Basic s3cr3t")));
+    /// assert!(!token.accepts(None));
+    /// ```
     pub fn accepts(&self, authorization: Option<&[u8]>) -> bool {
         let Some(value) = authorization else {
             return false;

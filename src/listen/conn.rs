@@ -19,7 +19,7 @@ use tokio_rustls::server::TlsStream;
 /// An accepted connection, plain or TLS, holding its slot of the
 /// connection cap until it is dropped.
 #[derive(Debug)]
-pub enum Conn {
+pub(crate) enum Conn {
     /// Plain TCP.
     Plain(Guarded),
     /// TLS over TCP.
@@ -28,7 +28,7 @@ pub enum Conn {
 
 impl Conn {
     /// The peer's address.
-    pub fn peer(&self) -> Option<std::net::SocketAddr> {
+    pub(crate) fn peer(&self) -> Option<std::net::SocketAddr> {
         self.guarded().stream.peer_addr().ok()
     }
 
@@ -42,7 +42,7 @@ impl Conn {
 
 /// What keeps a connection from being idle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IdleBy {
+pub(crate) enum IdleBy {
     /// Any byte read or written (`/metrics`: each request is bytes).
     Bytes,
     /// An open stream or a message on one (gRPC ingest): the HTTP/2 pings
@@ -55,21 +55,21 @@ pub enum IdleBy {
 /// notes each stream it opens ([`StreamActivity::opened`]) and each message
 /// ([`StreamActivity::touch`]).
 #[derive(Debug, Default)]
-pub struct StreamActivity {
+pub(crate) struct StreamActivity {
     open: AtomicUsize,
     touched: AtomicBool,
 }
 
 impl StreamActivity {
     /// Notes a stream open until the guard is dropped.
-    pub fn opened(self: &Arc<Self>) -> OpenStream {
+    pub(crate) fn opened(self: &Arc<Self>) -> OpenStream {
         self.open.fetch_add(1, Ordering::Relaxed);
         self.touch();
         OpenStream(Arc::clone(self))
     }
 
     /// Notes activity (a message).
-    pub fn touch(&self) {
+    pub(crate) fn touch(&self) {
         self.touched.store(true, Ordering::Relaxed);
     }
 
@@ -81,7 +81,7 @@ impl StreamActivity {
 
 /// A stream open on a connection; dropped when the stream ends.
 #[derive(Debug)]
-pub struct OpenStream(Arc<StreamActivity>);
+pub(crate) struct OpenStream(Arc<StreamActivity>);
 
 impl Drop for OpenStream {
     fn drop(&mut self) {
@@ -93,16 +93,14 @@ impl Drop for OpenStream {
 /// What the server learns of a connection with each request (tonic puts it
 /// in the request's extensions).
 #[derive(Debug, Clone)]
-pub struct ConnInfo {
-    /// The peer's address.
-    pub peer: Option<std::net::SocketAddr>,
+pub(crate) struct ConnInfo {
     /// The connection's streams, when they are what keeps it from idling.
-    pub streams: Option<Arc<StreamActivity>>,
+    pub(crate) streams: Option<Arc<StreamActivity>>,
 }
 
 /// A TCP stream with idle and write timeouts and a connection slot.
 #[derive(Debug)]
-pub struct Guarded {
+pub(crate) struct Guarded {
     stream: TcpStream,
     _slot: OwnedSemaphorePermit,
     idle_timeout: Option<Duration>,
@@ -322,7 +320,6 @@ impl tonic::transport::server::Connected for Conn {
 
     fn connect_info(&self) -> Self::ConnectInfo {
         ConnInfo {
-            peer: self.peer(),
             streams: self.guarded().streams.clone(),
         }
     }
