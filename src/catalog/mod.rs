@@ -71,8 +71,12 @@ pub use bucket_families::*;
 pub(crate) use engine::*;
 pub(crate) use kv_connector::*;
 pub use reasons::{EvictReason, RejectReason};
-pub use request::REQUEST_NUM_PREEMPTIONS;
+// What a host program reads back from a snapshot (the command line's run
+// summaries do): the headline, the finished requests, two latencies.
 pub(crate) use request::*;
+pub use request::{
+    E2E_REQUEST_LATENCY, REQUEST_NUM_PREEMPTIONS, REQUEST_SUCCESS, TIME_TO_FIRST_TOKEN,
+};
 pub(crate) use scheduler::*;
 pub(crate) use telemetry::*;
 

@@ -55,7 +55,7 @@ pub(crate) const GENERATION_TOKENS: MetricDef = counter(
     ENGINE_LABELS,
 );
 /// Terminated requests by finish reason.
-pub(crate) const REQUEST_SUCCESS: MetricDef = counter(
+pub const REQUEST_SUCCESS: MetricDef = counter(
     vllm!("request_success"),
     "{request}",
     "Count of successfully processed requests.",
@@ -119,7 +119,7 @@ pub(crate) const REQUEST_PREFILL_KV_COMPUTED_TOKENS: MetricDef = histogram(
     Buckets::Tokens,
 );
 /// Time to first token.
-pub(crate) const TIME_TO_FIRST_TOKEN: MetricDef = histogram(
+pub const TIME_TO_FIRST_TOKEN: MetricDef = histogram(
     vllm!("time_to_first_token_seconds"),
     "s",
     "Histogram of time to first token in seconds.",
@@ -133,7 +133,7 @@ pub(crate) const INTER_TOKEN_LATENCY: MetricDef = histogram(
     Buckets::Fixed(ITL_BUCKETS),
 );
 /// End-to-end latency.
-pub(crate) const E2E_REQUEST_LATENCY: MetricDef = histogram(
+pub const E2E_REQUEST_LATENCY: MetricDef = histogram(
     vllm!("e2e_request_latency_seconds"),
     "s",
     "Histogram of e2e request latency in seconds.",

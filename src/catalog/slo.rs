@@ -19,7 +19,7 @@ pub const SLO_OUTCOMES: [&str; 6] = [
 ];
 
 /// Finished requests judged against the SLO, by outcome.
-pub(crate) const SLO_REQUESTS: MetricDef = counter(
+pub const SLO_REQUESTS: MetricDef = counter(
     own!("slo_requests"),
     "{request}",
     "Finished requests judged against the latency SLO of their model, by outcome.",
@@ -28,7 +28,7 @@ pub(crate) const SLO_REQUESTS: MetricDef = counter(
 .with_label_values(&SLO_OUTCOMES);
 
 /// Generation tokens of the requests that met the SLO.
-pub(crate) const SLO_GOODPUT_TOKENS: MetricDef = counter(
+pub const SLO_GOODPUT_TOKENS: MetricDef = counter(
     own!("slo_goodput_tokens"),
     "{token}",
     "Generation tokens of the finished requests that met the latency SLO of their model.",
