@@ -8,6 +8,7 @@ import types
 import pytest
 from vllm_otel_metrics.v1 import ingest_pb2 as pb
 
+import messages
 from vllm_otel_metrics import convert, kv_connector
 
 NS = types.SimpleNamespace
@@ -253,20 +254,7 @@ def test_kv_fetch_stages_only_on_a_kv_consumer():
 
 def test_engine_start_record_creates_the_kv_series_vllm_creates_at_start():
     assert convert.engine_start_record("m", 0, 1.0, kv_consumer=False, nixl=False) is None
-    nothing = pb.Observations()
-    nixl = pb.KvConnectorStats(
-        nixl=pb.NixlStats(
-            transfer_duration=nothing,
-            post_duration=nothing,
-            bytes_transferred=nothing,
-            num_descriptors=nothing,
-            num_failed_transfers=0,
-            num_failed_handshakes=0,
-            num_failed_notifications=0,
-            num_kv_expired_reqs=0,
-            num_notifications_after_expiry=0,
-        )
-    )
+    nixl = pb.KvConnectorStats(nixl=messages.nixl_stats())
     stages = pb.KvFetchStages()
 
     def idle(engine, **fields):
@@ -411,16 +399,14 @@ def test_kv_connector_stats_from_vllms_own_connector_stats():
     nixl.record_failed_transfer()
     nixl.record_failed_notification()
     nixl.record_kv_expired_req()
-    nixl_message = pb.NixlStats(
+    nixl_message = messages.nixl_stats(
         transfer_duration=pb.Observations(values=[0.02, 0.3]),
         post_duration=pb.Observations(values=[0.001, 0.002]),
         bytes_transferred=pb.Observations(values=[4096.0, 1048576.0]),
         num_descriptors=pb.Observations(values=[12.0, 40.0]),
         num_failed_transfers=1,
-        num_failed_handshakes=0,
         num_failed_notifications=1,
         num_kv_expired_reqs=1,
-        num_notifications_after_expiry=0,
     )
     assert connector_message(nixl.to_dict()) == pb.KvConnectorStats(nixl=nixl_message)
 

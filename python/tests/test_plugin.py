@@ -18,6 +18,7 @@ from vllm.v1.metrics.stats import (
 )
 from vllm_otel_metrics.v1 import ingest_pb2 as pb
 
+import messages
 from vllm_otel_metrics import convert, kv_connector
 from vllm_otel_metrics import plugin as plugin_module
 from vllm_otel_metrics.plugin import OtelMetricsStatLogger
@@ -120,16 +121,11 @@ def test_kv_connector_stats_from_vllms_scheduler_stats_become_a_message():
             received_at=9.0,
             num_running_reqs=1,
             kv_connector_stats=pb.KvConnectorStats(
-                nixl=pb.NixlStats(
+                nixl=messages.nixl_stats(
                     transfer_duration=pb.Observations(values=[0.02]),
                     post_duration=pb.Observations(values=[0.001]),
                     bytes_transferred=pb.Observations(values=[4096.0]),
                     num_descriptors=pb.Observations(values=[12.0]),
-                    num_failed_transfers=0,
-                    num_failed_handshakes=0,
-                    num_failed_notifications=0,
-                    num_kv_expired_reqs=0,
-                    num_notifications_after_expiry=0,
                 )
             ),
         )
@@ -157,18 +153,7 @@ def test_engine_start_gives_the_kv_series_vllm_creates_at_start(monkeypatch):
     cache_config = {
         k: str(v) for k, v in config.cache_config.metrics_info().items() if k != "engine"
     }
-    nothing = pb.Observations()
-    nixl = pb.NixlStats(
-        transfer_duration=nothing,
-        post_duration=nothing,
-        bytes_transferred=nothing,
-        num_descriptors=nothing,
-        num_failed_transfers=0,
-        num_failed_handshakes=0,
-        num_failed_notifications=0,
-        num_kv_expired_reqs=0,
-        num_notifications_after_expiry=0,
-    )
+    nixl = messages.nixl_stats()
     expected = []
     for engine in (0, 2):
         expected += [
@@ -213,18 +198,9 @@ def test_kv_connector_stats_of_the_oracles_multiconnector_reach_vllms_logger_pat
     ]
     # vLLM's NIXL stats carry every list, so the lists the record lacks
     # come back empty, and its counts 0.
-    nothing = pb.Observations()
     assert connector_message(payload) == pb.KvConnectorStats(
-        nixl=pb.NixlStats(
-            transfer_duration=pb.Observations(values=[0.5]),
-            post_duration=nothing,
-            bytes_transferred=nothing,
-            num_descriptors=nothing,
-            num_failed_transfers=0,
-            num_failed_handshakes=2,
-            num_failed_notifications=0,
-            num_kv_expired_reqs=0,
-            num_notifications_after_expiry=0,
+        nixl=messages.nixl_stats(
+            transfer_duration=pb.Observations(values=[0.5]), num_failed_handshakes=2
         ),
         offloading=pb.OffloadingStats(
             load_bytes=0, store_sizes=pb.Observations(values=[1.0e6]), cpu_cache_usage=0.25
