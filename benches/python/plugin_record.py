@@ -49,6 +49,7 @@ sys.path.insert(0, str(REPO / "tests" / "vllm"))
 import vllm_steps  # noqa: E402
 from proc import cpu_seconds  # noqa: E402
 from vllm.v1.metrics.loggers import PrometheusStatLogger, load_stat_logger_plugin_factories  # noqa: E402
+from vllm_otel_metrics import plugin as plugin_module  # noqa: E402
 
 
 def free_port() -> int:
@@ -104,7 +105,7 @@ def bench_batches(args, work, vllm_logger, plugin):
         while plugin.streamer.pending:
             time.sleep(0.01)
         ours, theirs, thread, totals = [], [], [], []
-        items = [("step", e, s, i, m, 0.0) for s, i, m, e in calls]
+        items = [plugin_module.Step(e, s, i, m, 0.0) for s, i, m, e in calls]
         for round_ in range(args.rounds):
             pair = [(plugin, ours), (vllm_logger, theirs)]
             for logger, out in pair if round_ % 2 else reversed(pair):
@@ -218,7 +219,7 @@ def main():
             while plugin.streamer.pending:
                 time.sleep(0.01)
         # The thread's share: convert and encode each call's stats, alone.
-        items = [("step", e, s, i, m, 0.0) for s, i, m, e in calls]
+        items = [plugin_module.Step(e, s, i, m, 0.0) for s, i, m, e in calls]
         began = time.perf_counter_ns()
         for item in items:
             for record in plugin._to_records(item):
