@@ -42,7 +42,11 @@ def served_model_name(vllm_config: Any) -> str:
     return str(name)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+# The queued items are made on vLLM's event loop, one per call: not frozen,
+# because a frozen dataclass's __init__ (object.__setattr__ per field) costs
+# about four times a plain one's (600 against 160 ns), and nothing changes
+# an item once queued.
+@dataclasses.dataclass(slots=True)
 class Step:
     """A queued ``record()`` call: one engine step's stats objects."""
 
@@ -53,7 +57,7 @@ class Step:
     at: float
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class SleepState:
     """A queued ``record_sleep_state()`` call."""
 
@@ -61,7 +65,7 @@ class SleepState:
     level: int
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class EngineInitialized:
     """A queued ``log_engine_initialized()`` call."""
 

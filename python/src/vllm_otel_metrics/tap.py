@@ -195,11 +195,13 @@ def readable_layout(outputs_cls: type, output_cls: type) -> str | None:
 
 #: A queued step: the wall-clock time and vLLM's encoded ``EngineCoreOutputs``.
 #: A plain tuple, unlike the other items: it is made on vLLM's output thread
-#: once per step, where a frozen dataclass would cost several times as much.
+#: once per step, where even a dataclass would cost several times as much.
 Frame = tuple[float, bytes]
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+# Not frozen, like the plugin's items (plugin.Step): made on vLLM's threads,
+# where a frozen dataclass's __init__ costs about four times a plain one's.
+@dataclasses.dataclass(slots=True)
 class Started:
     """A queued new request: the engine's ``Request``, read later."""
 
@@ -207,7 +209,7 @@ class Started:
     request: Any
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class Aborted:
     """Queued aborts."""
 
@@ -215,7 +217,7 @@ class Aborted:
     request_ids: list[str]
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class EngineStart:
     """The engine's start-up records (:func:`.convert.engine_records`),
     queued as they are."""
