@@ -14,6 +14,7 @@ fn compile() -> Result<(), Box<dyn std::error::Error>> {
     let proto = "proto/vllm_otel_metrics/v1/ingest.proto";
     println!("cargo:rerun-if-changed={proto}");
     let descriptors = protox::compile([proto], ["proto"])?;
+    write_proto_fields(&descriptors)?;
     let messages = descriptors.file.iter().flat_map(|file| &file.message_type);
     write_wire_fields(messages.map(|message| {
         let fields = message.field.iter().map(|field| field.name().to_owned());
@@ -45,6 +46,55 @@ fn write_wire_fields(messages: impl Iterator<Item = (String, Vec<String>)>) -> s
     std::fs::write(
         out.join("wire_fields.rs"),
         format!("/// Each ingest message's fields, in proto order (written by build.rs).\nmacro_rules! wire_fields {{\n{arms}}}\n"),
+    )
+}
+
+/// Writes `PROTO_FIELDS`: every field of every message (nested map entries
+/// included, as `Outer.InnerEntry`), with how it is encoded, for the test
+/// that holds the pre-decoding scan's schema table
+/// (`src/sources/ingest/prescan.rs`) to the proto: a string, bytes, message
+/// or packed-varint field the table left out would decode to more memory
+/// than the scan bounds.
+#[cfg(feature = "grpc")]
+fn write_proto_fields(
+    descriptors: &protox::prost_reflect::prost_types::FileDescriptorSet,
+) -> std::io::Result<()> {
+    let mut rows = String::new();
+    for file in &descriptors.file {
+        let package = format!(".{}.", file.package());
+        let mut stack: Vec<(String, _)> = file
+            .message_type
+            .iter()
+            .map(|m| (m.name().to_owned(), m))
+            .collect();
+        while let Some((path, message)) = stack.pop() {
+            for nested in &message.nested_type {
+                stack.push((format!("{path}.{}", nested.name()), nested));
+            }
+            for field in &message.field {
+                // The wire types of descriptor.proto's Type numbers.
+                let kind = match field.r#type.unwrap_or_default() {
+                    9 => "string",
+                    12 => "bytes",
+                    11 => "message",
+                    1 | 2 | 6 | 7 | 15 | 16 => "fixed",
+                    _ => "varint",
+                };
+                let repeated = field.label.unwrap_or_default() == 3;
+                let type_name = field.type_name().trim_start_matches(package.as_str());
+                rows.push_str(&format!(
+                    "    ({path:?}, {}, {kind:?}, {repeated}, {type_name:?}),\n",
+                    field.number()
+                ));
+            }
+        }
+    }
+    let out = std::path::PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    std::fs::write(
+        out.join("proto_fields.rs"),
+        format!(
+            "/// (message, number, encoding, repeated, message type) of each field of the ingest proto (written by build.rs).\n#[allow(dead_code)]\nconst PROTO_FIELDS: &[(&str, u32, &str, bool, &str)] = &[\n{rows}];\n"
+        ),
     )
 }
 

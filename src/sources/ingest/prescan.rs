@@ -398,6 +398,78 @@ mod tests {
     use super::*;
     use prost::Message;
 
+    include!(concat!(env!("OUT_DIR"), "/proto_fields.rs"));
+
+    /// The fields the proto declares for `message`.
+    fn proto_fields(message: &str) -> Vec<(u32, &'static str, bool, &'static str)> {
+        PROTO_FIELDS
+            .iter()
+            .filter(|f| f.0 == message)
+            .map(|&(_, number, encoding, repeated, type_name)| {
+                (number, encoding, repeated, type_name)
+            })
+            .collect()
+    }
+
+    /// The schema table against the proto, from `Record` down: each string,
+    /// bytes, message or packed-varint field of a message is in its schema
+    /// (a message field with the schema of its type, or `LEAF` for a type of
+    /// fixed-size numbers only), and each number the table lists is a field.
+    #[test]
+    fn the_schema_table_covers_every_field_that_decodes_into_more() {
+        let mut missing = Vec::new();
+        let mut todo = vec![(&RECORD, "Record".to_owned())];
+        let mut seen = std::collections::BTreeSet::new();
+        while let Some((schema, message)) = todo.pop() {
+            if !seen.insert((schema.name, message.clone())) {
+                continue;
+            }
+            let fields = proto_fields(&message);
+            assert!(
+                !fields.is_empty() || message == "Observations",
+                "no message {message} in the proto"
+            );
+            if std::ptr::eq(schema, &LEAF) {
+                // A leaf holds numbers that are not packed varints, and leaves.
+                for (number, encoding, repeated, type_name) in fields {
+                    match (encoding, repeated) {
+                        ("message", _) => todo.push((&LEAF, type_name.to_owned())),
+                        ("varint", false) | ("fixed", _) => {}
+                        _ => missing
+                            .push(format!("{message}.{number}: a {encoding} field in a leaf")),
+                    }
+                }
+                continue;
+            }
+            if !std::ptr::eq(schema, &MAP_ENTRY) {
+                assert_eq!(schema.name, message, "the schema of {message}");
+            }
+            for &(number, _, _) in schema.fields {
+                if !fields.iter().any(|f| f.0 == number) {
+                    missing.push(format!(
+                        "{message}: the table lists field {number}, which the proto has not"
+                    ));
+                }
+            }
+            for (number, encoding, repeated, type_name) in fields {
+                let listed = schema.fields.iter().find(|f| f.0 == number).map(|f| f.1);
+                match (encoding, repeated, listed) {
+                    ("string" | "bytes", _, Some(Kind::Bytes)) => {}
+                    ("varint", true, Some(Kind::PackedVarints(_))) => {}
+                    ("message", _, Some(Kind::Message(inner))) => {
+                        todo.push((inner, type_name.to_owned()))
+                    }
+                    ("varint", false, None) | ("fixed", _, None) => {}
+                    _ => missing.push(format!(
+                        "{message}.{number} ({encoding}{}) is not in the table as it decodes",
+                        if repeated { ", repeated" } else { "" }
+                    )),
+                }
+            }
+        }
+        assert_eq!(missing, Vec::<String>::new());
+    }
+
     fn batch(records: Vec<pb::Record>) -> Vec<u8> {
         pb::Record {
             record: Some(pb::record::Record::Batch(pb::RecordBatch { records })),
