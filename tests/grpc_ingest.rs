@@ -9,7 +9,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use common::collector::Collector;
-use common::serve::{vllm_samples, Server};
+use common::serve::Server;
+use common::vllm_samples;
 
 fn replayed(trace: &Path) -> BTreeMap<String, f64> {
     let (_, stdout, _) = common::replay(trace);
@@ -146,14 +147,7 @@ fn inflight_limit_and_ttl_terminate_requests_as_abort() {
         .map(|i| format!("{{\"type\":\"request\",\"request_id\":\"r{i}\",\"model_name\":\"m\",\"engine\":0,\"arrival_time\":100.0,\"prompt_len\":4}}\n"))
         .collect();
     std::fs::write(&trace, starts).unwrap();
-    let (code, _, stderr) = common::run(&[
-        "replay",
-        trace.to_str().unwrap(),
-        "--metrics-addr",
-        "none",
-        "--target",
-        &server.target(),
-    ]);
+    let (code, _, stderr) = common::replay_to(&trace, &server.target(), &[]);
     assert_eq!(code, 0, "{stderr}");
     let evicted = |reason: &str| {
         server.sample(&format!(
@@ -257,62 +251,60 @@ fn malformed_records_and_garbage_frames_leave_the_server_serving() {
     );
 }
 
-#[test]
-fn sigterm_drains_and_flushes_otlp() {
-    let collector = Collector::start();
-    let endpoint = collector.endpoint("grpc");
-    let mut server = Server::start_with(
-        &[
-            "--otlp-endpoint",
-            &endpoint,
-            "--otlp-protocol",
-            "grpc",
-            "--otlp-interval-ms",
-            "60000",
-        ],
-        |command| {
-            command.env(
-                "OTEL_RESOURCE_ATTRIBUTES",
-                "service.instance.id=serve-sigterm",
-            );
-        },
-    );
-    let trace = common::repo().join("tests/data/generated-seed12.jsonl");
-    let (code, _, stderr) = common::run(&[
-        "replay",
-        trace.to_str().unwrap(),
-        "--metrics-addr",
-        "none",
-        "--target",
-        &server.target(),
-    ]);
-    assert_eq!(code, 0, "{stderr}");
-    let expected = replayed(&trace);
-    assert_eq!(server.vllm_samples(), expected);
-    // Nothing was exported yet (60 s interval): SIGTERM must do it.
-    assert!(collector.samples_of("serve-sigterm").is_empty());
-    let status = server.sigterm();
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(server.process.0.stderr.as_mut().unwrap(), &mut stderr).unwrap();
-    assert_eq!(status.code(), Some(0), "{stderr}");
-    assert!(stderr.contains("received SIGTERM"), "{stderr}");
-    let expected = common::normalized_samples(
-        &expected
-            .iter()
-            .map(|(k, v)| format!("{k} {v}\n"))
-            .collect::<String>(),
-        &[],
-    );
-    let mut last = BTreeMap::new();
-    let arrived = common::wait_for_optional(15, || {
-        last = collector.samples_of("serve-sigterm");
-        (last == expected).then_some(())
-    });
-    assert!(
-        arrived.is_some(),
-        "the Collector has {} of {} samples; log:\n{}",
-        last.len(),
-        expected.len(),
-        collector.log()
-    );
+mod needs_collector {
+    use super::*;
+
+    #[test]
+    fn sigterm_drains_and_flushes_otlp() {
+        let collector = Collector::start();
+        let endpoint = collector.endpoint("grpc");
+        let mut server = Server::start_with(
+            &[
+                "--otlp-endpoint",
+                &endpoint,
+                "--otlp-protocol",
+                "grpc",
+                "--otlp-interval-ms",
+                "60000",
+            ],
+            |command| {
+                command.env(
+                    "OTEL_RESOURCE_ATTRIBUTES",
+                    "service.instance.id=serve-sigterm",
+                );
+            },
+        );
+        let trace = common::repo().join("tests/data/generated-seed12.jsonl");
+        let (code, _, stderr) = common::replay_to(&trace, &server.target(), &[]);
+        assert_eq!(code, 0, "{stderr}");
+        let expected = replayed(&trace);
+        assert_eq!(server.vllm_samples(), expected);
+        // Nothing was exported yet (60 s interval): SIGTERM must do it.
+        assert!(collector.samples_of("serve-sigterm").is_empty());
+        let status = server.sigterm();
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(server.process.0.stderr.as_mut().unwrap(), &mut stderr)
+            .unwrap();
+        assert_eq!(status.code(), Some(0), "{stderr}");
+        assert!(stderr.contains("received SIGTERM"), "{stderr}");
+        let expected = common::normalized_samples(
+            &expected
+                .iter()
+                .map(|(k, v)| format!("{k} {v}\n"))
+                .collect::<String>(),
+            &[],
+        );
+        let mut last = BTreeMap::new();
+        let arrived = common::wait_for_optional(15, || {
+            last = collector.samples_of("serve-sigterm");
+            (last == expected).then_some(())
+        });
+        assert!(
+            arrived.is_some(),
+            "the Collector has {} of {} samples; log:\n{}",
+            last.len(),
+            expected.len(),
+            collector.log()
+        );
+    }
 }

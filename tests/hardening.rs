@@ -38,103 +38,6 @@ fn replay(file: &std::path::Path, extra: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
-fn vllm(exposition: &str) -> BTreeMap<String, f64> {
-    common::samples(exposition)
-        .into_iter()
-        .filter(|(k, _)| k.starts_with("vllm:"))
-        .collect()
-}
-
-/// One trace line with a 5 MiB model name (and an output for its request)
-/// among the valid lines of `lifecycle.jsonl`: the line is refused alone,
-/// located and counted; the exposition is the clean trace's; and OTLP keeps
-/// delivering every valid observation to the real Collector (before the
-/// bound the export was 126 MB, the Collector refused it and every later
-/// one: 0 of 38 observations arrived).
-#[test]
-fn a_long_label_is_refused_and_otlp_keeps_delivering() {
-    let clean = std::fs::read_to_string(data("lifecycle.jsonl")).unwrap();
-    let mut lines: Vec<String> = clean.lines().map(str::to_owned).collect();
-    let long = "m".repeat(5 << 20);
-    lines.insert(
-        1,
-        format!(
-            r#"{{"type":"request","request_id":"long","model_name":"{long}","engine":0,"arrival_time":1.0,"prompt_len":4}}"#
-        ),
-    );
-    let dir = common::tempdir("long-label");
-    let poisoned = dir.join("poisoned.jsonl");
-    std::fs::write(&poisoned, lines.join("\n") + "\n").unwrap();
-
-    let collector = Collector::start();
-    let output = Command::new(common::binary())
-        .args(["replay", "--output", "prometheus", "--metrics-addr", "none"])
-        .args([
-            "--otlp-endpoint",
-            &collector.endpoint("grpc"),
-            "--otlp-protocol",
-            "grpc",
-        ])
-        .env("OTEL_RESOURCE_ATTRIBUTES", "service.instance.id=long-label")
-        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-        .arg(&poisoned)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(
-        output.status.code(),
-        Some(2),
-        "{}",
-        &stderr[..stderr.len().min(2000)]
-    );
-    assert!(
-        stderr.contains(&format!(
-            "poisoned.jsonl:2: invalid request record: model_name is {} bytes, more than the limit of 256 ('{}… ({} bytes)')",
-            5 << 20,
-            "m".repeat(64),
-            5 << 20
-        )),
-        "{}",
-        &stderr[..stderr.len().min(2000)]
-    );
-    assert!(stderr.len() < 10_000, "no megabyte of label in stderr");
-    assert!(
-        !stderr.contains("OTLP export"),
-        "no export failed: {stderr}"
-    );
-    let exposition = String::from_utf8(output.stdout).unwrap();
-    let (_, clean_exposition, _) = common::replay(&data("lifecycle.jsonl"));
-    assert_eq!(vllm(&exposition), vllm(&clean_exposition));
-    assert!(
-        exposition.len() < clean_exposition.len() + 100,
-        "scrape size unchanged"
-    );
-    let expected = common::normalized_samples(
-        &exposition
-            .lines()
-            .filter(|l| l.starts_with("vllm:"))
-            .map(|l| format!("{l}\n"))
-            .collect::<String>(),
-        &[],
-    );
-    let mut last = BTreeMap::new();
-    let arrived = common::wait_for_optional(15, || {
-        last = collector.samples_of("long-label");
-        (last == expected).then_some(())
-    });
-    assert!(
-        arrived.is_some(),
-        "{} samples expected, {} at the Collector, first differences: {:?}",
-        expected.len(),
-        last.len(),
-        expected
-            .iter()
-            .filter(|(k, v)| last.get(*k) != Some(*v))
-            .take(5)
-            .collect::<Vec<_>>()
-    );
-}
-
 /// Timestamps that go backwards within a request are refused with their
 /// position, never a negative sum; the exposition then parses as OpenMetrics.
 #[test]
@@ -278,7 +181,7 @@ fn sigterm_during_replay_prints_what_was_applied() {
     let golden = std::fs::read_to_string(data("lifecycle.prom")).unwrap();
     common::wait_for(20, "the trace to be applied", || {
         let live = common::http_get(port, "/metrics")?;
-        (vllm(&live) == vllm(&golden)).then_some(())
+        (common::vllm_samples(&live) == common::vllm_samples(&golden)).then_some(())
     });
     assert!(Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
@@ -481,4 +384,101 @@ fn a_stream_cut_at_the_drain_deadline_gets_its_summary() {
         .unwrap();
     let summary = <pb::IngestSummary as prost::Message>::decode(summary.as_ref()).unwrap();
     assert_eq!((summary.records_applied, summary.records_rejected), (5, 0));
+}
+
+mod needs_collector {
+    use super::*;
+
+    /// One trace line with a 5 MiB model name (and an output for its request)
+    /// among the valid lines of `lifecycle.jsonl`: the line is refused alone,
+    /// located and counted; the exposition is the clean trace's; and OTLP keeps
+    /// delivering every valid observation to the real Collector (before the
+    /// bound the export was 126 MB, the Collector refused it and every later
+    /// one: 0 of 38 observations arrived).
+    #[test]
+    fn a_long_label_is_refused_and_otlp_keeps_delivering() {
+        let clean = std::fs::read_to_string(data("lifecycle.jsonl")).unwrap();
+        let mut lines: Vec<String> = clean.lines().map(str::to_owned).collect();
+        let long = "m".repeat(5 << 20);
+        lines.insert(
+        1,
+        format!(
+            r#"{{"type":"request","request_id":"long","model_name":"{long}","engine":0,"arrival_time":1.0,"prompt_len":4}}"#
+        ),
+    );
+        let dir = common::tempdir("long-label");
+        let poisoned = dir.join("poisoned.jsonl");
+        std::fs::write(&poisoned, lines.join("\n") + "\n").unwrap();
+
+        let collector = Collector::start();
+        let output = Command::new(common::binary())
+            .args(["replay", "--output", "prometheus", "--metrics-addr", "none"])
+            .args([
+                "--otlp-endpoint",
+                &collector.endpoint("grpc"),
+                "--otlp-protocol",
+                "grpc",
+            ])
+            .env("OTEL_RESOURCE_ATTRIBUTES", "service.instance.id=long-label")
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .arg(&poisoned)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{}",
+            &stderr[..stderr.len().min(2000)]
+        );
+        assert!(
+        stderr.contains(&format!(
+            "poisoned.jsonl:2: invalid request record: model_name is {} bytes, more than the limit of 256 ('{}… ({} bytes)')",
+            5 << 20,
+            "m".repeat(64),
+            5 << 20
+        )),
+        "{}",
+        &stderr[..stderr.len().min(2000)]
+    );
+        assert!(stderr.len() < 10_000, "no megabyte of label in stderr");
+        assert!(
+            !stderr.contains("OTLP export"),
+            "no export failed: {stderr}"
+        );
+        let exposition = String::from_utf8(output.stdout).unwrap();
+        let (_, clean_exposition, _) = common::replay(&data("lifecycle.jsonl"));
+        assert_eq!(
+            common::vllm_samples(&exposition),
+            common::vllm_samples(&clean_exposition)
+        );
+        assert!(
+            exposition.len() < clean_exposition.len() + 100,
+            "scrape size unchanged"
+        );
+        let expected = common::normalized_samples(
+            &exposition
+                .lines()
+                .filter(|l| l.starts_with("vllm:"))
+                .map(|l| format!("{l}\n"))
+                .collect::<String>(),
+            &[],
+        );
+        let mut last = BTreeMap::new();
+        let arrived = common::wait_for_optional(15, || {
+            last = collector.samples_of("long-label");
+            (last == expected).then_some(())
+        });
+        assert!(
+            arrived.is_some(),
+            "{} samples expected, {} at the Collector, first differences: {:?}",
+            expected.len(),
+            last.len(),
+            expected
+                .iter()
+                .filter(|(k, v)| last.get(*k) != Some(*v))
+                .take(5)
+                .collect::<Vec<_>>()
+        );
+    }
 }

@@ -146,61 +146,6 @@ fn the_socket_file_is_replaced_when_stale_refused_when_not_a_socket_and_removed_
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "data");
 }
 
-/// Another user's process, even one that can reach the file (made
-/// world-writable here), is not read: the sidecar checks the peer's uid.
-#[test]
-fn another_users_process_is_not_read() {
-    if !nix_is_root() {
-        panic!(
-            "this test needs root, to run a client as another user; run the test command as \
-             root, as CI does"
-        );
-    }
-    let dir = common::tempdir("ingest-socket-peer");
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let socket = dir.join("ingest.sock");
-    let server = serve_on(&socket);
-    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).unwrap();
-    use prost::Message;
-    let mut bytes = Vec::new();
-    for record in aborted("e") {
-        bytes.extend(message(&record.encode_to_vec()));
-    }
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    // The system's Python: one in root's home is not another user's to run.
-    let python = Path::new("/usr/bin/python3");
-    assert!(
-        python.exists(),
-        "this test runs /usr/bin/python3 as another user: apt-get install python3"
-    );
-    use std::os::unix::process::CommandExt;
-    let sent = Command::new(python)
-        .uid(65534)
-        .gid(65534)
-        .arg("-c")
-        .arg(format!(
-            "import socket, sys\n\
-             s = socket.socket(socket.AF_UNIX)\n\
-             s.connect({socket:?})\n\
-             try:\n    s.sendall(bytes.fromhex('{hex}'))\n    s.recv(1)\n\
-             except OSError:\n    pass\n\
-             print('connected')"
-        ))
-        .output()
-        .expect("/usr/bin/python3 runs as uid 65534");
-    assert_eq!(
-        String::from_utf8_lossy(&sent.stdout).trim(),
-        "connected",
-        "{}",
-        String::from_utf8_lossy(&sent.stderr)
-    );
-    // This user's process, after it: applied; the other user's never was.
-    send_over_socket(&socket, &aborted("f"));
-    wait_for_sample(&server, ABORTS, 1.0);
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    assert_eq!(server.sample(ABORTS), Some(1.0));
-}
-
 /// The error output of a `serve --ingest-socket path` that must not start.
 fn refused(path: &Path) -> String {
     let output = Command::new(common::binary())
@@ -255,4 +200,64 @@ fn at_shutdown_an_open_connection_is_told_how_many_messages_were_read() {
     stream.read_to_end(&mut answer).unwrap();
     assert_eq!(answer, 2u64.to_le_bytes());
     assert_eq!(terminated.join().unwrap().code(), Some(0));
+}
+
+mod needs_root {
+    use super::*;
+
+    /// Another user's process, even one that can reach the file (made
+    /// world-writable here), is not read: the sidecar checks the peer's uid.
+    #[test]
+    fn another_users_process_is_not_read() {
+        common::needs("root");
+        if !nix_is_root() {
+            panic!(
+                "this test needs root, to run a client as another user; run the test command as \
+             root, as CI does"
+            );
+        }
+        let dir = common::tempdir("ingest-socket-peer");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let socket = dir.join("ingest.sock");
+        let server = serve_on(&socket);
+        std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+        use prost::Message;
+        let mut bytes = Vec::new();
+        for record in aborted("e") {
+            bytes.extend(message(&record.encode_to_vec()));
+        }
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        // The system's Python: one in root's home is not another user's to run.
+        let python = Path::new("/usr/bin/python3");
+        assert!(
+            python.exists(),
+            "this test runs /usr/bin/python3 as another user: apt-get install python3"
+        );
+        use std::os::unix::process::CommandExt;
+        let sent = Command::new(python)
+            .uid(65534)
+            .gid(65534)
+            .arg("-c")
+            .arg(format!(
+                "import socket, sys\n\
+             s = socket.socket(socket.AF_UNIX)\n\
+             s.connect({socket:?})\n\
+             try:\n    s.sendall(bytes.fromhex('{hex}'))\n    s.recv(1)\n\
+             except OSError:\n    pass\n\
+             print('connected')"
+            ))
+            .output()
+            .expect("/usr/bin/python3 runs as uid 65534");
+        assert_eq!(
+            String::from_utf8_lossy(&sent.stdout).trim(),
+            "connected",
+            "{}",
+            String::from_utf8_lossy(&sent.stderr)
+        );
+        // This user's process, after it: applied; the other user's never was.
+        send_over_socket(&socket, &aborted("f"));
+        wait_for_sample(&server, ABORTS, 1.0);
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert_eq!(server.sample(ABORTS), Some(1.0));
+    }
 }

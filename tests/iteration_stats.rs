@@ -420,18 +420,8 @@ fn token_buckets_python_stop_at_the_last_1_2_5_value() {
     let record = r#"{"type":"iteration_stats","model_name":"m","engine":0,"n_params_iter":[2],"finished_requests":[{"request_id":"r","finish_reason":"stop","num_prompt_tokens":60,"num_generation_tokens":50}]}"#;
     let (dir, trace) = write_trace("token-buckets", &format!("{record}\n"));
     let replay = |style: &str| {
-        let (code, stdout, stderr) = common::run(&[
-            "replay",
-            trace.to_str().unwrap(),
-            "--output",
-            "prometheus",
-            "--metrics-addr",
-            "none",
-            "--max-model-len",
-            "60",
-            "--token-buckets",
-            style,
-        ]);
+        let (code, stdout, stderr) =
+            common::replay_with(&trace, &["--max-model-len", "60", "--token-buckets", style]);
         assert_eq!((code, stderr.as_str()), (0, ""), "{style}");
         stdout
     };

@@ -169,17 +169,11 @@ fn idle_connections_under_a_low_fd_limit_neither_spin_nor_block() {
     let cpu = cpu_seconds(pid) - cpu_before;
     assert!(cpu < 1.0, "{cpu:.2} CPU seconds in 3 s: spinning");
     // The idle ones are closed batch by batch; a real stream gets through.
-    let (status, _, stderr) = common::run(&[
-        "replay",
-        common::repo()
-            .join("tests/data/lifecycle.jsonl")
-            .to_str()
-            .unwrap(),
-        "--metrics-addr",
-        "none",
-        "--target",
+    let (status, _, stderr) = common::replay_to(
+        &common::repo().join("tests/data/lifecycle.jsonl"),
         &format!("http://127.0.0.1:{ingest}"),
-    ]);
+        &[],
+    );
     assert_eq!(status, 2, "the trace's own invalid lines only: {stderr}");
     assert!(stderr.contains("remote ingest: "), "{stderr}");
     drop(idle);
@@ -230,20 +224,13 @@ fn tls_and_tokens_on_ingest_and_metrics() {
         "plain HTTP is not served on a TLS port"
     );
 
+    let ca = path(&pki.ca);
     let replay_to = |extra: &[&str]| {
-        let mut args = vec![
-            "replay".to_owned(),
-            path(&common::repo().join("tests/data/lifecycle.jsonl")),
-            "--metrics-addr".into(),
-            "none".into(),
-            "--target".into(),
-            format!("https://localhost:{ingest}"),
-            "--target-ca".into(),
-            path(&pki.ca),
-        ];
-        args.extend(extra.iter().map(|s| s.to_string()));
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        common::run(&args)
+        common::replay_to(
+            &common::repo().join("tests/data/lifecycle.jsonl"),
+            &format!("https://localhost:{ingest}"),
+            &[&["--target-ca", ca.as_str()][..], extra].concat(),
+        )
     };
     let (code, _, stderr) = replay_to(&["--target-token-file", &path(&token)]);
     assert_eq!(code, 2, "{stderr}");

@@ -54,7 +54,7 @@ use common::collector::Collector;
 use common::serve::Server;
 use common::spans::{number, KeptSpans};
 use common::tier::{start_agent, Gateway};
-use common::{prometheus, Guard};
+use common::{dashboards, prometheus, Guard};
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use serde_json::Value;
 use vllm_otel_metrics::catalog::{self, DEFAULT_MAX_MODEL_LEN};
@@ -121,16 +121,6 @@ impl Pipeline {
                 .collect(),
         }
     }
-}
-
-#[test]
-fn through_the_collector() {
-    native_histograms_through(Route::Collector);
-}
-
-#[test]
-fn through_the_gateway_tier() {
-    native_histograms_through(Route::GatewayTier);
 }
 
 /// Every observation of the two families, sorted.
@@ -268,10 +258,7 @@ fn feed(server: &Server, trace: &Path) {
 
 /// The `result` array of an instant query (panics on an error).
 fn result(port: u16, promql: &str) -> Vec<Value> {
-    match prometheus::query(port, promql) {
-        Ok(data) => data["result"].as_array().cloned().unwrap_or_default(),
-        Err(e) => panic!("{promql}: {e}"),
-    }
+    prometheus::result(port, promql).unwrap_or_else(|e| panic!("{promql}: {e}"))
 }
 
 /// The value of a one-series instant query: `None` when there is no series.
@@ -329,7 +316,7 @@ fn metric_names(port: u16, selector: &str) -> Vec<String> {
         "/api/v1/label/__name__/values?match[]={}",
         prometheus::url_encode(selector)
     );
-    let (status, body) = prometheus::get(port, &path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let (status, body) = common::get(port, &path).unwrap_or_else(|e| panic!("{path}: {e}"));
     let json: Value =
         serde_json::from_str(&body).unwrap_or_else(|e| panic!("HTTP {status}, {e}: {body}"));
     json["data"]
@@ -657,13 +644,12 @@ fn quantile_table(route: Route, port: u16, exact: &Exact, window: &str) -> (Stri
 /// every variable finds values; returns how many queries were checked.
 fn assert_dashboards_answer(port: u16, window: &str) -> usize {
     let mut checked = 0;
-    for (path, dashboard) in native_dashboards() {
+    for (path, dashboard) in dashboards::native_dashboards() {
         let name = path.display();
-        let mut exprs = Vec::new();
-        common::dashboard_exprs(&dashboard, &mut exprs);
-        assert!(exprs.len() >= 10, "{name}: {} queries", exprs.len());
-        for expr in exprs {
-            let promql = substitute(&expr, window);
+        // Rate interval and range cover the whole run.
+        let ranges = [("__rate_interval", window), ("__range", window)];
+        for expr in dashboards::all_exprs(&path, &dashboard, 10) {
+            let promql = dashboards::substitute(&expr, &ranges);
             let series = result(port, &promql);
             assert!(!series.is_empty(), "{name}: no data for {promql}");
             for s in &series {
@@ -672,22 +658,11 @@ fn assert_dashboards_answer(port: u16, window: &str) -> usize {
             }
             checked += 1;
         }
-        let variables = dashboard["templating"]["list"]
-            .as_array()
-            .expect("templating");
-        for variable in variables {
-            let (Some(var), Some(query)) = (variable["name"].as_str(), variable["query"].as_str())
-            else {
-                continue;
-            };
-            // label_values(SELECTOR, LABEL) as Grafana asks Prometheus for it.
-            let Some(selector) = query
-                .strip_prefix("label_values(")
-                .and_then(|q| q.strip_suffix(&format!(", {var})")))
-            else {
-                continue;
-            };
-            let promql = format!("count by ({var}) ({})", substitute(selector, window));
+        for (var, selector) in dashboards::label_value_selectors(&dashboard) {
+            let promql = format!(
+                "count by ({var}) ({})",
+                dashboards::substitute(&selector, &ranges)
+            );
             assert!(
                 !result(port, &promql).is_empty(),
                 "{name}: variable {var} finds nothing: {promql}"
@@ -697,33 +672,16 @@ fn assert_dashboards_answer(port: u16, window: &str) -> usize {
     checked
 }
 
-/// The native-histogram dashboards: `otel-collector/grafana/native/*.json`.
-fn native_dashboards() -> Vec<(PathBuf, Value)> {
-    let dir = common::repo().join("otel-collector/grafana/native");
-    let mut out: Vec<(PathBuf, Value)> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
-        .map(|path| {
-            let json = serde_json::from_str(&std::fs::read_to_string(&path).unwrap())
-                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            (path, json)
-        })
-        .collect();
-    out.sort_by(|a, b| a.0.cmp(&b.0));
-    assert!(!out.is_empty(), "no dashboard in {}", dir.display());
-    out
-}
+mod needs_collector_prometheus {
+    use super::*;
 
-/// A dashboard query as Grafana sends it with every variable at All (`.*`)
-/// and the rate interval and range covering the whole run.
-fn substitute(expr: &str, window: &str) -> String {
-    let mut out = expr
-        .replace("$__rate_interval", window)
-        .replace("$__range", window);
-    for name in ["model_name", "instance", "engine", "job"] {
-        out = out.replace(&format!("${name}"), ".*");
+    #[test]
+    fn through_the_collector() {
+        native_histograms_through(Route::Collector);
     }
-    assert!(!out.contains('$'), "unknown variable in {out}");
-    out
+
+    #[test]
+    fn through_the_gateway_tier() {
+        native_histograms_through(Route::GatewayTier);
+    }
 }

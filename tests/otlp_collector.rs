@@ -15,14 +15,10 @@ use common::pki::{make_pki, Pki};
 
 const TRACE: &str = "tests/data/generated-seed11.jsonl";
 
-/// The bridge's `vllm:` samples from a replay's stdout.
-fn vllm_samples(exposition: &str) -> BTreeMap<String, f64> {
-    let vllm: String = exposition
-        .lines()
-        .filter(|l| l.starts_with("vllm:"))
-        .map(|l| format!("{l}\n"))
-        .collect();
-    common::normalized_samples(&vllm, &[])
+/// The `vllm:` samples of an exposition, their labels normalized: the
+/// bridge's and the Collector's encoders order and spell them differently.
+fn normalized_vllm_samples(exposition: &str) -> BTreeMap<String, f64> {
+    common::only_vllm(common::normalized_samples(exposition, &[]))
 }
 
 fn replay_command(endpoint: &str, protocol: &str, names: &str, instance: &str) -> Command {
@@ -86,7 +82,7 @@ fn clean_replay_samples(output: std::process::Output, what: &str) -> BTreeMap<St
         !stderr.contains("OTLP export"),
         "{what}: no export may fail: {stderr}"
     );
-    vllm_samples(&String::from_utf8(output.stdout).unwrap())
+    normalized_vllm_samples(&String::from_utf8(output.stdout).unwrap())
 }
 
 /// Waits up to 15 s until the Collector shows exactly `expected` for
@@ -129,16 +125,6 @@ fn push_and_compare(collector: &Collector, protocol: &str, names: &str) -> BTree
     bridge
 }
 
-#[test]
-fn collector_shows_the_bridge_samples_over_grpc_and_http_in_both_name_modes() {
-    let collector = Collector::start();
-    for protocol in ["grpc", "http/protobuf"] {
-        for names in ["otel", "prometheus"] {
-            push_and_compare(&collector, protocol, names);
-        }
-    }
-}
-
 /// The `le` values of `family`'s bucket samples, in order, once each.
 fn bucket_bounds(samples: &BTreeMap<String, f64>, family: &str) -> Vec<f64> {
     let prefix = format!("{family}_bucket{{");
@@ -152,104 +138,6 @@ fn bucket_bounds(samples: &BTreeMap<String, f64>, family: &str) -> Vec<f64> {
     bounds.sort_by(f64::total_cmp);
     bounds.dedup();
     bounds
-}
-
-#[test]
-fn bucket_overrides_reach_the_collector_as_on_metrics() {
-    let collector = Collector::start();
-    let overrides = r#"{"request_latency": [0.05, 0.2, 1, 4],
-                        "vllm:time_to_first_token_seconds": [0.01, 0.1, 1],
-                        "request_num_preemptions": [1, 3]}"#;
-    let output = replay_command(&collector.endpoint("grpc"), "grpc", "otel", "overrides")
-        .args(["--custom-histogram-buckets", overrides])
-        .arg(common::repo().join(TRACE))
-        .output()
-        .unwrap();
-    let bridge = clean_replay_samples(output, "overrides");
-    let expected = [
-        (
-            "vllm:e2e_request_latency_seconds",
-            vec![0.05, 0.2, 1.0, 4.0],
-        ),
-        (
-            "vllm:request_decode_time_seconds",
-            vec![0.05, 0.2, 1.0, 4.0],
-        ),
-        ("vllm:time_to_first_token_seconds", vec![0.01, 0.1, 1.0]),
-        ("vllm:request_num_preemptions", vec![1.0, 3.0]),
-        (
-            "vllm:inter_token_latency_seconds",
-            vllm_otel_metrics::catalog::by_vllm_name("vllm:inter_token_latency_seconds")
-                .expect("the ITL family")
-                .buckets
-                .boundaries(vllm_otel_metrics::catalog::DEFAULT_MAX_MODEL_LEN),
-        ),
-    ];
-    for (family, bounds) in &expected {
-        assert_eq!(
-            &bucket_bounds(&bridge, family),
-            bounds,
-            "/metrics: {family}"
-        );
-    }
-    assert_collector_shows(
-        &collector,
-        "overrides",
-        &bridge,
-        BTreeMap::clone,
-        "the overridden buckets",
-    );
-}
-
-#[test]
-fn two_processes_sum_to_twice_one_in_promql() {
-    let collector = Collector::start();
-    let dir = common::tempdir("prometheus");
-    let (_prometheus, port) = common::prometheus::start_honoring_labels(&dir, collector.prometheus);
-    let mut single = BTreeMap::new();
-    for instance in ["frontend-a", "frontend-b"] {
-        let output = replay_command(&collector.endpoint("grpc"), "grpc", "otel", instance)
-            .arg(common::repo().join(TRACE))
-            .output()
-            .unwrap();
-        assert_eq!(output.status.code(), Some(2));
-        single = vllm_samples(&String::from_utf8(output.stdout).unwrap());
-    }
-    let total = |family: &str| -> f64 {
-        single
-            .iter()
-            .filter(|(k, _)| k.split('{').next() == Some(family))
-            .map(|(_, v)| v)
-            .sum()
-    };
-    for family in [
-        "vllm:request_num_preemptions_count",
-        "vllm:request_num_preemptions_sum",
-        "vllm:num_preemptions_total",
-        "vllm:generation_tokens_total",
-        "vllm:request_success_total",
-    ] {
-        let expected = 2.0 * total(family);
-        assert!(expected > 0.0, "{family} has data");
-        let query = format!("sum({family})");
-        common::wait_for(30, &format!("{query} == {expected}"), || {
-            common::prometheus::value(port, &query).filter(|v| (v - expected).abs() < 1e-6)
-        });
-    }
-    // The per-request distribution's first bucket, under vLLM's own `le`
-    // spelling (the Collector serves OpenMetrics, which Prometheus stores as is).
-    let query = "sum(vllm:request_num_preemptions_bucket{le=\"1.0\"})";
-    let expected = 2.0
-        * single
-            .iter()
-            .filter(|(k, _)| {
-                k.starts_with("vllm:request_num_preemptions_bucket{") && k.contains("le=\"1.0\"")
-            })
-            .map(|(_, v)| v)
-            .sum::<f64>();
-    common::wait_for(30, &format!("{query} == {expected}"), || {
-        common::prometheus::value(port, query).filter(|v| (v - expected).abs() < 1e-6)
-    });
 }
 
 /// A replay reading stdin and pushing every 200 ms, its stdio piped.
@@ -326,130 +214,6 @@ fn recorded_series(samples: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
         .collect()
 }
 
-/// Delta exports (several while the trace streams in, compressed: zstd over
-/// gRPC, gzip over HTTP) add up at the Collector to exactly the bridge's
-/// cumulative samples. The SDK exports a delta series only in an interval
-/// in which it was recorded, so the series bound at request start but never
-/// recorded (zero in the bridge) never reach the Collector; every other
-/// series must agree sample for sample.
-#[test]
-fn compressed_delta_exports_add_up_to_the_bridge_samples() {
-    let collector = Collector::start();
-    let trace = std::fs::read_to_string(common::repo().join(TRACE)).unwrap();
-    let lines: Vec<&str> = trace.lines().collect();
-    for (protocol, compression) in [("grpc", "zstd"), ("http/protobuf", "gzip")] {
-        let instance = format!("delta-{}", protocol.replace('/', "-"));
-        let mut child = stdin_replay(&collector.endpoint(protocol), protocol, &instance, None)
-            .args(["--otlp-temporality", "delta"])
-            .env("OTEL_EXPORTER_OTLP_COMPRESSION", compression)
-            .spawn()
-            .unwrap();
-        let mut stdin = child.stdin.take().unwrap();
-        for chunk in lines.chunks(lines.len() / 3 + 1) {
-            for line in chunk {
-                writeln!(stdin, "{line}").unwrap();
-            }
-            stdin.flush().unwrap();
-            // Several export periods per chunk.
-            std::thread::sleep(std::time::Duration::from_millis(700));
-        }
-        drop(stdin);
-        let all = clean_replay_samples(child.wait_with_output().unwrap(), &instance);
-        let bridge = recorded_series(&all);
-        assert!(
-            bridge.len() > 1000 && bridge.len() < all.len(),
-            "{} of {} samples recorded",
-            bridge.len(),
-            all.len()
-        );
-        assert_collector_shows(
-            &collector,
-            &instance,
-            &bridge,
-            recorded_series,
-            &format!("delta over {protocol}"),
-        );
-    }
-}
-
-#[test]
-fn counts_arrive_complete_when_the_collector_starts_late() {
-    let (grpc, http, prom) = (
-        common::free_port(),
-        common::free_port(),
-        common::free_port(),
-    );
-    let trace = std::fs::read_to_string(common::repo().join(TRACE)).unwrap();
-    let lines: Vec<&str> = trace.lines().collect();
-    let mut child = spawn_stdin_replay(&format!("http://127.0.0.1:{grpc}"), "late", None);
-    let mut stdin = child.stdin.take().unwrap();
-    for line in &lines[..lines.len() / 2] {
-        writeln!(stdin, "{line}").unwrap();
-    }
-    // Exports fail while nothing listens.
-    std::thread::sleep(std::time::Duration::from_millis(3000));
-    let collector = Collector::start_on(grpc, http, prom);
-    for line in &lines[lines.len() / 2..] {
-        writeln!(stdin, "{line}").unwrap();
-    }
-    drop(stdin);
-    let output = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains("OTLP export to"),
-        "the outage was reported: {stderr}"
-    );
-    assert!(
-        stderr.contains("recovered after"),
-        "the recovery was reported: {stderr}"
-    );
-    let bridge = vllm_samples(&String::from_utf8(output.stdout).unwrap());
-    assert_collector_shows(
-        &collector,
-        "late",
-        &bridge,
-        BTreeMap::clone,
-        "after an outage",
-    );
-}
-
-#[test]
-fn sigterm_during_a_long_run_delivers_the_final_counts() {
-    let collector = Collector::start();
-    let metrics_port = common::free_port();
-    let mut child = spawn_stdin_replay(&collector.endpoint("grpc"), "sigterm", Some(metrics_port));
-    let mut stdin = child.stdin.take().unwrap();
-    stdin
-        .write_all(&std::fs::read(common::repo().join(TRACE)).unwrap())
-        .unwrap();
-    stdin.flush().unwrap();
-    // Everything is recorded once the live endpoint shows the replay's final state.
-    let (_, expected, _) = common::replay(&common::repo().join(TRACE));
-    let expected = vllm_samples(&expected);
-    common::wait_for(30, "the replay to consume its input", || {
-        let live = vllm_samples(&common::http_get(metrics_port, "/metrics")?);
-        (live == expected).then_some(())
-    });
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let output = child.wait_with_output().unwrap();
-    drop(stdin);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(143), "{stderr}");
-    assert!(stderr.contains("received SIGTERM"), "{stderr}");
-    assert_collector_shows(
-        &collector,
-        "sigterm",
-        &expected,
-        BTreeMap::clone,
-        "after SIGTERM",
-    );
-}
-
 /// The shipped config with the shipped TLS overlay, requiring client
 /// certificates from the test CA.
 fn tls_collector(pki: &Pki) -> Collector {
@@ -465,95 +229,6 @@ fn tls_collector(pki: &Pki) -> Collector {
     )
 }
 
-/// Mutual TLS against the real Collector over both transports: the CA and
-/// the client identity from the flags for one, from the standard variables
-/// for the other. Every sample arrives.
-#[test]
-fn tls_with_client_certificates_over_grpc_and_http() {
-    let pki = make_pki();
-    let collector = tls_collector(&pki);
-    for (protocol, from_variables) in [("grpc", true), ("http/protobuf", false)] {
-        let instance = format!("tls-{}", protocol.replace('/', "-"));
-        let mut command = replay_command(
-            &collector.tls_endpoint(protocol),
-            protocol,
-            "otel",
-            &instance,
-        );
-        if from_variables {
-            command
-                .env("OTEL_EXPORTER_OTLP_CERTIFICATE", &pki.ca)
-                .env("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", &pki.client_cert)
-                .env("OTEL_EXPORTER_OTLP_CLIENT_KEY", &pki.client_key);
-        } else {
-            command
-                .arg("--otlp-certificate")
-                .arg(&pki.ca)
-                .arg("--otlp-client-certificate")
-                .arg(&pki.client_cert)
-                .arg("--otlp-client-key")
-                .arg(&pki.client_key);
-        }
-        let output = command.arg(common::repo().join(TRACE)).output().unwrap();
-        let bridge = clean_replay_samples(output, &instance);
-        assert!(bridge.len() > 1000, "a rich exposition");
-        assert_collector_shows(
-            &collector,
-            &instance,
-            &bridge,
-            BTreeMap::clone,
-            &format!("TLS over {protocol}"),
-        );
-    }
-}
-
-/// A final export that fails gives exit status 3 and names the endpoint:
-/// here a TLS Collector that refuses a client without a certificate, and
-/// one whose certificate the system's roots do not trust.
-#[test]
-fn a_failed_final_export_exits_3_naming_the_endpoint() {
-    let pki = make_pki();
-    let collector = tls_collector(&pki);
-    for protocol in ["grpc", "http/protobuf"] {
-        let endpoint = collector.tls_endpoint(protocol);
-        let without_client_certificate = vec![
-            "--otlp-certificate".to_owned(),
-            pki.ca.to_str().unwrap().to_owned(),
-        ];
-        for (case, extra) in [
-            ("no client certificate", without_client_certificate),
-            ("untrusted server", Vec::new()),
-        ] {
-            let output = replay_command(&endpoint, protocol, "otel", "refused")
-                .args(["--otlp-timeout-ms", "2000"])
-                .args(&extra)
-                .arg(common::repo().join("tests/data/lifecycle.jsonl"))
-                .output()
-                .unwrap();
-            let stderr = String::from_utf8_lossy(&output.stderr);
-            assert_eq!(
-                output.status.code(),
-                Some(3),
-                "{protocol}, {case}: {stderr}"
-            );
-            let expected_endpoint = match protocol {
-                "grpc" => endpoint.clone(),
-                _ => format!("{endpoint}/v1/metrics"),
-            };
-            assert!(
-                stderr.contains(&format!(
-                    "error: final OTLP export to {expected_endpoint} failed: "
-                )),
-                "{protocol}, {case}: {stderr}"
-            );
-        }
-    }
-    assert!(
-        collector.samples_of("refused").is_empty(),
-        "nothing got through"
-    );
-}
-
 /// The `gen_ai_` samples of an exposition, without the labels in `drop`.
 fn semconv_samples(exposition: &str, instance: Option<&str>) -> BTreeMap<String, f64> {
     let marker = instance.map(|i| format!("instance=\"{i}\""));
@@ -566,144 +241,476 @@ fn semconv_samples(exposition: &str, instance: Option<&str>) -> BTreeMap<String,
     common::normalized_samples(&own, &["job", "instance"])
 }
 
-/// With `--semconv gen_ai` the three GenAI histograms reach the real
-/// Collector under the conventions' names (never renamed by
-/// `--otlp-names prometheus`), in seconds, with the advised buckets and the
-/// conventions' attributes: exactly the samples the bridge shows with
-/// `--semconv-prometheus` (which the independent reference checks in
-/// `tests/replay.rs`).
-#[test]
-fn semconv_streams_arrive_with_the_conventions_names_units_buckets_and_attributes() {
-    // The test trace, every other request a chat request.
-    let dir = common::tempdir("semconv");
-    let trace = dir.join("trace.jsonl");
-    let text = std::fs::read_to_string(common::repo().join(TRACE)).unwrap();
-    let mut requests = 0;
-    let lines: Vec<String> = text
-        .lines()
-        .map(|line| {
-            if line.starts_with(r#"{"type":"request","#) && line.ends_with('}') {
-                requests += 1;
-                if requests % 2 == 0 {
-                    return format!(r#"{},"operation_name":"chat"}}"#, &line[..line.len() - 1]);
-                }
-            }
-            line.to_owned()
-        })
-        .collect();
-    std::fs::write(&trace, lines.join("\n") + "\n").unwrap();
-    let collector = Collector::start();
-    let instance = "semconv";
-    let output = replay_command(&collector.endpoint("grpc"), "grpc", "prometheus", instance)
-        .args(["--semconv", "gen_ai", "--semconv-prometheus"])
-        .args([
-            "--semconv-server-address",
-            "llm.example",
-            "--semconv-server-port",
-            "8000",
-        ])
-        .arg(&trace)
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(2), "{output:?}");
-    let bridge = semconv_samples(&String::from_utf8(output.stdout).unwrap(), None);
-    let mut at_collector = BTreeMap::new();
-    common::wait_for_optional(15, || {
-        let text = common::http_get(collector.prometheus, "/metrics").unwrap_or_default();
-        at_collector = semconv_samples(&text, Some(instance));
-        (at_collector == bridge).then_some(())
-    });
-    assert_same(&bridge, &at_collector, "semconv streams", &collector.log());
-
-    // The names carry the unit (`s` became `_seconds`); every family is there.
-    let families: std::collections::BTreeSet<&str> = bridge
-        .keys()
-        .map(|k| k.split('{').next().unwrap())
-        .collect();
-    assert_eq!(
-        families.into_iter().collect::<Vec<_>>(),
-        [
-            "gen_ai_server_request_duration_seconds_bucket",
-            "gen_ai_server_request_duration_seconds_count",
-            "gen_ai_server_request_duration_seconds_sum",
-            "gen_ai_server_time_per_output_token_seconds_bucket",
-            "gen_ai_server_time_per_output_token_seconds_count",
-            "gen_ai_server_time_per_output_token_seconds_sum",
-            "gen_ai_server_time_to_first_token_seconds_bucket",
-            "gen_ai_server_time_to_first_token_seconds_count",
-            "gen_ai_server_time_to_first_token_seconds_sum",
-        ]
-    );
-    // One successful and one aborted series: the attributes, and the buckets.
-    // The `le` values of a family's series with exactly these labels
-    // (besides `le`), numerically ordered.
-    let common = [
-        "gen_ai_operation_name=\"chat\"",
-        "gen_ai_provider_name=\"vllm\"",
-        "gen_ai_request_model=\"llama-3.1-8b\"",
-        "gen_ai_response_model=\"llama-3.1-8b\"",
-        "server_address=\"llm.example\"",
-        "server_port=\"8000\"",
-    ];
-    let les = |family: &str, error_type: Option<&str>| -> Vec<String> {
-        let mut wanted: Vec<String> = common.iter().map(|l| l.to_string()).collect();
-        if let Some(error_type) = error_type {
-            wanted.push(format!("error_type=\"{error_type}\""));
-        }
-        wanted.sort();
-        let mut out: Vec<String> = bridge
-            .keys()
-            .filter_map(|k| k.strip_prefix(&format!("{family}_bucket{{")))
-            .filter_map(|rest| {
-                let mut labels: Vec<&str> = rest.trim_end_matches('}').split(',').collect();
-                let le = labels.iter().position(|l| l.starts_with("le="))?;
-                let le = labels.remove(le);
-                (labels == wanted).then(|| le[4..le.len() - 1].to_owned())
-            })
-            .collect();
-        out.sort_by(|a, b| le_order(a, b));
-        out
-    };
-    let duration = "gen_ai_server_request_duration_seconds";
-    let duration_buckets = [
-        "0.01", "0.02", "0.04", "0.08", "0.16", "0.32", "0.64", "1.28", "2.56", "5.12", "10.24",
-        "20.48", "40.96", "81.92", "+Inf",
-    ];
-    assert_eq!(les(duration, None), duration_buckets);
-    assert_eq!(les(duration, Some("abort")), duration_buckets);
-    // Failures carry no first-token or per-token series.
-    let ttft = "gen_ai_server_time_to_first_token_seconds";
-    let tpot = "gen_ai_server_time_per_output_token_seconds";
-    assert!(!bridge
-        .keys()
-        .any(|k| (k.starts_with(ttft) || k.starts_with(tpot)) && k.contains("error_type")));
-    assert_eq!(
-        les(ttft, None),
-        [
-            "0.001", "0.005", "0.01", "0.02", "0.04", "0.06", "0.08", "0.1", "0.25", "0.5", "0.75",
-            "1.0", "2.5", "5.0", "7.5", "10.0", "+Inf"
-        ]
-    );
-    assert_eq!(
-        les(tpot, None),
-        [
-            "0.01", "0.025", "0.05", "0.075", "0.1", "0.15", "0.2", "0.3", "0.4", "0.5", "0.75",
-            "1.0", "2.5", "+Inf"
-        ]
-    );
-
-    // The descriptions arrive too. (The exporter writes no `# UNIT` line;
-    // the `_seconds` its translator appends for the unit `s` is the unit.)
-    let text = common::http_get(collector.prometheus, "/metrics").unwrap_or_default();
-    for def in vllm_otel_metrics::catalog::semconv::ALL {
-        let help = format!("# HELP {} {}", def.vllm_name, def.help);
-        assert!(text.lines().any(|l| l == help), "{help}");
-    }
-    std::fs::remove_dir_all(dir).ok();
-}
-
 /// Orders `le` values numerically, `+Inf` last.
 fn le_order(a: &str, b: &str) -> std::cmp::Ordering {
     let value = |s: &str| s.parse::<f64>().unwrap_or(f64::INFINITY);
     value(a).total_cmp(&value(b))
+}
+
+mod needs_collector {
+    use super::*;
+
+    #[test]
+    fn collector_shows_the_bridge_samples_over_grpc_and_http_in_both_name_modes() {
+        let collector = Collector::start();
+        for protocol in ["grpc", "http/protobuf"] {
+            for names in ["otel", "prometheus"] {
+                push_and_compare(&collector, protocol, names);
+            }
+        }
+    }
+
+    #[test]
+    fn bucket_overrides_reach_the_collector_as_on_metrics() {
+        let collector = Collector::start();
+        let overrides = r#"{"request_latency": [0.05, 0.2, 1, 4],
+                        "vllm:time_to_first_token_seconds": [0.01, 0.1, 1],
+                        "request_num_preemptions": [1, 3]}"#;
+        let output = replay_command(&collector.endpoint("grpc"), "grpc", "otel", "overrides")
+            .args(["--custom-histogram-buckets", overrides])
+            .arg(common::repo().join(TRACE))
+            .output()
+            .unwrap();
+        let bridge = clean_replay_samples(output, "overrides");
+        let expected = [
+            (
+                "vllm:e2e_request_latency_seconds",
+                vec![0.05, 0.2, 1.0, 4.0],
+            ),
+            (
+                "vllm:request_decode_time_seconds",
+                vec![0.05, 0.2, 1.0, 4.0],
+            ),
+            ("vllm:time_to_first_token_seconds", vec![0.01, 0.1, 1.0]),
+            ("vllm:request_num_preemptions", vec![1.0, 3.0]),
+            (
+                "vllm:inter_token_latency_seconds",
+                vllm_otel_metrics::catalog::by_vllm_name("vllm:inter_token_latency_seconds")
+                    .expect("the ITL family")
+                    .buckets
+                    .boundaries(vllm_otel_metrics::catalog::DEFAULT_MAX_MODEL_LEN),
+            ),
+        ];
+        for (family, bounds) in &expected {
+            assert_eq!(
+                &bucket_bounds(&bridge, family),
+                bounds,
+                "/metrics: {family}"
+            );
+        }
+        assert_collector_shows(
+            &collector,
+            "overrides",
+            &bridge,
+            BTreeMap::clone,
+            "the overridden buckets",
+        );
+    }
+
+    /// Delta exports (several while the trace streams in, compressed: zstd over
+    /// gRPC, gzip over HTTP) add up at the Collector to exactly the bridge's
+    /// cumulative samples. The SDK exports a delta series only in an interval
+    /// in which it was recorded, so the series bound at request start but never
+    /// recorded (zero in the bridge) never reach the Collector; every other
+    /// series must agree sample for sample.
+    #[test]
+    fn compressed_delta_exports_add_up_to_the_bridge_samples() {
+        let collector = Collector::start();
+        let trace = std::fs::read_to_string(common::repo().join(TRACE)).unwrap();
+        let lines: Vec<&str> = trace.lines().collect();
+        for (protocol, compression) in [("grpc", "zstd"), ("http/protobuf", "gzip")] {
+            let instance = format!("delta-{}", protocol.replace('/', "-"));
+            let mut child = stdin_replay(&collector.endpoint(protocol), protocol, &instance, None)
+                .args(["--otlp-temporality", "delta"])
+                .env("OTEL_EXPORTER_OTLP_COMPRESSION", compression)
+                .spawn()
+                .unwrap();
+            let mut stdin = child.stdin.take().unwrap();
+            for chunk in lines.chunks(lines.len() / 3 + 1) {
+                for line in chunk {
+                    writeln!(stdin, "{line}").unwrap();
+                }
+                stdin.flush().unwrap();
+                // Several export periods per chunk.
+                std::thread::sleep(std::time::Duration::from_millis(700));
+            }
+            drop(stdin);
+            let all = clean_replay_samples(child.wait_with_output().unwrap(), &instance);
+            let bridge = recorded_series(&all);
+            assert!(
+                bridge.len() > 1000 && bridge.len() < all.len(),
+                "{} of {} samples recorded",
+                bridge.len(),
+                all.len()
+            );
+            assert_collector_shows(
+                &collector,
+                &instance,
+                &bridge,
+                recorded_series,
+                &format!("delta over {protocol}"),
+            );
+        }
+    }
+
+    #[test]
+    fn counts_arrive_complete_when_the_collector_starts_late() {
+        let (grpc, http, prom) = (
+            common::free_port(),
+            common::free_port(),
+            common::free_port(),
+        );
+        let trace = std::fs::read_to_string(common::repo().join(TRACE)).unwrap();
+        let lines: Vec<&str> = trace.lines().collect();
+        let mut child = spawn_stdin_replay(&format!("http://127.0.0.1:{grpc}"), "late", None);
+        let mut stdin = child.stdin.take().unwrap();
+        for line in &lines[..lines.len() / 2] {
+            writeln!(stdin, "{line}").unwrap();
+        }
+        // Exports fail while nothing listens.
+        std::thread::sleep(std::time::Duration::from_millis(3000));
+        let collector = Collector::start_on(grpc, http, prom);
+        for line in &lines[lines.len() / 2..] {
+            writeln!(stdin, "{line}").unwrap();
+        }
+        drop(stdin);
+        let output = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains("OTLP export to"),
+            "the outage was reported: {stderr}"
+        );
+        assert!(
+            stderr.contains("recovered after"),
+            "the recovery was reported: {stderr}"
+        );
+        let bridge = normalized_vllm_samples(&String::from_utf8(output.stdout).unwrap());
+        assert_collector_shows(
+            &collector,
+            "late",
+            &bridge,
+            BTreeMap::clone,
+            "after an outage",
+        );
+    }
+
+    #[test]
+    fn sigterm_during_a_long_run_delivers_the_final_counts() {
+        let collector = Collector::start();
+        let metrics_port = common::free_port();
+        let mut child =
+            spawn_stdin_replay(&collector.endpoint("grpc"), "sigterm", Some(metrics_port));
+        let mut stdin = child.stdin.take().unwrap();
+        stdin
+            .write_all(&std::fs::read(common::repo().join(TRACE)).unwrap())
+            .unwrap();
+        stdin.flush().unwrap();
+        // Everything is recorded once the live endpoint shows the replay's final state.
+        let (_, expected, _) = common::replay(&common::repo().join(TRACE));
+        let expected = normalized_vllm_samples(&expected);
+        common::wait_for(30, "the replay to consume its input", || {
+            let live = normalized_vllm_samples(&common::http_get(metrics_port, "/metrics")?);
+            (live == expected).then_some(())
+        });
+        let status = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let output = child.wait_with_output().unwrap();
+        drop(stdin);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(143), "{stderr}");
+        assert!(stderr.contains("received SIGTERM"), "{stderr}");
+        assert_collector_shows(
+            &collector,
+            "sigterm",
+            &expected,
+            BTreeMap::clone,
+            "after SIGTERM",
+        );
+    }
+
+    /// Mutual TLS against the real Collector over both transports: the CA and
+    /// the client identity from the flags for one, from the standard variables
+    /// for the other. Every sample arrives.
+    #[test]
+    fn tls_with_client_certificates_over_grpc_and_http() {
+        let pki = make_pki();
+        let collector = tls_collector(&pki);
+        for (protocol, from_variables) in [("grpc", true), ("http/protobuf", false)] {
+            let instance = format!("tls-{}", protocol.replace('/', "-"));
+            let mut command = replay_command(
+                &collector.tls_endpoint(protocol),
+                protocol,
+                "otel",
+                &instance,
+            );
+            if from_variables {
+                command
+                    .env("OTEL_EXPORTER_OTLP_CERTIFICATE", &pki.ca)
+                    .env("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", &pki.client_cert)
+                    .env("OTEL_EXPORTER_OTLP_CLIENT_KEY", &pki.client_key);
+            } else {
+                command
+                    .arg("--otlp-certificate")
+                    .arg(&pki.ca)
+                    .arg("--otlp-client-certificate")
+                    .arg(&pki.client_cert)
+                    .arg("--otlp-client-key")
+                    .arg(&pki.client_key);
+            }
+            let output = command.arg(common::repo().join(TRACE)).output().unwrap();
+            let bridge = clean_replay_samples(output, &instance);
+            assert!(bridge.len() > 1000, "a rich exposition");
+            assert_collector_shows(
+                &collector,
+                &instance,
+                &bridge,
+                BTreeMap::clone,
+                &format!("TLS over {protocol}"),
+            );
+        }
+    }
+
+    /// A final export that fails gives exit status 3 and names the endpoint:
+    /// here a TLS Collector that refuses a client without a certificate, and
+    /// one whose certificate the system's roots do not trust.
+    #[test]
+    fn a_failed_final_export_exits_3_naming_the_endpoint() {
+        let pki = make_pki();
+        let collector = tls_collector(&pki);
+        for protocol in ["grpc", "http/protobuf"] {
+            let endpoint = collector.tls_endpoint(protocol);
+            let without_client_certificate = vec![
+                "--otlp-certificate".to_owned(),
+                pki.ca.to_str().unwrap().to_owned(),
+            ];
+            for (case, extra) in [
+                ("no client certificate", without_client_certificate),
+                ("untrusted server", Vec::new()),
+            ] {
+                let output = replay_command(&endpoint, protocol, "otel", "refused")
+                    .args(["--otlp-timeout-ms", "2000"])
+                    .args(&extra)
+                    .arg(common::repo().join("tests/data/lifecycle.jsonl"))
+                    .output()
+                    .unwrap();
+                let stderr = String::from_utf8_lossy(&output.stderr);
+                assert_eq!(
+                    output.status.code(),
+                    Some(3),
+                    "{protocol}, {case}: {stderr}"
+                );
+                let expected_endpoint = match protocol {
+                    "grpc" => endpoint.clone(),
+                    _ => format!("{endpoint}/v1/metrics"),
+                };
+                assert!(
+                    stderr.contains(&format!(
+                        "error: final OTLP export to {expected_endpoint} failed: "
+                    )),
+                    "{protocol}, {case}: {stderr}"
+                );
+            }
+        }
+        assert!(
+            collector.samples_of("refused").is_empty(),
+            "nothing got through"
+        );
+    }
+
+    /// With `--semconv gen_ai` the three GenAI histograms reach the real
+    /// Collector under the conventions' names (never renamed by
+    /// `--otlp-names prometheus`), in seconds, with the advised buckets and the
+    /// conventions' attributes: exactly the samples the bridge shows with
+    /// `--semconv-prometheus` (which the independent reference checks in
+    /// `tests/replay.rs`).
+    #[test]
+    fn semconv_streams_arrive_with_the_conventions_names_units_buckets_and_attributes() {
+        // The test trace, every other request a chat request.
+        let dir = common::tempdir("semconv");
+        let trace = dir.join("trace.jsonl");
+        let text = std::fs::read_to_string(common::repo().join(TRACE)).unwrap();
+        let mut requests = 0;
+        let lines: Vec<String> = text
+            .lines()
+            .map(|line| {
+                if line.starts_with(r#"{"type":"request","#) && line.ends_with('}') {
+                    requests += 1;
+                    if requests % 2 == 0 {
+                        return format!(r#"{},"operation_name":"chat"}}"#, &line[..line.len() - 1]);
+                    }
+                }
+                line.to_owned()
+            })
+            .collect();
+        std::fs::write(&trace, lines.join("\n") + "\n").unwrap();
+        let collector = Collector::start();
+        let instance = "semconv";
+        let output = replay_command(&collector.endpoint("grpc"), "grpc", "prometheus", instance)
+            .args(["--semconv", "gen_ai", "--semconv-prometheus"])
+            .args([
+                "--semconv-server-address",
+                "llm.example",
+                "--semconv-server-port",
+                "8000",
+            ])
+            .arg(&trace)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2), "{output:?}");
+        let bridge = semconv_samples(&String::from_utf8(output.stdout).unwrap(), None);
+        let mut at_collector = BTreeMap::new();
+        common::wait_for_optional(15, || {
+            let text = common::http_get(collector.prometheus, "/metrics").unwrap_or_default();
+            at_collector = semconv_samples(&text, Some(instance));
+            (at_collector == bridge).then_some(())
+        });
+        assert_same(&bridge, &at_collector, "semconv streams", &collector.log());
+
+        // The names carry the unit (`s` became `_seconds`); every family is there.
+        let families: std::collections::BTreeSet<&str> = bridge
+            .keys()
+            .map(|k| k.split('{').next().unwrap())
+            .collect();
+        assert_eq!(
+            families.into_iter().collect::<Vec<_>>(),
+            [
+                "gen_ai_server_request_duration_seconds_bucket",
+                "gen_ai_server_request_duration_seconds_count",
+                "gen_ai_server_request_duration_seconds_sum",
+                "gen_ai_server_time_per_output_token_seconds_bucket",
+                "gen_ai_server_time_per_output_token_seconds_count",
+                "gen_ai_server_time_per_output_token_seconds_sum",
+                "gen_ai_server_time_to_first_token_seconds_bucket",
+                "gen_ai_server_time_to_first_token_seconds_count",
+                "gen_ai_server_time_to_first_token_seconds_sum",
+            ]
+        );
+        // One successful and one aborted series: the attributes, and the buckets.
+        // The `le` values of a family's series with exactly these labels
+        // (besides `le`), numerically ordered.
+        let common = [
+            "gen_ai_operation_name=\"chat\"",
+            "gen_ai_provider_name=\"vllm\"",
+            "gen_ai_request_model=\"llama-3.1-8b\"",
+            "gen_ai_response_model=\"llama-3.1-8b\"",
+            "server_address=\"llm.example\"",
+            "server_port=\"8000\"",
+        ];
+        let les = |family: &str, error_type: Option<&str>| -> Vec<String> {
+            let mut wanted: Vec<String> = common.iter().map(|l| l.to_string()).collect();
+            if let Some(error_type) = error_type {
+                wanted.push(format!("error_type=\"{error_type}\""));
+            }
+            wanted.sort();
+            let mut out: Vec<String> = bridge
+                .keys()
+                .filter_map(|k| k.strip_prefix(&format!("{family}_bucket{{")))
+                .filter_map(|rest| {
+                    let mut labels: Vec<&str> = rest.trim_end_matches('}').split(',').collect();
+                    let le = labels.iter().position(|l| l.starts_with("le="))?;
+                    let le = labels.remove(le);
+                    (labels == wanted).then(|| le[4..le.len() - 1].to_owned())
+                })
+                .collect();
+            out.sort_by(|a, b| le_order(a, b));
+            out
+        };
+        let duration = "gen_ai_server_request_duration_seconds";
+        let duration_buckets = [
+            "0.01", "0.02", "0.04", "0.08", "0.16", "0.32", "0.64", "1.28", "2.56", "5.12",
+            "10.24", "20.48", "40.96", "81.92", "+Inf",
+        ];
+        assert_eq!(les(duration, None), duration_buckets);
+        assert_eq!(les(duration, Some("abort")), duration_buckets);
+        // Failures carry no first-token or per-token series.
+        let ttft = "gen_ai_server_time_to_first_token_seconds";
+        let tpot = "gen_ai_server_time_per_output_token_seconds";
+        assert!(!bridge
+            .keys()
+            .any(|k| (k.starts_with(ttft) || k.starts_with(tpot)) && k.contains("error_type")));
+        assert_eq!(
+            les(ttft, None),
+            [
+                "0.001", "0.005", "0.01", "0.02", "0.04", "0.06", "0.08", "0.1", "0.25", "0.5",
+                "0.75", "1.0", "2.5", "5.0", "7.5", "10.0", "+Inf"
+            ]
+        );
+        assert_eq!(
+            les(tpot, None),
+            [
+                "0.01", "0.025", "0.05", "0.075", "0.1", "0.15", "0.2", "0.3", "0.4", "0.5",
+                "0.75", "1.0", "2.5", "+Inf"
+            ]
+        );
+
+        // The descriptions arrive too. (The exporter writes no `# UNIT` line;
+        // the `_seconds` its translator appends for the unit `s` is the unit.)
+        let text = common::http_get(collector.prometheus, "/metrics").unwrap_or_default();
+        for def in vllm_otel_metrics::catalog::semconv::ALL {
+            let help = format!("# HELP {} {}", def.vllm_name, def.help);
+            assert!(text.lines().any(|l| l == help), "{help}");
+        }
+        std::fs::remove_dir_all(dir).ok();
+    }
+}
+
+mod needs_collector_prometheus {
+    use super::*;
+
+    #[test]
+    fn two_processes_sum_to_twice_one_in_promql() {
+        let collector = Collector::start();
+        let dir = common::tempdir("prometheus");
+        let (_prometheus, port) =
+            common::prometheus::start_honoring_labels(&dir, collector.prometheus);
+        let mut single = BTreeMap::new();
+        for instance in ["frontend-a", "frontend-b"] {
+            let output = replay_command(&collector.endpoint("grpc"), "grpc", "otel", instance)
+                .arg(common::repo().join(TRACE))
+                .output()
+                .unwrap();
+            assert_eq!(output.status.code(), Some(2));
+            single = normalized_vllm_samples(&String::from_utf8(output.stdout).unwrap());
+        }
+        let total = |family: &str| -> f64 {
+            single
+                .iter()
+                .filter(|(k, _)| k.split('{').next() == Some(family))
+                .map(|(_, v)| v)
+                .sum()
+        };
+        for family in [
+            "vllm:request_num_preemptions_count",
+            "vllm:request_num_preemptions_sum",
+            "vllm:num_preemptions_total",
+            "vllm:generation_tokens_total",
+            "vllm:request_success_total",
+        ] {
+            let expected = 2.0 * total(family);
+            assert!(expected > 0.0, "{family} has data");
+            let query = format!("sum({family})");
+            common::wait_for(30, &format!("{query} == {expected}"), || {
+                common::prometheus::value(port, &query).filter(|v| (v - expected).abs() < 1e-6)
+            });
+        }
+        // The per-request distribution's first bucket, under vLLM's own `le`
+        // spelling (the Collector serves OpenMetrics, which Prometheus stores as is).
+        let query = "sum(vllm:request_num_preemptions_bucket{le=\"1.0\"})";
+        let expected = 2.0
+            * single
+                .iter()
+                .filter(|(k, _)| {
+                    k.starts_with("vllm:request_num_preemptions_bucket{")
+                        && k.contains("le=\"1.0\"")
+                })
+                .map(|(_, v)| v)
+                .sum::<f64>();
+        common::wait_for(30, &format!("{query} == {expected}"), || {
+            common::prometheus::value(port, query).filter(|v| (v - expected).abs() < 1e-6)
+        });
+    }
 }

@@ -1,7 +1,7 @@
 //! The documentation stays true: docs/CATALOG.md's metric table is the
 //! catalog's, CI runs the test command the README documents, and
-//! docs/TESTING.md's table of test files is complete and is what
-//! scripts/test-fast.sh runs.
+//! docs/TESTING.md names every test file and every component a test may
+//! declare it needs.
 
 mod common;
 // The table's one writer: the example prints it, this test compares it.
@@ -51,19 +51,37 @@ fn ci_runs_the_readme_test_command() {
     );
 }
 
-/// Every file under `tests/` is in docs/TESTING.md's table, and the fast
-/// script runs exactly those that need no real component.
+/// docs/TESTING.md names every file under `tests/` in its table of concerns
+/// and every component word of a `needs_` module in its table of
+/// components, which is exactly what `common::needs` accepts; and the fast
+/// script leaves out what those modules hold.
 #[test]
-fn testing_doc_lists_every_test_file_and_the_fast_set() {
+fn testing_doc_lists_every_test_file_and_component() {
     let doc = read("docs/TESTING.md");
-    let mut listed: Vec<(String, String)> = doc
-        .lines()
-        .filter_map(|l| {
-            let mut cells = l.strip_prefix("| `")?.split(" | ");
-            let name = cells.next()?.strip_suffix('`')?.to_owned();
-            let needs = cells.next()?.trim_end_matches(" |").to_owned();
-            Some((name, needs))
-        })
+    let table = |header: &str| -> Vec<Vec<String>> {
+        doc.lines()
+            .skip_while(|l| !l.starts_with(header))
+            .skip(2)
+            .take_while(|l| l.starts_with('|'))
+            .map(|l| {
+                l.trim_matches('|')
+                    .split(" | ")
+                    .map(|cell| cell.trim().to_owned())
+                    .collect()
+            })
+            .collect()
+    };
+    let ticked = |cell: &str| -> Vec<String> {
+        cell.split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_owned)
+            .collect()
+    };
+
+    let mut listed: Vec<String> = table("| concern | test files |")
+        .iter()
+        .flat_map(|row| ticked(&row[1]))
         .collect();
     listed.sort();
     let mut files: Vec<String> = std::fs::read_dir(common::repo().join("tests"))
@@ -74,24 +92,61 @@ fn testing_doc_lists_every_test_file_and_the_fast_set() {
         })
         .collect();
     files.sort();
-    let names: Vec<String> = listed.iter().map(|(n, _)| n.clone()).collect();
-    assert_eq!(names, files, "docs/TESTING.md's table against tests/*.rs");
+    assert_eq!(
+        listed, files,
+        "docs/TESTING.md's concerns against tests/*.rs"
+    );
+
+    let mut words: Vec<String> = table("| word | real component |")
+        .iter()
+        .flat_map(|row| ticked(&row[0]))
+        .collect();
+    words.sort();
+    assert_eq!(
+        words,
+        common::COMPONENTS,
+        "docs/TESTING.md's components against common::COMPONENTS"
+    );
+    for file in &files {
+        let text = read(&format!("tests/{file}.rs"));
+        // `--skip needs_` matches anywhere in a test's path.
+        let named = text
+            .lines()
+            .filter_map(|l| l.trim_start().strip_prefix("fn "))
+            .find(|name| name.split('(').next().unwrap().contains("needs_"));
+        assert!(
+            named.is_none(),
+            "tests/{file}.rs: only a module's name may say `needs_`: fn {named:?}"
+        );
+        for module in text
+            .lines()
+            .filter_map(|l| l.trim_start().strip_prefix("mod needs_"))
+        {
+            let module = module.trim_end_matches(" {");
+            let used: Vec<&str> = module.split('_').collect();
+            let mut sorted = used.clone();
+            sorted.sort_unstable();
+            sorted.dedup();
+            assert_eq!(
+                used, sorted,
+                "tests/{file}.rs: needs_{module}: its words in alphabetical order, once each"
+            );
+            for word in used {
+                assert!(
+                    common::COMPONENTS.contains(&word),
+                    "tests/{file}.rs: needs_{module}: `{word}` is no component of \
+                     docs/TESTING.md's table"
+                );
+            }
+        }
+    }
 
     let script = read("scripts/test-fast.sh");
-    let line = script
-        .lines()
-        .find_map(|l| l.strip_prefix("FAST_TESTS=("))
-        .expect("scripts/test-fast.sh has a FAST_TESTS=(…) line");
-    let mut fast: Vec<&str> = line.trim_end_matches(')').split_whitespace().collect();
-    fast.sort();
-    let none: Vec<&str> = listed
-        .iter()
-        .filter(|(_, needs)| needs == "none")
-        .map(|(n, _)| n.as_str())
-        .collect();
-    assert_eq!(
-        fast, none,
-        "scripts/test-fast.sh against docs/TESTING.md's *none* rows"
+    assert!(
+        script
+            .lines()
+            .any(|l| l == "cargo test \"$@\" --test '*' -- --skip needs_"),
+        "scripts/test-fast.sh runs every test file with `--skip needs_`"
     );
 }
 
@@ -126,4 +181,24 @@ fn cli_doc_lists_every_bucket_family() {
         })
         .collect();
     assert_eq!(listed, expected);
+}
+
+/// `common::needs` refuses a component to a test whose path does not
+/// declare it, so that scripts/test-fast.sh cannot run one by mistake.
+#[test]
+fn a_component_is_refused_to_a_test_that_does_not_declare_it() {
+    let in_test = |path: &str, component: &'static str| {
+        std::thread::Builder::new()
+            .name(path.to_owned())
+            .spawn(move || common::needs(component))
+            .unwrap()
+            .join()
+            .is_ok()
+    };
+    assert!(in_test("file::needs_collector_prometheus::t", "prometheus"));
+    assert!(in_test("file::needs_prometheus::t", "prometheus"));
+    assert!(!in_test("file::needs_collector::t", "prometheus"));
+    assert!(!in_test("file::t_needs_prometheus", "prometheus"));
+    assert!(!in_test("file::needs_prometheusx::t", "prometheus"));
+    assert!(!in_test("file::prometheus::t", "prometheus"));
 }

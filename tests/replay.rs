@@ -144,16 +144,7 @@ fn semconv_streams_leave_the_goldens_alone_and_agree_with_the_reference() {
     for name in TRACES {
         let trace = data(name, "jsonl");
         let golden = std::fs::read_to_string(data(name, "prom")).unwrap();
-        let path = trace.to_str().unwrap();
-        let base = [
-            "replay",
-            path,
-            "--output",
-            "prometheus",
-            "--metrics-addr",
-            "none",
-        ];
-        let (_, recorded, _) = common::run(&[&base[..], &["--semconv", "gen_ai"]].concat());
+        let (_, recorded, _) = common::replay_with(&trace, &["--semconv", "gen_ai"]);
         assert!(
             recorded == golden,
             "{name}: --semconv gen_ai changed the exposition"
@@ -164,10 +155,10 @@ fn semconv_streams_leave_the_goldens_alone_and_agree_with_the_reference() {
             "--semconv-server-port",
             "8000",
         ];
-        let (_, exposed, _) = common::run(
+        let (_, exposed, _) = common::replay_with(
+            &trace,
             &[
-                &base[..],
-                &["--semconv", "gen_ai", "--semconv-prometheus"],
+                &["--semconv", "gen_ai", "--semconv-prometheus"][..],
                 &server,
             ]
             .concat(),
@@ -392,16 +383,7 @@ fn target_info_carries_the_sdk_resource() {
 fn label_sets_beyond_max_label_sets_go_to_the_overflow_series() {
     let trace = data("generated-seed11", "jsonl");
     let (_, full, _) = common::replay(&trace);
-    let (status, capped, stderr) = common::run(&[
-        "replay",
-        trace.to_str().unwrap(),
-        "--output",
-        "prometheus",
-        "--metrics-addr",
-        "none",
-        "--max-label-sets",
-        "2",
-    ]);
+    let (status, capped, stderr) = common::replay_with(&trace, &["--max-label-sets", "2"]);
     assert_eq!(status, 2, "{stderr}");
     let count_lines = |text: &str| -> Vec<String> {
         text.lines()

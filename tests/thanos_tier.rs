@@ -158,7 +158,7 @@ fn widest_spacing(query: u16, at: f64, window_secs: u64) -> (f64, usize) {
         "/api/v1/query?query={}&time={at}",
         common::prometheus::url_encode(&format!("vllm:num_preemptions_total[{window_secs}s]"))
     );
-    let (status, body) = common::prometheus::get(query, &path).expect("Thanos query answers");
+    let (status, body) = common::get(query, &path).expect("Thanos query answers");
     assert_eq!(status, 200, "{body}");
     let json: Value = serde_json::from_str(&body).expect("JSON");
     let series = json["data"]["result"]
@@ -187,7 +187,7 @@ fn rate_steps_missing(query: u16, start: f64, end: f64) -> usize {
         "/api/v1/query_range?query={}&start={start}&end={end}&step=1",
         common::prometheus::url_encode("rate(vllm:num_preemptions_total[5s])")
     );
-    let (status, body) = common::prometheus::get(query, &path).expect("Thanos query answers");
+    let (status, body) = common::get(query, &path).expect("Thanos query answers");
     assert_eq!(status, 200, "{body}");
     let json: Value = serde_json::from_str(&body).expect("JSON");
     let expected = (end - start) as usize + 1;
@@ -241,101 +241,105 @@ fn now() -> f64 {
         .as_secs_f64()
 }
 
-#[test]
-fn a_killed_thanos_ingester_loses_no_final_count() {
-    let dir = common::tempdir("thanos-tier");
-    let mut hashring = Hashring::start(&dir);
-    let mut gateways = [Gateway::on_free_ports("a"), Gateway::on_free_ports("b")];
-    for gateway in &mut gateways {
-        gateway.start(&dir, &hashring.remote_write);
-    }
-    let agent_grpc = common::free_port();
-    let _agent = start_agent(&dir, agent_grpc, &gateways);
+mod needs_collector_thanos {
+    use super::*;
 
-    let started = Instant::now();
-    let simulators: Vec<(String, Child)> = [1, 2]
-        .into_iter()
-        .map(|seed| (format!("sim-{seed}"), start_simulator(seed, agent_grpc)))
-        .collect();
+    #[test]
+    fn a_killed_thanos_ingester_loses_no_final_count() {
+        let dir = common::tempdir("thanos-tier");
+        let mut hashring = Hashring::start(&dir);
+        let mut gateways = [Gateway::on_free_ports("a"), Gateway::on_free_ports("b")];
+        for gateway in &mut gateways {
+            gateway.start(&dir, &hashring.remote_write);
+        }
+        let agent_grpc = common::free_port();
+        let _agent = start_agent(&dir, agent_grpc, &gateways);
 
-    std::thread::sleep(KILL_AT.saturating_sub(started.elapsed()));
-    hashring.ingesters[1].kill();
-    let killed_at = now();
-    std::thread::sleep(RESTART_AT.saturating_sub(started.elapsed()));
-    let restarted_at = now();
-    hashring.ingesters[1].start(&dir);
+        let started = Instant::now();
+        let simulators: Vec<(String, Child)> = [1, 2]
+            .into_iter()
+            .map(|seed| (format!("sim-{seed}"), start_simulator(seed, agent_grpc)))
+            .collect();
 
-    let mut expected = BTreeMap::new();
-    for (instance, simulator) in simulators {
-        let output = simulator.wait_with_output().expect("the simulator runs");
+        std::thread::sleep(KILL_AT.saturating_sub(started.elapsed()));
+        hashring.ingesters[1].kill();
+        let killed_at = now();
+        std::thread::sleep(RESTART_AT.saturating_sub(started.elapsed()));
+        let restarted_at = now();
+        hashring.ingesters[1].start(&dir);
+
+        let mut expected = BTreeMap::new();
+        for (instance, simulator) in simulators {
+            let output = simulator.wait_with_output().expect("the simulator runs");
+            assert!(
+                output.status.success(),
+                "{instance} failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            expected.extend(printed(
+                &instance,
+                &String::from_utf8(output.stdout).unwrap(),
+            ));
+        }
+        let ran_for = started.elapsed();
         assert!(
-            output.status.success(),
-            "{instance} failed: {}",
-            String::from_utf8_lossy(&output.stderr)
+            expected
+                .keys()
+                .any(|k| k.contains("vllm:num_preemptions_total")),
+            "the simulators printed the families compared"
         );
-        expected.extend(printed(
-            &instance,
-            &String::from_utf8(output.stdout).unwrap(),
-        ));
-    }
-    let ran_for = started.elapsed();
-    assert!(
-        expected
-            .keys()
-            .any(|k| k.contains("vllm:num_preemptions_total")),
-        "the simulators printed the families compared"
-    );
-    let preempted: f64 = expected
-        .iter()
-        .filter(|(k, _)| k.contains("vllm:num_preemptions_total"))
-        .map(|(_, v)| v)
-        .sum();
-    assert!(preempted > 0.0, "the runs preempt");
+        let preempted: f64 = expected
+            .iter()
+            .filter(|(k, _)| k.contains("vllm:num_preemptions_total"))
+            .map(|(_, v)| v)
+            .sum();
+        assert!(preempted > 0.0, "the runs preempt");
 
-    // 1. Exactly the printed values, for every label set.
-    let mut last = BTreeMap::new();
-    let exact = common::wait_for_optional(60, || {
-        last = stored(hashring.query);
-        (last == expected).then_some(())
-    });
-    let differing: Vec<String> = expected
-        .iter()
-        .filter(|(k, v)| last.get(*k) != Some(v))
-        .map(|(k, v)| format!("{k}: printed {v}, stored {:?}", last.get(k)))
-        .collect();
-    let stored_only: Vec<&String> = last.keys().filter(|k| !expected.contains_key(*k)).collect();
-    assert!(
-        exact.is_some(),
-        "{} of {} samples differ; first: {:#?}\nstored only, first: {:#?}\n{}",
-        differing.len(),
-        expected.len(),
-        &differing[..differing.len().min(8)],
-        &stored_only[..stored_only.len().min(4)],
-        hashring.logs()
-    );
+        // 1. Exactly the printed values, for every label set.
+        let mut last = BTreeMap::new();
+        let exact = common::wait_for_optional(60, || {
+            last = stored(hashring.query);
+            (last == expected).then_some(())
+        });
+        let differing: Vec<String> = expected
+            .iter()
+            .filter(|(k, v)| last.get(*k) != Some(v))
+            .map(|(k, v)| format!("{k}: printed {v}, stored {:?}", last.get(k)))
+            .collect();
+        let stored_only: Vec<&String> =
+            last.keys().filter(|k| !expected.contains_key(*k)).collect();
+        assert!(
+            exact.is_some(),
+            "{} of {} samples differ; first: {:#?}\nstored only, first: {:#?}\n{}",
+            differing.len(),
+            expected.len(),
+            &differing[..differing.len().min(8)],
+            &stored_only[..stored_only.len().min(4)],
+            hashring.logs()
+        );
 
-    // 2. No export missing over the outage, deduplicated.
-    let window = (now() - killed_at + 5.0) as u64;
-    let (widest, series) = widest_spacing(hashring.query, now(), window);
-    assert!(series > 0, "raw samples over the outage");
-    assert!(
-        widest < 2.0 * EXPORT_INTERVAL_MS as f64 / 1000.0,
-        "a gap of {widest} s between two samples of one series over the outage \
+        // 2. No export missing over the outage, deduplicated.
+        let window = (now() - killed_at + 5.0) as u64;
+        let (widest, series) = widest_spacing(hashring.query, now(), window);
+        assert!(series > 0, "raw samples over the outage");
+        assert!(
+            widest < 2.0 * EXPORT_INTERVAL_MS as f64 / 1000.0,
+            "a gap of {widest} s between two samples of one series over the outage \
          (the export interval is {EXPORT_INTERVAL_MS} ms)"
-    );
-    let missing = rate_steps_missing(hashring.query, killed_at.ceil(), restarted_at.floor());
-    assert_eq!(missing, 0, "rate() steps without a value during the outage");
+        );
+        let missing = rate_steps_missing(hashring.query, killed_at.ceil(), restarted_at.floor());
+        assert_eq!(missing, 0, "rate() steps without a value during the outage");
 
-    // 3. In order: nothing refused; every ingester stored samples (r1 fewer:
-    // it missed the outage).
-    let (appended, refused) = ingested_and_refused(&hashring);
-    assert!(refused.is_empty(), "refused: {refused:?}");
-    assert!(
-        appended.iter().all(|n| *n > 0.0),
-        "samples appended: {appended:?}"
-    );
+        // 3. In order: nothing refused; every ingester stored samples (r1 fewer:
+        // it missed the outage).
+        let (appended, refused) = ingested_and_refused(&hashring);
+        assert!(refused.is_empty(), "refused: {refused:?}");
+        assert!(
+            appended.iter().all(|n| *n > 0.0),
+            "samples appended: {appended:?}"
+        );
 
-    eprintln!(
+        eprintln!(
         "thanos tier: {} samples of {} label sets compared, 0 differ; {preempted} preemptions; \
          ingester r1 down {:.1} s; widest spacing over the outage {widest:.2} s in {series} series; \
          samples appended by r0, r1, r2: {appended:?}; run {ran_for:?}",
@@ -346,4 +350,5 @@ fn a_killed_thanos_ingester_loses_no_final_count() {
             .count(),
         restarted_at - killed_at,
     );
+    }
 }

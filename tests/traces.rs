@@ -64,161 +64,6 @@ fn tag<'a>(span: &'a Value, key: &str) -> Option<&'a Value> {
         .map(|t| &t["value"])
 }
 
-#[test]
-fn one_span_per_terminated_request_reaches_jaeger_with_its_preemptions() {
-    let jaeger = Jaeger::start();
-    let collector = Collector::start_tracing_to(&jaeger);
-    let dir = common::tempdir("traces");
-    let trace = dir.join("traced.jsonl");
-    std::fs::write(&trace, traced_trace()).unwrap();
-    let service = format!("vllm-e2e-{}", std::process::id());
-    let output = Command::new(common::binary())
-        .args(["replay", "--output", "prometheus", "--metrics-addr", "none"])
-        .args([
-            "--otlp-traces-endpoint",
-            &collector.endpoint("grpc"),
-            "--otlp-protocol",
-            "grpc",
-        ])
-        .arg(&trace)
-        .env("OTEL_SERVICE_NAME", &service)
-        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-        .env_remove("OTEL_TRACES_SAMPLER")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
-    assert!(
-        !stderr.contains("OTLP export"),
-        "no export failed: {stderr}"
-    );
-    let exposition = String::from_utf8(output.stdout).unwrap();
-    let samples = common::samples(&exposition);
-    let terminated = terminated_requests(&samples);
-    assert!(terminated > 50, "{terminated} terminated requests");
-
-    // Everything the replay pushed, once it is all in Jaeger.
-    let mut spans: Vec<Value> = Vec::new();
-    let arrived = common::wait_for_optional(30, || {
-        spans = jaeger.spans(&service)?;
-        (spans.len() >= terminated).then_some(())
-    });
-    assert!(
-        arrived.is_some(),
-        "{} spans in Jaeger for {terminated} terminated requests\ncollector log:\n{}\njaeger log:\n{}",
-        spans.len(),
-        collector.log(),
-        jaeger.log()
-    );
-    assert_eq!(
-        spans.len(),
-        terminated,
-        "exactly one span per terminated request"
-    );
-
-    let mut preemptions: BTreeMap<u64, usize> = BTreeMap::new();
-    let mut ids = std::collections::BTreeSet::new();
-    let mut events = 0;
-    for span in &spans {
-        assert_eq!(span["operationName"], "llm_request");
-        let id = tag(span, "gen_ai.request.id")
-            .and_then(Value::as_str)
-            .unwrap();
-        // Request ids are unique among live requests only; spans are unique.
-        let span_id = span["spanID"].as_str().unwrap().to_owned();
-        assert!(ids.insert(span_id), "{id}: a span twice");
-        let (trace_id, parent_id) = caller(id);
-        assert_eq!(span["traceID"], trace_id, "{id}: the caller's trace");
-        let parent = &span["references"][0];
-        assert_eq!(
-            (&parent["refType"], &parent["spanID"]),
-            (&Value::from("CHILD_OF"), &Value::from(parent_id)),
-            "{id}"
-        );
-        let count = tag(span, "vllm.request.num_preemptions")
-            .and_then(Value::as_u64)
-            .unwrap();
-        let preempted = span["logs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|log| {
-                log["fields"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .any(|f| f["key"] == "event" && f["value"] == "preempted")
-            })
-            .count();
-        assert_eq!(
-            preempted as u64, count,
-            "{id}: one preempted event per preemption"
-        );
-        events += preempted;
-        assert!(tag(span, "vllm.request.finished_reason").is_some(), "{id}");
-        assert!(tag(span, "gen_ai.latency.e2e").is_some(), "{id}");
-        *preemptions.entry(count).or_default() += 1;
-    }
-
-    // The spans' distribution is the histogram's: cumulative counts per bound.
-    for le in ["1.0", "2.0", "3.0", "4.0", "5.0", "10.0", "20.0", "+Inf"] {
-        let bound = if le == "+Inf" {
-            f64::INFINITY
-        } else {
-            le.parse().unwrap()
-        };
-        let from_spans: usize = preemptions
-            .iter()
-            .filter(|(count, _)| (**count as f64) <= bound)
-            .map(|(_, n)| n)
-            .sum();
-        let from_metrics =
-            common::sum_where(&exposition, "vllm:request_num_preemptions_bucket", "le", le);
-        assert_eq!(from_spans as f64, from_metrics, "le={le}");
-    }
-    let total_preemptions: f64 = samples
-        .iter()
-        .filter(|(k, _)| k.starts_with("vllm:request_num_preemptions_sum{"))
-        .map(|(_, v)| v)
-        .sum();
-    assert_eq!(events as f64, total_preemptions);
-    eprintln!(
-        "traces: {} spans for {terminated} terminated requests, {events} preempted events, distribution {preemptions:?}",
-        spans.len()
-    );
-
-    // The simulator's requests too, with spans in new traces.
-    let service = format!("vllm-e2e-sim-{}", std::process::id());
-    let output = Command::new(common::binary())
-        .args([
-            "simulate",
-            "--duration",
-            "20",
-            "--output",
-            "prometheus",
-            "--metrics-addr",
-            "none",
-        ])
-        .args([
-            "--otlp-traces-endpoint",
-            &collector.endpoint("http/protobuf"),
-        ])
-        .env("OTEL_SERVICE_NAME", &service)
-        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let simulated =
-        terminated_requests(&common::samples(&String::from_utf8(output.stdout).unwrap()));
-    common::wait_for(30, "the simulator's spans in Jaeger", || {
-        (jaeger.spans(&service)?.len() == simulated).then_some(())
-    });
-}
-
 /// The span of one request, attribute by attribute, against the values its
 /// metrics recorded; an abort is not an error; a malformed `traceparent` is
 /// counted and the request is still tracked, its span in a new trace.
@@ -402,11 +247,8 @@ fn spans_for_a_silent_backend_are_dropped_and_counted_while_recording_goes_on() 
         )),
         "{stderr}"
     );
-    let vllm = |output: &std::process::Output| -> BTreeMap<String, f64> {
-        common::samples(&String::from_utf8_lossy(&output.stdout))
-            .into_iter()
-            .filter(|(name, _)| name.starts_with("vllm:"))
-            .collect()
+    let vllm = |output: &std::process::Output| {
+        common::vllm_samples(&String::from_utf8_lossy(&output.stdout))
     };
     assert_eq!(vllm(&traced), vllm(&untraced), "recording is untouched");
 
@@ -439,4 +281,163 @@ fn spans_for_a_silent_backend_are_dropped_and_counted_while_recording_goes_on() 
         "{dropped} of {terminated} spans dropped"
     );
     drop(silent);
+}
+
+mod needs_collector_jaeger {
+    use super::*;
+
+    #[test]
+    fn one_span_per_terminated_request_reaches_jaeger_with_its_preemptions() {
+        let jaeger = Jaeger::start();
+        let collector = Collector::start_tracing_to(&jaeger);
+        let dir = common::tempdir("traces");
+        let trace = dir.join("traced.jsonl");
+        std::fs::write(&trace, traced_trace()).unwrap();
+        let service = format!("vllm-e2e-{}", std::process::id());
+        let output = Command::new(common::binary())
+            .args(["replay", "--output", "prometheus", "--metrics-addr", "none"])
+            .args([
+                "--otlp-traces-endpoint",
+                &collector.endpoint("grpc"),
+                "--otlp-protocol",
+                "grpc",
+            ])
+            .arg(&trace)
+            .env("OTEL_SERVICE_NAME", &service)
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .env_remove("OTEL_TRACES_SAMPLER")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(
+            !stderr.contains("OTLP export"),
+            "no export failed: {stderr}"
+        );
+        let exposition = String::from_utf8(output.stdout).unwrap();
+        let samples = common::samples(&exposition);
+        let terminated = terminated_requests(&samples);
+        assert!(terminated > 50, "{terminated} terminated requests");
+
+        // Everything the replay pushed, once it is all in Jaeger.
+        let mut spans: Vec<Value> = Vec::new();
+        let arrived = common::wait_for_optional(30, || {
+            spans = jaeger.spans(&service)?;
+            (spans.len() >= terminated).then_some(())
+        });
+        assert!(
+        arrived.is_some(),
+        "{} spans in Jaeger for {terminated} terminated requests\ncollector log:\n{}\njaeger log:\n{}",
+        spans.len(),
+        collector.log(),
+        jaeger.log()
+    );
+        assert_eq!(
+            spans.len(),
+            terminated,
+            "exactly one span per terminated request"
+        );
+
+        let mut preemptions: BTreeMap<u64, usize> = BTreeMap::new();
+        let mut ids = std::collections::BTreeSet::new();
+        let mut events = 0;
+        for span in &spans {
+            assert_eq!(span["operationName"], "llm_request");
+            let id = tag(span, "gen_ai.request.id")
+                .and_then(Value::as_str)
+                .unwrap();
+            // Request ids are unique among live requests only; spans are unique.
+            let span_id = span["spanID"].as_str().unwrap().to_owned();
+            assert!(ids.insert(span_id), "{id}: a span twice");
+            let (trace_id, parent_id) = caller(id);
+            assert_eq!(span["traceID"], trace_id, "{id}: the caller's trace");
+            let parent = &span["references"][0];
+            assert_eq!(
+                (&parent["refType"], &parent["spanID"]),
+                (&Value::from("CHILD_OF"), &Value::from(parent_id)),
+                "{id}"
+            );
+            let count = tag(span, "vllm.request.num_preemptions")
+                .and_then(Value::as_u64)
+                .unwrap();
+            let preempted = span["logs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|log| {
+                    log["fields"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|f| f["key"] == "event" && f["value"] == "preempted")
+                })
+                .count();
+            assert_eq!(
+                preempted as u64, count,
+                "{id}: one preempted event per preemption"
+            );
+            events += preempted;
+            assert!(tag(span, "vllm.request.finished_reason").is_some(), "{id}");
+            assert!(tag(span, "gen_ai.latency.e2e").is_some(), "{id}");
+            *preemptions.entry(count).or_default() += 1;
+        }
+
+        // The spans' distribution is the histogram's: cumulative counts per bound.
+        for le in ["1.0", "2.0", "3.0", "4.0", "5.0", "10.0", "20.0", "+Inf"] {
+            let bound = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().unwrap()
+            };
+            let from_spans: usize = preemptions
+                .iter()
+                .filter(|(count, _)| (**count as f64) <= bound)
+                .map(|(_, n)| n)
+                .sum();
+            let from_metrics =
+                common::sum_where(&exposition, "vllm:request_num_preemptions_bucket", "le", le);
+            assert_eq!(from_spans as f64, from_metrics, "le={le}");
+        }
+        let total_preemptions: f64 = samples
+            .iter()
+            .filter(|(k, _)| k.starts_with("vllm:request_num_preemptions_sum{"))
+            .map(|(_, v)| v)
+            .sum();
+        assert_eq!(events as f64, total_preemptions);
+        eprintln!(
+        "traces: {} spans for {terminated} terminated requests, {events} preempted events, distribution {preemptions:?}",
+        spans.len()
+    );
+
+        // The simulator's requests too, with spans in new traces.
+        let service = format!("vllm-e2e-sim-{}", std::process::id());
+        let output = Command::new(common::binary())
+            .args([
+                "simulate",
+                "--duration",
+                "20",
+                "--output",
+                "prometheus",
+                "--metrics-addr",
+                "none",
+            ])
+            .args([
+                "--otlp-traces-endpoint",
+                &collector.endpoint("http/protobuf"),
+            ])
+            .env("OTEL_SERVICE_NAME", &service)
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let simulated =
+            terminated_requests(&common::samples(&String::from_utf8(output.stdout).unwrap()));
+        common::wait_for(30, "the simulator's spans in Jaeger", || {
+            (jaeger.spans(&service)?.len() == simulated).then_some(())
+        });
+    }
 }

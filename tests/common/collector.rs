@@ -9,6 +9,7 @@ use super::Guard;
 
 /// The Collector binary; fails with how to build it when missing.
 pub(crate) fn collector_binary() -> PathBuf {
+    super::needs("collector");
     let binary = super::repo().join("otel-collector/bin/otelcol-vllm");
     assert!(
         binary.is_file(),

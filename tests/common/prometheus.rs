@@ -1,10 +1,8 @@
 //! A real Prometheus server (Debian's `prometheus`) for the live tests, and its
 //! HTTP API.
 
-use std::io::{Read, Write};
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
 
 use serde_json::Value;
 
@@ -57,6 +55,7 @@ fn launch(
     rule_file: Option<&Path>,
     extra: &[&str],
 ) -> (Guard, u16) {
+    super::needs("prometheus");
     let binary = super::require_tool(
         "prometheus",
         "install Debian's `prometheus` package (apt-get install -y prometheus), or run `bash scripts/test.sh`",
@@ -97,31 +96,6 @@ fn launch(
     (guard, port)
 }
 
-/// `GET` over HTTP/1.0 (no chunked encoding): status code and body, whatever
-/// the status.
-pub(crate) fn get(port: u16, path: &str) -> Result<(u16, String), String> {
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))
-        .map_err(|e| format!("connect to :{port}: {e}"))?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .map_err(|e| e.to_string())?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").map_err(|e| e.to_string())?;
-    let mut response = Vec::new();
-    stream
-        .read_to_end(&mut response)
-        .map_err(|e| format!("read from :{port}: {e}"))?;
-    let response = String::from_utf8_lossy(&response).into_owned();
-    let (head, body) = response
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| format!("no HTTP response: {response:?}"))?;
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .ok_or_else(|| format!("no status in {head:?}"))?;
-    Ok((status, body.to_owned()))
-}
-
 /// Percent-encodes a query parameter.
 pub(crate) fn url_encode(text: &str) -> String {
     text.bytes()
@@ -137,7 +111,7 @@ pub(crate) fn url_encode(text: &str) -> String {
 /// An instant query through `/api/v1/query`: the answer's `data` object, or
 /// the HTTP status and Prometheus' error.
 pub(crate) fn query(port: u16, promql: &str) -> Result<Value, String> {
-    let (status, body) = get(port, &format!("/api/v1/query?query={}", url_encode(promql)))?;
+    let (status, body) = super::get(port, &format!("/api/v1/query?query={}", url_encode(promql)))?;
     let mut json: Value = serde_json::from_str(&body)
         .map_err(|e| format!("HTTP {status}, not JSON ({e}): {body}"))?;
     if status != 200 || json["status"] != "success" {
@@ -154,4 +128,60 @@ pub(crate) fn value(port: u16, promql: &str) -> Option<f64> {
     let data = query(port, promql).ok()?;
     let result = data["result"].as_array()?;
     (result.len() == 1).then(|| result[0]["value"][1].as_str()?.parse().ok())?
+}
+
+/// An instant query's `result` array, or why there is none.
+pub(crate) fn result(port: u16, promql: &str) -> Result<Vec<Value>, String> {
+    let data = query(port, promql)?;
+    data["result"]
+        .as_array()
+        .cloned()
+        .ok_or_else(|| format!("no result array: {data}"))
+}
+
+/// The result of `promql`, polled until it is non-empty; fails after `secs`
+/// with Prometheus' last answer.
+pub(crate) fn result_within(port: u16, promql: &str, secs: u64) -> Vec<Value> {
+    let mut last = String::new();
+    super::wait_for_optional(secs, || match result(port, promql) {
+        Ok(result) if !result.is_empty() => Some(result),
+        Ok(_) => {
+            last = "empty result".to_owned();
+            None
+        }
+        Err(e) => {
+            last = e;
+            None
+        }
+    })
+    .unwrap_or_else(|| panic!("no data after {secs} s for {promql}\nlast answer: {last}"))
+}
+
+/// The value of one series of an instant query's result.
+pub(crate) fn sample_value(series: &Value) -> Option<f64> {
+    series["value"][1].as_str()?.parse().ok()
+}
+
+/// The value of the series of `result` whose label `job` is `job`.
+pub(crate) fn value_for_job(result: &[Value], job: &str) -> Option<f64> {
+    result
+        .iter()
+        .find(|series| series["metric"]["job"] == job)
+        .and_then(sample_value)
+}
+
+/// `(label value, sample value)` of each series of `result`.
+pub(crate) fn values_by(result: &[Value], label: &str) -> Vec<(String, f64)> {
+    result
+        .iter()
+        .map(|series| {
+            (
+                series["metric"][label]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                sample_value(series).unwrap_or(f64::NAN),
+            )
+        })
+        .collect()
 }

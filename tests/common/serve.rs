@@ -46,7 +46,7 @@ impl Server {
     }
 
     pub(crate) fn vllm_samples(&self) -> BTreeMap<String, f64> {
-        vllm_samples(&super::http_get(self.metrics, "/metrics").expect("serve answers"))
+        super::vllm_samples(&super::http_get(self.metrics, "/metrics").expect("serve answers"))
     }
 
     /// Sends SIGTERM and waits for the exit status.
@@ -65,13 +65,6 @@ impl Server {
             .get(key)
             .copied()
     }
-}
-
-pub(crate) fn vllm_samples(exposition: &str) -> BTreeMap<String, f64> {
-    super::samples(exposition)
-        .into_iter()
-        .filter(|(k, _)| k.starts_with("vllm:"))
-        .collect()
 }
 
 /// Sends `records` over `serve --ingest-socket`'s socket at `path`, as the

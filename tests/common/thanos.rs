@@ -12,6 +12,7 @@ use super::Guard;
 
 /// The Thanos binary; fails with how to build it when missing.
 pub(crate) fn thanos_binary() -> PathBuf {
+    super::needs("thanos");
     let binary = super::repo().join("otel-collector/bin/thanos");
     assert!(
         binary.is_file(),

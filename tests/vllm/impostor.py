@@ -1,5 +1,5 @@
 """Another user on a shared host, for the plugin's impostor test
-(``tests/vllm_plugin.rs``): run by the system's python as that user, it
+(``tests/plugin_shared_host.rs``): run by the system's python as that user, it
 lays the traps the plugin must not fall into, then records what reaches it.
 
 - ``--private-dir PATH``: makes the directory the plugin would use as its

@@ -1,0 +1,88 @@
+//! `pip install ./python` in a fresh virtual environment, as a user
+//! installs the plugin from source: its build runs cargo for the sidecar.
+
+mod common;
+
+use std::process::Command;
+
+use common::serial;
+
+mod needs_pip {
+    use super::*;
+
+    /// `pip install ./python` in a fresh virtual environment gives the plugin
+    /// (its gRPC code generated from proto/, its entry point registered) and
+    /// the sidecar binary on the environment's PATH.
+    #[test]
+    fn pip_install_in_a_fresh_environment() {
+        let _serial = serial();
+        common::needs("pip");
+        let python3 = common::require_tool(
+            "python3",
+            "install Python 3 (Debian: apt-get install -y python3 python3-venv)",
+        );
+        let dir = common::tempdir("vllm-plugin-pip");
+        let venv = dir.join("venv");
+        let status = Command::new(&python3)
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()
+            .expect("python3 runs");
+        assert!(
+            status.success(),
+            "python3 -m venv failed (Debian: apt-get install -y python3-venv)"
+        );
+        let output = Command::new(venv.join("bin/python"))
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "--quiet",
+            ])
+            .arg(common::repo().join("python"))
+            // Its own target directory: this test runs while cargo may hold the
+            // tests' one, and a release build must not wait for it. Under the
+            // tests' one when that is set (the test command's cache), where
+            // scripts/test.sh has made this release build first (beside the
+            // wheel's, which is for another target and shares none of it), so
+            // that this build finds it done instead of building it here.
+            .env(
+                "CARGO_TARGET_DIR",
+                std::env::var_os("CARGO_TARGET_DIR")
+                    .map(|dir| std::path::PathBuf::from(dir).join("wheel"))
+                    .unwrap_or_else(|| common::repo().join("target/wheel")),
+            )
+            .output()
+            .expect("pip runs");
+        assert!(
+            output.status.success(),
+            "pip install ./python failed:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let sidecar = Command::new(venv.join("bin/vllm-otel-metrics"))
+            .arg("--version")
+            .output()
+            .expect("the installed sidecar runs");
+        assert_eq!(
+            String::from_utf8_lossy(&sidecar.stdout).trim(),
+            format!("vllm-otel-metrics {}", env!("CARGO_PKG_VERSION"))
+        );
+        let probe = Command::new(venv.join("bin/python"))
+        .args([
+            "-c",
+            "import importlib.metadata as m, vllm_otel_metrics.v1.ingest_pb2 as pb, vllm_otel_metrics.convert;\
+             print(sorted(e.value for e in m.entry_points(group='vllm.stat_logger_plugins')));\
+             print(sorted(e.value for e in m.entry_points(group='vllm.general_plugins')));\
+             print(pb.Record.DESCRIPTOR.oneofs_by_name['record'].fields[-1].name)",
+        ])
+        .output()
+        .expect("python runs");
+        assert_eq!(
+        String::from_utf8_lossy(&probe.stdout),
+        "['vllm_otel_metrics.plugin:OtelMetricsStatLogger']\n['vllm_otel_metrics.tap:register']\nframes\n",
+        "{}",
+        String::from_utf8_lossy(&probe.stderr)
+    );
+    }
+}
