@@ -95,7 +95,7 @@ VLLM_OTEL_METRICS_VLLM_RS=$(bash scripts/vllm-rs.sh)
 export VLLM_OTEL_METRICS_VLLM_RS
 step "the plugin's wheel, with the sidecar binary (scripts/build-wheel.sh)"
 # Release builds go to a target directory of their own, `wheel/`, where the
-# pip-install test (tests/vllm_plugin.rs) builds too. The wheel's is
+# pip-install test (tests/plugin_pip.rs) builds too. The wheel's is
 # cargo-zigbuild's, for glibc 2.28, under `wheel/x86_64-unknown-linux-gnu/`.
 VLLM_OTEL_METRICS_WHEEL=$(CARGO_TARGET_DIR="$CARGO_TARGET_DIR/wheel" bash scripts/build-wheel.sh)
 export VLLM_OTEL_METRICS_WHEEL
