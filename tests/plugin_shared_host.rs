@@ -61,7 +61,6 @@ struct Impostor {
 
 impl Impostor {
     fn start(uid: u32, gid: u32, args: &[String], stderr: &Path) -> Impostor {
-        use std::io::BufRead;
         use std::os::unix::process::CommandExt;
         // The system's python: vLLM's environment is root's, not another
         // user's to run. The script goes on the command line: the checkout
@@ -85,17 +84,7 @@ impl Impostor {
             .stderr(std::fs::File::create(stderr).unwrap())
             .spawn()
             .expect("/usr/bin/python3 runs as the impostor");
-        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let stdout = child.stdout.take().expect("piped stdout");
-        let sink = lines.clone();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-            {
-                sink.lock().unwrap().push(line);
-            }
-        });
+        let lines = common::lines_of(child.stdout.take().expect("piped stdout"));
         let impostor = Impostor { child, lines };
         if common::wait_for_optional(10, || {
             impostor

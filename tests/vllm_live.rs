@@ -221,6 +221,37 @@ fn check_slo_outcomes(jaeger: &Jaeger, service: &str, sidecar: &str, finished: u
     eprintln!("SLO {LIVE_SLO}: {counted:?}");
 }
 
+/// The environment of a live run whose sidecar pushes metrics and spans to
+/// `collector` as `service`/`instance`, under vLLM's names, every second,
+/// and judges each finished request against [`LIVE_SLO`].
+fn to_the_collector(
+    collector: &Collector,
+    service: &str,
+    instance: &str,
+) -> Vec<(&'static str, String)> {
+    vec![
+        (
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://127.0.0.1:{}", collector.grpc),
+        ),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc".into()),
+        ("OTEL_SERVICE_NAME", service.into()),
+        (
+            "OTEL_RESOURCE_ATTRIBUTES",
+            format!("service.instance.id={instance}"),
+        ),
+        // Spans, as the SDK's variable turns them on.
+        ("OTEL_TRACES_EXPORTER", "otlp".into()),
+        ("OTEL_METRIC_EXPORT_INTERVAL", "1000".into()),
+        // The Collector's Prometheus exporter then shows vLLM's names.
+        (
+            "VLLM_OTEL_METRICS_SIDECAR_ARGS",
+            "--otlp-names prometheus".into(),
+        ),
+        ("VLLM_OTEL_METRICS_SLO", LIVE_SLO.into()),
+    ]
+}
+
 /// One run of `tests/vllm/live_rs.py` (vLLM under its Rust frontend,
 /// `vllm-rs`, with the engine-core tap); returns its report.
 fn run_live_rs(tag: &str, vllm_rs: &Path, env: &[(&str, String)]) -> (Value, PathBuf) {
@@ -283,28 +314,7 @@ mod needs_collector_jaeger_vllm {
         let (report, dir) = run_live(
             "vllm-live-1",
             &["--api-servers", "1"],
-            &[
-                (
-                    "OTEL_EXPORTER_OTLP_ENDPOINT",
-                    format!("http://127.0.0.1:{}", collector.grpc),
-                ),
-                ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc".into()),
-                ("OTEL_SERVICE_NAME", service.into()),
-                (
-                    "OTEL_RESOURCE_ATTRIBUTES",
-                    format!("service.instance.id={instance}"),
-                ),
-                // Spans, as the SDK's variable turns them on.
-                ("OTEL_TRACES_EXPORTER", "otlp".into()),
-                ("OTEL_METRIC_EXPORT_INTERVAL", "1000".into()),
-                // The Collector's Prometheus exporter then shows vLLM's names.
-                (
-                    "VLLM_OTEL_METRICS_SIDECAR_ARGS",
-                    "--otlp-names prometheus".into(),
-                ),
-                // Each finished request judged: outcomes checked below.
-                ("VLLM_OTEL_METRICS_SLO", LIVE_SLO.into()),
-            ],
+            &to_the_collector(&collector, service, instance),
         );
         let summary = check_run(&report, &dir);
 
@@ -357,26 +367,7 @@ mod needs_collector_jaeger_vllm {
         let (report, dir) = run_live_rs(
             "vllm-live-rs",
             &vllm_rs,
-            &[
-                (
-                    "OTEL_EXPORTER_OTLP_ENDPOINT",
-                    format!("http://127.0.0.1:{}", collector.grpc),
-                ),
-                ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc".into()),
-                ("OTEL_SERVICE_NAME", service.into()),
-                (
-                    "OTEL_RESOURCE_ATTRIBUTES",
-                    format!("service.instance.id={instance}"),
-                ),
-                ("OTEL_TRACES_EXPORTER", "otlp".into()),
-                ("OTEL_METRIC_EXPORT_INTERVAL", "1000".into()),
-                (
-                    "VLLM_OTEL_METRICS_SIDECAR_ARGS",
-                    "--otlp-names prometheus".into(),
-                ),
-                // Each finished request judged: outcomes checked below.
-                ("VLLM_OTEL_METRICS_SLO", LIVE_SLO.into()),
-            ],
+            &to_the_collector(&collector, service, instance),
         );
         let logs = format!("logs in {}", dir.display());
         assert_eq!(report["rust_frontend_launched"], true, "{logs}");

@@ -515,3 +515,22 @@ pub(crate) fn spawn_logged(command: &mut Command, log: &Path, what: &str) -> Gua
             .unwrap_or_else(|e| panic!("{what} does not start: {e}")),
     )
 }
+
+/// The lines a child process writes to `stdout`, gathered by a thread as
+/// they come, for a test to wait on.
+pub(crate) fn lines_of(
+    stdout: std::process::ChildStdout,
+) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
+    use std::io::BufRead;
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = lines.clone();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            sink.lock().unwrap_or_else(|e| e.into_inner()).push(line);
+        }
+    });
+    lines
+}

@@ -137,17 +137,7 @@ impl PluginProcess {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("python runs");
-        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let stdout = child.stdout.take().expect("piped stdout");
-        let sink = lines.clone();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-            {
-                sink.lock().unwrap().push(line);
-            }
-        });
+        let lines = super::lines_of(child.stdout.take().expect("piped stdout"));
         let traceback = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let stderr = child.stderr.take().expect("piped stderr");
         let seen = traceback.clone();
