@@ -14,12 +14,8 @@ fn compile() -> Result<(), Box<dyn std::error::Error>> {
     let proto = "proto/vllm_otel_metrics/v1/ingest.proto";
     println!("cargo:rerun-if-changed={proto}");
     let descriptors = protox::compile([proto], ["proto"])?;
+    write_wire_fields(&descriptors)?;
     write_proto_fields(&descriptors)?;
-    let messages = descriptors.file.iter().flat_map(|file| &file.message_type);
-    write_wire_fields(messages.map(|message| {
-        let fields = message.field.iter().map(|field| field.name().to_owned());
-        (message.name().to_owned(), fields.collect())
-    }))?;
     tonic_prost_build::configure()
         .build_client(true)
         // The server side is written out (src/sources/ingest/server.rs): it
@@ -34,17 +30,18 @@ fn compile() -> Result<(), Box<dyn std::error::Error>> {
 /// take their field lists from it, so a field added to the proto is copied
 /// both ways without a list kept by hand beside it.
 #[cfg(feature = "grpc")]
-fn write_wire_fields(messages: impl Iterator<Item = (String, Vec<String>)>) -> std::io::Result<()> {
+fn write_wire_fields(descriptors: &FileDescriptorSet) -> std::io::Result<()> {
     let mut arms = String::new();
-    for (name, fields) in messages {
+    for message in descriptors.file.iter().flat_map(|file| &file.message_type) {
+        let fields: Vec<&str> = message.field.iter().map(|field| field.name()).collect();
         arms.push_str(&format!(
-            "    ({name}, $then:ident!($($args:tt)*)) => {{ $then!($($args)* {{ {} }}); }};\n",
+            "    ({}, $then:ident!($($args:tt)*)) => {{ $then!($($args)* {{ {} }}); }};\n",
+            message.name(),
             fields.join(", ")
         ));
     }
-    let out = std::path::PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     std::fs::write(
-        out.join("wire_fields.rs"),
+        out_dir().join("wire_fields.rs"),
         format!("/// Each ingest message's fields, in proto order (written by build.rs).\nmacro_rules! wire_fields {{\n{arms}}}\n"),
     )
 }
@@ -56,9 +53,7 @@ fn write_wire_fields(messages: impl Iterator<Item = (String, Vec<String>)>) -> s
 /// or packed-varint field the table left out would decode to more memory
 /// than the scan bounds.
 #[cfg(feature = "grpc")]
-fn write_proto_fields(
-    descriptors: &protox::prost_reflect::prost_types::FileDescriptorSet,
-) -> std::io::Result<()> {
+fn write_proto_fields(descriptors: &FileDescriptorSet) -> std::io::Result<()> {
     let mut rows = String::new();
     for file in &descriptors.file {
         let package = format!(".{}.", file.package());
@@ -89,13 +84,21 @@ fn write_proto_fields(
             }
         }
     }
-    let out = std::path::PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     std::fs::write(
-        out.join("proto_fields.rs"),
+        out_dir().join("proto_fields.rs"),
         format!(
             "/// (message, number, encoding, repeated, message type) of each field of the ingest proto (written by build.rs).\n#[allow(dead_code)]\nconst PROTO_FIELDS: &[(&str, u32, &str, bool, &str)] = &[\n{rows}];\n"
         ),
     )
+}
+
+#[cfg(feature = "grpc")]
+use protox::prost_reflect::prost_types::FileDescriptorSet;
+
+/// Where the generated files go.
+#[cfg(feature = "grpc")]
+fn out_dir() -> std::path::PathBuf {
+    std::path::PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"))
 }
 
 #[cfg(not(feature = "grpc"))]

@@ -156,9 +156,7 @@ fn endpoint_negotiates_formats_and_both_parse_to_the_same_samples() {
     // families, which exist only with `--slo`).
     let families = format!(
         "families {}",
-        vllm_otel_metrics::catalog::all()
-            .filter(|def| !def.vllm_name.starts_with("vllm_otel_metrics_slo_"))
-            .count()
+        vllm_otel_metrics::catalog::all().count() - vllm_otel_metrics::catalog::slo::ALL.len()
     );
     assert!(from_text.contains(&families), "{from_text:?}");
     assert!(from_open.contains(&families));

@@ -11,7 +11,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use vllm_otel_metrics::catalog::{
-    self, Buckets, TokenBuckets, DEFAULT_MAX_MODEL_LEN, PREEMPTION_BUCKETS,
+    Buckets, TokenBuckets, DEFAULT_MAX_MODEL_LEN, PREEMPTION_BUCKETS,
 };
 use vllm_otel_metrics::export::prometheus::format_float;
 
@@ -125,7 +125,7 @@ fn expected() -> Vec<(&'static str, BTreeMap<String, f64>)> {
             "vllm:iteration_tokens_total",
             histogram(
                 "vllm:iteration_tokens_total",
-                &catalog_bounds("vllm:iteration_tokens_total"),
+                &common::catalog_bounds("vllm:iteration_tokens_total"),
                 &[112.0, 0.0],
             ),
         ),
@@ -149,7 +149,7 @@ fn expected() -> Vec<(&'static str, BTreeMap<String, f64>)> {
             "vllm:request_params_n",
             histogram(
                 "vllm:request_params_n",
-                &catalog_bounds("vllm:request_params_n"),
+                &common::catalog_bounds("vllm:request_params_n"),
                 &[1.0],
             ),
         ),
@@ -173,7 +173,7 @@ fn expected() -> Vec<(&'static str, BTreeMap<String, f64>)> {
             "vllm:time_to_first_token_seconds",
             histogram(
                 "vllm:time_to_first_token_seconds",
-                &catalog_bounds("vllm:time_to_first_token_seconds"),
+                &common::catalog_bounds("vllm:time_to_first_token_seconds"),
                 &[0.25],
             ),
         ),
@@ -181,7 +181,7 @@ fn expected() -> Vec<(&'static str, BTreeMap<String, f64>)> {
             "vllm:inter_token_latency_seconds",
             histogram(
                 "vllm:inter_token_latency_seconds",
-                &catalog_bounds("vllm:inter_token_latency_seconds"),
+                &common::catalog_bounds("vllm:inter_token_latency_seconds"),
                 &[0.02, 0.03, 0.05],
             ),
         ),
@@ -189,7 +189,7 @@ fn expected() -> Vec<(&'static str, BTreeMap<String, f64>)> {
             "vllm:e2e_request_latency_seconds",
             histogram(
                 "vllm:e2e_request_latency_seconds",
-                &catalog_bounds("vllm:e2e_request_latency_seconds"),
+                &common::catalog_bounds("vllm:e2e_request_latency_seconds"),
                 &[1.5, 0.5],
             ),
         ),
@@ -197,7 +197,7 @@ fn expected() -> Vec<(&'static str, BTreeMap<String, f64>)> {
             "vllm:request_queue_time_seconds",
             histogram(
                 "vllm:request_queue_time_seconds",
-                &catalog_bounds("vllm:e2e_request_latency_seconds"),
+                &common::catalog_bounds("vllm:e2e_request_latency_seconds"),
                 &[0.1, 0.0],
             ),
         ),
@@ -205,7 +205,7 @@ fn expected() -> Vec<(&'static str, BTreeMap<String, f64>)> {
             "vllm:request_prefill_time_seconds",
             histogram(
                 "vllm:request_prefill_time_seconds",
-                &catalog_bounds("vllm:e2e_request_latency_seconds"),
+                &common::catalog_bounds("vllm:e2e_request_latency_seconds"),
                 &[0.2, 0.0],
             ),
         ),
@@ -213,7 +213,7 @@ fn expected() -> Vec<(&'static str, BTreeMap<String, f64>)> {
             "vllm:request_inference_time_seconds",
             histogram(
                 "vllm:request_inference_time_seconds",
-                &catalog_bounds("vllm:e2e_request_latency_seconds"),
+                &common::catalog_bounds("vllm:e2e_request_latency_seconds"),
                 &[1.3, 0.0],
             ),
         ),
@@ -221,7 +221,7 @@ fn expected() -> Vec<(&'static str, BTreeMap<String, f64>)> {
             "vllm:request_decode_time_seconds",
             histogram(
                 "vllm:request_decode_time_seconds",
-                &catalog_bounds("vllm:e2e_request_latency_seconds"),
+                &common::catalog_bounds("vllm:e2e_request_latency_seconds"),
                 &[1.1, 0.0],
             ),
         ),
@@ -229,7 +229,7 @@ fn expected() -> Vec<(&'static str, BTreeMap<String, f64>)> {
             "vllm:request_time_per_output_token_seconds",
             histogram(
                 "vllm:request_time_per_output_token_seconds",
-                &catalog_bounds("vllm:inter_token_latency_seconds"),
+                &common::catalog_bounds("vllm:inter_token_latency_seconds"),
                 &[0.04, 0.0],
             ),
         ),
@@ -380,7 +380,7 @@ fn invalid_plugin_records_are_located_and_change_nothing() {
         family(&stdout, "vllm:iteration_tokens_total"),
         histogram(
             "vllm:iteration_tokens_total",
-            &catalog_bounds("vllm:iteration_tokens_total"),
+            &common::catalog_bounds("vllm:iteration_tokens_total"),
             &[3.0]
         )
     );
@@ -446,7 +446,7 @@ fn token_buckets_python_stop_at_the_last_1_2_5_value() {
             family(exposition, "vllm:request_params_n"),
             histogram(
                 "vllm:request_params_n",
-                &catalog_bounds("vllm:request_params_n"),
+                &common::catalog_bounds("vllm:request_params_n"),
                 &[2.0]
             )
         );
@@ -522,7 +522,7 @@ fn the_first_record_of_a_label_set_creates_its_series() {
         family(&exposition, "vllm:iteration_tokens_total"),
         histogram(
             "vllm:iteration_tokens_total",
-            &catalog_bounds("vllm:iteration_tokens_total"),
+            &common::catalog_bounds("vllm:iteration_tokens_total"),
             &[0.0]
         )
     );
@@ -532,11 +532,11 @@ fn the_first_record_of_a_label_set_creates_its_series() {
         ("vllm:request_num_preemptions", PREEMPTION_BUCKETS.to_vec()),
         (
             "vllm:time_to_first_token_seconds",
-            catalog_bounds("vllm:time_to_first_token_seconds"),
+            common::catalog_bounds("vllm:time_to_first_token_seconds"),
         ),
         (
             "vllm:request_decode_time_seconds",
-            catalog_bounds("vllm:e2e_request_latency_seconds"),
+            common::catalog_bounds("vllm:e2e_request_latency_seconds"),
         ),
     ] {
         assert_eq!(
@@ -721,12 +721,4 @@ fn extreme_values_are_recorded_and_spans_do_not_panic() {
         (spans[0].start_time, spans[0].end_time),
         (UNIX_EPOCH, UNIX_EPOCH)
     );
-}
-
-/// The boundaries the catalog gives the family `/metrics` names `vllm_name`.
-fn catalog_bounds(vllm_name: &str) -> Vec<f64> {
-    catalog::by_vllm_name(vllm_name)
-        .expect("a catalog family")
-        .buckets
-        .boundaries(DEFAULT_MAX_MODEL_LEN)
 }

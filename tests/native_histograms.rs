@@ -57,7 +57,7 @@ use common::tier::{start_agent, Gateway};
 use common::{dashboards, prometheus, Guard};
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use serde_json::Value;
-use vllm_otel_metrics::catalog::{self, DEFAULT_MAX_MODEL_LEN};
+use vllm_otel_metrics::catalog;
 use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
 use vllm_otel_metrics::instruments::spans::{keys, RequestSpans, SPAN_NAME};
 use vllm_otel_metrics::instruments::Instruments;
@@ -578,10 +578,7 @@ fn assert_bridge_keeps_vllm_buckets(server: &Server) {
         })
         .collect();
     bounds.sort_by(f64::total_cmp);
-    let mut want = catalog::by_vllm_name("vllm:time_to_first_token_seconds")
-        .expect("the TTFT family")
-        .buckets
-        .boundaries(DEFAULT_MAX_MODEL_LEN);
+    let mut want = common::catalog_bounds("vllm:time_to_first_token_seconds");
     want.push(f64::INFINITY);
     assert_eq!(bounds, want, "the bridge's TTFT buckets are vLLM's");
 }

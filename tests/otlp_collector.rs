@@ -285,10 +285,7 @@ mod needs_collector {
             ("vllm:request_num_preemptions", vec![1.0, 3.0]),
             (
                 "vllm:inter_token_latency_seconds",
-                vllm_otel_metrics::catalog::by_vllm_name("vllm:inter_token_latency_seconds")
-                    .expect("the ITL family")
-                    .buckets
-                    .boundaries(vllm_otel_metrics::catalog::DEFAULT_MAX_MODEL_LEN),
+                common::catalog_bounds("vllm:inter_token_latency_seconds"),
             ),
         ];
         for (family, bounds) in &expected {

@@ -36,4 +36,4 @@ pub const SLO_GOODPUT_TOKENS: MetricDef = counter(
 );
 
 /// Both families, in exposition order.
-pub(crate) const ALL: [&MetricDef; 2] = [&SLO_REQUESTS, &SLO_GOODPUT_TOKENS];
+pub const ALL: [&MetricDef; 2] = [&SLO_REQUESTS, &SLO_GOODPUT_TOKENS];

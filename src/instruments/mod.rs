@@ -20,10 +20,8 @@
 //!     .with_reader(reader)
 //!     .build();
 //! // Every family but the SLO ones (only with `with_slo`), series or not.
-//! let without_slo = vllm_otel_metrics::catalog::all()
-//!     .filter(|def| !def.vllm_name.starts_with("vllm_otel_metrics_slo_"))
-//!     .count();
-//! assert_eq!(bridge.snapshot().len(), without_slo);
+//! let catalog = vllm_otel_metrics::catalog::all().count();
+//! assert_eq!(bridge.snapshot().len(), catalog - vllm_otel_metrics::catalog::slo::ALL.len());
 //! # instruments.shutdown().unwrap();
 //! ```
 //!

@@ -534,3 +534,13 @@ pub(crate) fn lines_of(
     });
     lines
 }
+
+/// The bucket boundaries the catalog gives the family `/metrics` names
+/// `vllm_name`, at the default `--max-model-len`.
+pub(crate) fn catalog_bounds(vllm_name: &str) -> Vec<f64> {
+    let catalog = vllm_otel_metrics::catalog::by_vllm_name(vllm_name);
+    catalog
+        .unwrap_or_else(|| panic!("no catalog family {vllm_name}"))
+        .buckets
+        .boundaries(vllm_otel_metrics::catalog::DEFAULT_MAX_MODEL_LEN)
+}
