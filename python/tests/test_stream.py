@@ -314,6 +314,18 @@ def test_without_the_sidecars_answer_the_record_being_sent_is_counted_lost(tmp_p
     assert "the record being sent is lost and counted" in caplog.text
 
 
+def submit_one(streamer, sink):
+    """Starts ``streamer``, submits item 0 and returns the first record
+    ``sink`` receives; both are closed after."""
+    streamer.start()
+    try:
+        streamer.submit(0)
+        return sink.wait_for(1)
+    finally:
+        streamer.close()
+        sink.close()
+
+
 def test_a_session_that_fails_is_one_line_then_a_reconnection(tmp_path, caplog):
     """Before: an exception in a session other than gRPC's ended the
     thread: nothing more was sent, and nothing said so in vLLM's log.
@@ -332,13 +344,7 @@ def test_a_session_that_fails_is_one_line_then_a_reconnection(tmp_path, caplog):
 
     streamer._socket_session = failing_once
     with caplog.at_level(logging.WARNING, logger="vllm.vllm_otel_metrics"):
-        streamer.start()
-        try:
-            streamer.submit(0)
-            received = sink.wait_for(1)
-        finally:
-            streamer.close()
-            sink.close()
+        received = submit_one(streamer, sink)
     assert [r.sleep_state.model_name for r in received] == ["0"]
     lines = [
         r.getMessage()
@@ -416,13 +422,7 @@ def test_over_the_socket_a_record_too_large_is_counted_not_sent(tmp_path, monkey
     records = {0: [sleep_record("x" * 200), sleep_record("after")]}
     streamer = socket_streamer(tmp_path / "s.sock", records.get)
     with caplog.at_level(logging.WARNING, logger="vllm.vllm_otel_metrics"):
-        streamer.start()
-        try:
-            streamer.submit(0)
-            received = sink.wait_for(1)
-        finally:
-            streamer.close()
-            sink.close()
+        received = submit_one(streamer, sink)
     assert [r.sleep_state.model_name for r in received if r.HasField("sleep_state")] == ["after"]
     assert streamer.unsendable == 1
     assert "a sleep_state record of 208 bytes is larger than a message may be" in caplog.text
