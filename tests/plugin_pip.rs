@@ -32,14 +32,7 @@ mod needs_pip {
             status.success(),
             "python3 -m venv failed (Debian: apt-get install -y python3-venv)"
         );
-        let output = Command::new(venv.join("bin/python"))
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--disable-pip-version-check",
-                "--quiet",
-            ])
+        let output = common::pip_install(&venv.join("bin/python"))
             .arg(common::repo().join("python"))
             // Its own target directory: this test runs while cargo may hold the
             // tests' one, and a release build must not wait for it. Under the

@@ -50,14 +50,7 @@ fn path_without_rust() -> String {
 
 /// `python -m pip install --force-reinstall WHEEL` with no Rust toolchain on PATH.
 fn install_wheel(python: &Path, extra: &[&str]) {
-    let output = Command::new(python)
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--disable-pip-version-check",
-            "--quiet",
-        ])
+    let output = common::pip_install(python)
         .args(["--force-reinstall"])
         .args(extra)
         .arg(wheel())

@@ -544,3 +544,16 @@ pub(crate) fn catalog_bounds(vllm_name: &str) -> Vec<f64> {
         .buckets
         .boundaries(vllm_otel_metrics::catalog::DEFAULT_MAX_MODEL_LEN)
 }
+
+/// `PYTHON -m pip install`, quiet, for the arguments the caller adds.
+pub(crate) fn pip_install(python: &Path) -> Command {
+    let mut command = Command::new(python);
+    command.args([
+        "-m",
+        "pip",
+        "install",
+        "--disable-pip-version-check",
+        "--quiet",
+    ]);
+    command
+}
