@@ -414,21 +414,29 @@ impl RequestStart {
 }
 
 impl OutputBatch {
-    /// [`Record::validate`] of an `outputs` record.
-    pub fn validate(&self, limits: &InputLimits) -> Result<(), InvalidRecord> {
+    /// [`Record::validate`] of an `outputs` record: the batch's own times.
+    /// Each output is checked on its own ([`EngineCoreOutput::validate`])
+    /// when the batch is applied, so that one bad output is rejected alone
+    /// and the other requests of the engine step keep their tokens.
+    pub fn validate(&self, _limits: &InputLimits) -> Result<(), InvalidRecord> {
         time("timestamp", self.timestamp)?;
-        time("received_at", self.received_at)?;
-        for output in &self.outputs {
-            bounded(
-                "request_id",
-                &output.request_id,
-                limits.max_request_id_bytes,
-            )?;
-            for event in &output.events {
-                time("event timestamp", event.timestamp).map_err(|e| {
-                    InvalidRecord(format!("request {}: {e}", shown(&output.request_id)))
-                })?;
-            }
+        time("received_at", self.received_at)
+    }
+}
+
+impl EngineCoreOutput {
+    /// Checks one output of a batch: its request id within `limits`, its
+    /// events' times finite and non-negative.
+    ///
+    /// ```
+    /// use vllm_otel_metrics::protocol::{EngineCoreOutput, InputLimits};
+    /// let long = EngineCoreOutput { request_id: "r".repeat(600), ..Default::default() };
+    /// assert!(long.validate(&InputLimits::default()).is_err());
+    /// ```
+    pub fn validate(&self, limits: &InputLimits) -> Result<(), InvalidRecord> {
+        bounded("request_id", &self.request_id, limits.max_request_id_bytes)?;
+        for event in &self.events {
+            time("event timestamp", event.timestamp)?;
         }
         Ok(())
     }

@@ -24,9 +24,7 @@
 use serde::{Deserialize, Serialize};
 use serde_with::skip_serializing_none;
 
-use super::{
-    bounded, finite, null_as_default, shown, time, FinishReason, InputLimits, InvalidRecord,
-};
+use super::{bounded, finite, null_as_default, time, FinishReason, InputLimits, InvalidRecord};
 
 /// Most entries of each list of one `iteration_stats` record (its
 /// per-request lists and its finished requests): far more than the
@@ -167,17 +165,12 @@ fn entries(what: &str, len: usize) -> Result<(), InvalidRecord> {
     }
 }
 
-/// Every value of the list `what` finite. A negative one is kept: vLLM's
-/// Python logger observes the durations it computed as they are, and the
-/// plugin path records what it would.
-fn finite_values(what: &str, values: &[f64]) -> Result<(), InvalidRecord> {
-    match values.iter().position(|v| !v.is_finite()) {
-        Some(i) => finite(&format!("{what}[{i}]"), values[i]),
-        None => Ok(()),
-    }
-}
-
 impl IterationStats {
+    /// [`Record::validate`](super::Record::validate) of an `iteration_stats`
+    /// record: its label and time, and its lists within their bounds. Each
+    /// finished request ([`FinishedRequest::validate`]) and each value of a
+    /// per-request list is checked on its own when the record is applied:
+    /// a bad one is rejected alone and the rest of the step is recorded.
     pub(super) fn validate(&self, limits: &InputLimits) -> Result<(), InvalidRecord> {
         bounded("model_name", &self.model_name, limits.max_label_bytes)?;
         if let Some(at) = self.received_at {
@@ -196,26 +189,16 @@ impl IterationStats {
             "inter_token_latencies_iter",
             self.inter_token_latencies_iter.len(),
         )?;
-        entries("finished_requests", self.finished_requests.len())?;
-        finite_values("time_to_first_tokens_iter", &self.time_to_first_tokens_iter)?;
-        finite_values(
-            "inter_token_latencies_iter",
-            &self.inter_token_latencies_iter,
-        )?;
-        for (i, request) in self.finished_requests.iter().enumerate() {
-            request.validate(limits).map_err(|e| {
-                InvalidRecord(format!(
-                    "finished_requests[{i}] (request '{}'): {e}",
-                    shown(&request.request_id)
-                ))
-            })?;
-        }
-        Ok(())
+        entries("finished_requests", self.finished_requests.len())
     }
 }
 
 impl FinishedRequest {
-    fn validate(&self, limits: &InputLimits) -> Result<(), InvalidRecord> {
+    /// Checks one finished request of an `iteration_stats` record: its id
+    /// within `limits`, its durations finite. A negative duration is kept:
+    /// vLLM's Python logger observes the durations it computed as they are,
+    /// and the plugin path records what it would.
+    pub fn validate(&self, limits: &InputLimits) -> Result<(), InvalidRecord> {
         bounded("request_id", &self.request_id, limits.max_request_id_bytes)?;
         for (what, value) in [
             ("e2e_latency", self.e2e_latency),
@@ -339,18 +322,6 @@ mod tests {
     #[test]
     fn invalid_values_are_named() {
         let mut s = stats();
-        s.time_to_first_tokens_iter = vec![f64::INFINITY];
-        assert_eq!(
-            invalid(s),
-            "time_to_first_tokens_iter[0] is not a finite number (inf)"
-        );
-        let mut s = stats();
-        s.finished_requests[0].decode_time = f64::NAN;
-        assert_eq!(
-            invalid(s),
-            "finished_requests[0] (request 'r1'): decode_time is not a finite number (NaN)"
-        );
-        let mut s = stats();
         s.received_at = Some(-1.0);
         assert_eq!(invalid(s), "received_at is negative (-1)");
         let mut s = stats();
@@ -364,12 +335,28 @@ mod tests {
         assert!(Record::IterationStats(Box::new(s))
             .validate(&InputLimits::default())
             .is_ok());
+        // A part is checked on its own, as the tracker applies the record:
+        // the record itself stays valid.
+        let mut s = stats();
+        s.time_to_first_tokens_iter = vec![f64::INFINITY];
+        s.finished_requests[0].decode_time = f64::NAN;
+        let part = s.finished_requests[0].validate(&InputLimits::default());
+        assert!(Record::IterationStats(Box::new(s))
+            .validate(&InputLimits::default())
+            .is_ok());
+        assert_eq!(
+            part.unwrap_err().0,
+            "decode_time is not a finite number (NaN)"
+        );
         let mut s = stats();
         s.finished_requests[0].request_id = "x".repeat(513);
         let long = format!("{}… (513 bytes)", "x".repeat(64));
         assert_eq!(
-            invalid(s),
-            format!("finished_requests[0] (request '{long}'): request_id is 513 bytes, more than the limit of 512 ('{long}')")
+            s.finished_requests[0]
+                .validate(&InputLimits::default())
+                .unwrap_err()
+                .0,
+            format!("request_id is 513 bytes, more than the limit of 512 ('{long}')")
         );
         let mut s = stats();
         s.model_name = "m".repeat(257);

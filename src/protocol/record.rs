@@ -47,11 +47,16 @@ macro_rules! records {
             )*
             /// One engine-core output of an `outputs` record.
             Output,
+            /// One finished request of an `iteration_stats` record.
+            FinishedRequest,
+            /// One value of a per-request list of an `iteration_stats`
+            /// record (`time_to_first_tokens_iter`, ...).
+            IterationValue,
         }
 
         impl RecordKind {
             /// The kinds a record's `type` names, in the wire format's order (every
-            /// kind but [`RecordKind::Output`], which is part of a record).
+            /// kind but the parts of a record: [`RecordKind::is_part`]).
             pub const RECORD_TYPES: [RecordKind; [$($name),*].len()] =
                 [$(RecordKind::$variant),*];
 
@@ -63,7 +68,19 @@ macro_rules! records {
                 match self {
                     $(RecordKind::$variant => $name,)*
                     RecordKind::Output => "output",
+                    RecordKind::FinishedRequest => "finished_request",
+                    RecordKind::IterationValue => "iteration_value",
                 }
+            }
+
+            /// Whether this is a part of a record (an output, a finished
+            /// request, one value of a list) rather than a record: a part
+            /// is rejected alone, and the rest of its record is applied.
+            pub const fn is_part(self) -> bool {
+                matches!(
+                    self,
+                    RecordKind::Output | RecordKind::FinishedRequest | RecordKind::IterationValue
+                )
             }
         }
 
@@ -106,9 +123,11 @@ macro_rules! records {
                 Ok(match kind {
                     $(RecordKind::$variant => Record::$variant(Deserialize::deserialize(from)?),)*
                     // Not a record's type: the tag's reader never yields it.
-                    RecordKind::Output => {
+                    part @ (RecordKind::Output
+                    | RecordKind::FinishedRequest
+                    | RecordKind::IterationValue) => {
                         return Err(serde::de::Error::unknown_variant(
-                            "output",
+                            part.as_str(),
                             &RecordKind::TYPE_NAMES,
                         ))
                     }

@@ -8,6 +8,7 @@
 //! Each turns its input into [`crate::protocol::Record`]s and hands them to
 //! a [`RecordSink`]; none of them records a metric itself.
 
+pub mod budget;
 pub mod ingest;
 #[cfg(feature = "sim")]
 pub mod sim;

@@ -197,8 +197,17 @@ impl Tracker {
                 Vec::new()
             }
             Record::IterationStats(stats) => {
-                plugin::iteration_stats(&self.instruments, self.spans.as_ref(), stats);
-                Vec::new()
+                let mut rejections = Vec::new();
+                plugin::iteration_stats(
+                    &self.instruments,
+                    self.spans.as_ref(),
+                    stats,
+                    &self.limits,
+                    &mut |kind, request_id, detail| {
+                        rejections.push(self.invalid(kind, request_id, detail));
+                    },
+                );
+                rejections
             }
             Record::PluginDrops(drops) => {
                 self.instruments.count_plugin_dropped(drops.dropped);
@@ -311,8 +320,11 @@ impl Tracker {
     /// once per label set with at least one applied output, zero included
     /// (docs/SEMANTICS.md §3, "Per batch"). Outputs of unknown requests are
     /// rejected one by one and have no label set: a batch of only those
-    /// observes nothing. An invalid batch ([`OutputBatch::validate`])
-    /// changes nothing and is rejected whole, as [`Tracker::apply`] does.
+    /// observes nothing, and so are invalid outputs
+    /// ([`EngineCoreOutput::validate`](crate::protocol::EngineCoreOutput::validate)):
+    /// the rest of the step is applied. A batch whose own times are invalid
+    /// ([`OutputBatch::validate`]) changes nothing and is rejected whole, as
+    /// [`Tracker::apply`] does.
     pub fn observe_batch(&mut self, batch: &OutputBatch) -> Vec<Rejection> {
         match batch.validate(&self.limits) {
             Ok(()) => self.batch_valid(batch),
@@ -324,6 +336,10 @@ impl Tracker {
         let mut rejections = Vec::new();
         self.batch_counts.clear();
         for output in &batch.outputs {
+            if let Err(e) = output.validate(&self.limits) {
+                rejections.push(self.invalid(RecordKind::Output, &output.request_id, e.0));
+                continue;
+            }
             let Some(live) = self.requests.get_mut(output.request_id.as_str()) else {
                 rejections.push(self.reject(
                     RejectReason::UnknownRequest,

@@ -14,15 +14,20 @@ use crate::instruments::spans::{RequestSpans, SpanValues};
 use crate::instruments::{
     Instruments, RequestHandles, RequestHistogram, SloEnd, SloOutcome, NO_PREEMPTIONS,
 };
-use crate::protocol::{FinishedRequest, IterationStats};
+use crate::protocol::{FinishedRequest, InputLimits, IterationStats, RecordKind};
 use crate::support::clock::unix_now;
 
 /// One step's stats, as `PrometheusStatLogger.record()` applies an
-/// `IterationStats` (already validated: see `Record::validate`).
+/// `IterationStats` (the record already validated: see `Record::validate`).
+/// A finished request that fails [`FinishedRequest::validate`], or a
+/// per-request list value that is not finite, is handed to `invalid` (its
+/// kind, request id and what is wrong) and left out; the rest is recorded.
 pub(super) fn iteration_stats(
     instruments: &Instruments,
     spans: Option<&RequestSpans>,
     stats: &IterationStats,
+    limits: &InputLimits,
+    invalid: &mut dyn FnMut(RecordKind, &str, String),
 ) {
     use RequestHistogram::*;
     let label_set = instruments.label_set(&stats.model_name, stats.engine);
@@ -47,17 +52,43 @@ pub(super) fn iteration_stats(
     for n in &stats.n_params_iter {
         h.observe(ParamsN, *n as f64);
     }
-    for ttft in &stats.time_to_first_tokens_iter {
-        h.time_to_first_token.record(*ttft);
-    }
-    for itl in &stats.inter_token_latencies_iter {
-        h.inter_token_latency.record(*itl);
+    for (what, values, histogram) in [
+        (
+            "time_to_first_tokens_iter",
+            &stats.time_to_first_tokens_iter,
+            &h.time_to_first_token,
+        ),
+        (
+            "inter_token_latencies_iter",
+            &stats.inter_token_latencies_iter,
+            &h.inter_token_latency,
+        ),
+    ] {
+        for (i, value) in values.iter().enumerate() {
+            if value.is_finite() {
+                histogram.record(*value);
+            } else {
+                invalid(
+                    RecordKind::IterationValue,
+                    "",
+                    format!("{what}[{i}] is not a finite number ({value})"),
+                );
+            }
+        }
     }
     if stats.finished_requests.is_empty() {
         return;
     }
     let received_at = stats.received_at.unwrap_or_else(unix_now);
-    for request in &stats.finished_requests {
+    for (i, request) in stats.finished_requests.iter().enumerate() {
+        if let Err(e) = request.validate(limits) {
+            invalid(
+                RecordKind::FinishedRequest,
+                &request.request_id,
+                format!("finished_requests[{i}]: {}", e.0),
+            );
+            continue;
+        }
         let slo_outcome = finished(h, request);
         if let Some(spans) = spans {
             span(spans, stats, received_at, request, slo_outcome);

@@ -19,11 +19,11 @@ pub struct Rejection {
 impl Rejection {
     /// Whether `rejections` (what [`Tracker::apply`](super::Tracker::apply) returned) refuse the
     /// record as a whole: one invalid-record rejection naming the record
-    /// itself, not one of its outputs.
+    /// itself, not one of its parts ([`RecordKind::is_part`]).
     pub fn refuse_whole_record(rejections: &[Rejection]) -> bool {
         matches!(
             rejections,
-            [only] if only.reason == RejectReason::InvalidRecord && only.record != RecordKind::Output
+            [only] if only.reason == RejectReason::InvalidRecord && !only.record.is_part()
         )
     }
 }

@@ -20,12 +20,12 @@ use tokio::net::TcpListener;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::prescan::DecodeLimits;
-use super::proto::{pb, record_from_proto};
+use super::proto::{pb, record_from_proto_parts};
 use super::server::{Buffered, Incoming, IngestRoute};
 use crate::catalog::RejectReason;
 use crate::listen::{self, BearerToken, ListenerLimits, ServerTls};
 use crate::protocol::Record;
-use crate::sources::tap::{Chunk, EngineSetup, Layout};
+use crate::sources::tap::{Chunk, EngineSetup, FrameLimits, Layout};
 use crate::sources::RecordSink;
 use crate::support::clock::unix_now;
 use crate::tracker::{Rejection, Tracker};
@@ -185,6 +185,33 @@ impl IngestService {
         }
     }
 
+    /// Applies one message as a transport decoded it
+    /// ([`decode_message`](super::server::decode_message)), `position`
+    /// counting the stream's records: a record (a batch's one by one), or a
+    /// refusal counted and named.
+    pub async fn apply_incoming(
+        &self,
+        incoming: Incoming,
+        position: &mut u64,
+        summary: &mut Summary,
+    ) {
+        match incoming {
+            Incoming::Record(message) => self.apply_message(message, position, summary).await,
+            Incoming::Refused(why) => {
+                *position += 1;
+                self.refused(*position, &why.to_string(), summary);
+            }
+            Incoming::Undecodable(why) => {
+                *position += 1;
+                self.refused(
+                    *position,
+                    &format!("cannot decode the message ({why})"),
+                    summary,
+                );
+            }
+        }
+    }
+
     /// Counts a message refused before it was decoded, at `position`.
     pub(super) fn refused(&self, position: u64, why: &str, summary: &mut Summary) {
         self.reject_whole(position, why.to_owned(), summary);
@@ -197,13 +224,19 @@ impl IngestService {
             return;
         }
         let now = unix_now();
-        let record = match record_from_proto(message, now) {
+        let mut skipped = Vec::new();
+        let record = match record_from_proto_parts(message, now, &mut skipped) {
             Ok(record) => record,
             Err(reason) => {
                 self.reject_whole(position, reason.to_string(), summary);
                 return;
             }
         };
+        // A part that did not convert is rejected alone: the rest of the
+        // record is applied.
+        for reason in skipped {
+            self.invalid(format!("record {position}: {reason}"), summary);
+        }
         let whole = self.apply_record(&record, now, &format!("record {position}"), summary);
         if whole {
             summary.wire.records_rejected += 1;
@@ -283,11 +316,18 @@ impl IngestService {
             return self.reject_whole(position, format!("engine-core frames: {e}"), summary);
         }
         let now = unix_now();
-        for (i, decoded) in chunk.frames(&layout).enumerate() {
+        let limits = FrameLimits {
+            max_outputs: self.limits.decode.max_outputs_per_batch,
+            ..FrameLimits::default()
+        };
+        for (i, decoded) in chunk.frames(&layout, &limits).enumerate() {
             match decoded {
-                Ok(records) => {
+                Ok(decoded) => {
+                    for skipped in decoded.skipped {
+                        self.invalid(format!("record {position}, {skipped}"), summary);
+                    }
                     let place = format!("record {position}, frame {}", i + 1);
-                    for record in &records {
+                    for record in &decoded.records {
                         self.apply_record(record, now, &place, summary);
                     }
                 }
@@ -299,9 +339,9 @@ impl IngestService {
     }
 }
 
-/// A stream's summary under construction.
-#[derive(Default)]
-pub(super) struct Summary {
+/// A stream's summary under construction: what its messages did.
+#[derive(Debug, Default)]
+pub struct Summary {
     wire: pb::IngestSummary,
     by_reason: HashMap<String, u64>,
 }
@@ -314,7 +354,8 @@ impl Summary {
         }
     }
 
-    pub(super) fn finish(mut self) -> pb::IngestSummary {
+    /// The summary as the stream's answer carries it.
+    pub fn finish(mut self) -> pb::IngestSummary {
         self.wire.rejected_by_reason = self.by_reason;
         self.wire
     }

@@ -13,6 +13,7 @@
 use std::mem::size_of;
 
 use super::proto::pb;
+use crate::sources::budget;
 
 /// The bounds a message is scanned against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -283,9 +284,18 @@ pub enum Refusal {
 const MAX_DEPTH: u32 = 100;
 
 /// Scans one `Record` message; `Ok` when decoding it stays within `limits`.
+///
+/// The decoded size is bounded by the smaller of `max_decoded_bytes` and the
+/// protobuf share of the decode budget (2 × the message's size + 2 MiB:
+/// [`crate::sources::budget`]).
 pub fn check(message: &[u8], limits: &DecodeLimits) -> Result<(), Refusal> {
     let mut scan = Scan {
         limits,
+        max_decoded: limits.max_decoded_bytes.min(budget::share(
+            message.len(),
+            budget::PROTOBUF_PER_BYTE,
+            budget::PROTOBUF_BASE,
+        )),
         decoded: RECORD.size,
         bytes: message.len(),
     };
@@ -294,6 +304,8 @@ pub fn check(message: &[u8], limits: &DecodeLimits) -> Result<(), Refusal> {
 
 struct Scan<'a> {
     limits: &'a DecodeLimits,
+    /// The bound on `decoded`.
+    max_decoded: usize,
     decoded: usize,
     bytes: usize,
 }
@@ -301,9 +313,9 @@ struct Scan<'a> {
 impl Scan<'_> {
     fn add(&mut self, bytes: usize) -> Result<(), Refusal> {
         self.decoded = self.decoded.saturating_add(bytes);
-        if self.decoded > self.limits.max_decoded_bytes {
+        if self.decoded > self.max_decoded {
             return Err(Refusal::TooLarge {
-                limit: self.limits.max_decoded_bytes,
+                limit: self.max_decoded,
                 bytes: self.bytes,
             });
         }
@@ -511,7 +523,7 @@ mod tests {
     #[test]
     fn empty_events_that_would_decode_to_many_structs_are_refused() {
         let output = pb::EngineCoreOutput {
-            events: vec![pb::EngineCoreEvent::default(); 100_000],
+            events: vec![pb::EngineCoreEvent::default(); 40_000],
             ..Default::default()
         };
         let message = pb::Record {
@@ -534,7 +546,7 @@ mod tests {
         );
         // The estimate is an upper bound of what decoding takes.
         let roomy = DecodeLimits {
-            max_decoded_bytes: 100_000 * size_of::<pb::EngineCoreEvent>() + (64 << 10),
+            max_decoded_bytes: 40_000 * size_of::<pb::EngineCoreEvent>() + (64 << 10),
             ..DecodeLimits::default()
         };
         assert_eq!(check(&message, &roomy), Ok(()));

@@ -96,6 +96,17 @@ impl Buffered {
     }
 }
 
+/// Decodes one message of the ingest protocol as both transports do (gRPC's
+/// route and the ingest socket): scanned first ([`prescan::check`]), within
+/// `limits` and the protobuf share of the decode budget
+/// ([`crate::sources::budget`]), then decoded by prost.
+pub fn decode_message(bytes: &[u8], limits: &DecodeLimits) -> Incoming {
+    match prescan::check(bytes, limits) {
+        Ok(()) => decoded(pb::Record::decode(bytes)),
+        Err(refusal) => Incoming::Refused(refusal),
+    }
+}
+
 /// The codec of the route: protobuf, the decoder scanning first.
 struct IngestCodec {
     limits: DecodeLimits,
@@ -130,21 +141,13 @@ impl Decoder for IngestDecoder {
     fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<Incoming>, Status> {
         let length = buf.remaining();
         // tonic keeps a message in one contiguous buffer; copy only if not.
-        let refusal = if buf.chunk().len() == length {
-            prescan::check(buf.chunk(), &self.limits).err()
+        let incoming = if buf.chunk().len() == length {
+            decode_message(buf.chunk(), &self.limits)
         } else {
-            let whole = buf.copy_to_bytes(length);
-            let refusal = prescan::check(&whole, &self.limits).err();
-            if refusal.is_none() {
-                return Ok(Some(decoded(pb::Record::decode(whole))));
-            }
-            refusal
+            decode_message(&buf.copy_to_bytes(length), &self.limits)
         };
-        if let Some(refusal) = refusal {
-            buf.advance(buf.remaining());
-            return Ok(Some(Incoming::Refused(refusal)));
-        }
-        Ok(Some(decoded(pb::Record::decode(buf))))
+        buf.advance(buf.remaining());
+        Ok(Some(incoming))
     }
 }
 

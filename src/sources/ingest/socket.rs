@@ -34,14 +34,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use prost::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::Semaphore;
 
 use super::grpc::{describe_summary, IngestService, Summary};
-use super::prescan;
-use super::proto::pb;
+use super::server::{decode_message, Incoming};
 use crate::listen::ListenerLimits;
 
 /// A bound ingest socket: its listener, its path and the user it admits.
@@ -203,25 +201,24 @@ async fn read_connection(
                 break;
             };
             message += 1;
-            if let Err(why) = prescan::check(body, &service.decode_limits()) {
-                position += 1;
-                service.refused(
-                    position,
-                    &format!("ingest socket, connection {number}, message {message}: {why}"),
-                    &mut summary,
-                );
-            } else {
-                match pb::Record::decode(body) {
-                    Ok(record) => {
-                        service
-                            .apply_message(record, &mut position, &mut summary)
-                            .await
-                    }
-                    Err(e) => service.invalid(
-                        format!("ingest socket, connection {number}, message {message}: cannot decode it ({e})"),
-                        &mut summary,
-                    ),
+            match decode_message(body, &service.decode_limits()) {
+                Incoming::Record(record) => {
+                    service
+                        .apply_message(record, &mut position, &mut summary)
+                        .await
                 }
+                Incoming::Refused(why) => {
+                    position += 1;
+                    service.refused(
+                        position,
+                        &format!("ingest socket, connection {number}, message {message}: {why}"),
+                        &mut summary,
+                    );
+                }
+                Incoming::Undecodable(e) => service.invalid(
+                    format!("ingest socket, connection {number}, message {message}: cannot decode it ({e})"),
+                    &mut summary,
+                ),
             }
             start += 4 + length;
         }

@@ -16,6 +16,7 @@ use crate::protocol::{
     KvCacheEvictionEvent, KvFetchStages, OutputBatch, PerfStats, PreemptionReason, PrefillStats,
     SchedulerStats, SpecDecodingStats,
 };
+use crate::sources::budget;
 
 /// Fields of `EngineCoreOutputs` the decoder reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -176,18 +177,52 @@ pub struct Frame {
     pub batch: OutputBatch,
     /// The step's scheduler stats, when the engine logs stats.
     pub scheduler_stats: Option<SchedulerStats>,
+    /// The outputs left out, each with why (`outputs[i]: ...`): an output
+    /// whose value is whole but not one vLLM sends (no request id, an
+    /// unknown event type) is rejected alone; the others are applied.
+    pub skipped: Vec<MsgpackError>,
 }
+
+/// The bounds a frame is decoded within, besides its memory budget
+/// ([`crate::sources::budget`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FrameLimits {
+    /// Most outputs in one frame (`--max-outputs-per-batch`, as for an
+    /// `outputs` record).
+    pub max_outputs: usize,
+}
+
+impl Default for FrameLimits {
+    fn default() -> Self {
+        FrameLimits {
+            max_outputs: 16_384,
+        }
+    }
+}
+
+/// The fewest bytes an `EngineCoreOutput` that decodes takes: an array
+/// holding a one-character request id (`[\"x\"]`).
+const MIN_OUTPUT_BYTES: u64 = 3;
+/// The fewest bytes an `EngineCoreEvent` that decodes takes: `{"type": 1}`.
+const MIN_EVENT_BYTES: u64 = 7;
 
 type Result<T> = std::result::Result<T, MsgpackError>;
 
-/// Decodes one frame sent at `sent_at` (wall clock, seconds).
+/// Decodes one frame sent at `sent_at` (wall clock, seconds), within
+/// `limits` and the frame's memory budget (2 × its size + 1 MiB: see
+/// [`crate::sources::budget`]), charged before each allocation.
 pub fn decode(
     bytes: &[u8],
     layout: &Layout,
     setup: EngineSetup<'_>,
     sent_at: f64,
+    limits: &FrameLimits,
 ) -> Result<Frame> {
-    let mut r = Reader::new(bytes);
+    let mut r = Reader::with_budget(
+        bytes,
+        budget::share(bytes.len(), budget::FRAME_PER_BYTE, budget::FRAME_BASE),
+    );
     let fields = r.array()?;
     if fields > layout.outputs.len() {
         return Err(r.error(format!(
@@ -202,18 +237,38 @@ pub fn decode(
         outputs: Vec::new(),
     };
     let mut stats = None;
+    let mut skipped = Vec::new();
     for field in &layout.outputs[..fields] {
         match field {
             OutputsField::EngineIndex => {
                 batch.engine = count_u32(&mut r).map_err(|e| e.within("engine_index"))?;
             }
             OutputsField::Outputs => {
-                let n = r.array()?;
+                let n = r.array_of(MIN_OUTPUT_BYTES)?;
+                if n > limits.max_outputs {
+                    return Err(r.error(format!(
+                        "{n} outputs in one frame, more than {} (--max-outputs-per-batch)",
+                        limits.max_outputs
+                    )));
+                }
+                r.charge_for::<EngineCoreOutput>(n)?;
                 batch.outputs.reserve_exact(n);
                 for i in 0..n {
-                    let output =
-                        output(&mut r, layout).map_err(|e| e.within(&format!("outputs[{i}]")))?;
-                    batch.outputs.push(output);
+                    let start = r.offset();
+                    match output(&mut r, layout) {
+                        Ok(output) => batch.outputs.push(output),
+                        // A value that is whole is left out alone; one
+                        // that is not (or a frame past its budget) cannot
+                        // be read on.
+                        Err(e) if !r.over_budget() => {
+                            let e = e.within(&format!("outputs[{i}]"));
+                            r.seek(start);
+                            r.skip().map_err(|_| e.clone())?;
+                            r.charge(std::mem::size_of::<MsgpackError>() + e.what.len())?;
+                            skipped.push(e);
+                        }
+                        Err(e) => return Err(e.within(&format!("outputs[{i}]"))),
+                    }
                 }
             }
             OutputsField::SchedulerStats => {
@@ -237,6 +292,7 @@ pub fn decode(
     Ok(Frame {
         batch,
         scheduler_stats: stats,
+        skipped,
     })
 }
 
@@ -251,9 +307,14 @@ fn output(r: &mut Reader<'_>, layout: &Layout) -> Result<EngineCoreOutput> {
     let mut out = EngineCoreOutput::default();
     for field in &layout.output[..fields] {
         match field {
-            OutputField::RequestId => out.request_id = r.str()?.to_owned(),
+            OutputField::RequestId => {
+                let id = r.str()?;
+                r.charge(id.len())?;
+                out.request_id = id.to_owned();
+            }
             OutputField::NewTokenIds => {
                 let n = r.array()?;
+                r.charge_for::<u32>(n)?;
                 out.new_token_ids.reserve_exact(n);
                 for _ in 0..n {
                     // Only their number is used; an id beyond u32 is kept
@@ -278,7 +339,8 @@ fn output(r: &mut Reader<'_>, layout: &Layout) -> Result<EngineCoreOutput> {
             }
             OutputField::Events => {
                 if !r.nil()? {
-                    let n = r.array()?;
+                    let n = r.array_of(MIN_EVENT_BYTES)?;
+                    r.charge_for::<EngineCoreEvent>(n)?;
                     out.events.reserve_exact(n);
                     for _ in 0..n {
                         out.events.push(event(r)?);
@@ -415,10 +477,13 @@ fn cache_stats(r: &mut Reader<'_>) -> Result<(u64, u64, Option<ExternalHitsBySou
                     match source {
                         // The local prefix cache: prefix_cache_hits already.
                         "device" => {}
-                        "host" => split.host += tokens,
-                        "p2p" => split.p2p += tokens,
-                        "disk" => split.disk += tokens,
-                        _ => split.external_unspecified += tokens,
+                        "host" => split.host = split.host.saturating_add(tokens),
+                        "p2p" => split.p2p = split.p2p.saturating_add(tokens),
+                        "disk" => split.disk = split.disk.saturating_add(tokens),
+                        _ => {
+                            split.external_unspecified =
+                                split.external_unspecified.saturating_add(tokens)
+                        }
                     }
                     Ok(true)
                 })?;
@@ -438,6 +503,7 @@ fn scheduler_stats(
     setup: EngineSetup<'_>,
     sent_at: f64,
 ) -> Result<SchedulerStats> {
+    r.charge(setup.model_name.len())?;
     let mut s = SchedulerStats {
         model_name: setup.model_name.to_owned(),
         received_at: Some(sent_at),
@@ -483,6 +549,8 @@ fn scheduler_stats(
             }
             "kv_cache_eviction_events" => {
                 let n = r.array()?;
+                r.charge_for::<KvCacheEvictionEvent>(n)?;
+                s.kv_cache_eviction_events.reserve_exact(n);
                 for _ in 0..n {
                     let mut e = KvCacheEvictionEvent::default();
                     map_fields(r, |key, r| {
@@ -491,6 +559,8 @@ fn scheduler_stats(
                             "idle_seconds" => e.idle_seconds = r.float()?,
                             "reuse_gaps_seconds" => {
                                 let gaps = r.array()?;
+                                r.charge_for::<f64>(gaps)?;
+                                e.reuse_gaps_seconds.reserve_exact(gaps);
                                 for _ in 0..gaps {
                                     e.reuse_gaps_seconds.push(r.float()?);
                                 }
@@ -527,6 +597,8 @@ fn scheduler_stats(
                             "num_accepted_tokens" => d.num_accepted_tokens = r.count()?,
                             "num_accepted_tokens_per_pos" => {
                                 let n = r.array()?;
+                                r.charge_for::<u64>(n)?;
+                                d.num_accepted_tokens_per_pos.reserve_exact(n);
                                 for _ in 0..n {
                                     d.num_accepted_tokens_per_pos.push(r.count()?);
                                 }
@@ -539,12 +611,16 @@ fn scheduler_stats(
                 }
             }
             "running_lora_adapters" | "waiting_lora_adapters" => {
-                let mut names = Vec::new();
-                map_fields(r, |name, r| {
+                // vLLM's `dict[str, int]`: the names are kept, the counts not.
+                let n = r.map()?;
+                r.charge_for::<String>(n)?;
+                let mut names = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let name = r.str()?;
                     r.skip()?;
+                    r.charge(name.len())?;
                     names.push(name.to_owned());
-                    Ok(true)
-                })?;
+                }
                 if setup.lora_enabled {
                     if key == "running_lora_adapters" {
                         s.running_lora_adapters = Some(names);

@@ -18,7 +18,7 @@
 mod frame;
 mod msgpack;
 
-pub use frame::{decode, EngineSetup, Frame, Layout, LayoutError, REQUIRED_FIELDS};
+pub use frame::{decode, EngineSetup, Frame, FrameLimits, Layout, LayoutError, REQUIRED_FIELDS};
 pub use msgpack::MsgpackError;
 
 use crate::protocol::Record;
@@ -77,9 +77,11 @@ impl<'a> Chunk<'a> {
 
     /// Each frame's records in order (its outputs, then its scheduler
     /// stats), or why that frame cannot be read. Call [`Chunk::check`] first.
+    /// Frames are decoded one at a time, as the iterator is advanced, each
+    /// within `limits` and its own memory budget.
     ///
     /// ```
-    /// use vllm_otel_metrics::sources::tap::{Chunk, EngineSetup, Layout};
+    /// use vllm_otel_metrics::sources::tap::{Chunk, EngineSetup, FrameLimits, Layout};
     /// let layout = Layout::new(
     ///     &["engine_index", "outputs", "scheduler_stats", "timestamp"],
     ///     &["request_id", "new_token_ids", "finish_reason", "events"],
@@ -92,14 +94,15 @@ impl<'a> Chunk<'a> {
     ///     frames: &frame, frame_lengths: &[frame.len() as u32], sent_at: &[100.0],
     /// };
     /// chunk.check().unwrap();
-    /// let frames: Vec<_> = chunk.frames(&layout).collect();
-    /// let records = frames[0].as_ref().unwrap();
-    /// assert_eq!(records.len(), 1);
+    /// let frames: Vec<_> = chunk.frames(&layout, &FrameLimits::default()).collect();
+    /// let decoded = frames[0].as_ref().unwrap();
+    /// assert_eq!((decoded.records.len(), decoded.skipped.len()), (1, 0));
     /// ```
     pub fn frames<'l>(
         &self,
         layout: &'l Layout,
-    ) -> impl Iterator<Item = Result<Vec<Record>, TapError>> + use<'a, 'l> {
+        limits: &'l FrameLimits,
+    ) -> impl Iterator<Item = Result<FrameRecords, TapError>> + use<'a, 'l> {
         let chunk = *self;
         let mut start = 0usize;
         chunk
@@ -111,13 +114,12 @@ impl<'a> Chunk<'a> {
                 let len = len as usize;
                 let bytes = &chunk.frames[start..start + len];
                 start += len;
-                let frame = decode(bytes, layout, chunk.setup, sent_at).map_err(|source| {
-                    TapError::Frame {
-                        index: i + 1,
-                        len,
-                        source,
-                    }
-                })?;
+                let located = |source| TapError::Frame {
+                    index: i + 1,
+                    len,
+                    source,
+                };
+                let frame = decode(bytes, layout, chunk.setup, sent_at, limits).map_err(located)?;
                 let mut records = Vec::with_capacity(2);
                 // A utility call's answer carries no outputs: no batch.
                 if !frame.batch.outputs.is_empty() {
@@ -126,7 +128,19 @@ impl<'a> Chunk<'a> {
                 if let Some(stats) = frame.scheduler_stats {
                     records.push(Record::SchedulerStats(Box::new(stats)));
                 }
-                Ok(records)
+                Ok(FrameRecords {
+                    records,
+                    skipped: frame.skipped.into_iter().map(located).collect(),
+                })
             })
     }
+}
+
+/// What one frame of a chunk became.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FrameRecords {
+    /// Its records: the outputs, then the scheduler stats.
+    pub records: Vec<Record>,
+    /// The outputs left out of them, each with its place and why.
+    pub skipped: Vec<TapError>,
 }

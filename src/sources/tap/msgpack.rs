@@ -49,18 +49,73 @@ pub(crate) enum Kind {
     Ext,
 }
 
-/// A cursor over one MessagePack buffer.
+/// A cursor over one MessagePack buffer, with the memory budget of what is
+/// decoded from it: a decoder [`Reader::charge`]s what it is about to
+/// allocate, before it allocates it.
 #[derive(Debug, Clone)]
 pub(crate) struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
+    /// Bytes the decoder may still allocate.
+    budget: usize,
+    /// The budget it started with.
+    limit: usize,
+    /// Set once a charge failed: the rest of the buffer is not decoded.
+    over_budget: bool,
 }
 
 type Result<T> = std::result::Result<T, MsgpackError>;
 
 impl<'a> Reader<'a> {
+    /// A reader of `buf` with no memory to allocate.
+    #[cfg(test)]
     pub(crate) fn new(buf: &'a [u8]) -> Self {
-        Reader { buf, pos: 0 }
+        Reader::with_budget(buf, 0)
+    }
+
+    /// A reader of `buf` whose decoder may allocate `budget` bytes.
+    pub(crate) fn with_budget(buf: &'a [u8], budget: usize) -> Self {
+        Reader {
+            buf,
+            pos: 0,
+            budget,
+            limit: budget,
+            over_budget: false,
+        }
+    }
+
+    /// Takes `bytes` of the budget before they are allocated, or fails
+    /// (and stays failed: [`Reader::over_budget`]).
+    pub(crate) fn charge(&mut self, bytes: usize) -> Result<()> {
+        match self.budget.checked_sub(bytes) {
+            Some(left) if !self.over_budget => {
+                self.budget = left;
+                Ok(())
+            }
+            _ => {
+                self.over_budget = true;
+                Err(self.error(format!(
+                    "decoding the frame would take more than {} bytes of memory ({} bytes of frame)",
+                    self.limit,
+                    self.buf.len()
+                )))
+            }
+        }
+    }
+
+    /// [`Reader::charge`]s room for `n` values of `T`.
+    pub(crate) fn charge_for<T>(&mut self, n: usize) -> Result<()> {
+        self.charge(n.saturating_mul(std::mem::size_of::<T>()))
+    }
+
+    /// Whether a charge failed.
+    pub(crate) fn over_budget(&self) -> bool {
+        self.over_budget
+    }
+
+    /// Goes back to `offset` (one the reader has been at).
+    pub(crate) fn seek(&mut self, offset: usize) {
+        self.pos = offset.min(self.buf.len());
     }
 
     /// Bytes read so far.
@@ -152,6 +207,13 @@ impl<'a> Reader<'a> {
 
     /// An array's length.
     pub(crate) fn array(&mut self) -> Result<usize> {
+        self.array_of(1)
+    }
+
+    /// The length of an array whose elements take at least `min` bytes
+    /// each: a claimed length that the bytes left cannot hold fails before
+    /// anything is reserved for it.
+    pub(crate) fn array_of(&mut self, min: u64) -> Result<usize> {
         let at = self.pos;
         let n = match self.byte()? {
             b @ 0x90..=0x9f => u64::from(b & 0x0f),
@@ -162,7 +224,7 @@ impl<'a> Reader<'a> {
                 return Err(self.error(format!("expected an array, found {}", describe(b))));
             }
         };
-        self.fits(n, 1)
+        self.fits(n, min)
     }
 
     /// A map's length (pairs).

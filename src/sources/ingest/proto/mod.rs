@@ -194,12 +194,13 @@ fn output_to_proto(o: &EngineCoreOutput) -> pb::EngineCoreOutput {
 
 fn iteration_stats_from_proto(
     mut s: pb::IterationStats,
-) -> Result<IterationStats, ConversionError> {
+    skipped: &mut Vec<ConversionError>,
+) -> IterationStats {
     let prompt = PromptTokenStats::from_wire(s.prompt_token_stats.take().unwrap_or_default());
     let finished_requests = std::mem::take(&mut s.finished_requests)
         .into_iter()
         .enumerate()
-        .map(|(index, r)| {
+        .filter_map(|(index, r)| {
             let finish_reason = required_enum::<pb::FinishReason, _>(
                 r.finish_reason,
                 ConversionError::MissingFinishReason,
@@ -209,13 +210,19 @@ fn iteration_stats_from_proto(
                 index,
                 request_id: shown(&r.request_id),
                 source: Box::new(source),
-            })?;
-            Ok(FinishedRequest::from_wire_with(r, finish_reason))
+            });
+            match finish_reason {
+                Ok(reason) => Some(FinishedRequest::from_wire_with(r, reason)),
+                Err(e) => {
+                    skipped.push(e);
+                    None
+                }
+            }
         })
-        .collect::<Result<_, ConversionError>>()?;
+        .collect();
     // `received_at` stays absent when the sender left it out: the tracker
     // takes the clock when it applies the record.
-    Ok(IterationStats::from_wire_with(s, prompt, finished_requests))
+    IterationStats::from_wire_with(s, prompt, finished_requests)
 }
 
 fn iteration_stats_to_proto(s: &IterationStats) -> pb::IterationStats {
@@ -238,7 +245,26 @@ fn scheduler_stats_from_proto(s: pb::SchedulerStats, now: f64) -> SchedulerStats
 
 /// Converts a wire record; `now` (the server's wall clock) fills receive
 /// times the sender left out. Every number is then checked like a JSONL line.
+/// Strict: a record with one part that does not convert (an output, a
+/// finished request) is an error; the server uses [`record_from_proto_parts`].
 pub fn record_from_proto(record: pb::Record, now: f64) -> Result<Record, ConversionError> {
+    let mut skipped = Vec::new();
+    let record = record_from_proto_parts(record, now, &mut skipped)?;
+    match skipped.into_iter().next() {
+        Some(first) => Err(first),
+        None => Ok(record),
+    }
+}
+
+/// [`record_from_proto`], leaving out each part of the record that does not
+/// convert (an output of an `outputs` record, a finished request of an
+/// `iteration_stats` record) and pushing why onto `skipped`: one bad part
+/// does not cost the other requests of the engine step their samples.
+pub fn record_from_proto_parts(
+    record: pb::Record,
+    now: f64,
+    skipped: &mut Vec<ConversionError>,
+) -> Result<Record, ConversionError> {
     use pb::record::Record as R;
     let record = match record.record.ok_or(ConversionError::Empty)? {
         R::Request(mut r) => {
@@ -262,8 +288,14 @@ pub fn record_from_proto(record: pb::Record, now: f64) -> Result<Record, Convers
             let received_at = b.received_at.unwrap_or(now);
             let outputs = std::mem::take(&mut b.outputs)
                 .into_iter()
-                .map(output_from_proto)
-                .collect::<Result<_, _>>()?;
+                .filter_map(|o| match output_from_proto(o) {
+                    Ok(output) => Some(output),
+                    Err(e) => {
+                        skipped.push(e);
+                        None
+                    }
+                })
+                .collect();
             Record::Outputs(OutputBatch::from_wire_with(b, received_at, outputs))
         }
         R::Abort(a) => Record::Abort(Abort {
@@ -286,7 +318,9 @@ pub fn record_from_proto(record: pb::Record, now: f64) -> Result<Record, Convers
             )?;
             Record::Operation(Operation::from_wire_with(o, operation))
         }
-        R::IterationStats(s) => Record::IterationStats(Box::new(iteration_stats_from_proto(s)?)),
+        R::IterationStats(s) => {
+            Record::IterationStats(Box::new(iteration_stats_from_proto(s, skipped)))
+        }
         R::PluginDrops(d) => Record::PluginDrops(PluginDrops::from_wire(d)),
         // The server opens a batch before converting its records.
         R::Batch(_) => return Err(ConversionError::NestedBatch),

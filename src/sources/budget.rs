@@ -1,0 +1,53 @@
+//! One decode budget for every input, whatever its transport or kind: a
+//! message, line or frame of `N` bytes may raise the process's heap by at
+//! most [`bound`]`(N)` = 4 × `N` + 8 MiB while it is decoded and applied
+//! (docs/OPERATIONS.md, "What one input may cost").
+//!
+//! The bound is enforced where memory is taken, in shares:
+//!
+//! - protobuf (gRPC and the ingest socket): the scan
+//!   ([`prescan`](crate::sources::ingest::prescan)) refuses a message whose
+//!   decoding it estimates above [`PROTOBUF_PER_BYTE`] × `N` +
+//!   [`PROTOBUF_BASE`] before prost decodes it; the conversion into records
+//!   moves what was decoded, one record at a time;
+//! - engine-core frames (inside a protobuf message): each frame of `F`
+//!   bytes is decoded against [`FRAME_PER_BYTE`] × `F` + [`FRAME_BASE`],
+//!   charged before each allocation, one frame at a time; its outputs are
+//!   counted against `--max-outputs-per-batch` too;
+//! - what the tracker returns (a rejection per output it cannot apply) is
+//!   bounded by the outputs of one batch.
+//!
+//! The shares add up below the bound with room to spare: the message's own
+//! bytes as decoded (`N`), one frame's budget (`2F + 1 MiB`, `F ≤ N`), and the
+//! rejections of one batch (at most `--max-outputs-per-batch` of them, about
+//! 2 MiB at the default). `tests/decode_budget.rs` measures the heap of
+//! thousands of hostile inputs against [`bound`].
+
+/// What the heap may grow by per input byte.
+pub const PER_BYTE: usize = 4;
+/// What the heap may grow by for any input, however small.
+pub const BASE: usize = 8 << 20;
+
+/// The most one input of `input_bytes` may raise the heap by.
+///
+/// ```
+/// use vllm_otel_metrics::sources::budget;
+/// assert_eq!(budget::bound(1 << 20), (4 << 20) + (8 << 20));
+/// ```
+pub const fn bound(input_bytes: usize) -> usize {
+    input_bytes.saturating_mul(PER_BYTE).saturating_add(BASE)
+}
+
+/// The protobuf decode's share, per message byte.
+pub const PROTOBUF_PER_BYTE: usize = 2;
+/// The protobuf decode's share for any message.
+pub const PROTOBUF_BASE: usize = 2 << 20;
+/// One engine-core frame's share, per frame byte.
+pub const FRAME_PER_BYTE: usize = 2;
+/// One engine-core frame's share for any frame.
+pub const FRAME_BASE: usize = 1 << 20;
+
+/// The share of `bytes` at `per_byte` and `base`.
+pub(crate) const fn share(bytes: usize, per_byte: usize, base: usize) -> usize {
+    bytes.saturating_mul(per_byte).saturating_add(base)
+}
