@@ -264,3 +264,72 @@ def test_an_ingest_socket_path_too_long_for_a_socket(tmp_path):
     with pytest.raises(config.ConfigError) as e:
         config.from_env({"VLLM_OTEL_METRICS_SOCKET": "s.sock", "XDG_RUNTIME_DIR": str(tmp_path)})
     assert str(e.value) == "VLLM_OTEL_METRICS_SOCKET='s.sock' is not an absolute path"
+
+
+def test_a_started_sidecar_listens_on_tcp_only_when_asked(tmp_path):
+    """Before: a started sidecar always listened on the target's TCP port
+    (127.0.0.1:50051 by default), where any local user could write records
+    without a credential, though the plugin streams over its socket. After:
+    on its socket (and /metrics) only, unless VLLM_OTEL_METRICS_TARGET is
+    set (its address, as before), VLLM_OTEL_METRICS_INGEST_ADDR asks for a
+    listener, or the plugin itself streams over TCP (no socket)."""
+    env = {"XDG_RUNTIME_DIR": str(tmp_path)}
+    private = tmp_path / "vllm-otel-metrics"
+    sidecar = config.from_env(env).sidecar
+    assert (sidecar.ingest_addr, sidecar.ingest_socket) == (
+        None,
+        str(private / "ingest-50051.sock"),
+    )
+    for asked, listener in [
+        ("localhost:6001", "127.0.0.1:6001"),
+        ("0.0.0.0:6001", "0.0.0.0:6001"),
+        ("[::1]:6001", "[::1]:6001"),
+    ]:
+        sidecar = config.from_env({**env, "VLLM_OTEL_METRICS_INGEST_ADDR": asked}).sidecar
+        assert (sidecar.ingest_addr, sidecar.ingest_socket) == (
+            listener,
+            str(private / "ingest-50051.sock"),
+        )
+    target = {**env, "VLLM_OTEL_METRICS_TARGET": "http://localhost:6000"}
+    assert config.from_env(target).sidecar.ingest_addr == "127.0.0.1:6000"
+    # Streaming over gRPC to the target's port: the sidecar listens there.
+    tcp = config.from_env({**env, "VLLM_OTEL_METRICS_SOCKET": "none"}).sidecar
+    assert (tcp.ingest_addr, tcp.ingest_socket) == ("127.0.0.1:50051", None)
+
+
+@pytest.mark.parametrize(
+    "env,message",
+    [
+        (
+            {
+                "VLLM_OTEL_METRICS_INGEST_ADDR": "127.0.0.1:1",
+                "VLLM_OTEL_METRICS_TARGET": "http://127.0.0.1:2",
+            },
+            "VLLM_OTEL_METRICS_INGEST_ADDR and VLLM_OTEL_METRICS_TARGET are both set: with a "
+            "target, the started sidecar listens on the target's address; unset one of them",
+        ),
+        (
+            {"VLLM_OTEL_METRICS_INGEST_ADDR": "127.0.0.1:1", "VLLM_OTEL_METRICS_SOCKET": "none"},
+            "VLLM_OTEL_METRICS_INGEST_ADDR is set with VLLM_OTEL_METRICS_SOCKET=none: the plugin "
+            "then streams over TCP to the target's port; set VLLM_OTEL_METRICS_TARGET instead",
+        ),
+        *[
+            (
+                {"VLLM_OTEL_METRICS_INGEST_ADDR": bad},
+                f"VLLM_OTEL_METRICS_INGEST_ADDR={bad!r} is not IP:PORT ([IPv6]:PORT for IPv6) "
+                "with a port from 1 to 65535",
+            )
+            for bad in (
+                "sidecar.internal:1",
+                "127.0.0.1",
+                "127.0.0.1:0",
+                "::1:5",
+                "127.0.0.1:65536",
+            )
+        ],
+    ],
+)
+def test_a_tcp_listener_asked_for_wrongly_names_its_variable(tmp_path, env, message):
+    with pytest.raises(config.ConfigError) as e:
+        config.from_env({"XDG_RUNTIME_DIR": str(tmp_path), **env})
+    assert str(e.value) == message

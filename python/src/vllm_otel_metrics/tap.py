@@ -422,7 +422,7 @@ class Tap:
             model_name,
             version,
             os.getpid(),
-            settings.address,
+            (settings.sidecar and settings.sidecar.ingest_socket) or settings.address,
         )
         return tap
 
