@@ -1,7 +1,9 @@
 """The engine-core tap's hooks and its records, on a stand-in engine core
 (the live test, tests/vllm_live.rs, runs it inside vLLM's own)."""
 
+import gc
 import types
+import weakref
 
 import pytest
 
@@ -106,18 +108,117 @@ def test_frames_are_bounded_in_bytes_too():
     assert len(engine.calls) == 4
 
 
+def test_the_queue_keeps_no_reference_to_the_request():
+    """Before: add_request queued vLLM's Request itself (its prompt token
+    ids, its multimodal inputs), read on the streaming thread: while the
+    sidecar was down, up to VLLM_OTEL_METRICS_QUEUE requests stayed alive
+    in the engine core. After: the few fields the record needs, copied."""
+
+    class Params:
+        def __init__(self):
+            self.max_tokens, self.n, self.stop = 32, 2, ["###"]
+
+    class Request:
+        def __init__(self, request_id):
+            self.request_id = request_id
+            self.arrival_time = 1700000000.0
+            self.num_prompt_tokens = 7
+            self.prompt_token_ids = list(range(7))
+            self.sampling_params = Params()
+            self.trace_headers = {"traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01"}
+
+    t = make_tap()
+    engine = StandInEngine()
+    t._hook(engine)
+    request = Request("r1")
+    inner = (
+        request,
+        request.sampling_params,
+        request.prompt_token_ids,
+        request.sampling_params.stop,
+        request.trace_headers,
+    )
+    engine.add_request(request, 1)
+    (item,) = t.streamer.queue
+    assert not [o for o in gc.get_referents(item) if any(o is x for x in inner)]
+    alive = [weakref.ref(request), weakref.ref(request.sampling_params)]
+    del request, inner
+    gc.collect()
+    assert [ref() for ref in alive] == [None, None]
+    # What the queue holds still makes the request's record.
+    assert engine.calls == [("add", "r1", 1)]
+    (record,) = parsed(t._to_records(list(t.streamer.queue)))
+    assert record.request == convert.messages().RequestStarted(
+        request_id="r1",
+        model_name="tiny",
+        arrival_time=1700000000.0,
+        prompt_len=7,
+        max_tokens=32,
+        n=2,
+        stop_strings=True,
+        traceparent="00-" + "a" * 32 + "-" + "b" * 16 + "-01",
+    )
+
+
+def test_a_vllm_request_is_copied_not_kept():
+    """The same with vLLM's own Request (vLLM 0.33.0), as its input thread
+    makes it from an EngineCoreRequest: the prompt's token ids die with it."""
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.engine import EngineCoreRequest
+    from vllm.v1.request import Request
+
+    core_request = EngineCoreRequest(
+        request_id="cmpl-1",
+        prompt_token_ids=list(range(512)),
+        mm_features=None,
+        sampling_params=SamplingParams(max_tokens=128),
+        pooling_params=None,
+        arrival_time=1700000000.5,
+        lora_request=None,
+        cache_salt=None,
+        data_parallel_rank=None,
+    )
+    request = Request.from_engine_core_request(core_request, None)
+    t = make_tap()
+    engine = StandInEngine()
+    t._hook(engine)
+    engine.add_request(request)
+    alive = weakref.ref(request)
+    del request, core_request
+    gc.collect()
+    assert alive() is None
+    (record,) = parsed(t._to_records(list(t.streamer.queue)))
+    assert (
+        record.request.request_id,
+        record.request.arrival_time,
+        record.request.prompt_len,
+        record.request.max_tokens,
+        record.request.n,
+        record.request.stop_strings,
+    ) == ("cmpl-1", 1700000000.5, 512, 128, 1, False)
+
+
 def test_a_request_that_cannot_be_read_is_counted_and_the_rest_is_sent():
     """Before: one request the tap could not read made the whole drain
     (every frame of a second of steps) one "cannot convert" traceback.
-    After: that request alone is counted; the rest goes out."""
+    After: that request alone is counted; the rest goes out. One whose
+    fields cannot be read in add_request is counted too, and vLLM's own
+    add_request runs all the same."""
     t = make_tap()
-    broken = types.SimpleNamespace(arrival_time=1.0)  # no request_id
-    records = t._to_records(
-        [(1.0, b"\x90"), tap.Started(2.0, broken), tap.Started(3.0, request("r2"))]
-    )
-    assert type(records[1]) is convert.Unconvertible
-    assert records[1].kind == "request"
-    kinds = [r.WhichOneof("record") for r in parsed([records[0], records[2]])]
+    engine = StandInEngine()
+    t._hook(engine)
+    # Sampling parameters without max_tokens: add_request cannot copy them.
+    engine.add_request(types.SimpleNamespace(request_id="r0", sampling_params=object()))
+    assert engine.calls == [("add", "r0", 0)]
+    (unreadable,) = t.streamer.queue
+    odd = tap.started(2.0, request("r1"))
+    odd.arrival_time = "soon"
+    records = t._to_records([(1.0, b"\x90"), unreadable, odd, tap.started(3.0, request("r2"))])
+    assert [(r.kind, r.error) for r in records[1:3]] == [
+        ("request", "AttributeError: 'object' object has no attribute 'max_tokens'"),
+        ("request", "ValueError: could not convert string to float: 'soon'"),
+    ]
+    kinds = [r.WhichOneof("record") for r in parsed([records[0], records[3]])]
     assert kinds == ["frames", "request"]
 
 
@@ -125,7 +226,7 @@ def test_records_keep_the_order_and_join_consecutive_frames():
     t = make_tap()
     pb = convert.messages()
     items = [
-        tap.Started(
+        tap.started(
             5.0,
             request(
                 "r1",
@@ -275,8 +376,8 @@ def test_frames_records_go_alone_the_rest_batched_in_order():
     t = make_tap()
     records = t._to_records(
         [
-            tap.Started(1.0, request("r1")),
-            tap.Started(1.0, request("r2")),
+            tap.started(1.0, request("r1")),
+            tap.started(1.0, request("r2")),
             (2.0, b"\x90"),
             tap.Aborted(3.0, ["r1"]),
             (4.0, b"\x90"),
