@@ -2,12 +2,13 @@
 (the live test, tests/vllm_live.rs, runs it inside vLLM's own)."""
 
 import gc
+import threading
 import types
 import weakref
 
 import pytest
 
-from vllm_otel_metrics import config, convert, tap
+from vllm_otel_metrics import config, convert, stream, tap
 
 
 class StandInEngine:
@@ -94,7 +95,8 @@ def test_frames_are_bounded_in_bytes_too():
     """Before: only the number of queued items was bounded, so large steps
     (a batch of long outputs) could queue without limit in bytes. After:
     VLLM_OTEL_METRICS_QUEUE_BYTES bounds the frames' bytes as well, counted
-    lock-free: in by the output hook, out by the streaming thread."""
+    lock-free: in by the output hook, out by the streaming thread once it
+    lets a frame go (not when it drains it: test_frames_held_anywhere_...)."""
     t = make_tap(queue=100, queue_bytes=10)
     engine = StandInEngine()
     t._hook(engine)
@@ -102,10 +104,67 @@ def test_frames_are_bounded_in_bytes_too():
         engine._send_msg_tracking_payload("sock", [b"\x90" * 4])
     assert [len(frame) for _at, frame in t.streamer.queue] == [4, 4]
     assert t.streamer.dropped_frames == 1
-    assert len(t.streamer._drain()) == 2
+    drained = t.streamer._drain()
+    assert len(drained) == 2
+    # Drained, the frames are still held: no room yet.
     engine._send_msg_tracking_payload("sock", [b"\x90" * 4])
-    assert (len(t.streamer.queue), t.streamer.dropped_frames) == (1, 1)
-    assert len(engine.calls) == 4
+    assert (len(t.streamer.queue), t.streamer.dropped_frames, t.streamer.held_bytes) == (0, 2, 8)
+    (chunk,) = t._to_records(drained)
+    assert chunk.frame_bytes == 8
+    t.streamer._let_go(chunk)
+    engine._send_msg_tracking_payload("sock", [b"\x90" * 4])
+    assert (len(t.streamer.queue), t.streamer.dropped_frames, t.streamer.held_bytes) == (1, 2, 4)
+    assert len(engine.calls) == 5
+
+
+def test_frames_held_anywhere_count_against_one_byte_bound():
+    """Before: frames counted against VLLM_OTEL_METRICS_QUEUE_BYTES only
+    while queued; drained, converted, waiting to be sent and kept in the
+    resend window (64 chunks of up to 512 KiB: 32 MiB beside the default
+    64 MiB) they counted against nothing. After: until the streamer lets
+    them go, so the bound holds over all of them, and the resend window
+    keeps at most half of it."""
+    bound, size = 8000, 1000
+    t = make_tap(queue=1000, queue_bytes=bound)
+    engine = StandInEngine()
+    t._hook(engine)
+    streamer = t.streamer
+    pb = convert.messages()
+    handed = streamer._handed()
+    requests = streamer._requests(pb, threading.Event(), handed, threading.Lock())
+
+    def held():
+        """Counted here, independently of the streamer's counters."""
+        queued = sum(len(item[1]) for item in streamer.queue if type(item) is tuple)
+        waiting = sum(r.frame_bytes for r in streamer._unsent if type(r) is stream.Raw)
+        kept = sum(r.frame_bytes for r in handed.last if type(r) is stream.Raw)
+        return queued + waiting + kept
+
+    # The sidecar reads: each step's frame goes out as a chunk of its own.
+    for _ in range(20):
+        engine._send_msg_tracking_payload("sock", [b"\x90" * size])
+        next(requests)
+        assert held() == streamer.held_bytes <= bound
+    assert (handed.count, len(handed.last), handed.bytes) == (20, 4, 4000)
+    assert streamer.dropped_frames == 0
+    # The sidecar stops reading, the resend window full: the queue takes
+    # what the window leaves of the bound, and no more.
+    for _ in range(10):
+        engine._send_msg_tracking_payload("sock", [b"\x90" * size])
+    assert (len(streamer.queue), streamer.dropped_frames) == (4, 6)
+    assert held() == streamer.held_bytes == bound
+    # A shutting-down sidecar read all but the last two chunks: they are
+    # sent again (still held), the others in the window are let go.
+    assert streamer._send_unread_again(handed, 18) == 2
+    assert streamer.held_bytes == 4 * size + 2 * size
+    # The next call sends everything (the two chunks again, the four queued
+    # frames as one chunk, the drops record), and the sidecar reads it all.
+    streamer._stop.set()
+    again = streamer._handed()
+    list(streamer._requests(pb, threading.Event(), again, threading.Lock()))
+    assert (again.count, len(streamer.queue), len(streamer._unsent)) == (4, 0, 0)
+    assert streamer._send_unread_again(again, again.count) == 0
+    assert streamer.held_bytes == 0
 
 
 def test_the_queue_keeps_no_reference_to_the_request():

@@ -22,9 +22,11 @@ plugin is configured with environment variables:
   4096): for the stat-logger plugin, records (an engine step makes up to
   two); for the engine-core tap, queued items (a step's frame, a new
   request, an abort); beyond it records are dropped and counted;
-- ``VLLM_OTEL_METRICS_QUEUE_BYTES``: the most bytes of the engine-core tap's
-  frames waiting to be sent (default 64 MiB); beyond it frames are dropped
-  and counted (the stat-logger plugin queues vLLM's objects, not bytes);
+- ``VLLM_OTEL_METRICS_QUEUE_BYTES``: the most bytes of vLLM's frames the
+  engine-core tap holds (default 64 MiB): queued, converted and waiting to
+  be sent, and kept to be sent again after a sidecar's shutdown (at most
+  half of it); beyond it frames are dropped and counted (the stat-logger
+  plugin queues vLLM's objects, not bytes);
 - ``VLLM_OTEL_METRICS_SIDECAR``: ``auto`` (default) starts and supervises
   ``vllm-otel-metrics serve`` when the target is an ``http://`` loopback
   address and no sidecar of this user answers (:mod:`.sidecar`); ``off``
@@ -130,7 +132,8 @@ class Settings:
     #: (``VLLM_OTEL_METRICS_SIDECAR=off``, a TLS target, or a target that is
     #: not a loopback address: a sidecar elsewhere is someone else's to run).
     sidecar: SidecarSettings | None = None
-    #: The bound on the engine-core tap's queued frame bytes.
+    #: The bound on the frame bytes the engine-core tap holds (queued,
+    #: waiting to be sent and kept to be sent again).
     queue_bytes: int = DEFAULT_QUEUE_BYTES
 
     def __repr__(self) -> str:

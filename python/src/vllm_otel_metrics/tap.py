@@ -336,7 +336,7 @@ class ChunkWriter:
         )
         body = len(self._header) + len(head) + size + len(tail)
         prefix = b"".join((self._record_key, _varint(body), self._header, head))
-        return Raw([prefix, *frames, tail], len(prefix) + size + len(tail))
+        return Raw([prefix, *frames, tail], len(prefix) + size + len(tail), size)
 
 
 class Tap:
