@@ -333,3 +333,26 @@ def test_a_tcp_listener_asked_for_wrongly_names_its_variable(tmp_path, env, mess
     with pytest.raises(config.ConfigError) as e:
         config.from_env({"XDG_RUNTIME_DIR": str(tmp_path), **env})
     assert str(e.value) == message
+
+
+def test_a_file_with_a_second_name_is_refused(tmp_path):
+    """Before: open_private checked the owner, the type and the mode, not
+    the link count, so a hard link another user put where the plugin's
+    lock or log file goes (in a shared directory) opened whichever file of
+    this user's it named, to be truncated or written. After: a file with
+    more than one name is refused, the path named."""
+    other = tmp_path / "notes"
+    other.write_text("mine\n")
+    other.chmod(0o600)
+    linked = tmp_path / "sidecar.log"
+    os.link(other, linked)
+    for user_named in (False, True):
+        with pytest.raises(config.ConfigError) as e:
+            config.open_private(str(linked), os.O_WRONLY | os.O_APPEND, user_named=user_named)
+        assert str(e.value) == (
+            f"{linked} has 2 hard links, not 1: it may be another of this user's files under a "
+            "second name"
+        )
+    assert other.read_text() == "mine\n"
+    os.unlink(other)
+    os.close(config.open_private(str(linked), os.O_WRONLY | os.O_APPEND))

@@ -539,8 +539,10 @@ def _link_target(path: str) -> str:
 def open_private(path: str, flags: int, *, user_named: bool = False) -> int:
     """Opens (making it ``0600`` if need be) a file of this user's: never
     through a symbolic link (``O_NOFOLLOW``), and only a regular file this
-    user owns with no permission for group or others; for a file the user
-    named (``user_named``: a log file of their choosing, perhaps outside the
+    user owns with no permission for group or others, and with one name
+    (a hard link's other name may be any file of this user's: another user
+    can make one in a shared directory); for a file the user named
+    (``user_named``: a log file of their choosing, perhaps outside the
     private directory) its mode is theirs to choose. Returns the file
     descriptor (close-on-exec); raises :class:`ConfigError` naming the path
     and what is wrong.
@@ -564,6 +566,11 @@ def open_private(path: str, flags: int, *, user_named: bool = False) -> int:
             why = "is not a regular file"
         elif st.st_uid != os.getuid():
             why = f"belongs to uid {st.st_uid}, not to this user (uid {os.getuid()})"
+        elif st.st_nlink != 1:
+            why = (
+                f"has {st.st_nlink} hard links, not 1: it may be another of this user's files "
+                "under a second name"
+            )
         elif not user_named and st.st_mode & 0o077:
             why = f"is open to others (mode {stat.S_IMODE(st.st_mode):o})"
         else:
