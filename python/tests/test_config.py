@@ -356,3 +356,37 @@ def test_a_file_with_a_second_name_is_refused(tmp_path):
     assert other.read_text() == "mine\n"
     os.unlink(other)
     os.close(config.open_private(str(linked), os.O_WRONLY | os.O_APPEND))
+
+
+def test_without_xdg_runtime_dir_the_error_says_how_to_have_a_private_directory(tmp_path):
+    """Without XDG_RUNTIME_DIR the private directory is in the temporary
+    directory, where another local user can make it first and so turn the
+    plugin off. Before: the error said to remove it, which that user's
+    directory does not allow. After: it says why, and what to set."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    tmp.chmod(0o1777)
+    path = tmp / f"vllm-otel-metrics-{os.getuid()}"
+    path.mkdir(mode=0o700)
+    path.chmod(0o755)
+    advice = (
+        "XDG_RUNTIME_DIR is not set, so it is in the temporary directory, where another local "
+        f"user can make it first; set XDG_RUNTIME_DIR (systemd's /run/user/{os.getuid()}) or "
+        "TMPDIR to a directory of this user's alone, or remove it"
+    )
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(tempfile, "tempdir", str(tmp))
+        with pytest.raises(config.ConfigError) as e:
+            config.private_dir({})
+        assert str(e.value) == (
+            f"the private directory {path} is open to others (mode 755): it must be a directory "
+            f"of this user's alone (mode 0700). {advice}"
+        )
+        path.chmod(0o700)
+        _other_users(path)
+        with pytest.raises(config.ConfigError) as e:
+            config.private_dir({})
+        assert str(e.value) == (
+            f"the private directory {path} belongs to uid 65534, not to this user (uid "
+            f"{os.getuid()}): it must be a directory of this user's alone (mode 0700). {advice}"
+        )

@@ -484,7 +484,10 @@ def private_dir(env: Mapping[str, str] | None = None) -> str:
     directory. Raises :class:`ConfigError`, naming the path and what is
     wrong, when it is not this user's alone: a directory another user made
     or can enter, or a symbolic link (anyone can make one in ``/tmp``
-    before this user does).
+    before this user does). Without ``XDG_RUNTIME_DIR`` another local user
+    can thus turn the plugin off by making the path first; the error says
+    so, and to set ``XDG_RUNTIME_DIR`` (systemd's ``/run/user/UID``) or
+    ``TMPDIR`` to a directory of this user's alone.
 
     Other users share GPU hosts: a socket in a directory they can reach
     could be replaced by theirs, and then the plugin would stream to them;
@@ -492,7 +495,8 @@ def private_dir(env: Mapping[str, str] | None = None) -> str:
     """
     env = os.environ if env is None else env
     runtime = env.get("XDG_RUNTIME_DIR", "")
-    if runtime and os.path.isabs(runtime):
+    shared = not (runtime and os.path.isabs(runtime))
+    if not shared:
         path = os.path.join(runtime, "vllm-otel-metrics")
     else:
         path = os.path.join(tempfile.gettempdir(), f"vllm-otel-metrics-{os.getuid()}")
@@ -503,11 +507,20 @@ def private_dir(env: Mapping[str, str] | None = None) -> str:
     except OSError as e:
         raise ConfigError(f"the private directory {path} cannot be made ({e.strerror})") from None
     why = _not_private(path)
+    if why and shared:
+        # In /tmp any local user can make the path first, and so turn the
+        # plugin off: say so, and how to have a directory no one else can.
+        raise ConfigError(
+            f"the private directory {path} {why}: it must be a directory of this user's alone "
+            "(mode 0700). XDG_RUNTIME_DIR is not set, so it is in the temporary directory, "
+            "where another local user can make it first; set XDG_RUNTIME_DIR (systemd's "
+            f"/run/user/{os.getuid()}) or TMPDIR to a directory of this user's alone, or "
+            "remove it"
+        )
     if why:
         raise ConfigError(
             f"the private directory {path} {why}: it must be a directory of this user's alone "
-            "(mode 0700); remove it, or set XDG_RUNTIME_DIR (or TMPDIR) to a directory of this "
-            "user's"
+            "(mode 0700); remove it, or set XDG_RUNTIME_DIR to a directory of this user's alone"
         )
     return path
 
