@@ -267,7 +267,9 @@ def test_a_request_that_cannot_be_read_is_counted_and_the_rest_is_sent():
     engine = StandInEngine()
     t._hook(engine)
     # Sampling parameters without max_tokens: add_request cannot copy them.
-    engine.add_request(types.SimpleNamespace(request_id="r0", sampling_params=object()))
+    broken = request("r0")
+    broken.sampling_params = object()
+    engine.add_request(broken)
     assert engine.calls == [("add", "r0", 0)]
     (unreadable,) = t.streamer.queue
     odd = tap.started(2.0, request("r1"))
