@@ -166,6 +166,14 @@ fn check_run(report: &Value, dir: &Path) -> String {
         "{finished} finished, {completed} answered whole, {dropped} dropped"
     );
     assert!(!report["sidecar_pids"].as_array().unwrap().is_empty());
+    // No VLLM_OTEL_METRICS_TARGET: the sidecar the plugin started listens on
+    // TCP for /metrics alone (its records come over its Unix socket).
+    assert_eq!(
+        report["sidecar_tcp_listeners"],
+        serde_json::json!([report["sidecar_metrics_addr"]]),
+        "the started sidecar's TCP listeners; logs in {}",
+        dir.display()
+    );
     assert_eq!(
         report["sidecars_alive_after_vllm"],
         serde_json::json!([]),
@@ -458,6 +466,13 @@ mod needs_collector_jaeger_vllm {
         assert!(
             !report["sidecar_pids"].as_array().unwrap().is_empty(),
             "{logs}"
+        );
+        // No VLLM_OTEL_METRICS_TARGET: the sidecar the tap started listens on
+        // TCP for /metrics alone (the engine cores stream over its socket).
+        assert_eq!(
+            report["sidecar_tcp_listeners"],
+            serde_json::json!([report["sidecar_metrics_addr"]]),
+            "the started sidecar's TCP listeners; {logs}"
         );
         assert_eq!(
             report["sidecars_alive_after_vllm"],

@@ -34,9 +34,11 @@ classes and times, interleaved in rounds (alternating which goes first):
 - **per new request**: vLLM's ``MsgpackDecoder(EngineCoreRequest).decode()``
   of an encoded ``EngineCoreRequest`` (512-token prompt, ``max_tokens=128``;
   what the input thread does for each request) against the tap's work: the
-  ``add_request`` wrapper's append, then on the thread ``_drain`` +
-  ``_to_records`` (``Tap._request_record`` of a ``vllm.v1.request.Request``
-  made by ``Request.from_engine_core_request``) + serialization. A second
+  ``add_request`` wrapper's copy of the fields the record needs
+  (``tap.started``, of a ``vllm.v1.request.Request`` made by
+  ``Request.from_engine_core_request``) and its append, then on the thread
+  ``_drain`` + ``_to_records`` (``Tap._request_record`` of the copy) +
+  serialization. A second
   row adds what a request costs when it lands between two steps of one
   drain: it splits their ``EngineCoreFrames`` chunk in two (16 batch-64
   steps, 4 requests between them, against the same steps alone).

@@ -264,3 +264,129 @@ def test_an_ingest_socket_path_too_long_for_a_socket(tmp_path):
     with pytest.raises(config.ConfigError) as e:
         config.from_env({"VLLM_OTEL_METRICS_SOCKET": "s.sock", "XDG_RUNTIME_DIR": str(tmp_path)})
     assert str(e.value) == "VLLM_OTEL_METRICS_SOCKET='s.sock' is not an absolute path"
+
+
+def test_a_started_sidecar_listens_on_tcp_only_when_asked(tmp_path):
+    """Before: a started sidecar always listened on the target's TCP port
+    (127.0.0.1:50051 by default), where any local user could write records
+    without a credential, though the plugin streams over its socket. After:
+    on its socket (and /metrics) only, unless VLLM_OTEL_METRICS_TARGET is
+    set (its address, as before), VLLM_OTEL_METRICS_INGEST_ADDR asks for a
+    listener, or the plugin itself streams over TCP (no socket)."""
+    env = {"XDG_RUNTIME_DIR": str(tmp_path)}
+    private = tmp_path / "vllm-otel-metrics"
+    sidecar = config.from_env(env).sidecar
+    assert (sidecar.ingest_addr, sidecar.ingest_socket) == (
+        None,
+        str(private / "ingest-50051.sock"),
+    )
+    for asked, listener in [
+        ("localhost:6001", "127.0.0.1:6001"),
+        ("0.0.0.0:6001", "0.0.0.0:6001"),
+        ("[::1]:6001", "[::1]:6001"),
+    ]:
+        sidecar = config.from_env({**env, "VLLM_OTEL_METRICS_INGEST_ADDR": asked}).sidecar
+        assert (sidecar.ingest_addr, sidecar.ingest_socket) == (
+            listener,
+            str(private / "ingest-50051.sock"),
+        )
+    target = {**env, "VLLM_OTEL_METRICS_TARGET": "http://localhost:6000"}
+    assert config.from_env(target).sidecar.ingest_addr == "127.0.0.1:6000"
+    # Streaming over gRPC to the target's port: the sidecar listens there.
+    tcp = config.from_env({**env, "VLLM_OTEL_METRICS_SOCKET": "none"}).sidecar
+    assert (tcp.ingest_addr, tcp.ingest_socket) == ("127.0.0.1:50051", None)
+
+
+@pytest.mark.parametrize(
+    "env,message",
+    [
+        (
+            {
+                "VLLM_OTEL_METRICS_INGEST_ADDR": "127.0.0.1:1",
+                "VLLM_OTEL_METRICS_TARGET": "http://127.0.0.1:2",
+            },
+            "VLLM_OTEL_METRICS_INGEST_ADDR and VLLM_OTEL_METRICS_TARGET are both set: with a "
+            "target, the started sidecar listens on the target's address; unset one of them",
+        ),
+        (
+            {"VLLM_OTEL_METRICS_INGEST_ADDR": "127.0.0.1:1", "VLLM_OTEL_METRICS_SOCKET": "none"},
+            "VLLM_OTEL_METRICS_INGEST_ADDR is set with VLLM_OTEL_METRICS_SOCKET=none: the plugin "
+            "then streams over TCP to the target's port; set VLLM_OTEL_METRICS_TARGET instead",
+        ),
+        *[
+            (
+                {"VLLM_OTEL_METRICS_INGEST_ADDR": bad},
+                f"VLLM_OTEL_METRICS_INGEST_ADDR={bad!r} is not IP:PORT ([IPv6]:PORT for IPv6) "
+                "with a port from 1 to 65535",
+            )
+            for bad in (
+                "sidecar.internal:1",
+                "127.0.0.1",
+                "127.0.0.1:0",
+                "::1:5",
+                "127.0.0.1:65536",
+            )
+        ],
+    ],
+)
+def test_a_tcp_listener_asked_for_wrongly_names_its_variable(tmp_path, env, message):
+    with pytest.raises(config.ConfigError) as e:
+        config.from_env({"XDG_RUNTIME_DIR": str(tmp_path), **env})
+    assert str(e.value) == message
+
+
+def test_a_file_with_a_second_name_is_refused(tmp_path):
+    """Before: open_private checked the owner, the type and the mode, not
+    the link count, so a hard link another user put where the plugin's
+    lock or log file goes (in a shared directory) opened whichever file of
+    this user's it named, to be truncated or written. After: a file with
+    more than one name is refused, the path named."""
+    other = tmp_path / "notes"
+    other.write_text("mine\n")
+    other.chmod(0o600)
+    linked = tmp_path / "sidecar.log"
+    os.link(other, linked)
+    for user_named in (False, True):
+        with pytest.raises(config.ConfigError) as e:
+            config.open_private(str(linked), os.O_WRONLY | os.O_APPEND, user_named=user_named)
+        assert str(e.value) == (
+            f"{linked} has 2 hard links, not 1: it may be another of this user's files under a "
+            "second name"
+        )
+    assert other.read_text() == "mine\n"
+    os.unlink(other)
+    os.close(config.open_private(str(linked), os.O_WRONLY | os.O_APPEND))
+
+
+def test_without_xdg_runtime_dir_the_error_says_how_to_have_a_private_directory(tmp_path):
+    """Without XDG_RUNTIME_DIR the private directory is in the temporary
+    directory, where another local user can make it first and so turn the
+    plugin off. Before: the error said to remove it, which that user's
+    directory does not allow. After: it says why, and what to set."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    tmp.chmod(0o1777)
+    path = tmp / f"vllm-otel-metrics-{os.getuid()}"
+    path.mkdir(mode=0o700)
+    path.chmod(0o755)
+    advice = (
+        "XDG_RUNTIME_DIR is not set, so it is in the temporary directory, where another local "
+        f"user can make it first; set XDG_RUNTIME_DIR (systemd's /run/user/{os.getuid()}) or "
+        "TMPDIR to a directory of this user's alone, or remove it"
+    )
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(tempfile, "tempdir", str(tmp))
+        with pytest.raises(config.ConfigError) as e:
+            config.private_dir({})
+        assert str(e.value) == (
+            f"the private directory {path} is open to others (mode 755): it must be a directory "
+            f"of this user's alone (mode 0700). {advice}"
+        )
+        path.chmod(0o700)
+        _other_users(path)
+        with pytest.raises(config.ConfigError) as e:
+            config.private_dir({})
+        assert str(e.value) == (
+            f"the private directory {path} belongs to uid 65534, not to this user (uid "
+            f"{os.getuid()}): it must be a directory of this user's alone (mode 0700). {advice}"
+        )

@@ -309,3 +309,30 @@ def connector_message(payload):
     message = pb.KvConnectorStats()
     kv_connector.fill(message, payload)
     return message
+
+
+def test_without_xdg_runtime_dir_a_taken_private_directory_is_one_line_saying_what_to_set(
+    monkeypatch, tmp_path, caplog
+):
+    """The plugin's line for a private directory in the temporary directory
+    that is not this user's alone says what docs/OPERATIONS.md says: set
+    XDG_RUNTIME_DIR or TMPDIR to a directory of this user's alone."""
+    import tempfile
+
+    monkeypatch.setenv("VLLM_OTEL_METRICS_SIDECAR", "auto")
+    monkeypatch.setenv("VLLM_OTEL_METRICS_TARGET", "http://127.0.0.1:9")
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    taken = tmp_path / f"vllm-otel-metrics-{os.getuid()}"
+    taken.mkdir(mode=0o700)
+    taken.chmod(0o755)
+    with caplog.at_level(logging.INFO, logger="vllm.vllm_otel_metrics"):
+        plugin = OtelMetricsStatLogger(vllm_steps.vllm_config("m", 4096), [0])
+    assert here(caplog) == [
+        f"vllm-otel-metrics: the private directory {taken} is open to others (mode 755): it must "
+        "be a directory of this user's alone (mode 0700). XDG_RUNTIME_DIR is not set, so it is "
+        "in the temporary directory, where another local user can make it first; set "
+        f"XDG_RUNTIME_DIR (systemd's /run/user/{os.getuid()}) or TMPDIR to a directory of this "
+        "user's alone, or remove it; the plugin is off, vLLM goes on"
+    ]
+    assert (plugin.streamer, plugin.supervisor) == (None, None)

@@ -299,3 +299,59 @@ def test_the_slo_reaches_the_started_sidecar_and_a_bad_one_is_refused_first(tmp_
     ]:
         with pytest.raises(config.ConfigError, match=f"VLLM_OTEL_METRICS_SLO: {re.escape(key)}: "):
             sidecar_settings(tmp_path, VLLM_OTEL_METRICS_SLO=bad)
+
+
+def socket_only_settings(tmp_path):
+    """A started sidecar's settings without VLLM_OTEL_METRICS_TARGET: its
+    private directory in ``tmp_path``, no /metrics."""
+    return config.from_env(
+        {"XDG_RUNTIME_DIR": str(tmp_path), "VLLM_OTEL_METRICS_METRICS_ADDR": "none"}
+    ).sidecar
+
+
+def test_a_sidecar_nobody_asked_a_tcp_port_of_listens_on_its_socket_only(
+    tmp_path, monkeypatch, caplog
+):
+    """Before: the started sidecar always got --ingest-addr 127.0.0.1:50051,
+    a TCP listener any local user could write records into. After: without
+    VLLM_OTEL_METRICS_TARGET, --ingest-addr none and its socket; the plugin
+    never looks at a TCP port to tell whether it answers, and its log line
+    names what it listens on."""
+    settings = socket_only_settings(tmp_path)
+    out = fake_serve(tmp_path, monkeypatch, 0)
+    with caplog.at_level(logging.INFO, logger="vllm.vllm_otel_metrics"):
+        supervisor = sidecar.Supervisor(settings, 4096).start()
+        try:
+            assert wait_until(lambda: pathlib_exists(f"{out}.argv"))
+            assert wait_until(lambda: lines_of(caplog, logging.INFO))
+        finally:
+            supervisor.close()
+    argv = open(f"{out}.argv").read().splitlines()
+    assert argv[argv.index("--ingest-addr") + 1] == "none"
+    assert argv[argv.index("--ingest-socket") + 1] == settings.ingest_socket
+    assert argv.count("--ingest-addr") == 1
+    line = lines_of(caplog, logging.INFO)[0]
+    assert line.startswith("vllm-otel-metrics: started the sidecar (pid ")
+    assert line.endswith(
+        f") on the socket {settings.ingest_socket}, /metrics on none; its log: {settings.log_file}"
+    )
+    # Nothing listens on its socket: no sidecar answers, whatever holds a port.
+    assert not supervisor._answers()
+
+
+def test_an_address_in_use_without_a_tcp_listener_names_the_socket(tmp_path, monkeypatch, caplog):
+    """The give-up line names what the sidecar listens on: its socket and
+    /metrics, no TCP ingest address it does not have."""
+    fake_serve(tmp_path, monkeypatch, 4)
+    settings = socket_only_settings(tmp_path)
+    with caplog.at_level(logging.INFO, logger="vllm.vllm_otel_metrics"):
+        supervisor = sidecar.Supervisor(settings, 4096).start()
+        try:
+            assert wait_until(lambda: lines_of(caplog, logging.ERROR), timeout=5.0)
+        finally:
+            supervisor.close()
+    (error,) = lines_of(caplog, logging.ERROR)
+    assert error.startswith(
+        f"vllm-otel-metrics: the sidecar cannot listen on the socket {settings.ingest_socket} or "
+        "/metrics none: address in use: "
+    )

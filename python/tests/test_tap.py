@@ -1,11 +1,14 @@
 """The engine-core tap's hooks and its records, on a stand-in engine core
 (the live test, tests/vllm_live.rs, runs it inside vLLM's own)."""
 
+import gc
+import threading
 import types
+import weakref
 
 import pytest
 
-from vllm_otel_metrics import config, convert, tap
+from vllm_otel_metrics import config, convert, stream, tap
 
 
 class StandInEngine:
@@ -92,7 +95,8 @@ def test_frames_are_bounded_in_bytes_too():
     """Before: only the number of queued items was bounded, so large steps
     (a batch of long outputs) could queue without limit in bytes. After:
     VLLM_OTEL_METRICS_QUEUE_BYTES bounds the frames' bytes as well, counted
-    lock-free: in by the output hook, out by the streaming thread."""
+    lock-free: in by the output hook, out by the streaming thread once it
+    lets a frame go (not when it drains it: test_frames_held_anywhere_...)."""
     t = make_tap(queue=100, queue_bytes=10)
     engine = StandInEngine()
     t._hook(engine)
@@ -100,24 +104,182 @@ def test_frames_are_bounded_in_bytes_too():
         engine._send_msg_tracking_payload("sock", [b"\x90" * 4])
     assert [len(frame) for _at, frame in t.streamer.queue] == [4, 4]
     assert t.streamer.dropped_frames == 1
-    assert len(t.streamer._drain()) == 2
+    drained = t.streamer._drain()
+    assert len(drained) == 2
+    # Drained, the frames are still held: no room yet.
     engine._send_msg_tracking_payload("sock", [b"\x90" * 4])
-    assert (len(t.streamer.queue), t.streamer.dropped_frames) == (1, 1)
-    assert len(engine.calls) == 4
+    assert (len(t.streamer.queue), t.streamer.dropped_frames, t.streamer.held_bytes) == (0, 2, 8)
+    (chunk,) = t._to_records(drained)
+    assert chunk.frame_bytes == 8
+    t.streamer._let_go(chunk)
+    engine._send_msg_tracking_payload("sock", [b"\x90" * 4])
+    assert (len(t.streamer.queue), t.streamer.dropped_frames, t.streamer.held_bytes) == (1, 2, 4)
+    assert len(engine.calls) == 5
+
+
+def test_frames_held_anywhere_count_against_one_byte_bound():
+    """Before: frames counted against VLLM_OTEL_METRICS_QUEUE_BYTES only
+    while queued; drained, converted, waiting to be sent and kept in the
+    resend window (64 chunks of up to 512 KiB: 32 MiB beside the default
+    64 MiB) they counted against nothing. After: until the streamer lets
+    them go, so the bound holds over all of them, and the resend window
+    keeps at most half of it."""
+    bound, size = 8000, 1000
+    t = make_tap(queue=1000, queue_bytes=bound)
+    engine = StandInEngine()
+    t._hook(engine)
+    streamer = t.streamer
+    pb = convert.messages()
+    handed = streamer._handed()
+    requests = streamer._requests(pb, threading.Event(), handed, threading.Lock())
+
+    def held():
+        """Counted here, independently of the streamer's counters."""
+        queued = sum(len(item[1]) for item in streamer.queue if type(item) is tuple)
+        waiting = sum(r.frame_bytes for r in streamer._unsent if type(r) is stream.Raw)
+        kept = sum(r.frame_bytes for r in handed.last if type(r) is stream.Raw)
+        return queued + waiting + kept
+
+    # The sidecar reads: each step's frame goes out as a chunk of its own.
+    for _ in range(20):
+        engine._send_msg_tracking_payload("sock", [b"\x90" * size])
+        next(requests)
+        assert held() == streamer.held_bytes <= bound
+    assert (handed.count, len(handed.last), handed.bytes) == (20, 4, 4000)
+    assert streamer.dropped_frames == 0
+    # The sidecar stops reading, the resend window full: the queue takes
+    # what the window leaves of the bound, and no more.
+    for _ in range(10):
+        engine._send_msg_tracking_payload("sock", [b"\x90" * size])
+    assert (len(streamer.queue), streamer.dropped_frames) == (4, 6)
+    assert held() == streamer.held_bytes == bound
+    # A shutting-down sidecar read all but the last two chunks: they are
+    # sent again (still held), the others in the window are let go.
+    assert streamer._send_unread_again(handed, 18) == 2
+    assert streamer.held_bytes == 4 * size + 2 * size
+    # The next call sends everything (the two chunks again, the four queued
+    # frames as one chunk, the drops record), and the sidecar reads it all.
+    streamer._stop.set()
+    again = streamer._handed()
+    list(streamer._requests(pb, threading.Event(), again, threading.Lock()))
+    assert (again.count, len(streamer.queue), len(streamer._unsent)) == (4, 0, 0)
+    assert streamer._send_unread_again(again, again.count) == 0
+    assert streamer.held_bytes == 0
+
+
+def test_the_queue_keeps_no_reference_to_the_request():
+    """Before: add_request queued vLLM's Request itself (its prompt token
+    ids, its multimodal inputs), read on the streaming thread: while the
+    sidecar was down, up to VLLM_OTEL_METRICS_QUEUE requests stayed alive
+    in the engine core. After: the few fields the record needs, copied."""
+
+    class Params:
+        def __init__(self):
+            self.max_tokens, self.n, self.stop = 32, 2, ["###"]
+
+    class Request:
+        def __init__(self, request_id):
+            self.request_id = request_id
+            self.arrival_time = 1700000000.0
+            self.num_prompt_tokens = 7
+            self.prompt_token_ids = list(range(7))
+            self.sampling_params = Params()
+            self.trace_headers = {"traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01"}
+
+    t = make_tap()
+    engine = StandInEngine()
+    t._hook(engine)
+    request = Request("r1")
+    inner = (
+        request,
+        request.sampling_params,
+        request.prompt_token_ids,
+        request.sampling_params.stop,
+        request.trace_headers,
+    )
+    engine.add_request(request, 1)
+    (item,) = t.streamer.queue
+    assert not [o for o in gc.get_referents(item) if any(o is x for x in inner)]
+    alive = [weakref.ref(request), weakref.ref(request.sampling_params)]
+    del request, inner
+    gc.collect()
+    assert [ref() for ref in alive] == [None, None]
+    # What the queue holds still makes the request's record.
+    assert engine.calls == [("add", "r1", 1)]
+    (record,) = parsed(t._to_records(list(t.streamer.queue)))
+    assert record.request == convert.messages().RequestStarted(
+        request_id="r1",
+        model_name="tiny",
+        arrival_time=1700000000.0,
+        prompt_len=7,
+        max_tokens=32,
+        n=2,
+        stop_strings=True,
+        traceparent="00-" + "a" * 32 + "-" + "b" * 16 + "-01",
+    )
+
+
+def test_a_vllm_request_is_copied_not_kept():
+    """The same with vLLM's own Request (vLLM 0.33.0), as its input thread
+    makes it from an EngineCoreRequest: the prompt's token ids die with it."""
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.engine import EngineCoreRequest
+    from vllm.v1.request import Request
+
+    core_request = EngineCoreRequest(
+        request_id="cmpl-1",
+        prompt_token_ids=list(range(512)),
+        mm_features=None,
+        sampling_params=SamplingParams(max_tokens=128),
+        pooling_params=None,
+        arrival_time=1700000000.5,
+        lora_request=None,
+        cache_salt=None,
+        data_parallel_rank=None,
+    )
+    request = Request.from_engine_core_request(core_request, None)
+    t = make_tap()
+    engine = StandInEngine()
+    t._hook(engine)
+    engine.add_request(request)
+    alive = weakref.ref(request)
+    del request, core_request
+    gc.collect()
+    assert alive() is None
+    (record,) = parsed(t._to_records(list(t.streamer.queue)))
+    assert (
+        record.request.request_id,
+        record.request.arrival_time,
+        record.request.prompt_len,
+        record.request.max_tokens,
+        record.request.n,
+        record.request.stop_strings,
+    ) == ("cmpl-1", 1700000000.5, 512, 128, 1, False)
 
 
 def test_a_request_that_cannot_be_read_is_counted_and_the_rest_is_sent():
     """Before: one request the tap could not read made the whole drain
     (every frame of a second of steps) one "cannot convert" traceback.
-    After: that request alone is counted; the rest goes out."""
+    After: that request alone is counted; the rest goes out. One whose
+    fields cannot be read in add_request is counted too, and vLLM's own
+    add_request runs all the same."""
     t = make_tap()
-    broken = types.SimpleNamespace(arrival_time=1.0)  # no request_id
-    records = t._to_records(
-        [(1.0, b"\x90"), tap.Started(2.0, broken), tap.Started(3.0, request("r2"))]
-    )
-    assert type(records[1]) is convert.Unconvertible
-    assert records[1].kind == "request"
-    kinds = [r.WhichOneof("record") for r in parsed([records[0], records[2]])]
+    engine = StandInEngine()
+    t._hook(engine)
+    # Sampling parameters without max_tokens: add_request cannot copy them.
+    broken = request("r0")
+    broken.sampling_params = object()
+    engine.add_request(broken)
+    assert engine.calls == [("add", "r0", 0)]
+    (unreadable,) = t.streamer.queue
+    odd = tap.started(2.0, request("r1"))
+    odd.arrival_time = "soon"
+    records = t._to_records([(1.0, b"\x90"), unreadable, odd, tap.started(3.0, request("r2"))])
+    assert [(r.kind, r.error) for r in records[1:3]] == [
+        ("request", "AttributeError: 'object' object has no attribute 'max_tokens'"),
+        ("request", "ValueError: could not convert string to float: 'soon'"),
+    ]
+    kinds = [r.WhichOneof("record") for r in parsed([records[0], records[3]])]
     assert kinds == ["frames", "request"]
 
 
@@ -125,7 +287,7 @@ def test_records_keep_the_order_and_join_consecutive_frames():
     t = make_tap()
     pb = convert.messages()
     items = [
-        tap.Started(
+        tap.started(
             5.0,
             request(
                 "r1",
@@ -275,8 +437,8 @@ def test_frames_records_go_alone_the_rest_batched_in_order():
     t = make_tap()
     records = t._to_records(
         [
-            tap.Started(1.0, request("r1")),
-            tap.Started(1.0, request("r2")),
+            tap.started(1.0, request("r1")),
+            tap.started(1.0, request("r2")),
             (2.0, b"\x90"),
             tap.Aborted(3.0, ["r1"]),
             (4.0, b"\x90"),

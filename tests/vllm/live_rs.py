@@ -5,9 +5,11 @@ Runs ``vllm serve`` (vLLM's CPU build, through :mod:`vllm_cli`) on the tiny
 model of :mod:`tiny_model` with ``VLLM_USE_RUST_FRONTEND=1`` and
 ``VLLM_RUST_FRONTEND_PATH`` set to the ``vllm-rs`` binary, and nothing else
 started by hand: the tap (``vllm_otel_metrics.tap``, a
-``vllm.general_plugins`` entry point) starts the sidecar from the engine
-core. The environment carries ``OTEL_EXPORTER_OTLP_ENDPOINT`` and the
-plugin's ``VLLM_OTEL_METRICS_*`` settings (free ports, a log file).
+``vllm.general_plugins`` entry point) starts the sidecar from vLLM's main
+process. The environment carries ``OTEL_EXPORTER_OTLP_ENDPOINT`` and the
+plugin's ``VLLM_OTEL_METRICS_*`` settings (a free ``/metrics`` port, a log
+file; no ingest target: the sidecar must listen on TCP for ``/metrics``
+only, as the report's ``sidecar_tcp_listeners`` shows).
 
 The load, bounded in count and time: concurrent completions into a KV cache
 small enough to preempt, some of them streams the client drops after the
@@ -47,6 +49,7 @@ from live import (
     get,
     percentile,
     stop,
+    tcp_listeners,
     vllm_env,
     wait,
 )
@@ -448,10 +451,10 @@ def main():
     p.add_argument("--log-dir", required=True)
     args = p.parse_args()
 
-    api_port, ingest_port, metrics_port = free_port(), free_port(), free_port()
+    api_port, metrics_port = free_port(), free_port()
     vllm_log = os.path.join(args.log_dir, "vllm.log")
     sidecar_log = os.path.join(args.log_dir, "sidecar.log")
-    env = vllm_env(ingest_port, metrics_port, sidecar_log)
+    env = vllm_env(os.path.join(args.log_dir, "runtime"), metrics_port, sidecar_log)
     env.update({"VLLM_USE_RUST_FRONTEND": "1", "VLLM_RUST_FRONTEND_PATH": os.path.abspath(args.vllm_rs)})
     # The tap is the source under the Rust frontend by default: no override.
     env.pop("VLLM_OTEL_METRICS_SOURCE", None)
@@ -477,6 +480,11 @@ def main():
         wait("vllm-rs's /health", lambda: get(f"{base}/health") is not None, 900, vllm, vllm_log)
         report["startup_seconds"] = round(time.monotonic() - started, 1)
         wait("the sidecar's /metrics", lambda: get(sidecar_metrics), 60, vllm, vllm_log)
+        # What the sidecar the tap started listens on: /metrics alone.
+        running = wait("the started sidecar's pid",
+                       lambda: [pid for pid in sidecar_pids(vllm_log, env) if alive(pid)], 30, vllm, vllm_log)
+        report["sidecar_metrics_addr"] = f"127.0.0.1:{metrics_port}"
+        report["sidecar_tcp_listeners"] = tcp_listeners(running[0])
         log_text = open(vllm_log, errors="replace").read()
         report["rust_frontend_launched"] = "Launching Rust frontend" in log_text
 

@@ -4,7 +4,15 @@ vLLM hands a stat-logger plugin nothing but its own configuration, so the
 plugin is configured with environment variables:
 
 - ``VLLM_OTEL_METRICS_TARGET``: the sidecar's ingest address, ``http://`` or
-  ``https://`` (default ``http://127.0.0.1:50051``);
+  ``https://`` (default ``http://127.0.0.1:50051``). Set, it is also the TCP
+  address a started sidecar listens on; unset, a started sidecar opens no
+  TCP ingest listener (``serve --ingest-addr none``): the plugin reaches it
+  over its ingest socket, and the default's port only names its files;
+- ``VLLM_OTEL_METRICS_INGEST_ADDR``: ``IP:PORT`` (``[IPv6]:PORT``), a TCP
+  ingest listener for a started sidecar without ``VLLM_OTEL_METRICS_TARGET``,
+  for clients other than this plugin (which streams over the socket);
+  refused beside ``VLLM_OTEL_METRICS_TARGET`` (whose address is then the
+  listener) and beside ``VLLM_OTEL_METRICS_SOCKET=none``;
 - ``VLLM_OTEL_METRICS_TOKEN_FILE``: a file holding the bearer token that
   ``serve --auth-token-file`` expects; a sidecar the plugin starts is given
   the file's path (``serve --ingest-auth-token-file``), never the token;
@@ -14,9 +22,11 @@ plugin is configured with environment variables:
   4096): for the stat-logger plugin, records (an engine step makes up to
   two); for the engine-core tap, queued items (a step's frame, a new
   request, an abort); beyond it records are dropped and counted;
-- ``VLLM_OTEL_METRICS_QUEUE_BYTES``: the most bytes of the engine-core tap's
-  frames waiting to be sent (default 64 MiB); beyond it frames are dropped
-  and counted (the stat-logger plugin queues vLLM's objects, not bytes);
+- ``VLLM_OTEL_METRICS_QUEUE_BYTES``: the most bytes of vLLM's frames the
+  engine-core tap holds (default 64 MiB): queued, converted and waiting to
+  be sent, and kept to be sent again after a sidecar's shutdown (at most
+  half of it); beyond it frames are dropped and counted (the stat-logger
+  plugin queues vLLM's objects, not bytes);
 - ``VLLM_OTEL_METRICS_SIDECAR``: ``auto`` (default) starts and supervises
   ``vllm-otel-metrics serve`` when the target is an ``http://`` loopback
   address and no sidecar of this user answers (:mod:`.sidecar`); ``off``
@@ -122,7 +132,8 @@ class Settings:
     #: (``VLLM_OTEL_METRICS_SIDECAR=off``, a TLS target, or a target that is
     #: not a loopback address: a sidecar elsewhere is someone else's to run).
     sidecar: SidecarSettings | None = None
-    #: The bound on the engine-core tap's queued frame bytes.
+    #: The bound on the frame bytes the engine-core tap holds (queued,
+    #: waiting to be sent and kept to be sent again).
     queue_bytes: int = DEFAULT_QUEUE_BYTES
 
     def __repr__(self) -> str:
@@ -139,8 +150,11 @@ class Settings:
 class SidecarSettings:
     """The sidecar the plugin starts when none answers at its target."""
 
-    #: ``serve --ingest-addr``: the target's ``host:port``.
-    ingest_addr: str
+    #: ``serve --ingest-addr``: the TCP ingest listener's ``host:port`` (the
+    #: target's, or ``VLLM_OTEL_METRICS_INGEST_ADDR``), or None for none
+    #: (``--ingest-addr none``: the plugin streams over ``ingest_socket``).
+    #: Never None without an ingest socket.
+    ingest_addr: str | None
     #: ``serve --metrics-addr``.
     metrics_addr: str
     #: More ``serve`` flags.
@@ -182,6 +196,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
     vllm_otel_metrics.config.ConfigError: VLLM_OTEL_METRICS_QUEUE='many' is not a whole number from 1 to 1000000
     """
     env = os.environ if env is None else env
+    target_set = bool(env.get("VLLM_OTEL_METRICS_TARGET", ""))
     target = env.get("VLLM_OTEL_METRICS_TARGET", "") or DEFAULT_TARGET
     parsed = urllib.parse.urlsplit(target)
     if (
@@ -235,7 +250,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         token=token,
         queue=queue,
         queue_bytes=queue_bytes,
-        sidecar=_sidecar(env, parsed.scheme, host, port, address),
+        sidecar=_sidecar(env, parsed.scheme, host, port, address, target_set),
     )
 
 
@@ -267,17 +282,26 @@ def _is_loopback(host: str) -> bool:
 
 
 def _sidecar(
-    env: Mapping[str, str], scheme: str, host: str, port: int, address: str
+    env: Mapping[str, str],
+    scheme: str,
+    host: str,
+    port: int,
+    address: str,
+    target_set: bool = True,
 ) -> SidecarSettings | None:
     """The started sidecar's settings, or None when none is to be started.
     Makes the user's private directory (:func:`private_dir`), where its
-    files live.
+    files live. ``target_set``: whether ``VLLM_OTEL_METRICS_TARGET`` was
+    set (then the sidecar listens on its address; else on its socket only,
+    unless ``VLLM_OTEL_METRICS_INGEST_ADDR`` asks for a TCP listener).
 
     >>> import tempfile
     >>> env = {"XDG_RUNTIME_DIR": tempfile.mkdtemp()}
     >>> s = _sidecar(env, "http", "127.0.0.1", 50051, "127.0.0.1:50051")
-    >>> s.metrics_addr, os.path.basename(s.lock_file), os.path.basename(s.log_file)
-    ('127.0.0.1:9464', 'sidecar-50051.lock', 'sidecar-50051.log')
+    >>> s.ingest_addr, s.metrics_addr, os.path.basename(s.lock_file), os.path.basename(s.log_file)
+    ('127.0.0.1:50051', '127.0.0.1:9464', 'sidecar-50051.lock', 'sidecar-50051.log')
+    >>> _sidecar(env, "http", "127.0.0.1", 50051, "127.0.0.1:50051", target_set=False).ingest_addr is None
+    True
     >>> _sidecar({"VLLM_OTEL_METRICS_SIDECAR": "off"}, "http", "127.0.0.1", 1, "127.0.0.1:1") is None
     True
     >>> _sidecar({}, "http", "sidecar.internal", 1, "sidecar.internal:1") is None
@@ -307,20 +331,69 @@ def _sidecar(
     slo = env.get("VLLM_OTEL_METRICS_SLO", "").strip()
     if slo:
         check_slo(slo)
-    # `serve --ingest-addr` takes an address, not a name.
-    ingest_addr = f"127.0.0.1:{port}" if host == "localhost" else address
+    ingest_socket = _ingest_socket(env, port, directory)
+    asked = env.get("VLLM_OTEL_METRICS_INGEST_ADDR", "").strip()
+    ingest_addr: str | None
+    if asked:
+        if target_set:
+            raise ConfigError(
+                "VLLM_OTEL_METRICS_INGEST_ADDR and VLLM_OTEL_METRICS_TARGET are both set: with a "
+                "target, the started sidecar listens on the target's address; unset one of them"
+            )
+        if ingest_socket is None:
+            raise ConfigError(
+                "VLLM_OTEL_METRICS_INGEST_ADDR is set with VLLM_OTEL_METRICS_SOCKET=none: the "
+                "plugin then streams over TCP to the target's port; set VLLM_OTEL_METRICS_TARGET "
+                "instead"
+            )
+        ingest_addr = socket_address("VLLM_OTEL_METRICS_INGEST_ADDR", asked)
+    elif target_set or ingest_socket is None:
+        # The plugin's target (and, without a socket, the way it streams).
+        # `serve --ingest-addr` takes an address, not a name.
+        ingest_addr = f"127.0.0.1:{port}" if host == "localhost" else address
+    else:
+        # Nobody asked for a TCP listener: any local user could write
+        # records into it. The plugin streams over its socket.
+        ingest_addr = None
     return SidecarSettings(
         ingest_addr=ingest_addr,
         metrics_addr=metrics_addr,
         args=args,
         log_file=log_file,
         custom_histogram_buckets=env.get("VLLM_OTEL_METRICS_CUSTOM_HISTOGRAM_BUCKETS", "").strip(),
-        ingest_socket=_ingest_socket(env, port, directory),
+        ingest_socket=ingest_socket,
         lock_file=os.path.join(directory, f"sidecar-{port}.lock"),
         # Absolute: the path is the sidecar's to open.
         token_file=os.path.abspath(token_file) if token_file else None,
         slo=slo,
     )
+
+
+def socket_address(variable: str, raw: str) -> str:
+    """``raw`` as the ``IP:PORT`` ``serve`` binds (``localhost`` is
+    127.0.0.1, an IPv6 address is bracketed); raises :class:`ConfigError`
+    naming ``variable`` when it is not one.
+
+    >>> socket_address("V", "localhost:6000"), socket_address("V", "[::1]:6000")
+    ('127.0.0.1:6000', '[::1]:6000')
+    >>> socket_address("V", "x:1")
+    Traceback (most recent call last):
+    ...
+    vllm_otel_metrics.config.ConfigError: V='x:1' is not IP:PORT ([IPv6]:PORT for IPv6) with a port from 1 to 65535
+    """
+    host, colon, port = raw.rpartition(":")
+    bracketed = host.startswith("[") and host.endswith("]")
+    name = host[1:-1] if bracketed else host
+    try:
+        ip = ipaddress.ip_address("127.0.0.1" if name == "localhost" else name)
+        number = int(port) if port.isdigit() else 0
+    except ValueError:
+        ip, number = None, 0
+    if not colon or ip is None or not 1 <= number <= 65535 or (ip.version == 6) != bracketed:
+        raise ConfigError(
+            f"{variable}={raw!r} is not IP:PORT ([IPv6]:PORT for IPv6) with a port from 1 to 65535"
+        )
+    return f"[{ip}]:{number}" if ip.version == 6 else f"{ip}:{number}"
 
 
 #: The keys of an SLO's bounds (``serve --slo``).
@@ -411,7 +484,10 @@ def private_dir(env: Mapping[str, str] | None = None) -> str:
     directory. Raises :class:`ConfigError`, naming the path and what is
     wrong, when it is not this user's alone: a directory another user made
     or can enter, or a symbolic link (anyone can make one in ``/tmp``
-    before this user does).
+    before this user does). Without ``XDG_RUNTIME_DIR`` another local user
+    can thus turn the plugin off by making the path first; the error says
+    so, and to set ``XDG_RUNTIME_DIR`` (systemd's ``/run/user/UID``) or
+    ``TMPDIR`` to a directory of this user's alone.
 
     Other users share GPU hosts: a socket in a directory they can reach
     could be replaced by theirs, and then the plugin would stream to them;
@@ -419,7 +495,8 @@ def private_dir(env: Mapping[str, str] | None = None) -> str:
     """
     env = os.environ if env is None else env
     runtime = env.get("XDG_RUNTIME_DIR", "")
-    if runtime and os.path.isabs(runtime):
+    shared = not (runtime and os.path.isabs(runtime))
+    if not shared:
         path = os.path.join(runtime, "vllm-otel-metrics")
     else:
         path = os.path.join(tempfile.gettempdir(), f"vllm-otel-metrics-{os.getuid()}")
@@ -430,11 +507,20 @@ def private_dir(env: Mapping[str, str] | None = None) -> str:
     except OSError as e:
         raise ConfigError(f"the private directory {path} cannot be made ({e.strerror})") from None
     why = _not_private(path)
+    if why and shared:
+        # In /tmp any local user can make the path first, and so turn the
+        # plugin off: say so, and how to have a directory no one else can.
+        raise ConfigError(
+            f"the private directory {path} {why}: it must be a directory of this user's alone "
+            "(mode 0700). XDG_RUNTIME_DIR is not set, so it is in the temporary directory, "
+            "where another local user can make it first; set XDG_RUNTIME_DIR (systemd's "
+            f"/run/user/{os.getuid()}) or TMPDIR to a directory of this user's alone, or "
+            "remove it"
+        )
     if why:
         raise ConfigError(
             f"the private directory {path} {why}: it must be a directory of this user's alone "
-            "(mode 0700); remove it, or set XDG_RUNTIME_DIR (or TMPDIR) to a directory of this "
-            "user's"
+            "(mode 0700); remove it, or set XDG_RUNTIME_DIR to a directory of this user's alone"
         )
     return path
 
@@ -466,8 +552,10 @@ def _link_target(path: str) -> str:
 def open_private(path: str, flags: int, *, user_named: bool = False) -> int:
     """Opens (making it ``0600`` if need be) a file of this user's: never
     through a symbolic link (``O_NOFOLLOW``), and only a regular file this
-    user owns with no permission for group or others; for a file the user
-    named (``user_named``: a log file of their choosing, perhaps outside the
+    user owns with no permission for group or others, and with one name
+    (a hard link's other name may be any file of this user's: another user
+    can make one in a shared directory); for a file the user named
+    (``user_named``: a log file of their choosing, perhaps outside the
     private directory) its mode is theirs to choose. Returns the file
     descriptor (close-on-exec); raises :class:`ConfigError` naming the path
     and what is wrong.
@@ -491,6 +579,11 @@ def open_private(path: str, flags: int, *, user_named: bool = False) -> int:
             why = "is not a regular file"
         elif st.st_uid != os.getuid():
             why = f"belongs to uid {st.st_uid}, not to this user (uid {os.getuid()})"
+        elif st.st_nlink != 1:
+            why = (
+                f"has {st.st_nlink} hard links, not 1: it may be another of this user's files "
+                "under a second name"
+            )
         elif not user_named and st.st_mode & 0o077:
             why = f"is open to others (mode {stat.S_IMODE(st.st_mode):o})"
         else:

@@ -98,6 +98,8 @@ ADDRESS_IN_USE_RETRIES = 3
 #: The sidecar's environment variable that carries the flags of
 #: ``VLLM_OTEL_METRICS_SIDECAR_ARGS``, a JSON array of strings.
 SERVE_ARGS_VARIABLE = "VLLM_OTEL_METRICS_SERVE_ARGS"
+#: ``serve --ingest-addr``'s value for no TCP ingest listener.
+NO_LISTENER = "none"
 #: The most of a lock file read.
 MAX_RECORD_BYTES = 4096
 #: Where a wheel built with the binary carries it (setup.py puts it there).
@@ -183,7 +185,20 @@ def command(
     ``VLLM_OTEL_METRICS_SIDECAR_ARGS`` are not in it: they go in its
     environment (:func:`environment`).
 
+    A sidecar without ``VLLM_OTEL_METRICS_TARGET`` listens on its ingest
+    socket and ``/metrics`` only (``--ingest-addr none``):
+
     >>> from vllm_otel_metrics.config import SidecarSettings
+    >>> settings = SidecarSettings(None, "127.0.0.1:9464", (), "l", ingest_socket="/run/i.sock")
+    >>> command("bin", settings, None, parent_pid=7)
+    ... # doctest: +NORMALIZE_WHITESPACE
+    ['bin', 'serve', '--parent-pid', '7', '--drain-timeout', '2', '--ingest-addr', 'none',
+     '--metrics-addr', '127.0.0.1:9464', '--token-buckets', 'python',
+     '--ingest-socket', '/run/i.sock']
+
+    With a target, on its address too; the token as its file's path, and
+    no ``VLLM_OTEL_METRICS_SIDECAR_ARGS`` flag:
+
     >>> settings = SidecarSettings("127.0.0.1:50051", "none", ("--otlp-header", "k=s3cret"), "l",
     ...                            token_file="/run/token")
     >>> command("bin", settings, 4096, parent_pid=7)
@@ -192,6 +207,8 @@ def command(
      '--metrics-addr', 'none', '--token-buckets', 'python', '--ingest-auth-token-file', '/run/token',
      '--max-model-len', '4096']
     """
+    if settings.ingest_addr is None and not settings.ingest_socket:
+        raise ValueError("a sidecar with neither a TCP ingest address nor an ingest socket")
     argv = [
         executable,
         "serve",
@@ -204,8 +221,11 @@ def command(
         # API servers' plugins: they reconnect to the next holder's sidecar.
         "--drain-timeout",
         str(DRAIN_SECONDS),
+        # No TCP listener unless the user asked for one: on a shared host any
+        # local user could write records into it (the plugin streams over
+        # the socket).
         "--ingest-addr",
-        settings.ingest_addr,
+        settings.ingest_addr or NO_LISTENER,
         "--metrics-addr",
         settings.metrics_addr,
         # The token buckets of the vLLM frontend whose /metrics the sidecar
@@ -225,6 +245,21 @@ def command(
     if settings.slo:
         argv += ["--slo", settings.slo]
     return argv
+
+
+def listeners(settings: config.SidecarSettings) -> str:
+    """What a started sidecar listens on for records, for log lines.
+
+    >>> from vllm_otel_metrics.config import SidecarSettings
+    >>> listeners(SidecarSettings(None, "m", (), "l", ingest_socket="/run/i.sock"))
+    'the socket /run/i.sock'
+    >>> listeners(SidecarSettings("127.0.0.1:1", "m", (), "l", ingest_socket="/run/i.sock"))
+    '127.0.0.1:1 and the socket /run/i.sock'
+    """
+    where = [settings.ingest_addr] if settings.ingest_addr else []
+    if settings.ingest_socket:
+        where.append(f"the socket {settings.ingest_socket}")
+    return " and ".join(where)
 
 
 def environment(
@@ -515,7 +550,8 @@ class Supervisor:
         (with none) whatever holds the TCP port."""
         path = self.settings.ingest_socket
         if not path:
-            return answers(self.settings.ingest_addr)
+            address = self.settings.ingest_addr
+            return address is not None and answers(address)
         sock, _uid = connect_own(path, 0.5)
         if sock is None:
             return False
@@ -549,7 +585,7 @@ class Supervisor:
                             "vllm-otel-metrics binary is not installed (a plugin-only install?): "
                             "start `vllm-otel-metrics serve` yourself, or set "
                             "VLLM_OTEL_METRICS_SIDECAR=off",
-                            self.settings.ingest_socket or self.settings.ingest_addr,
+                            listeners(self.settings),
                         )
                         warned_missing = True
                     self._stop.wait(POLL_SECONDS)
@@ -592,12 +628,11 @@ class Supervisor:
         another instance's sidecar or another program holds its address,
         and starting it again cannot change that."""
         log.error(
-            "vllm-otel-metrics: the sidecar cannot listen on %s%s or /metrics %s: address in "
+            "vllm-otel-metrics: the sidecar cannot listen on %s or /metrics %s: address in "
             "use: another vLLM instance's sidecar or another program holds it; set "
             "VLLM_OTEL_METRICS_TARGET / VLLM_OTEL_METRICS_METRICS_ADDR to free ports; its log: "
             "%s; the plugin is off, vLLM goes on",
-            self.settings.ingest_addr,
-            f" (socket {self.settings.ingest_socket})" if self.settings.ingest_socket else "",
+            listeners(self.settings),
             self.settings.metrics_addr,
             self.settings.log_file,
         )
@@ -625,10 +660,9 @@ class Supervisor:
         finally:
             os.close(output)
         log.info(
-            "vllm-otel-metrics: started the sidecar (pid %d) on %s%s, /metrics on %s; its log: %s",
+            "vllm-otel-metrics: started the sidecar (pid %d) on %s, /metrics on %s; its log: %s",
             self.process.pid,
-            self.settings.ingest_addr,
-            f" and {self.settings.ingest_socket}" if self.settings.ingest_socket else "",
+            listeners(self.settings),
             self.settings.metrics_addr,
             self.settings.log_file,
         )

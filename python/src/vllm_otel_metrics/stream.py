@@ -23,7 +23,10 @@ item). Everything else happens on the thread:
   written by the producer only; out, written by the consumer only (this
   thread, or during a gRPC call the call's request iterator on gRPC's
   thread, never both at once: :meth:`Streamer._end_turns`). The producer
-  takes no lock;
+  takes no lock. The tap's frame bytes count until the streamer lets them
+  go, not until they leave the queue: drained and converted, waiting to be
+  sent, and kept to be sent again (at most half the bound of those) all
+  count, so one number bounds the frame bytes the plugin holds;
 - when the sidecar is down, slow or refusing, the queue fills and
   :meth:`Streamer.submit` drops and counts; the thread reconnects with
   exponential back-off (0.1 s to 5 s) and, on each new stream and whenever
@@ -180,6 +183,9 @@ class Streamer:
         self._queue: collections.deque[Any] = collections.deque()
         self._bound: int = settings.queue
         self._byte_bound: int = getattr(settings, "queue_bytes", config.DEFAULT_QUEUE_BYTES)
+        #: The most frame bytes kept to be sent again: half the byte bound,
+        #: so that sent frames never keep more than half of it from new ones.
+        self._window_bytes = self._byte_bound // 2
         #: ``to_records`` takes every queued item at once (up to
         #: ``max_drain`` of them, or until ``max_drain_bytes`` of frames),
         #: and what it returns goes out as its own message(s) of at most
@@ -202,7 +208,9 @@ class Streamer:
         self.records_in = 0
         self.records_out = 0
         #: Frame bytes queued by the engine-core tap's output hook (only it
-        #: writes it) and taken by the consumer (only it writes it).
+        #: writes it) and let go by the consumer (only it writes it): taken
+        #: from the queue is not let go; a frame is let go once it is out of
+        #: the resend window, dropped, or cleared (:attr:`held_bytes`).
         self.bytes_in = 0
         self.bytes_out = 0
         #: Records of the items refused because the queue was full (only
@@ -265,8 +273,34 @@ class Streamer:
 
     @property
     def byte_bound(self) -> int:
-        """The bound on queued frame bytes (``(time, bytes)`` items)."""
+        """The bound on the frame bytes held (:attr:`held_bytes`)."""
         return self._byte_bound
+
+    @property
+    def held_bytes(self) -> int:
+        """The frame bytes the streamer holds: queued (``(time, bytes)``
+        items), converted into chunks waiting to be sent, and kept to be
+        sent again. The tap's output hook queues a frame only while this
+        stays within :attr:`byte_bound`."""
+        return self.bytes_in - self.bytes_out
+
+    def _let_go(self, record: Any) -> None:
+        """A record the streamer no longer holds: its frame bytes are free
+        (on the consumer's side)."""
+        if type(record) is Raw:
+            self.bytes_out += record.frame_bytes
+
+    def _handed(self) -> Handed:
+        """A call's or connection's :class:`Handed`, whose resend window
+        lets go of what it no longer keeps."""
+        return Handed(self._resend_window, self._window_bytes, self._let_go)
+
+    def _let_go_of_handed(self, handed: Handed) -> None:
+        """At the end of a call or connection: what its window still kept
+        (and no summary put back in line) is let go."""
+        _count, last = handed.close()
+        for record in last:
+            self._let_go(record)
 
     def count_dropped(self, records: int) -> None:
         """Counts records a producer dropped because the queue was full."""
@@ -415,6 +449,8 @@ class Streamer:
         tap's hooks keep their bounds, so the queue is emptied now and
         then until close())."""
         self.off = True
+        for record in self._unsent:
+            self._let_go(record)
         self._unsent.clear()
         while True:
             self.clear()
@@ -443,9 +479,16 @@ class Streamer:
         that answer (a sidecar killed) the record being sent is counted as
         lost; what the kernel had taken before it may be lost uncounted, as
         on gRPC."""
+        handed = self._handed()
+        try:
+            self._socket_sends(sock, pb, handed)
+        finally:
+            self._let_go_of_handed(handed)
+
+    def _socket_sends(self, sock: socket.socket, pb: ModuleType, handed: Handed) -> None:
+        """:meth:`_socket_session`'s loop; ``handed`` notes what it sent."""
         ticks = _Ticks()
         unsent = self._unsent
-        handed = Handed(self._resend_window)
         while True:
             if self._refill(pb, ticks):
                 continue
@@ -489,7 +532,7 @@ class Streamer:
         the status code it broke with, or None when it ended at close()."""
         done = threading.Event()
         turn = threading.Lock()
-        handed = Handed(self._resend_window)
+        handed = self._handed()
         # The generated stub's serializer takes protobuf messages only; this
         # one takes a Raw record too.
         stream = channel.stream_unary(
@@ -526,7 +569,7 @@ class Streamer:
             # The request iterator, on gRPC's thread, may be in the middle
             # of a turn: it takes no more records for this ended call.
             self._end_turns(done, turn)
-            handed.close()
+            self._let_go_of_handed(handed)
         if summary.records_rejected:
             log.warning(
                 "vllm-otel-metrics: the sidecar rejected %d records: %s",
@@ -543,6 +586,9 @@ class Streamer:
         unread = count - read
         kept = last[-unread:] if unread > 0 else []
         self._unsent.extendleft(reversed(kept))
+        # The sidecar read the others: their frames are free.
+        for record in last[: len(last) - len(kept)]:
+            self._let_go(record)
         self.lost += max(unread - len(kept), 0)
         return len(kept)
 
@@ -556,7 +602,9 @@ class Streamer:
 
     def _drain(self) -> list[Any]:
         """Takes what is queued, up to ``max_drain`` items or, counting
-        frames (``(time, bytes)`` items), ``max_drain_bytes``."""
+        frames (``(time, bytes)`` items), ``max_drain_bytes``. The frames'
+        bytes stay held (:attr:`held_bytes`): ``to_records`` makes them
+        :class:`Raw` chunks, let go once sent and out of the resend window."""
         queue, size = self._queue, 0
         items: list[Any] = []
         limit = self._max_drain_bytes
@@ -570,7 +618,6 @@ class Streamer:
                 size += len(item[1])
                 if limit and size >= limit:
                     break
-        self.bytes_out += size
         return items
 
     def _refill(self, pb: ModuleType, ticks: _Ticks) -> bool:
@@ -606,6 +653,9 @@ class Streamer:
         except Exception as e:  # noqa: BLE001 — a bad item must not end the stream
             lost = sum(map(self._weigh, item)) if self._batched else self._weigh(item)
             self.unsendable += lost
+            if self._batched:
+                # The drained frames are gone with the drain.
+                self.bytes_out += sum(len(i[1]) for i in item if type(i) is tuple)
             self._limits.emit(
                 logging.ERROR,
                 "convert",
@@ -643,6 +693,7 @@ class Streamer:
     def _too_large(self, record: Any, size: int) -> None:
         """Counts (and logs, rate-limited) a record no message can carry."""
         self.unsendable += 1
+        self._let_go(record)
         kind = "frames" if type(record) is Raw else record.WhichOneof("record")
         self._limits.emit(
             logging.WARNING,
@@ -758,13 +809,16 @@ class Raw:
     """A ``Record`` serialized by hand, kept as the parts it is made of
     (the engine-core tap's frames chunk: vLLM's frames between a prefix and
     a suffix). The ingest socket hands the parts to the kernel as they are;
-    gRPC joins them."""
+    gRPC joins them. ``frame_bytes``: the bytes of vLLM's frames among the
+    parts, which count against the tap's byte bound until the streamer
+    lets the record go (:attr:`Streamer.held_bytes`)."""
 
-    __slots__ = ("parts", "size")
+    __slots__ = ("frame_bytes", "parts", "size")
 
-    def __init__(self, parts: list[bytes], size: int) -> None:
+    def __init__(self, parts: list[bytes], size: int, frame_bytes: int = 0) -> None:
         self.parts = parts
         self.size = size
+        self.frame_bytes = frame_bytes
 
     def SerializeToString(self) -> bytes:  # noqa: N802 — protobuf's name
         return b"".join(self.parts)
@@ -815,8 +869,11 @@ def _messages_of(pb: ModuleType, records: list[Any]) -> Iterator[Any]:
 
 
 class Handed:
-    """The records handed to one call: how many, and the last ``window``
-    of them.
+    """The records handed to one call: how many, and the last of them, to
+    be sent again: at most ``window`` records and, when ``most_bytes`` is
+    given, at most that many frame bytes (:class:`Raw` chunks). A record
+    let go from the window is passed to ``release`` (its frame bytes no
+    longer held).
 
     gRPC's thread hands records over (the request iterator); the stream's
     thread reads what was handed once the call has ended. A lock makes
@@ -824,13 +881,38 @@ class Handed:
     record taken after it would be in neither the snapshot nor the queue.
     """
 
-    __slots__ = ("_lock", "closed", "count", "last")
+    __slots__ = ("_lock", "_most_bytes", "_release", "bytes", "closed", "count", "last", "window")
 
-    def __init__(self, window: int = RESEND_WINDOW) -> None:
+    def __init__(
+        self,
+        window: int = RESEND_WINDOW,
+        most_bytes: int | None = None,
+        release: Callable[[Any], None] | None = None,
+    ) -> None:
         self.count = 0
-        self.last: collections.deque[Any] = collections.deque(maxlen=window)
+        self.window = window
+        self.last: collections.deque[Any] = collections.deque()
+        #: The frame bytes of the records in ``last``.
+        self.bytes = 0
         self.closed = False
+        self._most_bytes = most_bytes
+        self._release = release
         self._lock = threading.Lock()
+
+    def _keep(self, record: Any) -> None:
+        """Keeps ``record`` in the window, letting the oldest go beyond its
+        bounds (under the lock)."""
+        last = self.last
+        last.append(record)
+        if type(record) is Raw:
+            self.bytes += record.frame_bytes
+        most = self._most_bytes
+        while len(last) > self.window or (most is not None and self.bytes > most and last):
+            old = last.popleft()
+            if type(old) is Raw:
+                self.bytes -= old.frame_bytes
+            if self._release is not None:
+                self._release(old)
 
     def note(self, message: Any) -> bool:
         """Notes one record handed over; False (not noted) once closed."""
@@ -838,7 +920,7 @@ class Handed:
             if self.closed:
                 return False
             self.count += 1
-            self.last.append(message)
+            self._keep(message)
             return True
 
     def take(
@@ -860,16 +942,21 @@ class Handed:
             count = 0
             for _message, carried in packed:
                 count += len(carried)
-                self.last.extend(carried)
+                for record in carried:
+                    self._keep(record)
             self.count += count
             return [message for message, _carried in packed], count
 
     def close(self) -> tuple[int, list[Any]]:
         """Ends the handing over; returns how many records were handed and
-        the last ``window`` of them."""
+        the last of them, which are the caller's from then on (a second
+        close returns none)."""
         with self._lock:
             self.closed = True
-            return self.count, list(self.last)
+            last = list(self.last)
+            self.last.clear()
+            self.bytes = 0
+            return self.count, last
 
 
 def _read_answer(sock: socket.socket) -> int | None:

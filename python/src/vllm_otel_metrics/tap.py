@@ -20,9 +20,12 @@ the step loop's; docs/PERFORMANCE.md measures it against vLLM's own work):
   (``VLLM_OTEL_METRICS_QUEUE``) and frame bytes
   (``VLLM_OTEL_METRICS_QUEUE_BYTES``). Nothing is decoded here: the sidecar
   reads vLLM's layout in Rust (``src/sources/tap/``);
-- **each new request**: ``add_request`` appends the ``Request`` object itself;
-  its few fields (id, arrival time, prompt length, ``max_tokens``, ``n``,
-  stop strings, ``traceparent``) are read on the streaming thread;
+- **each new request**: ``add_request`` copies the few fields the sidecar
+  needs (id, arrival time, prompt length, ``max_tokens``, ``n``, whether it
+  has stop strings, ``traceparent``) into a :class:`Started` and appends
+  that: never the ``Request`` itself, which holds the prompt's token ids and
+  any multimodal inputs, and which the queue would otherwise keep alive
+  (up to ``VLLM_OTEL_METRICS_QUEUE`` of them while the sidecar is down);
 - **each abort**: ``abort_requests`` appends the ids. A client that went away
   and a frontend that matched a stop string send the same abort.
 
@@ -203,10 +206,48 @@ Frame = tuple[float, bytes]
 # where a frozen dataclass's __init__ costs about four times a plain one's.
 @dataclasses.dataclass(slots=True)
 class Started:
-    """A queued new request: the engine's ``Request``, read later."""
+    """A queued new request: the fields of the engine's ``Request`` its
+    record needs, copied in ``add_request`` (:func:`started`), so that the
+    queue holds no reference to the request, its prompt or its inputs.
+    Values as vLLM has them (the record converts them on the streaming
+    thread)."""
 
     at: float
-    request: Any
+    request_id: Any
+    #: ``Request.arrival_time`` (None: ``at``).
+    arrival_time: Any
+    #: ``Request.num_prompt_tokens``.
+    prompt_len: Any
+    #: ``SamplingParams.max_tokens``.
+    max_tokens: Any = None
+    #: ``SamplingParams.n`` (1 when vLLM has none), or None for a request
+    #: without sampling parameters.
+    n: Any = None
+    #: Whether ``SamplingParams.stop`` names stop strings.
+    stop_strings: bool = False
+    #: The ``traceparent`` of the request's trace headers.
+    traceparent: Any = None
+
+
+def started(at: float, request: Any) -> Started:
+    """What the tap keeps of a new ``request`` (vLLM's ``Request``), taken
+    at ``at``. Runs in ``add_request`` on vLLM's engine thread: plain
+    attribute reads (``getattr`` with a default costs twice as much, and
+    vLLM 0.32 and 0.33 set them all in ``Request.__init__``; a vLLM without
+    one makes each request counted as unconvertible, and logged); the
+    conversions wait for the streaming thread."""
+    params = request.sampling_params
+    headers = request.trace_headers
+    return Started(
+        at,
+        request.request_id,
+        request.arrival_time,
+        request.num_prompt_tokens,
+        None if params is None else params.max_tokens,
+        None if params is None else (params.n or 1),
+        params is not None and bool(params.stop),
+        headers.get("traceparent") if headers else None,
+    )
 
 
 @dataclasses.dataclass(slots=True)
@@ -225,8 +266,8 @@ class EngineStart:
     records: Sequence[convert.Record]
 
 
-#: What the tap queues.
-Item = Frame | Started | Aborted | EngineStart
+#: What the tap queues (an unreadable request as the record it stands for).
+Item = Frame | Started | Aborted | EngineStart | convert.Unconvertible
 
 
 def _running(request: Any) -> bool:
@@ -298,7 +339,7 @@ class ChunkWriter:
         )
         body = len(self._header) + len(head) + size + len(tail)
         prefix = b"".join((self._record_key, _varint(body), self._header, head))
-        return Raw([prefix, *frames, tail], len(prefix) + size + len(tail))
+        return Raw([prefix, *frames, tail], len(prefix) + size + len(tail), size)
 
 
 class Tap:
@@ -422,7 +463,7 @@ class Tap:
             model_name,
             version,
             os.getpid(),
-            settings.address,
+            (settings.sidecar and settings.sidecar.ingest_socket) or settings.address,
         )
         return tap
 
@@ -463,9 +504,15 @@ class Tap:
             streamer.dropped_frames += 1
             return send(socket, buffers)
 
+        # A copy of the few fields a request's record needs, never the
+        # request: the queue must not keep its prompt and inputs alive.
         def add_request(request: Any, *args: Any, **kwargs: Any) -> Any:
             if len(queue) < bound:
-                queue.append(Started(now(), request))
+                try:
+                    item: Item = started(now(), request)
+                except Exception as e:  # noqa: BLE001 — never fail vLLM's call
+                    item = convert.Unconvertible("request", f"{type(e).__name__}: {e}")
+                queue.append(item)
             else:
                 dropped(1)
             return add(request, *args, **kwargs)
@@ -542,6 +589,9 @@ class Tap:
                     records.append(record)
             elif type(item) is EngineStart:
                 records.extend(item.records)
+            elif type(item) is convert.Unconvertible:
+                # A request add_request could not read: counted and logged.
+                records.append(item)
             else:
                 raise TypeError(f"not an item the tap queues: {item!r}")
         if frames:
@@ -549,23 +599,18 @@ class Tap:
         return records
 
     def _request_record(self, pb: ModuleType, item: Started) -> Any:
-        request = item.request
         record = pb.Record()
         message = record.request
-        message.request_id = str(request.request_id)
+        message.request_id = str(item.request_id)
         message.model_name = self.model_name
         message.engine = self.engine
-        message.arrival_time = float(getattr(request, "arrival_time", 0.0) or item.at)
-        message.prompt_len = int(getattr(request, "num_prompt_tokens", 0) or 0)
-        params = getattr(request, "sampling_params", None)
-        if params is not None:
-            if params.max_tokens is not None:
-                message.max_tokens = int(params.max_tokens)
-            message.n = int(getattr(params, "n", 1) or 1)
-            message.stop_strings = bool(getattr(params, "stop", None))
-        headers = getattr(request, "trace_headers", None)
-        if headers:
-            traceparent = headers.get("traceparent")
-            if traceparent:
-                message.traceparent = str(traceparent)
+        message.arrival_time = float(item.arrival_time or item.at)
+        message.prompt_len = int(item.prompt_len or 0)
+        if item.n is not None:
+            if item.max_tokens is not None:
+                message.max_tokens = int(item.max_tokens)
+            message.n = int(item.n)
+            message.stop_strings = item.stop_strings
+        if item.traceparent:
+            message.traceparent = str(item.traceparent)
         return record
