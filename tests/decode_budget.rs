@@ -673,3 +673,95 @@ fn no_input_raises_the_heap_past_its_bound() {
         );
     }
 }
+
+/// The message the bound was written against: one `EngineCoreFrames`
+/// record holding one frame of 5,000,000 three-byte outputs (15 MB, which
+/// decoded into 1.1 GB before). It is refused within its bound, counted
+/// and named, and the next message is applied.
+#[test]
+fn five_million_three_byte_outputs_stay_within_the_bound() {
+    let mut p = Pack::default();
+    p.array(2);
+    p.uint(0);
+    p.array(5_000_000);
+    for _ in 0..5_000_000 {
+        p.array(1);
+        p.str("x");
+    }
+    let message = pb::Record {
+        record: Some(pb::record::Record::Frames(pb::EngineCoreFrames {
+            model_name: "m".into(),
+            engine_core_outputs_fields: OUTPUTS_FIELDS.map(String::from).to_vec(),
+            engine_core_output_fields: OUTPUT_FIELDS.map(String::from).to_vec(),
+            frame_lengths: vec![p.0.len() as u32],
+            frames: p.0,
+            sent_at: vec![2.0],
+            ..Default::default()
+        })),
+    }
+    .encode_to_vec();
+    assert!(message.len() > 15_000_000, "{} bytes", message.len());
+    let service = IngestService::new(
+        Tracker::new(Instruments::builder().build()),
+        IngestLimits::default(),
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a runtime");
+    let (mut position, mut summary) = (0, Summary::default());
+    let (growth, ()) = peak_growth(|| {
+        let incoming = decode_message(&message, &IngestLimits::default().decode);
+        runtime.block_on(service.apply_incoming(incoming, &mut position, &mut summary));
+    });
+    assert!(
+        growth <= budget::bound(message.len()),
+        "the heap grew by {growth} bytes, past {}",
+        budget::bound(message.len())
+    );
+    // The next message, a request and its output, is applied.
+    let next = pb::Record {
+        record: Some(pb::record::Record::Batch(pb::RecordBatch {
+            records: vec![
+                pb::Record {
+                    record: Some(pb::record::Record::Request(pb::RequestStarted {
+                        request_id: "r".into(),
+                        model_name: "m".into(),
+                        arrival_time: 1.0,
+                        ..Default::default()
+                    })),
+                },
+                pb::Record {
+                    record: Some(pb::record::Record::Outputs(pb::OutputBatch {
+                        timestamp: 2.0,
+                        received_at: Some(2.0),
+                        outputs: vec![pb::EngineCoreOutput {
+                            request_id: "r".into(),
+                            new_token_ids: vec![1, 2],
+                            ..Default::default()
+                        }],
+                        ..Default::default()
+                    })),
+                },
+            ],
+        })),
+    }
+    .encode_to_vec();
+    let incoming = decode_message(&next, &IngestLimits::default().decode);
+    runtime.block_on(service.apply_incoming(incoming, &mut position, &mut summary));
+    let summary = summary.finish();
+    assert_eq!(
+        (
+            summary.records_applied,
+            summary.outputs_applied,
+            summary.records_rejected
+        ),
+        (3, 1, 0)
+    );
+    assert_eq!(
+        summary.first_rejections,
+        vec![
+            "record 1, frame 1 (15000007 bytes): at byte 7: 5000000 outputs in one frame, more than 16384 (--max-outputs-per-batch)"
+                .to_owned()
+        ]
+    );
+}

@@ -5,11 +5,12 @@
 //!
 //! The bound is enforced where memory is taken, in shares:
 //!
-//! - protobuf (gRPC and the ingest socket): the scan
-//!   ([`prescan`](crate::sources::ingest::prescan)) refuses a message whose
-//!   decoding it estimates above [`PROTOBUF_PER_BYTE`] × `N` +
-//!   [`PROTOBUF_BASE`] before prost decodes it; the conversion into records
-//!   moves what was decoded, one record at a time;
+//! - protobuf (gRPC and the ingest socket) and JSONL: a scan refuses a
+//!   message or line whose decoding it estimates above [`DECODE_PER_BYTE`]
+//!   × `N` + [`DECODE_BASE`] before prost or serde decodes it (the
+//!   protobuf scan `ingest::prescan`,
+//!   [`json_scan`](crate::sources::ingest::json_scan)); the conversion into
+//!   records moves what was decoded, one record at a time;
 //! - engine-core frames (inside a protobuf message): each frame of `F`
 //!   bytes is decoded against [`FRAME_PER_BYTE`] × `F` + [`FRAME_BASE`],
 //!   charged before each allocation, one frame at a time; its outputs are
@@ -17,10 +18,11 @@
 //! - what the tracker returns (a rejection per output it cannot apply) is
 //!   bounded by the outputs of one batch.
 //!
-//! The shares add up below the bound with room to spare: the message's own
-//! bytes as decoded (`N`), one frame's budget (`2F + 1 MiB`, `F ≤ N`), and the
-//! rejections of one batch (at most `--max-outputs-per-batch` of them, about
-//! 2 MiB at the default). `tests/decode_budget.rs` measures the heap of
+//! The shares add up below the bound: the input's own bytes (`N`: a
+//! transport's buffer, a line's), what it decodes into (`2N + 2 MiB`), one
+//! frame's budget (`2F + 1 MiB`, `F ≤ N`, while the message holding it is
+//! `N` as decoded) and the rejections of one batch (one per output the
+//! tracker cannot apply, bounded by the outputs the decode admitted). `tests/decode_budget.rs` measures the heap of
 //! thousands of hostile inputs against [`bound`].
 
 /// What the heap may grow by per input byte.
@@ -38,10 +40,10 @@ pub const fn bound(input_bytes: usize) -> usize {
     input_bytes.saturating_mul(PER_BYTE).saturating_add(BASE)
 }
 
-/// The protobuf decode's share, per message byte.
-pub const PROTOBUF_PER_BYTE: usize = 2;
-/// The protobuf decode's share for any message.
-pub const PROTOBUF_BASE: usize = 2 << 20;
+/// The decode's share (protobuf or JSON), per message or line byte.
+pub const DECODE_PER_BYTE: usize = 2;
+/// The decode's share (protobuf or JSON) for any message or line.
+pub const DECODE_BASE: usize = 2 << 20;
 /// One engine-core frame's share, per frame byte.
 pub const FRAME_PER_BYTE: usize = 2;
 /// One engine-core frame's share for any frame.

@@ -3,7 +3,9 @@
 //! Lines are read one at a time into a reused buffer, so memory does not grow
 //! with the trace. A line that is not a valid record is reported as
 //! `FILE:LINE: reason` and skipped; every valid line around it is still
-//! applied. Records that parse but do not fit the tracker's state (unknown
+//! applied. A line whose decoding could take far more memory than its bytes
+//! is refused before it is decoded ([`json_scan`], the decode budget of
+//! [`crate::sources::budget`]). Records that parse but do not fit the tracker's state (unknown
 //! request ids, duplicate starts) are counted and warned about once per kind.
 //!
 //! ```
@@ -24,8 +26,10 @@
 
 use std::io::{self, BufRead, Write};
 
+use super::json_scan;
 use crate::catalog::RejectReason;
 use crate::protocol::Record;
+use crate::sources::budget;
 use crate::sources::RecordSink;
 
 /// What a replay did.
@@ -140,6 +144,13 @@ pub fn replay<R: BufRead, S: RecordSink + ?Sized, W: Write>(
             line.drain(..3);
         }
         if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let decoded_limit = budget::share(line.len(), budget::DECODE_PER_BYTE, budget::DECODE_BASE);
+        if let Err(why) = json_scan::check(&line, decoded_limit) {
+            report.invalid += 1;
+            sink.invalid();
+            writeln!(diagnostics, "{source}:{}: {why}", report.lines)?;
             continue;
         }
         let record = match serde_json::from_slice::<Record>(&line) {

@@ -5,6 +5,7 @@
 pub mod client;
 #[cfg(feature = "grpc")]
 pub mod grpc;
+pub mod json_scan;
 pub mod jsonl;
 #[cfg(feature = "grpc")]
 pub mod prescan;

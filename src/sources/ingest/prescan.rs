@@ -293,8 +293,8 @@ pub fn check(message: &[u8], limits: &DecodeLimits) -> Result<(), Refusal> {
         limits,
         max_decoded: limits.max_decoded_bytes.min(budget::share(
             message.len(),
-            budget::PROTOBUF_PER_BYTE,
-            budget::PROTOBUF_BASE,
+            budget::DECODE_PER_BYTE,
+            budget::DECODE_BASE,
         )),
         decoded: RECORD.size,
         bytes: message.len(),
