@@ -283,10 +283,11 @@ fn grpc_ingest_applies_the_same_rules_and_names_bad_records() {
         .map(|line| record_to_proto(&serde_json::from_str::<Record>(line).unwrap()))
         .collect();
     // A finished request without a finish reason, then an infinite time
-    // to first token: both refused whole, nothing of them recorded.
+    // to first token, under a model of their own: each bad part is left out
+    // alone, the rest of its step recorded.
     wire.push(pb::Record {
         record: Some(pb::record::Record::IterationStats(pb::IterationStats {
-            model_name: "m".into(),
+            model_name: "other".into(),
             num_generation_tokens: 1000,
             finished_requests: vec![pb::FinishedRequest {
                 request_id: "r3".into(),
@@ -297,7 +298,7 @@ fn grpc_ingest_applies_the_same_rules_and_names_bad_records() {
     });
     wire.push(pb::Record {
         record: Some(pb::record::Record::IterationStats(pb::IterationStats {
-            model_name: "m".into(),
+            model_name: "other".into(),
             num_generation_tokens: 1000,
             time_to_first_tokens_iter: vec![0.5, f64::INFINITY],
             ..Default::default()
@@ -315,18 +316,35 @@ fn grpc_ingest_applies_the_same_rules_and_names_bad_records() {
     assert_eq!(
         summary,
         pb::IngestSummary {
-            records_applied: 3,
-            records_rejected: 2,
+            records_applied: 5,
+            records_rejected: 0,
             rejected_by_reason: [("invalid_record".to_owned(), 2)].into(),
             first_rejections: vec![
                 "record 4: finished_requests[0] (request 'r3'): no finish reason (FINISH_REASON_UNSPECIFIED)".to_owned(),
-                "record 5: invalid iteration_stats record: time_to_first_tokens_iter[1] is not a finite number (inf)".to_owned(),
+                "record 5: invalid iteration_value record: time_to_first_tokens_iter[1] is not a finite number (inf)".to_owned(),
             ],
             outputs_applied: 0,
         }
     );
     let exposition = common::http_get(server.metrics, "/metrics").unwrap();
-    assert_expected_families(&exposition);
+    // The trace's own label set is recorded exactly as by replay.
+    let of_m: Vec<&str> = exposition
+        .lines()
+        .filter(|line| !line.contains(r#"model_name="other""#))
+        .collect();
+    assert_expected_families(&of_m.join("\n"));
+    let other = r#"{model_name="other",engine="0"}"#;
+    let samples = common::samples(&exposition);
+    assert_eq!(
+        (
+            samples[&format!("vllm:generation_tokens_total{other}")],
+            samples[&format!("vllm:time_to_first_token_seconds_count{other}")],
+            samples[&format!("vllm:time_to_first_token_seconds_sum{other}")],
+            samples.get(&format!("vllm:e2e_request_latency_seconds_count{other}")),
+        ),
+        (2000.0, 1.0, 0.5, Some(&0.0)),
+        "the good parts of the two steps"
+    );
     assert_eq!(
         family(&exposition, "vllm_otel_metrics_rejected_inputs")[r#"vllm_otel_metrics_rejected_inputs_total{reason="invalid_record"}"#],
         2.0

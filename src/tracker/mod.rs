@@ -337,7 +337,8 @@ impl Tracker {
         self.batch_counts.clear();
         for output in &batch.outputs {
             if let Err(e) = output.validate(&self.limits) {
-                rejections.push(self.invalid(RecordKind::Output, &output.request_id, e.0));
+                let detail = format!("request '{}': {}", shown(&output.request_id), e.0);
+                rejections.push(self.invalid(RecordKind::Output, &output.request_id, detail));
                 continue;
             }
             let Some(live) = self.requests.get_mut(output.request_id.as_str()) else {

@@ -14,7 +14,7 @@ use crate::instruments::spans::{RequestSpans, SpanValues};
 use crate::instruments::{
     Instruments, RequestHandles, RequestHistogram, SloEnd, SloOutcome, NO_PREEMPTIONS,
 };
-use crate::protocol::{FinishedRequest, InputLimits, IterationStats, RecordKind};
+use crate::protocol::{shown, FinishedRequest, InputLimits, IterationStats, RecordKind};
 use crate::support::clock::unix_now;
 
 /// One step's stats, as `PrometheusStatLogger.record()` applies an
@@ -80,12 +80,12 @@ pub(super) fn iteration_stats(
         return;
     }
     let received_at = stats.received_at.unwrap_or_else(unix_now);
-    for (i, request) in stats.finished_requests.iter().enumerate() {
+    for request in &stats.finished_requests {
         if let Err(e) = request.validate(limits) {
             invalid(
                 RecordKind::FinishedRequest,
                 &request.request_id,
-                format!("finished_requests[{i}]: {}", e.0),
+                format!("request '{}': {}", shown(&request.request_id), e.0),
             );
             continue;
         }

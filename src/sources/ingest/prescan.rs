@@ -591,20 +591,45 @@ mod tests {
                 ..Default::default()
             })),
         };
-        let iteration = pb::Record {
+        // Finished requests as vLLM's finish them: an id, a reason, times.
+        let finished = pb::FinishedRequest {
+            request_id: "cmpl-0123456789abcdef0123456789abcdef-0".into(),
+            finish_reason: pb::FinishReason::Stop as i32,
+            e2e_latency: 1.5,
+            queued_time: 0.01,
+            prefill_time: 0.2,
+            inference_time: 1.4,
+            decode_time: 1.2,
+            mean_time_per_output_token: 0.02,
+            num_prompt_tokens: 512,
+            num_generation_tokens: 64,
+            ..Default::default()
+        };
+        let iteration = |finished: pb::FinishedRequest| pb::Record {
             record: Some(pb::record::Record::IterationStats(pb::IterationStats {
                 model_name: "m".into(),
                 max_num_generation_tokens_iter: vec![1, 2, 3],
-                finished_requests: vec![pb::FinishedRequest::default(); 256],
+                finished_requests: vec![finished; 256],
                 ..Default::default()
             })),
         };
         let message = batch(
-            std::iter::repeat_n([scheduler, iteration], 128)
+            std::iter::repeat_n([scheduler.clone(), iteration(finished)], 128)
                 .flatten()
                 .collect(),
         );
         assert_eq!(check(&message, &DecodeLimits::default()), Ok(()));
+        // Empty finished requests (two bytes each, a whole struct decoded)
+        // are the amplification the budget is for.
+        let empty = batch(
+            std::iter::repeat_n([scheduler, iteration(pb::FinishedRequest::default())], 128)
+                .flatten()
+                .collect(),
+        );
+        assert!(matches!(
+            check(&empty, &DecodeLimits::default()),
+            Err(Refusal::TooLarge { .. })
+        ));
         assert_eq!(
             pb::Record::decode(message.as_slice()).map(|_| ()),
             Ok(()),
