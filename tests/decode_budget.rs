@@ -19,6 +19,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::collections::BTreeMap;
 
+mod common;
+
 use prost::Message;
 use vllm_otel_metrics::instruments::Instruments;
 use vllm_otel_metrics::sources::budget;
@@ -674,12 +676,9 @@ fn no_input_raises_the_heap_past_its_bound() {
     }
 }
 
-/// The message the bound was written against: one `EngineCoreFrames`
-/// record holding one frame of 5,000,000 three-byte outputs (15 MB, which
-/// decoded into 1.1 GB before). It is refused within its bound, counted
-/// and named, and the next message is applied.
-#[test]
-fn five_million_three_byte_outputs_stay_within_the_bound() {
+/// Item 1's message: one `EngineCoreFrames` record holding one frame of
+/// 5,000,000 three-byte outputs (`[["x"], …]`), 15 MB.
+fn five_million_outputs() -> Vec<u8> {
     let mut p = Pack::default();
     p.array(2);
     p.uint(0);
@@ -688,7 +687,7 @@ fn five_million_three_byte_outputs_stay_within_the_bound() {
         p.array(1);
         p.str("x");
     }
-    let message = pb::Record {
+    pb::Record {
         record: Some(pb::record::Record::Frames(pb::EngineCoreFrames {
             model_name: "m".into(),
             engine_core_outputs_fields: OUTPUTS_FIELDS.map(String::from).to_vec(),
@@ -699,27 +698,13 @@ fn five_million_three_byte_outputs_stay_within_the_bound() {
             ..Default::default()
         })),
     }
-    .encode_to_vec();
-    assert!(message.len() > 15_000_000, "{} bytes", message.len());
-    let service = IngestService::new(
-        Tracker::new(Instruments::builder().build()),
-        IngestLimits::default(),
-    );
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .expect("a runtime");
-    let (mut position, mut summary) = (0, Summary::default());
-    let (growth, ()) = peak_growth(|| {
-        let incoming = decode_message(&message, &IngestLimits::default().decode);
-        runtime.block_on(service.apply_incoming(incoming, &mut position, &mut summary));
-    });
-    assert!(
-        growth <= budget::bound(message.len()),
-        "the heap grew by {growth} bytes, past {}",
-        budget::bound(message.len())
-    );
-    // The next message, a request and its output, is applied.
-    let next = pb::Record {
+    .encode_to_vec()
+}
+
+/// A request and its output of two tokens: what follows the hostile
+/// message, and must be applied.
+fn request_and_output() -> pb::Record {
+    pb::Record {
         record: Some(pb::record::Record::Batch(pb::RecordBatch {
             records: vec![
                 pb::Record {
@@ -745,7 +730,34 @@ fn five_million_three_byte_outputs_stay_within_the_bound() {
             ],
         })),
     }
-    .encode_to_vec();
+}
+
+/// The message the bound was written against, which decoded into 1.1 GB
+/// before: refused within its bound, counted and named, and the next
+/// message applied.
+#[test]
+fn five_million_three_byte_outputs_stay_within_the_bound() {
+    let message = five_million_outputs();
+    assert!(message.len() > 15_000_000, "{} bytes", message.len());
+    let service = IngestService::new(
+        Tracker::new(Instruments::builder().build()),
+        IngestLimits::default(),
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a runtime");
+    let (mut position, mut summary) = (0, Summary::default());
+    let (growth, ()) = peak_growth(|| {
+        let incoming = decode_message(&message, &IngestLimits::default().decode);
+        runtime.block_on(service.apply_incoming(incoming, &mut position, &mut summary));
+    });
+    assert!(
+        growth <= budget::bound(message.len()),
+        "the heap grew by {growth} bytes, past {}",
+        budget::bound(message.len())
+    );
+    // The next message, a request and its output, is applied.
+    let next = request_and_output().encode_to_vec();
     let incoming = decode_message(&next, &IngestLimits::default().decode);
     runtime.block_on(service.apply_incoming(incoming, &mut position, &mut summary));
     let summary = summary.finish();
@@ -764,4 +776,116 @@ fn five_million_three_byte_outputs_stay_within_the_bound() {
                 .to_owned()
         ]
     );
+}
+
+/// Item 1's message against a running `serve`, over the ingest socket and
+/// over gRPC: the process's peak resident memory (`VmHWM`) grows by at most
+/// 64 MB, `/metrics` answers while the message is applied, and the next
+/// message is applied.
+mod live {
+    use super::*;
+    use common::serve::Server;
+    use std::io::Write;
+
+    /// The peak resident memory of process `pid`, bytes.
+    fn peak_rss(pid: u32) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc");
+        let kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmHWM in /proc/PID/status");
+        kib * 1024
+    }
+
+    const GENERATED: &str = r#"vllm:generation_tokens_total{model_name="m",engine="0"}"#;
+    const MAX_GROWTH: u64 = 64 << 20;
+
+    /// Warms `server` up (a scrape, one small message sent by `send`), then
+    /// sends item 1's message and the next while scraping `/metrics`; the
+    /// peak RSS growth.
+    fn measure(server: &Server, send: impl FnOnce(Vec<Vec<u8>>) + Send) -> u64 {
+        let pid = server.process.0.id();
+        let before = peak_rss(pid);
+        let scrapes = std::sync::atomic::AtomicU32::new(0);
+        let done = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    assert!(
+                        common::http_get(server.metrics, "/metrics").is_some(),
+                        "/metrics answers while the message is applied"
+                    );
+                    scrapes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+            });
+            // The same request again: its two more tokens make 4.
+            send(vec![
+                five_million_outputs(),
+                request_and_output().encode_to_vec(),
+            ]);
+            common::wait_for(30, "the next message to be applied", || {
+                (server.sample(GENERATED) == Some(4.0)).then_some(())
+            });
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+        assert!(scrapes.into_inner() > 0);
+        peak_rss(pid).saturating_sub(before)
+    }
+
+    #[test]
+    fn over_the_ingest_socket() {
+        let dir = common::tempdir("budget-socket");
+        let path = dir.join("ingest.sock");
+        let server = Server::start(&["--ingest-socket", path.to_str().expect("utf-8")]);
+        // Warm-up: the label set's handles and the first scrape.
+        common::serve::send_over_socket(&path, &[request_and_output()]);
+        common::wait_for(10, "the warm-up", || {
+            (server.sample(GENERATED) == Some(2.0)).then_some(())
+        });
+        let growth = measure(&server, |messages| {
+            let mut socket =
+                std::os::unix::net::UnixStream::connect(&path).expect("the ingest socket");
+            for body in messages {
+                socket
+                    .write_all(&(body.len() as u32).to_le_bytes())
+                    .and_then(|()| socket.write_all(&body))
+                    .expect("the socket takes the message");
+            }
+        });
+        eprintln!("ingest socket: peak RSS grew by {growth} bytes");
+        assert!(growth <= MAX_GROWTH, "peak RSS grew by {growth} bytes");
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    #[test]
+    fn over_grpc() {
+        let server = Server::start(&[]);
+        let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+        let target = server.target();
+        let send = |messages: Vec<Vec<u8>>| {
+            let records: Vec<pb::Record> = messages
+                .iter()
+                .map(|m| pb::Record::decode(m.as_slice()).expect("well-formed"))
+                .collect();
+            runtime.block_on(async {
+                let mut client = pb::ingest_client::IngestClient::connect(target.clone())
+                    .await
+                    .expect("connects")
+                    .max_encoding_message_size(32 << 20);
+                client
+                    .stream(tokio_stream::iter(records))
+                    .await
+                    .expect("the stream is answered");
+            });
+        };
+        send(vec![request_and_output().encode_to_vec()]);
+        common::wait_for(10, "the warm-up", || {
+            (server.sample(GENERATED) == Some(2.0)).then_some(())
+        });
+        let growth = measure(&server, send);
+        eprintln!("gRPC: peak RSS grew by {growth} bytes");
+        assert!(growth <= MAX_GROWTH, "peak RSS grew by {growth} bytes");
+    }
 }
