@@ -638,3 +638,128 @@ fn scheduler_stats(
     s.num_waiting_reqs = waiting_not_deferred.saturating_add(s.num_skipped_waiting_reqs);
     Ok(s)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn str(out: &mut Vec<u8>, s: &str) {
+        out.push(0xa0 | s.len() as u8);
+        out.extend_from_slice(s.as_bytes());
+    }
+
+    fn layout() -> Layout {
+        Layout::new(
+            &["engine_index", "outputs", "scheduler_stats", "timestamp"],
+            &["request_id", "new_token_ids", "finish_reason", "events"],
+        )
+        .expect("the fields the decoder needs")
+    }
+
+    /// `EngineCoreOutputs(0, outputs, scheduler_stats, 1.0)`.
+    fn frame(outputs: &[u8], stats: &[u8]) -> Vec<u8> {
+        let mut f = vec![0x94, 0x00];
+        f.extend_from_slice(outputs);
+        f.extend_from_slice(stats);
+        f.extend_from_slice(&[0xcb, 0x3f, 0xf0, 0, 0, 0, 0, 0, 0]);
+        f
+    }
+
+    fn decoded(bytes: &[u8]) -> Result<Frame> {
+        decode(
+            bytes,
+            &layout(),
+            EngineSetup::default(),
+            1.0,
+            &FrameLimits::default(),
+        )
+    }
+
+    #[test]
+    fn hits_by_source_add_up_without_overflowing() {
+        // {"connector_prefix_cache_stats": {"hits_by_source":
+        //   {"host": 2^64-1, "host": 2^64-1}}}
+        let mut stats = vec![0x81];
+        str(&mut stats, "connector_prefix_cache_stats");
+        stats.push(0x81);
+        str(&mut stats, "hits_by_source");
+        stats.push(0x82);
+        for _ in 0..2 {
+            str(&mut stats, "host");
+            stats.push(0xcf);
+            stats.extend_from_slice(&u64::MAX.to_be_bytes());
+        }
+        let frame = decoded(&frame(&[0x90], &stats)).expect("decodes");
+        let by_source = frame
+            .scheduler_stats
+            .and_then(|s| s.external_prefix_cache_hits_by_source)
+            .expect("hits by source");
+        assert_eq!(by_source.host, u64::MAX);
+    }
+
+    #[test]
+    fn a_bad_output_is_left_out_and_its_neighbours_kept() {
+        // [["a", [1]], ["b", [1], 9], ["c", [1, 2]]]: finish reason 9 does
+        // not exist.
+        let mut outputs = vec![0x93];
+        for (id, tail) in [("a", &[0x91, 0x01][..]), ("b", &[0x91, 0x01, 0x09][..])] {
+            outputs.push(if id == "a" { 0x92 } else { 0x93 });
+            str(&mut outputs, id);
+            outputs.extend_from_slice(tail);
+        }
+        outputs.push(0x92);
+        str(&mut outputs, "c");
+        outputs.extend_from_slice(&[0x92, 0x01, 0x02]);
+        let frame = decoded(&frame(&outputs, &[0xc0])).expect("decodes");
+        let ids: Vec<&str> = frame
+            .batch
+            .outputs
+            .iter()
+            .map(|o| o.request_id.as_str())
+            .collect();
+        assert_eq!(ids, ["a", "c"]);
+        assert_eq!(frame.skipped.len(), 1);
+        assert_eq!(
+            frame.skipped[0].to_string(),
+            "at byte 13: outputs[1]: unknown finish reason 9"
+        );
+    }
+
+    #[test]
+    fn claimed_counts_and_the_budget_are_checked_before_reserving() {
+        // 2^32-1 outputs claimed in a few bytes.
+        let err = decoded(&frame(&[0xdd, 0xff, 0xff, 0xff, 0xff], &[0xc0])).unwrap_err();
+        assert!(err.what.contains("cannot fit"), "{err}");
+        // More outputs than --max-outputs-per-batch: refused before any is
+        // read.
+        let limits = FrameLimits { max_outputs: 2 };
+        let mut outputs = vec![0x93];
+        for _ in 0..3 {
+            outputs.push(0x91);
+            str(&mut outputs, "x");
+        }
+        let err = decode(
+            &frame(&outputs, &[0xc0]),
+            &layout(),
+            EngineSetup::default(),
+            1.0,
+            &limits,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "at byte 3: 3 outputs in one frame, more than 2 (--max-outputs-per-batch)"
+        );
+        // 100,000 one-byte token ids (400 KB decoded) in a 100 KB frame:
+        // within 2 x 100 KB + 1 MiB. A million (4 MB) in 1 MB: not.
+        for (tokens, fits) in [(100_000u32, true), (1_000_000, false)] {
+            let mut outputs = vec![0x91, 0x92];
+            str(&mut outputs, "x");
+            outputs.push(0xdd);
+            outputs.extend_from_slice(&tokens.to_be_bytes());
+            outputs.extend(std::iter::repeat_n(0x01, tokens as usize));
+            let result = decoded(&frame(&outputs, &[0xc0]));
+            assert_eq!(result.is_ok(), fits, "{tokens} tokens: {result:?}");
+        }
+    }
+}
