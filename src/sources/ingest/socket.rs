@@ -54,8 +54,15 @@ pub struct IngestSocket {
 
 impl IngestSocket {
     /// Binds `path`, mode `0600`. A socket file already there is replaced
-    /// when it is this user's and nothing answers on it (left by a sidecar
-    /// that was killed); anything else there is an error naming the path.
+    /// when it is this user's and refuses connections (left by a sidecar
+    /// that was killed); anything else there (a live socket, even one too
+    /// busy to take a connection, another user's, a link, a file) is an
+    /// error naming the path. Nothing at the path is followed: it is
+    /// examined with `lstat`.
+    ///
+    /// The socket is bound under a temporary name in the same directory,
+    /// made `0600` there and only then linked to `path`, so that no one
+    /// can connect through `path` while its mode is the umask's.
     pub async fn bind(path: &Path) -> io::Result<IngestSocket> {
         let named = |e: io::Error, what: &str| {
             io::Error::new(
@@ -63,6 +70,12 @@ impl IngestSocket {
                 format!("ingest socket {}: {what}: {e}", path.display()),
             )
         };
+        // Removed however this ends; after the link, `path` names the socket.
+        let (listener, temporary) = bind_private(path).map_err(|e| named(e, "cannot listen"))?;
+        // The file was made by this process: its owner is this process's user.
+        let owner = std::fs::symlink_metadata(&temporary.0)
+            .map_err(|e| named(e, "cannot read it back"))?
+            .uid();
         if let Ok(existing) = std::fs::symlink_metadata(path) {
             if !existing.file_type().is_socket() {
                 return Err(named(
@@ -70,21 +83,39 @@ impl IngestSocket {
                     "something other than a socket is there",
                 ));
             }
-            if UnixStream::connect(path).await.is_ok() {
+            if existing.uid() != owner {
                 return Err(named(
-                    io::Error::from(io::ErrorKind::AddrInUse),
-                    "another process listens there",
+                    io::Error::from(io::ErrorKind::PermissionDenied),
+                    &format!(
+                        "the socket there belongs to uid {}, not {owner}",
+                        existing.uid()
+                    ),
                 ));
+            }
+            match UnixStream::connect(path).await {
+                Ok(_) => {
+                    return Err(named(
+                        io::Error::from(io::ErrorKind::AddrInUse),
+                        "another process listens there",
+                    ))
+                }
+                // Nothing listens: left by a sidecar that was killed.
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {}
+                // A full backlog (EAGAIN) is a live socket too busy to
+                // answer; whatever else it is, it is not known to be stale.
+                Err(e) => {
+                    return Err(named(
+                        io::Error::new(io::ErrorKind::AddrInUse, e),
+                        "a socket is there and may be in use (it did not refuse a connection)",
+                    ))
+                }
             }
             std::fs::remove_file(path).map_err(|e| named(e, "cannot remove the stale socket"))?;
         }
-        let listener = UnixListener::bind(path).map_err(|e| named(e, "cannot listen"))?;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-            .map_err(|e| named(e, "cannot make it private"))?;
-        // The file was made by this process: its owner is this process's user.
-        let owner = std::fs::metadata(path)
-            .map_err(|e| named(e, "cannot read it back"))?
-            .uid();
+        // A link fails if anything appeared at `path` meanwhile: another
+        // sidecar's socket is never replaced.
+        std::fs::hard_link(&temporary.0, path).map_err(|e| named(e, "cannot listen"))?;
+        drop(temporary);
         Ok(IngestSocket {
             listener,
             path: path.to_owned(),
@@ -95,6 +126,49 @@ impl IngestSocket {
     /// The socket's path.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+/// A path removed when dropped.
+struct Removed(PathBuf);
+
+impl Drop for Removed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A listener bound in `path`'s directory under a temporary name, made
+/// `0600` (checked without following a link), and that name.
+fn bind_private(path: &Path) -> io::Result<(UnixListener, Removed)> {
+    let directory = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    let pid = std::process::id();
+    let mut attempt = 0u32;
+    loop {
+        // Short: it must fit in a socket address wherever `path` does
+        // (unless `path`'s own name is shorter still).
+        let temporary = directory.join(format!(".{pid:x}.{attempt}"));
+        let listener = match UnixListener::bind(&temporary) {
+            Ok(listener) => listener,
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse && attempt < 8 => {
+                attempt += 1;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let temporary = Removed(temporary);
+        std::fs::set_permissions(&temporary.0, std::fs::Permissions::from_mode(0o600))?;
+        let made = std::fs::symlink_metadata(&temporary.0)?;
+        if !made.file_type().is_socket() || made.mode() & 0o777 != 0o600 {
+            return Err(io::Error::other(format!(
+                "{} changed under it while it was made private",
+                temporary.0.display()
+            )));
+        }
+        return Ok((listener, temporary));
     }
 }
 
