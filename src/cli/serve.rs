@@ -33,10 +33,20 @@ pub(super) struct ServeArgs {
     #[arg(long, default_value_t = DecodeLimits::default().max_outputs_per_batch, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub(super) max_outputs_per_batch: usize,
     /// Most bytes held in messages that have arrived in part, over every
-    /// ingest stream and connection; a stream whose next message would go
-    /// past it ends with RESOURCE_EXHAUSTED.
+    /// ingest stream and connection: lent to one message at a time, which
+    /// waits for room in turn (with --ingest-socket, the gRPC port's
+    /// streams hold at most half).
     #[arg(long, default_value_t = IngestLimits::default().max_buffered_bytes, value_name = "BYTES")]
     pub(super) ingest_max_buffered_bytes: usize,
+    /// A message must arrive in full within this many seconds (waiting for
+    /// room in --ingest-max-buffered-bytes included), plus
+    /// --ingest-message-deadline-per-mib for each MiB of its length, or its
+    /// stream or connection is ended (0 disables).
+    #[arg(long, default_value_t = MessageDeadline::DEFAULT.base.as_secs_f64(), value_name = "SECS")]
+    pub(super) ingest_message_deadline: f64,
+    /// What each MiB of a message adds to --ingest-message-deadline.
+    #[arg(long, default_value_t = MessageDeadline::DEFAULT.per_mib.as_secs_f64(), value_name = "SECS")]
+    pub(super) ingest_message_deadline_per_mib: f64,
     /// Most gRPC streams open at once on one ingest connection.
     #[arg(long, default_value_t = IngestLimits::default().max_streams_per_connection, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub(super) ingest_max_streams_per_connection: u32,
@@ -131,6 +141,13 @@ pub(super) fn run_serve(args: ServeArgs) -> Result<ExitCode, CliError> {
     };
     let request_ttl = seconds("--request-ttl", args.request_ttl)?;
     let drain = seconds("--drain-timeout", args.drain_timeout)?;
+    let message_deadline = MessageDeadline {
+        base: seconds("--ingest-message-deadline", args.ingest_message_deadline)?,
+        per_mib: seconds(
+            "--ingest-message-deadline-per-mib",
+            args.ingest_message_deadline_per_mib,
+        )?,
+    };
     let pipeline = Pipeline::new(&args.common, OnSignal::Command, false)?;
     let mut decode = DecodeLimits::default();
     decode.max_records_per_batch = args.max_records_per_batch;
@@ -145,6 +162,7 @@ pub(super) fn run_serve(args: ServeArgs) -> Result<ExitCode, CliError> {
     limits.max_message_bytes = args.max_message_bytes;
     limits.decode = decode;
     limits.max_buffered_bytes = args.ingest_max_buffered_bytes;
+    limits.message_deadline = (!message_deadline.base.is_zero()).then_some(message_deadline);
     limits.max_streams_per_connection = args.ingest_max_streams_per_connection;
     // The TLS and token files are read before the port is taken: a
     // configuration error is reported as such, whatever holds the port.

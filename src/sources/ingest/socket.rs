@@ -8,7 +8,8 @@
 //! done with the GIL released); gRPC's Python layer and protobuf's copies
 //! cost about as much as vLLM's own encode of the step (docs/PERFORMANCE.md).
 //!
-//! The wire: each message is a protobuf [`pb::Record`] (a batch too) after
+//! The wire: each message is a protobuf
+//! [`pb::Record`](super::proto::pb::Record) (a batch too) after
 //! its length, a little-endian `u32`. The sidecar writes back once, when it
 //! shuts down with the connection open: the number of messages it read, a
 //! little-endian `u64`; the sender sends the messages after those to the
@@ -20,11 +21,13 @@
 //! another user is closed before anything is read from it. Bounded like the
 //! gRPC listener: connections at once, an idle timeout, the message size
 //! (checked on the length, before anything is allocated), the bytes held in
-//! unfinished messages (shared with gRPC), and what a message decodes into
-//! (scanned before decoding, as on gRPC). A message that
-//! does not decode, or is refused by the scan, is counted and named (`ingest socket, connection N,
-//! message M`) and the connection goes on; one longer than the limit ends
-//! its connection (the stream cannot be resynchronised without reading it).
+//! unfinished messages (room lent by the budget shared with gRPC), the time
+//! a message may take to arrive (its deadline), and what a message decodes
+//! into (scanned before decoding, as on gRPC). A message that does not
+//! decode, or is refused by the scan, is counted and named (`ingest socket,
+//! connection N, message M`) and the connection goes on; one longer than
+//! the limit, one that finds no room or misses its deadline ends its
+//! connection (the stream cannot be resynchronised without reading it).
 
 use std::future::Future;
 use std::io;
@@ -34,14 +37,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use prost::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::Semaphore;
+use tokio::time::Instant;
 
 use super::grpc::{describe_summary, IngestService, Summary};
-use super::prescan;
-use super::proto::pb;
+use super::server::{self, Incoming, MessageDeadline, Room, Transport};
 use crate::listen::ListenerLimits;
 
 /// A bound ingest socket: its listener, its path and the user it admits.
@@ -187,6 +189,9 @@ pub async fn serve(
     limits: ListenerLimits,
     shutdown: impl Future<Output = ()>,
 ) {
+    // The gRPC port, which other users can reach, keeps off half of the
+    // room for unfinished messages: this user's senders have it.
+    service.buffered().keep_half_for_socket().await;
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let numbers = AtomicU64::new(0);
     let mut connections = tokio::task::JoinSet::new();
@@ -239,12 +244,21 @@ pub async fn serve(
     while connections.join_next().await.is_some() {}
 }
 
+/// What a connection's buffer holds while no message longer than it is
+/// being read: small messages arrive whole in it and borrow no room.
+const BUFFER: usize = 64 * 1024;
+
 /// Reads one connection's messages into `service` until it ends, idles past
-/// `idle`, sends what cannot be read on, or the service cuts open streams.
-/// Cut, it answers with the number of messages it read (a `u64`,
-/// little-endian) before it closes: its sender sends the rest again to the
-/// next sidecar, as a gRPC client does after the `ingest-summary-bin`
-/// trailer.
+/// `idle`, sends what cannot be read on, misses a message's deadline, or
+/// the service cuts open streams. Cut, it answers with the number of
+/// messages it read (a `u64`, little-endian) before it closes: its sender
+/// sends the rest again to the next sidecar, as a gRPC client does after
+/// the `ingest-summary-bin` trailer.
+///
+/// A message longer than [`BUFFER`] is read into a buffer grown to exactly
+/// its length once [`Buffered`](super::server::Buffered) lends room for it;
+/// when it has been applied the room is given back and the buffer shrinks
+/// to [`BUFFER`] again.
 async fn read_connection(
     mut stream: UnixStream,
     service: &IngestService,
@@ -252,16 +266,19 @@ async fn read_connection(
     idle: Option<Duration>,
 ) {
     let max = service.max_message_bytes();
+    let deadline = service.message_deadline();
     let mut cut = service.cut_signal();
     let mut summary = Summary::default();
     let mut position = 0u64;
     let mut message = 0u64;
     // Bytes read and not yet applied; `read_buf` into it is cancel-safe, so
     // the cut can interrupt a read without losing what it had read.
-    let mut buffer: Vec<u8> = Vec::with_capacity(64 * 1024);
-    // The room this connection holds for its largest message: its buffer
-    // keeps that capacity while it is open.
-    let mut held = None;
+    let mut buffer: Vec<u8> = Vec::with_capacity(BUFFER);
+    // The room lent for the message at the front of `buffer`.
+    let mut room: Option<Room> = None;
+    // When the message at the front of `buffer` began: its first byte, or
+    // the end of the messages applied before it.
+    let mut began: Option<Instant> = None;
     let ended = 'connection: loop {
         let mut start = 0;
         while let Some(header) = buffer.get(start..start + 4) {
@@ -277,53 +294,85 @@ async fn read_connection(
                 break;
             };
             message += 1;
-            if let Err(why) = prescan::check(body, &service.decode_limits()) {
-                position += 1;
-                service.refused(
-                    position,
-                    &format!("ingest socket, connection {number}, message {message}: {why}"),
-                    &mut summary,
-                );
-            } else {
-                match pb::Record::decode(body) {
-                    Ok(record) => {
-                        service
-                            .apply_message(record, &mut position, &mut summary)
-                            .await
-                    }
-                    Err(e) => service.invalid(
-                        format!("ingest socket, connection {number}, message {message}: cannot decode it ({e})"),
-                        &mut summary,
-                    ),
+            match server::incoming(body, &service.decode_limits()) {
+                Incoming::Record(record) => {
+                    service
+                        .apply_message(record, &mut position, &mut summary)
+                        .await
                 }
+                Incoming::Refused(why) => {
+                    position += 1;
+                    service.refused(
+                        position,
+                        &format!("ingest socket, connection {number}, message {message}: {why}"),
+                        &mut summary,
+                    );
+                }
+                Incoming::Undecodable(e) => service.invalid(
+                    format!("ingest socket, connection {number}, message {message}: cannot decode it ({e})"),
+                    &mut summary,
+                ),
             }
             start += 4 + length;
         }
-        buffer.drain(..start);
-        if let Some(header) = buffer.get(..4) {
-            // The length was checked above: the rest of the message fits,
-            // if the bytes held in unfinished messages leave room for it.
-            let length = u32::from_le_bytes(header.try_into().expect("4 bytes")) as usize;
-            if let Err(why) = service.buffered().hold(&mut held, 4 + length) {
-                service.invalid(
-                    format!("ingest socket, connection {number}, message {}: {why}; the connection is closed", message + 1),
-                    &mut summary,
-                );
-                break 'connection "the server held too many unfinished messages";
+        if start > 0 {
+            buffer.drain(..start);
+            began = None;
+            if room.take().is_some() {
+                buffer.shrink_to(BUFFER);
             }
-            buffer.reserve((4 + length).saturating_sub(buffer.len()));
-        } else if buffer.capacity() == buffer.len() {
-            buffer.reserve(64 * 1024);
+        }
+        // What the message at the front needs in all: its header, then
+        // (its length known) its bytes. Its deadline runs from now if
+        // part of it is here already.
+        let length = buffer
+            .get(..4)
+            .map(|header| u32::from_le_bytes(header.try_into().expect("4 bytes")) as usize);
+        let needs = length.map_or(4, |length| 4 + length);
+        let until = if buffer.is_empty() {
+            None
+        } else {
+            let began = *began.get_or_insert_with(Instant::now);
+            deadline.map(|deadline| began + deadline.for_length(length.unwrap_or(0)))
+        };
+        if needs > buffer.capacity() {
+            let lend = service.buffered().lend(Transport::Socket, needs);
+            let lent = tokio::select! {
+                lent = at_most(until, lend) => Some(lent),
+                _ = cut.wait_for(|cut| *cut) => None,
+            };
+            let Some(lent) = lent else {
+                answer_cut(&mut stream, message).await;
+                break "the server shut down";
+            };
+            match lent {
+                Some(Ok(lent)) => room = Some(lent),
+                Some(Err(why)) => {
+                    service.invalid(
+                        format!("ingest socket, connection {number}, message {}: {why}; the connection is closed", message + 1),
+                        &mut summary,
+                    );
+                    break "the message could not be held";
+                }
+                None => {
+                    service.invalid(
+                        format!("ingest socket, connection {number}, message {}: no room for its {needs} bytes within its deadline of {:.1} s: the unfinished messages of other connections and streams held --ingest-max-buffered-bytes; the connection is closed", message + 1, within(deadline, length)),
+                        &mut summary,
+                    );
+                    break "a message found no room in time";
+                }
+            }
+            // Exactly what was lent: the reads below never grow it.
+            buffer.reserve_exact(needs - buffer.len());
         }
         let read = tokio::select! {
-            read = within(idle, stream.read_buf(&mut buffer)) => Some(read),
+            read = read_within(&mut stream, &mut buffer, idle, until) => Some(read),
             _ = cut.wait_for(|cut| *cut) => None,
         };
         let Some(read) = read else {
             // What was read and not applied is a part of a message: its
             // sender sends it again, whole.
-            let read = message.to_le_bytes();
-            let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(&read)).await;
+            answer_cut(&mut stream, message).await;
             break "the server shut down";
         };
         match read {
@@ -332,8 +381,23 @@ async fn read_connection(
             // message again on its next connection.
             Ok(0) => break "it ended inside a message",
             Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::TimedOut => break "it was idle too long",
-            Err(_) => break "it failed",
+            Err(Stop::Idle) => break "it was idle too long",
+            Err(Stop::Late) => {
+                let what = match length {
+                    Some(length) => format!("{} of its {length} bytes", buffer.len() - 4),
+                    None => format!("{} of its 4 header bytes", buffer.len()),
+                };
+                service.invalid(
+                    format!(
+                        "ingest socket, connection {number}, message {}: {what} arrived within its deadline of {:.1} s (--ingest-message-deadline, --ingest-message-deadline-per-mib); the connection is closed",
+                        message + 1,
+                        within(deadline, length)
+                    ),
+                    &mut summary,
+                );
+                break "a message missed its deadline";
+            }
+            Err(Stop::Failed) => break "it failed",
         }
     };
     let summary = summary.finish();
@@ -348,15 +412,62 @@ async fn read_connection(
     }
 }
 
-/// `read` within `limit`, a timeout being an `io::ErrorKind::TimedOut`.
-async fn within<T>(
-    limit: Option<Duration>,
-    read: impl Future<Output = io::Result<T>>,
-) -> io::Result<T> {
-    match limit {
-        None => read.await,
-        Some(limit) => tokio::time::timeout(limit, read)
-            .await
-            .unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into())),
+/// Tells a connection cut at shutdown how many messages were read.
+async fn answer_cut(stream: &mut UnixStream, read: u64) {
+    let _ = tokio::time::timeout(
+        Duration::from_secs(1),
+        stream.write_all(&read.to_le_bytes()),
+    )
+    .await;
+}
+
+/// A message's deadline, seconds (its length unknown: its header's).
+fn within(deadline: Option<MessageDeadline>, length: Option<usize>) -> f64 {
+    deadline.map_or(0.0, |deadline| {
+        deadline.for_length(length.unwrap_or(0)).as_secs_f64()
+    })
+}
+
+/// `future`'s output, or None when `until` passes first.
+async fn at_most<T>(until: Option<Instant>, future: impl Future<Output = T>) -> Option<T> {
+    match until {
+        None => Some(future.await),
+        Some(until) => tokio::time::timeout_at(until, future).await.ok(),
     }
+}
+
+/// Why a read stopped short.
+enum Stop {
+    /// Nothing arrived for the idle timeout.
+    Idle,
+    /// The message being read missed its deadline.
+    Late,
+    /// The connection failed.
+    Failed,
+}
+
+/// Reads into `buffer`'s spare capacity (which it never grows), within
+/// `idle` and before `until`.
+async fn read_within(
+    stream: &mut UnixStream,
+    buffer: &mut Vec<u8>,
+    idle: Option<Duration>,
+    until: Option<Instant>,
+) -> Result<usize, Stop> {
+    debug_assert!(buffer.len() < buffer.capacity());
+    let idle_at = idle.map(|idle| Instant::now() + idle);
+    let (at, late) = match (idle_at, until) {
+        (Some(idle_at), Some(until)) if until <= idle_at => (Some(until), true),
+        (Some(idle_at), _) => (Some(idle_at), false),
+        (None, until) => (until, true),
+    };
+    let read = stream.read_buf(buffer);
+    let read = match at {
+        None => read.await,
+        Some(at) => match tokio::time::timeout_at(at, read).await {
+            Ok(read) => read,
+            Err(_) => return Err(if late { Stop::Late } else { Stop::Idle }),
+        },
+    };
+    read.map_err(|_| Stop::Failed)
 }
