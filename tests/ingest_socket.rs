@@ -261,3 +261,114 @@ mod needs_root {
         assert_eq!(server.sample(ABORTS), Some(1.0));
     }
 }
+
+/// A live socket whose listen backlog is full refuses no connection: a
+/// connect fails with EAGAIN, not ECONNREFUSED. It used to be taken for
+/// stale and removed; now it is an error naming the path, and the socket
+/// stays, its listener reachable.
+#[test]
+fn a_live_socket_with_a_full_backlog_is_not_taken_for_stale() {
+    use vllm_otel_metrics::sources::ingest::socket::IngestSocket;
+    let dir = common::tempdir("ingest-socket-backlog");
+    let path = dir.join("ingest.sock");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // A backlog of one: two connections fill it.
+    let listener = runtime.block_on(async {
+        let socket = tokio::net::UnixSocket::new_stream().unwrap();
+        socket.bind(&path).unwrap();
+        socket.listen(1).unwrap()
+    });
+    // Fill the backlog: connections nobody accepts, until one would wait.
+    let mut waiting = Vec::new();
+    runtime.block_on(async {
+        loop {
+            match tokio::net::UnixStream::connect(&path).await {
+                Ok(stream) => waiting.push(stream),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => panic!("connecting to fill the backlog: {e}"),
+            }
+            assert!(waiting.len() < 100, "the backlog never filled");
+        }
+    });
+    let error = runtime
+        .block_on(IngestSocket::bind(&path))
+        .expect_err("a live socket is not replaced");
+    assert_eq!(error.kind(), std::io::ErrorKind::AddrInUse, "{error}");
+    assert!(
+        error.to_string().starts_with(&format!(
+            "ingest socket {}: a socket is there and may be in use",
+            path.display()
+        )),
+        "{error}"
+    );
+    // Still the listener's: once one connection is accepted, one more gets in.
+    drop(waiting.pop());
+    assert!(
+        std::fs::symlink_metadata(&path).is_ok(),
+        "the live socket was removed"
+    );
+    let accepted = runtime.block_on(listener.accept());
+    assert!(accepted.is_ok(), "{accepted:?}");
+    // Nothing else was left in the directory.
+    let names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["ingest.sock"]);
+}
+
+/// Nothing at the path is followed: a link to a stale socket is refused
+/// as "something other than a socket", and the link and its target stay.
+/// A socket made by `bind` is private from the start, and the temporary
+/// name it was bound under is gone.
+#[test]
+fn a_link_at_the_path_is_not_followed_and_nothing_temporary_is_left() {
+    use vllm_otel_metrics::sources::ingest::socket::IngestSocket;
+    let dir = common::tempdir("ingest-socket-link");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let stale = dir.join("stale.sock");
+    drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+    let link = dir.join("ingest.sock");
+    std::os::unix::fs::symlink(&stale, &link).unwrap();
+    let error = runtime.block_on(IngestSocket::bind(&link)).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("something other than a socket is there"),
+        "{error}"
+    );
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert!(std::fs::symlink_metadata(&stale).is_ok());
+
+    let path = dir.join("fresh.sock");
+    let socket = runtime.block_on(IngestSocket::bind(&path)).unwrap();
+    let mode = std::fs::symlink_metadata(&path)
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let mut names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["fresh.sock", "ingest.sock", "stale.sock"]);
+    // Reachable at its path.
+    runtime.block_on(async {
+        tokio::net::UnixStream::connect(&path).await.unwrap();
+    });
+    drop(socket);
+    assert!(
+        std::fs::symlink_metadata(&path).is_err(),
+        "removed when dropped"
+    );
+}

@@ -330,3 +330,170 @@ fn metrics_serves_the_process_families() {
     assert!(rest.starts_with("HTTP/1.1 404"), "{rest}");
     drop(server);
 }
+
+/// The TCP ports `pid` listens on, from its socket descriptors and the
+/// kernel's tables of listening sockets.
+fn listening_ports(pid: u32) -> Vec<u16> {
+    let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter_map(|link| {
+            let link = link.to_string_lossy().into_owned();
+            Some(link.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned())
+        })
+        .collect();
+    let mut ports = Vec::new();
+    for table in ["tcp", "tcp6"] {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // Field 3 is the state (0A: LISTEN), 9 the socket's inode.
+            if fields.get(3) == Some(&"0A") && fields.get(9).is_some_and(|i| inodes.contains(*i)) {
+                let port = fields[1].rsplit(':').next().unwrap();
+                ports.push(u16::from_str_radix(port, 16).unwrap());
+            }
+        }
+    }
+    ports.sort_unstable();
+    ports
+}
+
+/// The `warning:` lines `serve` wrote among its first lines, up to the
+/// one that says it accepts ingest (or that it does not).
+fn start_up_lines(server: &mut common::serve::Server) -> Vec<String> {
+    let stderr = server.process.0.stderr.take().unwrap();
+    let lines = common::lines_of(stderr);
+    common::wait_for(10, "serve's start-up lines", || {
+        let lines = lines.lock().unwrap();
+        lines
+            .iter()
+            .any(|line| line.starts_with("accepting gRPC") || line.starts_with("no gRPC"))
+            .then(|| lines.clone())
+    });
+    // The warning follows the line it is about.
+    std::thread::sleep(Duration::from_millis(300));
+    let lines = lines.lock().unwrap().clone();
+    lines
+}
+
+/// `serve --ingest-addr none`: no TCP ingest listener (only `/metrics`
+/// listens), records over `--ingest-socket` applied, and no warning.
+#[test]
+fn ingest_addr_none_opens_no_tcp_listener() {
+    let dir = common::tempdir("ingest-addr-none");
+    let socket = dir.join("ingest.sock");
+    let metrics = common::free_port();
+    let mut server = common::serve::Server {
+        process: Guard(
+            Command::new(common::binary())
+                .args(["serve", "--ingest-addr", "none"])
+                .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
+                .args(["--ingest-socket", socket.to_str().unwrap()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        ),
+        ingest: 0,
+        metrics,
+    };
+    let lines = start_up_lines(&mut server);
+    common::wait_for(20, "serve's /metrics", || {
+        common::http_get(metrics, "/metrics")
+    });
+    assert!(
+        lines
+            .iter()
+            .any(|line| line == "no gRPC ingest listener (--ingest-addr none)"),
+        "{lines:?}"
+    );
+    assert!(
+        !lines.iter().any(|line| line.contains("warning")),
+        "{lines:?}"
+    );
+    assert_eq!(listening_ports(server.process.0.id()), [metrics]);
+    use vllm_otel_metrics::sources::ingest::proto::pb;
+    common::serve::send_over_socket(
+        &socket,
+        &[pb::Record {
+            record: Some(pb::record::Record::Abort(pb::Abort {
+                request_id: "over-the-socket".into(),
+                received_at: Some(1.0),
+            })),
+        }],
+    );
+    common::wait_for(20, "the record sent over the socket", || {
+        server
+            .sample(r#"vllm_otel_metrics_rejected_inputs_total{reason="unknown_request"}"#)
+            .filter(|n| *n == 1.0)
+    });
+}
+
+/// TCP ingest without a token warns once at start, saying who can write
+/// to it and how to close it: any local user on loopback, anyone who can
+/// reach it elsewhere. With a token, no warning.
+#[test]
+fn tcp_ingest_without_a_token_warns_once() {
+    let warnings = |extra: &[&str], ingest: &str| {
+        let metrics = common::free_port();
+        let mut server = common::serve::Server {
+            process: Guard(
+                Command::new(common::binary())
+                    .args(["serve", "--ingest-addr", ingest])
+                    .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
+                    .args(extra)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap(),
+            ),
+            ingest: 0,
+            metrics,
+        };
+        let lines = start_up_lines(&mut server);
+        let pid = server.process.0.id();
+        let ports = listening_ports(pid);
+        (
+            lines
+                .into_iter()
+                .filter(|line| line.to_lowercase().contains("warn"))
+                .collect::<Vec<_>>(),
+            ports,
+        )
+    };
+    let port = common::free_port();
+    let (loopback, ports) = warnings(&[], &format!("127.0.0.1:{port}"));
+    assert!(ports.contains(&port), "{ports:?}");
+    assert_eq!(loopback.len(), 1, "{loopback:?}");
+    let warning = &loopback[0];
+    for expected in [
+        &format!("warning: gRPC ingest on 127.0.0.1:{port} requires no token"),
+        "any local user",
+        "--ingest-auth-token-file",
+        "--ingest-addr none --ingest-socket PATH",
+    ] {
+        assert!(warning.contains(expected), "{expected:?} in {warning}");
+    }
+
+    let port = common::free_port();
+    let (everywhere, _) = warnings(&[], &format!("0.0.0.0:{port}"));
+    assert_eq!(everywhere.len(), 1, "{everywhere:?}");
+    assert!(
+        everywhere[0].contains(&format!(
+            "anyone who can reach 0.0.0.0:{port} can write records"
+        )),
+        "{everywhere:?}"
+    );
+
+    let dir = common::tempdir("warn-token");
+    let token = dir.join("token");
+    std::fs::write(&token, "t0ken\n").unwrap();
+    for flag in ["--ingest-auth-token-file", "--auth-token-file"] {
+        let port = common::free_port();
+        let (with_token, _) = warnings(
+            &[flag, token.to_str().unwrap()],
+            &format!("127.0.0.1:{port}"),
+        );
+        assert!(with_token.is_empty(), "{flag}: {with_token:?}");
+    }
+}

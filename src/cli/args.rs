@@ -7,27 +7,46 @@ use super::*;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct MetricsAddr(pub(super) Option<SocketAddr>);
 
-/// A `--metrics-addr` that is neither `none` nor a socket address.
+/// Where `serve` listens for gRPC ingest, or `none`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct IngestAddr(pub(super) Option<SocketAddr>);
+
+/// An address flag's value that is neither `none` nor a socket address.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("'{value}' is neither `none` nor an address like 127.0.0.1:9464 ({reason})")]
+#[error("'{value}' is neither `none` nor an address like {example} ({reason})")]
 pub(super) struct InvalidAddr {
     value: String,
+    example: &'static str,
     reason: String,
+}
+
+/// `s` as a socket address, or None for `none`.
+fn address_or_none(s: &str, example: &'static str) -> Result<Option<SocketAddr>, InvalidAddr> {
+    if s.eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    s.parse()
+        .map(Some)
+        .map_err(|e: std::net::AddrParseError| InvalidAddr {
+            value: s.to_owned(),
+            example,
+            reason: e.to_string(),
+        })
 }
 
 impl FromStr for MetricsAddr {
     type Err = InvalidAddr;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        if s.eq_ignore_ascii_case("none") {
-            return Ok(MetricsAddr(None));
-        }
-        s.parse()
-            .map(|addr| MetricsAddr(Some(addr)))
-            .map_err(|e: std::net::AddrParseError| InvalidAddr {
-                value: s.to_owned(),
-                reason: e.to_string(),
-            })
+        address_or_none(s, "127.0.0.1:9464").map(MetricsAddr)
+    }
+}
+
+impl FromStr for IngestAddr {
+    type Err = InvalidAddr;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        address_or_none(s, "127.0.0.1:50051").map(IngestAddr)
     }
 }
 

@@ -55,6 +55,7 @@ use vllm_otel_metrics::sources::ingest::client::{RemoteSink, TargetSecurity};
 use vllm_otel_metrics::sources::ingest::grpc::{self, IngestLimits, IngestListener, IngestService};
 use vllm_otel_metrics::sources::ingest::jsonl;
 use vllm_otel_metrics::sources::ingest::prescan::DecodeLimits;
+use vllm_otel_metrics::sources::ingest::server::MessageDeadline;
 #[cfg(unix)]
 use vllm_otel_metrics::sources::ingest::socket;
 use vllm_otel_metrics::sources::sim::{simulate, Progress, SimConfig};

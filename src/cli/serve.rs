@@ -4,9 +4,10 @@ use super::*;
 
 #[derive(Debug, Args)]
 pub(super) struct ServeArgs {
-    /// Listen for gRPC ingest streams here.
-    #[arg(long, default_value = "127.0.0.1:50051", value_name = "ADDR")]
-    pub(super) ingest_addr: SocketAddr,
+    /// Listen for gRPC ingest streams here (`none`: no TCP listener, for a
+    /// sidecar fed over --ingest-socket alone).
+    #[arg(long, default_value = "127.0.0.1:50051", value_name = "ADDR|none")]
+    pub(super) ingest_addr: IngestAddr,
     /// Also take ingest messages on a Unix domain socket at this path (made
     /// 0600; only this user's processes may send): the engine-core tap's
     /// transport. Each message is an ingest `Record` after its length
@@ -32,10 +33,20 @@ pub(super) struct ServeArgs {
     #[arg(long, default_value_t = DecodeLimits::default().max_outputs_per_batch, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub(super) max_outputs_per_batch: usize,
     /// Most bytes held in messages that have arrived in part, over every
-    /// ingest stream and connection; a stream whose next message would go
-    /// past it ends with RESOURCE_EXHAUSTED.
+    /// ingest stream and connection: lent to one message at a time, which
+    /// waits for room in turn (with --ingest-socket, the gRPC port's
+    /// streams hold at most half).
     #[arg(long, default_value_t = IngestLimits::default().max_buffered_bytes, value_name = "BYTES")]
     pub(super) ingest_max_buffered_bytes: usize,
+    /// A message must arrive in full within this many seconds (waiting for
+    /// room in --ingest-max-buffered-bytes included), plus
+    /// --ingest-message-deadline-per-mib for each MiB of its length, or its
+    /// stream or connection is ended (0 disables).
+    #[arg(long, default_value_t = MessageDeadline::DEFAULT.base.as_secs_f64(), value_name = "SECS")]
+    pub(super) ingest_message_deadline: f64,
+    /// What each MiB of a message adds to --ingest-message-deadline.
+    #[arg(long, default_value_t = MessageDeadline::DEFAULT.per_mib.as_secs_f64(), value_name = "SECS")]
+    pub(super) ingest_message_deadline_per_mib: f64,
     /// Most gRPC streams open at once on one ingest connection.
     #[arg(long, default_value_t = IngestLimits::default().max_streams_per_connection, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub(super) ingest_max_streams_per_connection: u32,
@@ -63,6 +74,32 @@ pub(super) struct ServeArgs {
     pub(super) ingest_auth_token_file: Option<PathBuf>,
     #[command(flatten)]
     pub(super) common: CommonArgs,
+}
+
+/// Whether `serve` was given an ingest socket.
+fn ingest_socket_given(args: &ServeArgs) -> bool {
+    #[cfg(unix)]
+    return args.ingest_socket.is_some();
+    #[cfg(not(unix))]
+    {
+        let _ = args;
+        false
+    }
+}
+
+/// The start-up warning of a gRPC ingest listener on `addr` that takes
+/// records from anyone who can connect: who can, and how to close it.
+fn unauthenticated_ingest(addr: SocketAddr) -> String {
+    let who = if addr.ip().is_loopback() {
+        "any local user (every process on this host)".to_owned()
+    } else {
+        format!("anyone who can reach {addr}")
+    };
+    format!(
+        "gRPC ingest on {addr} requires no token: {who} can write records to it, inflating or distorting every metric. \
+         Require one with --ingest-auth-token-file FILE (or --auth-token-file), \
+         or take ingest over the Unix socket alone: --ingest-addr none --ingest-socket PATH"
+    )
 }
 
 /// Resolves when this process's parent is no longer `parent` (the kernel
@@ -104,6 +141,13 @@ pub(super) fn run_serve(args: ServeArgs) -> Result<ExitCode, CliError> {
     };
     let request_ttl = seconds("--request-ttl", args.request_ttl)?;
     let drain = seconds("--drain-timeout", args.drain_timeout)?;
+    let message_deadline = MessageDeadline {
+        base: seconds("--ingest-message-deadline", args.ingest_message_deadline)?,
+        per_mib: seconds(
+            "--ingest-message-deadline-per-mib",
+            args.ingest_message_deadline_per_mib,
+        )?,
+    };
     let pipeline = Pipeline::new(&args.common, OnSignal::Command, false)?;
     let mut decode = DecodeLimits::default();
     decode.max_records_per_batch = args.max_records_per_batch;
@@ -118,6 +162,7 @@ pub(super) fn run_serve(args: ServeArgs) -> Result<ExitCode, CliError> {
     limits.max_message_bytes = args.max_message_bytes;
     limits.decode = decode;
     limits.max_buffered_bytes = args.ingest_max_buffered_bytes;
+    limits.message_deadline = (!message_deadline.base.is_zero()).then_some(message_deadline);
     limits.max_streams_per_connection = args.ingest_max_streams_per_connection;
     // The TLS and token files are read before the port is taken: a
     // configuration error is reported as such, whatever holds the port.
@@ -148,20 +193,35 @@ pub(super) fn run_serve(args: ServeArgs) -> Result<ExitCode, CliError> {
         }
         None => None,
     };
-    let listener = pipeline
-        .runtime
-        .block_on(tokio::net::TcpListener::bind(args.ingest_addr))
-        .map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("cannot listen on {}: {e}", args.ingest_addr),
-            )
-        })?;
-    report::line(format_args!(
-        "accepting gRPC ingest streams on {}{}",
-        listener.local_addr()?,
-        if tls.is_some() { " (TLS)" } else { "" }
-    ));
+    let listener = match args.ingest_addr.0 {
+        Some(addr) => {
+            let listener = pipeline
+                .runtime
+                .block_on(tokio::net::TcpListener::bind(addr))
+                .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))?;
+            let addr = listener.local_addr()?;
+            report::line(format_args!(
+                "accepting gRPC ingest streams on {addr}{}",
+                if tls.is_some() { " (TLS)" } else { "" }
+            ));
+            // Client certificates are a credential too.
+            if token.is_none() && args.common.listen.tls_client_ca.is_none() {
+                report::line(format_args!("warning: {}", unauthenticated_ingest(addr)));
+            }
+            Some(listener)
+        }
+        None => {
+            report::line(format_args!(
+                "no gRPC ingest listener (--ingest-addr none){}",
+                if ingest_socket_given(&args) {
+                    ""
+                } else {
+                    ": no records can be sent to this serve"
+                }
+            ));
+            None
+        }
+    };
     let how = IngestListener {
         limits: listener_limits,
         tls,
@@ -181,14 +241,23 @@ pub(super) fn run_serve(args: ServeArgs) -> Result<ExitCode, CliError> {
                 stopping(stopped.clone()),
             ))
         });
-        let mut server = tokio::spawn(grpc::serve(
-            listener,
-            service.clone(),
-            how,
-            stopping(stopped),
-        ));
+        let grpc_server = listener.map(|listener| {
+            tokio::spawn(grpc::serve(
+                listener,
+                service.clone(),
+                how,
+                stopping(stopped.clone()),
+            ))
+        });
         let server = async {
-            let served = (&mut server).await;
+            let served = match grpc_server {
+                Some(grpc_server) => grpc_server.await,
+                // Nothing to wait for but the signal.
+                None => {
+                    stopping(stopped).await;
+                    Ok(Ok(()))
+                }
+            };
             #[cfg(unix)]
             if let Some(socket_server) = socket_server {
                 let _ = socket_server.await;

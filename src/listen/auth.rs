@@ -40,8 +40,14 @@ impl BearerToken {
     /// ```
     pub const TOKEN_FILE: Setting = Setting::field("BearerToken::from_file::token_file");
 
+    /// The most bytes a token file may hold (the token and the whitespace
+    /// around it); a longer file is an error, found without reading past
+    /// this many bytes.
+    pub const MAX_FILE_BYTES: usize = 4096;
+
     /// The token in `token_file` (the command line's `--auth-token-file`); an
-    /// empty file is an error.
+    /// empty file is an error, and so is one longer than
+    /// [`MAX_FILE_BYTES`](BearerToken::MAX_FILE_BYTES).
     ///
     /// ```
     /// use vllm_otel_metrics::listen::{BearerToken, ListenConfigError};
@@ -51,9 +57,24 @@ impl BearerToken {
     /// let error = BearerToken::from_file(&path).unwrap_err();
     /// std::fs::remove_file(&path).unwrap();
     /// assert!(matches!(error, ListenConfigError::EmptyToken { .. }));
+    ///
+    /// std::fs::write(&path, [b'x'; BearerToken::MAX_FILE_BYTES + 1]).unwrap();
+    /// let error = BearerToken::from_file(&path).unwrap_err();
+    /// std::fs::remove_file(&path).unwrap();
+    /// assert_eq!(
+    ///     error.to_string(),
+    ///     format!("token_file: {} is longer than 4096 bytes, the most a token file may hold", path.display())
+    /// );
     /// ```
     pub fn from_file(token_file: &Path) -> Result<BearerToken, ListenConfigError> {
-        let bytes = file::read(token_file, BearerToken::TOKEN_FILE)?;
+        let limit = BearerToken::MAX_FILE_BYTES;
+        let Some(bytes) = file::read_at_most(token_file, BearerToken::TOKEN_FILE, limit)? else {
+            return Err(ListenConfigError::TooLong {
+                setting: BearerToken::TOKEN_FILE,
+                path: token_file.to_owned(),
+                limit,
+            });
+        };
         let token = bytes.trim_ascii();
         if token.is_empty() {
             return Err(ListenConfigError::EmptyToken {
@@ -98,6 +119,18 @@ impl BearerToken {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An endless file is not read whole: the bound is found after the
+    /// limit's bytes.
+    #[cfg(unix)]
+    #[test]
+    fn an_endless_token_file_is_refused_at_the_bound() {
+        let error = BearerToken::from_file(Path::new("/dev/zero")).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "token_file: /dev/zero is longer than 4096 bytes, the most a token file may hold"
+        );
+    }
 
     #[test]
     fn only_the_whole_token_after_either_scheme_spelling_is_accepted() {

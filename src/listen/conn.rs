@@ -96,6 +96,8 @@ impl Drop for OpenStream {
 pub(crate) struct ConnInfo {
     /// The connection's streams, when they are what keeps it from idling.
     pub(crate) streams: Option<Arc<StreamActivity>>,
+    /// The peer's address, for the log.
+    pub(crate) peer: Option<std::net::SocketAddr>,
 }
 
 /// A TCP stream with idle and write timeouts and a connection slot.
@@ -321,6 +323,7 @@ impl tonic::transport::server::Connected for Conn {
     fn connect_info(&self) -> Self::ConnectInfo {
         ConnInfo {
             streams: self.guarded().streams.clone(),
+            peer: self.peer(),
         }
     }
 }

@@ -136,6 +136,16 @@ pub enum ListenConfigError {
         /// The file.
         path: PathBuf,
     },
+    /// A token file longer than a token may be.
+    #[error("{setting}: {} is longer than {limit} bytes, the most a token file may hold", path.display())]
+    TooLong {
+        /// The token setting.
+        setting: Setting,
+        /// The file.
+        path: PathBuf,
+        /// The most bytes it may hold.
+        limit: usize,
+    },
     /// A certificate without a key (or the other way round), or a client
     /// CA without a server certificate.
     #[error("{cert} and {key} go together (and {client_ca} needs them)")]
@@ -169,7 +179,8 @@ impl Settings for ListenConfigError {
             ListenConfigError::Unreadable(unreadable) => unreadable.visit_settings(visit),
             ListenConfigError::Invalid { setting, .. }
             | ListenConfigError::NoCertificate { setting, .. }
-            | ListenConfigError::EmptyToken { setting, .. } => visit(setting),
+            | ListenConfigError::EmptyToken { setting, .. }
+            | ListenConfigError::TooLong { setting, .. } => visit(setting),
             ListenConfigError::Unpaired {
                 cert,
                 key,

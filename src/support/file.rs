@@ -49,6 +49,23 @@ pub(crate) fn read(path: &Path, setting: Setting) -> Result<Vec<u8>, Unreadable>
     std::fs::read(path).map_err(|e| Unreadable::new(setting, path, e))
 }
 
+/// The contents of `path` when it holds at most `limit` bytes; None when it
+/// holds more, found without reading past the limit (a setting may name
+/// `/dev/zero` or a file that is still growing).
+#[cfg_attr(not(feature = "listen"), allow(dead_code))]
+pub(crate) fn read_at_most(
+    path: &Path,
+    setting: Setting,
+    limit: usize,
+) -> Result<Option<Vec<u8>>, Unreadable> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|file| file.take(limit as u64 + 1).read_to_end(&mut bytes))
+        .map_err(|e| Unreadable::new(setting, path, e))?;
+    Ok((bytes.len() <= limit).then_some(bytes))
+}
+
 /// The contents of `path` as text; contents that are not UTF-8 cannot be
 /// read either (the operating system's error says so).
 #[cfg(feature = "grpc")]
@@ -83,6 +100,26 @@ mod tests {
         assert_eq!(
             source.to_string(),
             std::fs::read(&missing).unwrap_err().to_string()
+        );
+    }
+
+    #[test]
+    fn a_file_longer_than_the_limit_is_not_read_past_it() {
+        let path =
+            std::env::temp_dir().join(format!("vllm-otel-metrics-at-most-{}", std::process::id()));
+        std::fs::write(&path, b"12345").unwrap();
+        let setting = || Setting::variable("SOME_FILE");
+        assert_eq!(
+            read_at_most(&path, setting(), 5).unwrap().unwrap(),
+            b"12345"
+        );
+        assert_eq!(read_at_most(&path, setting(), 4).unwrap(), None);
+        std::fs::remove_file(&path).unwrap();
+        // Endless: only the limit and one byte are read.
+        #[cfg(unix)]
+        assert_eq!(
+            read_at_most(Path::new("/dev/zero"), setting(), 4096).unwrap(),
+            None
         );
     }
 

@@ -516,10 +516,10 @@ pub(crate) fn spawn_logged(command: &mut Command, log: &Path, what: &str) -> Gua
     )
 }
 
-/// The lines a child process writes to `stdout`, gathered by a thread as
-/// they come, for a test to wait on.
+/// The lines a child process writes to `stdout` (or stderr), gathered by a
+/// thread as they come, for a test to wait on.
 pub(crate) fn lines_of(
-    stdout: std::process::ChildStdout,
+    stdout: impl std::io::Read + Send + 'static,
 ) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
     use std::io::BufRead;
     let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));

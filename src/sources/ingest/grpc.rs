@@ -17,11 +17,11 @@ use std::time::{Duration, Instant};
 
 use prost::Message;
 use tokio::net::TcpListener;
-use tonic::{Request, Response, Status, Streaming};
+use tonic::{Request, Status};
 
 use super::prescan::DecodeLimits;
 use super::proto::{pb, record_from_proto_parts};
-use super::server::{Buffered, Incoming, IngestRoute};
+use super::server::{Buffered, Incoming, IngestRoute, MessageDeadline, Messages};
 use crate::catalog::RejectReason;
 use crate::listen::{self, BearerToken, ListenerLimits, ServerTls};
 use crate::protocol::Record;
@@ -46,8 +46,13 @@ pub struct IngestLimits {
     /// Bounds a message is scanned against before it is decoded.
     pub decode: DecodeLimits,
     /// Most bytes held in messages that have arrived in part, over every
-    /// stream and connection.
+    /// stream and connection; lent to one message at a time
+    /// ([`Buffered`]).
     pub max_buffered_bytes: usize,
+    /// How long a message may take to arrive in full, waiting for room
+    /// included; a message that takes longer ends its stream or
+    /// connection. None: no bound.
+    pub message_deadline: Option<MessageDeadline>,
     /// Most streams open at once on one HTTP/2 connection.
     pub max_streams_per_connection: u32,
 }
@@ -60,6 +65,7 @@ impl Default for IngestLimits {
             max_message_bytes: 16 << 20,
             decode: DecodeLimits::default(),
             max_buffered_bytes: 32 << 20,
+            message_deadline: Some(MessageDeadline::DEFAULT),
             max_streams_per_connection: 8,
         }
     }
@@ -153,6 +159,11 @@ impl IngestService {
     /// Room for messages that have arrived in part.
     pub(super) fn buffered(&self) -> &Buffered {
         &self.buffered
+    }
+
+    /// How long a message may take to arrive in full.
+    pub(super) fn message_deadline(&self) -> Option<MessageDeadline> {
+        self.limits.message_deadline
     }
 
     /// Turns true when open streams must end now.
@@ -362,25 +373,29 @@ impl Summary {
 }
 
 impl IngestService {
-    /// One client-streaming call: its messages applied in order; answered,
-    /// when the client closes its side, with what it did.
-    pub(super) async fn stream(
+    /// One client-streaming call, the `number`th on this listener: its
+    /// messages applied in order; answered, when the client closes its
+    /// side, with what it did. A stream that ends on an error (a message
+    /// too long, late, or without room) is counted and logged.
+    pub(super) async fn stream<B>(
         &self,
-        request: Request<Streaming<Incoming>>,
-    ) -> Result<Response<pb::IngestSummary>, Status> {
+        number: u64,
+        connection: Option<listen::ConnInfo>,
+        mut messages: Messages<B>,
+    ) -> Result<pb::IngestSummary, Status>
+    where
+        B: http_body::Body<Data = bytes::Bytes>,
+        B::Error: Into<tonic::codegen::StdError>,
+    {
         // Open while this call is: the connection is not idle.
-        let streams = request
-            .extensions()
-            .get::<listen::ConnInfo>()
-            .and_then(|info| info.streams.clone());
+        let streams = connection.as_ref().and_then(|info| info.streams.clone());
         let _open = streams.as_ref().map(|streams| streams.opened());
-        let mut stream = request.into_inner();
         let mut summary = Summary::default();
         let mut position = 0u64;
         let mut cut = self.cut.subscribe();
         loop {
             let next = tokio::select! {
-                next = stream.message() => next,
+                next = messages.next() => next,
                 _ = cut.wait_for(|cut| *cut) => {
                     let summary = summary.finish();
                     let mut trailers = tonic::metadata::MetadataMap::new();
@@ -399,19 +414,8 @@ impl IngestService {
                     ));
                 }
             };
-            let message = match next {
-                Ok(Some(Incoming::Record(message))) => message,
-                Ok(Some(Incoming::Refused(why))) => {
-                    position += 1;
-                    self.refused(position, &why.to_string(), &mut summary);
-                    continue;
-                }
-                Ok(Some(Incoming::Undecodable(why))) => {
-                    position += 1;
-                    let why = format!("cannot decode the message ({why})");
-                    self.refused(position, &why, &mut summary);
-                    continue;
-                }
+            let incoming = match next {
+                Ok(Some(incoming)) => incoming,
                 Ok(None) => break,
                 Err(status) => {
                     let message = format!(
@@ -421,8 +425,16 @@ impl IngestService {
                         summary.wire.records_applied
                     );
                     self.invalid(message.clone(), &mut summary);
+                    let peer = connection
+                        .as_ref()
+                        .and_then(|info| info.peer)
+                        .map(|peer| format!(" from {peer}"))
+                        .unwrap_or_default();
+                    tracing::warn!("ingest stream {number}{peer} ended: {message}");
                     let code = match status.code() {
-                        tonic::Code::ResourceExhausted => tonic::Code::ResourceExhausted,
+                        code @ (tonic::Code::ResourceExhausted | tonic::Code::DeadlineExceeded) => {
+                            code
+                        }
                         _ => tonic::Code::InvalidArgument,
                     };
                     return Err(Status::new(code, message));
@@ -431,10 +443,10 @@ impl IngestService {
             if let Some(streams) = &streams {
                 streams.touch();
             }
-            self.apply_message(message, &mut position, &mut summary)
+            self.apply_incoming(incoming, &mut position, &mut summary)
                 .await;
         }
-        Ok(Response::new(summary.finish()))
+        Ok(summary.finish())
     }
 }
 
