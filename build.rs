@@ -21,6 +21,11 @@ fn compile() -> Result<(), Box<dyn std::error::Error>> {
         // The server side is written out (src/sources/ingest/server.rs): it
         // scans each message before decoding it.
         .build_server(false)
+        // A `Record` is as large as its largest variant: boxing the
+        // scheduler stats (over 900 bytes) keeps every record of a batch,
+        // two bytes on the wire at the least, small once decoded (the
+        // decode budget, src/sources/budget.rs).
+        .boxed(".vllm_otel_metrics.v1.Record.record.scheduler_stats")
         .compile_fds(descriptors)?;
     Ok(())
 }

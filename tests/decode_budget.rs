@@ -189,7 +189,7 @@ fn record(rng: &mut Rng, known: &mut Vec<String>, budget: usize, depth: u32) -> 
             request_id: rng.id(known),
             received_at: Some(3.0),
         }),
-        4 => R::SchedulerStats(pb::SchedulerStats {
+        4 => R::SchedulerStats(Box::new(pb::SchedulerStats {
             model_name: "m".into(),
             kv_cache_eviction_events: vec![
                 pb::KvCacheEvictionEvent::default();
@@ -203,7 +203,7 @@ fn record(rng: &mut Rng, known: &mut Vec<String>, budget: usize, depth: u32) -> 
                 ..Default::default()
             }),
             ..Default::default()
-        }),
+        })),
         5 => R::EngineConfig(pb::EngineConfig {
             model_name: "m".into(),
             cache_config: (0..rng.count(4, 256).min(budget))

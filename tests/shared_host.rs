@@ -537,13 +537,17 @@ fn metrics_are_served_while_a_large_batch_is_applied() {
         "--max-records-per-batch",
         &RECORDS.to_string(),
         "--max-message-bytes",
-        &(64 << 20).to_string(),
+        &(128 << 20).to_string(),
+        "--ingest-max-buffered-bytes",
+        &(128 << 20).to_string(),
     ]);
     // Aborts of requests never started: each counts once, as it is applied.
+    // Their ids are long, so that the batch (40 MB) decodes within the decode
+    // budget (a record of a few bytes decodes into a whole `Record`).
     let records = (0..RECORDS)
         .map(|i| pb::Record {
             record: Some(pb::record::Record::Abort(pb::Abort {
-                request_id: format!("r{i}"),
+                request_id: format!("r{i:0>400}"),
                 received_at: Some(1.0),
             })),
         })

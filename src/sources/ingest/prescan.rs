@@ -42,8 +42,13 @@ impl Default for DecodeLimits {
 /// What a field decodes into.
 #[derive(Clone, Copy)]
 enum Kind {
-    /// A message of this schema (a struct, boxed or in a `Vec`).
+    /// A message of this schema that decoding allocates: an element of a
+    /// repeated field (a `Vec`), or a boxed one.
     Message(&'static Schema),
+    /// A message of this schema held inside its parent (a singular field,
+    /// a variant of a oneof): its size is its parent's already, and a
+    /// second occurrence on the wire is merged into the first.
+    Inline(&'static Schema),
     /// A string or bytes: a `String`/`Vec` and its contents.
     Bytes,
     /// Packed varints, each this many bytes once decoded.
@@ -78,17 +83,17 @@ static RECORD: Schema = Schema {
     name: "Record",
     size: size_of::<pb::Record>(),
     fields: &[
-        field(1, Kind::Message(&REQUEST)),
-        field(2, Kind::Message(&OUTPUT_BATCH)),
-        field(3, Kind::Message(&ABORT)),
+        field(1, Kind::Inline(&REQUEST)),
+        field(2, Kind::Inline(&OUTPUT_BATCH)),
+        field(3, Kind::Inline(&ABORT)),
         field(4, Kind::Message(&SCHEDULER_STATS)),
-        field(5, Kind::Message(&ENGINE_CONFIG)),
-        field(6, Kind::Message(&NAMED)),
-        field(7, Kind::Message(&LEAF)),
-        field(8, Kind::Message(&ITERATION_STATS)),
-        field(9, Kind::Message(&LEAF)),
-        field(10, Kind::Message(&RECORD_BATCH)),
-        field(11, Kind::Message(&FRAMES)),
+        field(5, Kind::Inline(&ENGINE_CONFIG)),
+        field(6, Kind::Inline(&NAMED)),
+        field(7, Kind::Inline(&LEAF)),
+        field(8, Kind::Inline(&ITERATION_STATS)),
+        field(9, Kind::Inline(&LEAF)),
+        field(10, Kind::Inline(&RECORD_BATCH)),
+        field(11, Kind::Inline(&FRAMES)),
     ],
 };
 static RECORD_BATCH: Schema = Schema {
@@ -128,7 +133,7 @@ static OUTPUT: Schema = Schema {
         field(1, STRING),
         field(2, U32S),
         field(3, Kind::Message(&EVENT)),
-        field(4, Kind::Message(&LEAF)),
+        field(4, Kind::Inline(&LEAF)),
     ],
 };
 static EVENT: Schema = Schema {
@@ -146,14 +151,14 @@ static SCHEDULER_STATS: Schema = Schema {
     size: size_of::<pb::SchedulerStats>(),
     fields: &[
         field(1, STRING),
-        field(10, Kind::Message(&LEAF)),
-        field(13, Kind::Message(&LEAF)),
+        field(10, Kind::Inline(&LEAF)),
+        field(13, Kind::Inline(&LEAF)),
         field(16, Kind::Message(&EVICTION)),
-        field(17, Kind::Message(&LEAF)),
-        field(18, Kind::Message(&SPEC_DECODING)),
-        field(19, Kind::Message(&ADAPTERS)),
-        field(20, Kind::Message(&ADAPTERS)),
-        field(21, Kind::Message(&KV_CONNECTOR)),
+        field(17, Kind::Inline(&LEAF)),
+        field(18, Kind::Inline(&SPEC_DECODING)),
+        field(19, Kind::Inline(&ADAPTERS)),
+        field(20, Kind::Inline(&ADAPTERS)),
+        field(21, Kind::Inline(&KV_CONNECTOR)),
     ],
 };
 static EVICTION: Schema = Schema {
@@ -175,35 +180,35 @@ static KV_CONNECTOR: Schema = Schema {
     name: "KvConnectorStats",
     size: size_of::<pb::KvConnectorStats>(),
     fields: &[
-        field(1, Kind::Message(&NIXL)),
-        field(2, Kind::Message(&OFFLOADING)),
-        field(3, Kind::Message(&SIMPLE_OFFLOAD)),
+        field(1, Kind::Inline(&NIXL)),
+        field(2, Kind::Inline(&OFFLOADING)),
+        field(3, Kind::Inline(&SIMPLE_OFFLOAD)),
     ],
 };
 static NIXL: Schema = Schema {
     name: "NixlStats",
     size: size_of::<pb::NixlStats>(),
     fields: &[
-        field(1, Kind::Message(&LEAF)),
-        field(2, Kind::Message(&LEAF)),
-        field(3, Kind::Message(&LEAF)),
-        field(4, Kind::Message(&LEAF)),
+        field(1, Kind::Inline(&LEAF)),
+        field(2, Kind::Inline(&LEAF)),
+        field(3, Kind::Inline(&LEAF)),
+        field(4, Kind::Inline(&LEAF)),
     ],
 };
 static OFFLOADING: Schema = Schema {
     name: "OffloadingStats",
     size: size_of::<pb::OffloadingStats>(),
     fields: &[
-        field(3, Kind::Message(&LEAF)),
-        field(6, Kind::Message(&LEAF)),
-        field(7, Kind::Message(&LEAF)),
-        field(8, Kind::Message(&LEAF)),
+        field(3, Kind::Inline(&LEAF)),
+        field(6, Kind::Inline(&LEAF)),
+        field(7, Kind::Inline(&LEAF)),
+        field(8, Kind::Inline(&LEAF)),
     ],
 };
 static SIMPLE_OFFLOAD: Schema = Schema {
     name: "SimpleCpuOffloadStats",
     size: size_of::<pb::SimpleCpuOffloadStats>(),
-    fields: &[field(1, Kind::Message(&LEAF))],
+    fields: &[field(1, Kind::Inline(&LEAF))],
 };
 static ENGINE_CONFIG: Schema = Schema {
     name: "EngineConfig",
@@ -221,7 +226,7 @@ static ITERATION_STATS: Schema = Schema {
     size: size_of::<pb::IterationStats>(),
     fields: &[
         field(1, STRING),
-        field(5, Kind::Message(&LEAF)),
+        field(5, Kind::Inline(&LEAF)),
         field(7, U64S),
         field(8, U64S),
         field(11, Kind::Message(&FINISHED)),
@@ -375,6 +380,7 @@ impl Scan<'_> {
                             self.add(child.size)?;
                             self.walk(value, child, depth + 1)?;
                         }
+                        Some((_, Kind::Inline(child), _)) => self.walk(value, child, depth + 1)?,
                         Some((_, Kind::Bytes, _)) => self.add(size_of::<String>() + length)?,
                         Some((_, Kind::PackedVarints(size), _)) => {
                             let count = value.iter().filter(|b| **b < 0x80).count();
@@ -465,7 +471,18 @@ mod tests {
                 match (encoding, repeated, listed) {
                     ("string" | "bytes", _, Some(Kind::Bytes)) => {}
                     ("varint", true, Some(Kind::PackedVarints(_))) => {}
-                    ("message", _, Some(Kind::Message(inner))) => {
+                    // Allocated: an element of a repeated field (map
+                    // entries too), or Record's boxed scheduler stats
+                    // (build.rs).
+                    ("message", true, Some(Kind::Message(inner))) => {
+                        todo.push((inner, type_name.to_owned()))
+                    }
+                    ("message", false, Some(Kind::Message(inner)))
+                        if message == "Record" && number == 4 =>
+                    {
+                        todo.push((inner, type_name.to_owned()))
+                    }
+                    ("message", false, Some(Kind::Inline(inner))) => {
                         todo.push((inner, type_name.to_owned()))
                     }
                     ("varint", false, None) | ("fixed", _, None) => {}
@@ -583,13 +600,15 @@ mod tests {
     #[test]
     fn what_the_plugin_sends_passes() {
         let scheduler = pb::Record {
-            record: Some(pb::record::Record::SchedulerStats(pb::SchedulerStats {
-                model_name: "m".into(),
-                running_lora_adapters: Some(pb::AdapterList {
-                    names: vec!["a".into(), "b".into()],
-                }),
-                ..Default::default()
-            })),
+            record: Some(pb::record::Record::SchedulerStats(Box::new(
+                pb::SchedulerStats {
+                    model_name: "m".into(),
+                    running_lora_adapters: Some(pb::AdapterList {
+                        names: vec!["a".into(), "b".into()],
+                    }),
+                    ..Default::default()
+                },
+            ))),
         };
         // Finished requests as vLLM's finish them: an id, a reason, times.
         let finished = pb::FinishedRequest {

@@ -303,7 +303,7 @@ pub fn record_from_proto_parts(
             received_at: a.received_at.unwrap_or(now),
         }),
         R::SchedulerStats(s) => {
-            Record::SchedulerStats(Box::new(scheduler_stats_from_proto(s, now)))
+            Record::SchedulerStats(Box::new(scheduler_stats_from_proto(*s, now)))
         }
         R::EngineConfig(c) => Record::EngineConfig(EngineConfig::from_wire(c)),
         R::SleepState(s) => {
@@ -348,7 +348,7 @@ pub fn record_to_proto(record: &Record) -> pb::Record {
             request_id: a.request_id.clone(),
             received_at: Some(a.received_at),
         }),
-        Record::SchedulerStats(s) => R::SchedulerStats(s.to_wire()),
+        Record::SchedulerStats(s) => R::SchedulerStats(Box::new(s.to_wire())),
         Record::EngineConfig(c) => R::EngineConfig(c.to_wire()),
         Record::SleepState(s) => R::SleepState(s.to_wire_with(u32::from(s.level))),
         Record::Operation(o) => R::Operation(o.to_wire_with(o.operation.to_wire())),
