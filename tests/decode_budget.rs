@@ -21,6 +21,7 @@ use std::collections::BTreeMap;
 
 mod common;
 
+use common::rng::Rng;
 use prost::Message;
 use vllm_otel_metrics::instruments::Instruments;
 use vllm_otel_metrics::sources::budget;
@@ -90,38 +91,23 @@ fn peak_growth<R>(f: impl FnOnce() -> R) -> (usize, R) {
     (PEAK.with(Cell::get).max(0) as usize, result)
 }
 
-/// xorshift64*: small and seeded, so that every failure reproduces.
-struct Rng(u64);
+/// A count: mostly small, sometimes at a bound, sometimes past it.
+fn count(rng: &mut Rng, typical: u64, bound: u64) -> usize {
+    (match rng.below(10) {
+        0 => bound,
+        1 => bound + 1,
+        2 => bound.saturating_mul(1 + rng.below(4)),
+        _ => rng.below(typical + 1),
+    }) as usize
+}
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-    /// A count: mostly small, sometimes at a bound, sometimes huge.
-    fn count(&mut self, typical: u64, bound: u64) -> usize {
-        (match self.below(10) {
-            0 => bound,
-            1 => bound + 1,
-            2 => bound.saturating_mul(1 + self.below(4)),
-            _ => self.below(typical + 1),
-        }) as usize
-    }
-    fn id(&mut self, known: &[String]) -> String {
-        match self.below(10) {
-            0..=3 if !known.is_empty() => known[self.below(known.len() as u64) as usize].clone(),
-            4 => "x".repeat(self.count(40, 512)),
-            5 => String::new(),
-            _ => format!("u{}", self.next() % 1_000_000),
-        }
+/// A request id: one of `known`, an over-long one, none, or unknown.
+fn id(rng: &mut Rng, known: &[String]) -> String {
+    match rng.below(10) {
+        0..=3 if !known.is_empty() => known[rng.below(known.len() as u64) as usize].clone(),
+        4 => "x".repeat(count(rng, 40, 512)),
+        5 => String::new(),
+        _ => format!("u{}", rng.next() % 1_000_000),
     }
 }
 
@@ -138,10 +124,10 @@ fn event(rng: &mut Rng) -> pb::EngineCoreEvent {
 }
 
 fn output(rng: &mut Rng, known: &[String], budget: usize) -> pb::EngineCoreOutput {
-    let events = rng.count(3, 64).min(budget);
+    let events = count(rng, 3, 64).min(budget);
     pb::EngineCoreOutput {
-        request_id: rng.id(known),
-        new_token_ids: vec![7; rng.count(2, 4096).min(budget)],
+        request_id: id(rng, known),
+        new_token_ids: vec![7; count(rng, 2, 4096).min(budget)],
         events: (0..events).map(|_| event(rng)).collect(),
         finish_reason: if rng.chance(20) {
             rng.below(9) as i32
@@ -154,7 +140,7 @@ fn output(rng: &mut Rng, known: &[String], budget: usize) -> pb::EngineCoreOutpu
 
 fn finished(rng: &mut Rng, known: &[String]) -> pb::FinishedRequest {
     pb::FinishedRequest {
-        request_id: rng.id(known),
+        request_id: id(rng, known),
         finish_reason: rng.below(9) as i32,
         e2e_latency: [1.0, f64::INFINITY, -0.5][rng.below(3) as usize],
         ..Default::default()
@@ -165,18 +151,18 @@ fn record(rng: &mut Rng, known: &mut Vec<String>, budget: usize, depth: u32) -> 
     use pb::record::Record as R;
     let record = match rng.below(11) {
         0 => {
-            let id = rng.id(&[]);
+            let id = id(rng, &[]);
             known.push(id.clone());
             R::Request(pb::RequestStarted {
                 request_id: id,
-                model_name: "m".repeat(rng.count(4, 256)),
+                model_name: "m".repeat(count(rng, 4, 256)),
                 arrival_time: 1.0,
-                traceparent: rng.chance(10).then(|| "t".repeat(rng.count(55, 256))),
+                traceparent: rng.chance(10).then(|| "t".repeat(count(rng, 55, 256))),
                 ..Default::default()
             })
         }
         1 | 2 => {
-            let n = rng.count(16, 16_384).min(budget);
+            let n = count(rng, 16, 16_384).min(budget);
             R::Outputs(pb::OutputBatch {
                 timestamp: 2.0,
                 outputs: (0..n)
@@ -186,41 +172,41 @@ fn record(rng: &mut Rng, known: &mut Vec<String>, budget: usize, depth: u32) -> 
             })
         }
         3 => R::Abort(pb::Abort {
-            request_id: rng.id(known),
+            request_id: id(rng, known),
             received_at: Some(3.0),
         }),
         4 => R::SchedulerStats(Box::new(pb::SchedulerStats {
             model_name: "m".into(),
             kv_cache_eviction_events: vec![
                 pb::KvCacheEvictionEvent::default();
-                rng.count(4, 4096).min(budget)
+                count(rng, 4, 4096).min(budget)
             ],
             running_lora_adapters: rng.chance(30).then(|| pb::AdapterList {
-                names: vec!["a".repeat(rng.count(3, 256)); rng.count(2, 1024).min(budget)],
+                names: vec!["a".repeat(count(rng, 3, 256)); count(rng, 2, 1024).min(budget)],
             }),
             spec_decoding: rng.chance(20).then(|| pb::SpecDecodingStats {
-                num_accepted_tokens_per_pos: vec![1; rng.count(4, 1024).min(budget)],
+                num_accepted_tokens_per_pos: vec![1; count(rng, 4, 1024).min(budget)],
                 ..Default::default()
             }),
             ..Default::default()
         })),
         5 => R::EngineConfig(pb::EngineConfig {
             model_name: "m".into(),
-            cache_config: (0..rng.count(4, 256).min(budget))
-                .map(|i| (format!("k{i}"), "v".repeat(rng.count(4, 256))))
+            cache_config: (0..count(rng, 4, 256).min(budget))
+                .map(|i| (format!("k{i}"), "v".repeat(count(rng, 4, 256))))
                 .collect(),
             ..Default::default()
         }),
         6 => R::SleepState(pb::SleepState {
-            model_name: "m".repeat(rng.count(4, 256)),
+            model_name: "m".repeat(count(rng, 4, 256)),
             level: rng.below(4) as u32,
             ..Default::default()
         }),
         7 => R::IterationStats(pb::IterationStats {
             model_name: "m".into(),
-            time_to_first_tokens_iter: vec![0.5; rng.count(8, 65_536).min(budget)],
-            n_params_iter: vec![1; rng.count(8, 65_536).min(budget)],
-            finished_requests: (0..rng.count(8, 4096).min(budget))
+            time_to_first_tokens_iter: vec![0.5; count(rng, 8, 65_536).min(budget)],
+            n_params_iter: vec![1; count(rng, 8, 65_536).min(budget)],
+            finished_requests: (0..count(rng, 8, 4096).min(budget))
                 .map(|_| finished(rng, known))
                 .collect(),
             ..Default::default()
@@ -229,7 +215,7 @@ fn record(rng: &mut Rng, known: &mut Vec<String>, budget: usize, depth: u32) -> 
             dropped: rng.next(),
         }),
         9 if depth < 3 => {
-            let n = rng.count(8, 1024).min(budget);
+            let n = count(rng, 8, 1024).min(budget);
             R::Batch(pb::RecordBatch {
                 records: (0..n)
                     .map(|_| record(rng, known, budget / n.max(1), depth + 1))
@@ -332,12 +318,12 @@ fn msgpack_output(rng: &mut Rng, p: &mut Pack, known: &[String], room: usize) {
         match *field {
             "request_id" => match rng.below(20) {
                 0 => p.uint(5),
-                _ => p.str(&rng.id(known)),
+                _ => p.str(&id(rng, known)),
             },
             "new_token_ids" => match rng.below(10) {
                 0 => p.claim(rng.next() as u32),
                 _ => {
-                    let n = rng.count(2, 4096).min(room);
+                    let n = count(rng, 2, 4096).min(room);
                     p.array(n);
                     for _ in 0..n {
                         p.uint(rng.below(200));
@@ -352,7 +338,7 @@ fn msgpack_output(rng: &mut Rng, p: &mut Pack, known: &[String], room: usize) {
                 0 => p.nil(),
                 1 => p.claim(rng.next() as u32),
                 _ => {
-                    let n = rng.count(2, 512).min(room);
+                    let n = count(rng, 2, 512).min(room);
                     p.array(n);
                     for _ in 0..n {
                         p.map(2);
@@ -366,7 +352,7 @@ fn msgpack_output(rng: &mut Rng, p: &mut Pack, known: &[String], room: usize) {
             _ => {
                 // Fields the decoder skips: nil, or deep nesting.
                 if rng.chance(5) {
-                    let depth = rng.count(8, 10_000).min(room);
+                    let depth = count(rng, 8, 10_000).min(room);
                     for _ in 0..depth {
                         p.array(1);
                     }
@@ -385,13 +371,13 @@ fn msgpack_scheduler_stats(rng: &mut Rng, p: &mut Pack, room: usize) {
     match rng.below(4) {
         0 => p.claim(rng.next() as u32),
         _ => {
-            let n = rng.count(4, 100_000).min(room);
+            let n = count(rng, 4, 100_000).min(room);
             p.array(n);
             for _ in 0..n {
                 if rng.chance(10) {
                     p.map(1);
                     p.str("reuse_gaps_seconds");
-                    let gaps = rng.count(2, 4096).min(room / n.max(1));
+                    let gaps = count(rng, 2, 4096).min(room / n.max(1));
                     p.array(gaps);
                     for _ in 0..gaps {
                         p.uint(1);
@@ -403,7 +389,7 @@ fn msgpack_scheduler_stats(rng: &mut Rng, p: &mut Pack, room: usize) {
         }
     }
     p.str("running_lora_adapters");
-    let n = rng.count(2, 50_000).min(room);
+    let n = count(rng, 2, 50_000).min(room);
     p.map(n);
     for i in 0..n {
         p.str(if rng.chance(50) { "" } else { "adapter" });
@@ -430,7 +416,7 @@ fn frame(rng: &mut Rng, known: &[String], room: usize) -> Vec<u8> {
                 0 => p.claim(rng.next() as u32),
                 1 => {
                     // Item 1 of the issue in small: many three-byte outputs.
-                    let n = rng.count(1000, 200_000).min(room);
+                    let n = count(rng, 1000, 200_000).min(room);
                     p.array(n);
                     for _ in 0..n {
                         p.array(1);
@@ -438,7 +424,7 @@ fn frame(rng: &mut Rng, known: &[String], room: usize) -> Vec<u8> {
                     }
                 }
                 _ => {
-                    let n = rng.count(8, 16_384).min(room);
+                    let n = count(rng, 8, 16_384).min(room);
                     p.array(n);
                     for _ in 0..n {
                         msgpack_output(rng, &mut p, known, room / n.max(1));
@@ -461,7 +447,7 @@ fn frame(rng: &mut Rng, known: &[String], room: usize) -> Vec<u8> {
 }
 
 fn frames(rng: &mut Rng, known: &[String], budget: usize) -> pb::EngineCoreFrames {
-    let n = rng.count(3, 64).clamp(1, budget.max(1));
+    let n = count(rng, 3, 64).clamp(1, budget.max(1));
     let frames: Vec<Vec<u8>> = (0..n).map(|_| frame(rng, known, budget / n)).collect();
     let mut lengths: Vec<u32> = frames.iter().map(|f| f.len() as u32).collect();
     if rng.chance(3) {
@@ -490,7 +476,7 @@ fn message(rng: &mut Rng, known: &mut Vec<String>) -> Vec<u8> {
         }
         1 => {
             // Empty elements that decode into whole structs.
-            let n = rng.count(1000, 2_000_000).min(budget * 4);
+            let n = count(rng, 1000, 2_000_000).min(budget * 4);
             bytes = pb::Record {
                 record: Some(pb::record::Record::Batch(pb::RecordBatch {
                     records: vec![pb::Record::default(); n.min(1024)],
@@ -516,7 +502,7 @@ fn jsonl_line(rng: &mut Rng) -> Vec<u8> {
             line.push_str(
                 r#"{"type":"outputs","engine":0,"timestamp":1,"received_at":1,"outputs":["#,
             );
-            let n = rng.count(100, 100_000).min(room);
+            let n = count(rng, 100, 100_000).min(room);
             for i in 0..n {
                 if i > 0 {
                     line.push(',');
@@ -525,13 +511,13 @@ fn jsonl_line(rng: &mut Rng) -> Vec<u8> {
                     0 => line.push_str(r#"{"request_id":"x","new_token_ids":[]}"#),
                     1 => {
                         line.push_str(r#"{"request_id":"y","new_token_ids":["#);
-                        let tokens = rng.count(10, 100_000).min(room / n.max(1));
+                        let tokens = count(rng, 10, 100_000).min(room / n.max(1));
                         line.push_str(&vec!["1"; tokens].join(","));
                         line.push_str("]}");
                     }
                     _ => {
                         line.push_str(r#"{"request_id":"z","new_token_ids":[1],"events":["#);
-                        let events = rng.count(10, 10_000).min(room / n.max(1));
+                        let events = count(rng, 10, 10_000).min(room / n.max(1));
                         line.push_str(
                             &vec![r#"{"type":"queued","timestamp":1}"#; events].join(","),
                         );
@@ -545,15 +531,15 @@ fn jsonl_line(rng: &mut Rng) -> Vec<u8> {
             line.push_str(
                 r#"{"type":"iteration_stats","model_name":"m","engine":0,"n_params_iter":["#,
             );
-            line.push_str(&vec!["1"; rng.count(100, 200_000).min(room)].join(","));
+            line.push_str(&vec!["1"; count(rng, 100, 200_000).min(room)].join(","));
             line.push_str(r#"],"finished_requests":["#);
-            let n = rng.count(10, 10_000).min(room);
+            let n = count(rng, 10, 10_000).min(room);
             line.push_str(&vec![r#"{"request_id":"r","finish_reason":"stop"}"#; n].join(","));
             line.push_str("]}");
         }
         _ => {
             line.push_str(r#"{"type":"scheduler_stats","model_name":"m","engine":0,"kv_cache_eviction_events":["#);
-            line.push_str(&vec!["{}"; rng.count(100, 300_000).min(room)].join(","));
+            line.push_str(&vec!["{}"; count(rng, 100, 300_000).min(room)].join(","));
             line.push_str("]}");
         }
     }

@@ -9,7 +9,11 @@
 //!   through the converter and the tracker without a panic; whatever the
 //!   tracker refuses is one located invalid-record rejection.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
+
+use common::rng::Rng;
 
 use prost::Message;
 use vllm_otel_metrics::catalog::RejectReason;
@@ -23,27 +27,6 @@ use vllm_otel_metrics::protocol::{
 use vllm_otel_metrics::sources::ingest::jsonl;
 use vllm_otel_metrics::sources::ingest::proto::{pb, record_from_proto, record_to_proto};
 use vllm_otel_metrics::tracker::{Rejection, Tracker};
-
-/// xorshift64*: small, seeded, good enough to drive mutations.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len() as u64) as usize]
-    }
-}
 
 /// A random record over a few ids, models and engines, with times that
 /// mostly move forward.

@@ -358,6 +358,26 @@ fn listening_ports(pid: u32) -> Vec<u16> {
     ports
 }
 
+/// `serve --ingest-addr INGEST` with `extra`, `/metrics` on a free port,
+/// not waited for (its start-up lines are read first).
+fn serve_on(ingest: &str, extra: &[&str]) -> common::serve::Server {
+    let metrics = common::free_port();
+    common::serve::Server {
+        process: Guard(
+            Command::new(common::binary())
+                .args(["serve", "--ingest-addr", ingest])
+                .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
+                .args(extra)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        ),
+        ingest: 0,
+        metrics,
+    }
+}
+
 /// The `warning:` lines `serve` wrote among its first lines, up to the
 /// one that says it accepts ingest (or that it does not).
 fn start_up_lines(server: &mut common::serve::Server) -> Vec<String> {
@@ -382,21 +402,8 @@ fn start_up_lines(server: &mut common::serve::Server) -> Vec<String> {
 fn ingest_addr_none_opens_no_tcp_listener() {
     let dir = common::tempdir("ingest-addr-none");
     let socket = dir.join("ingest.sock");
-    let metrics = common::free_port();
-    let mut server = common::serve::Server {
-        process: Guard(
-            Command::new(common::binary())
-                .args(["serve", "--ingest-addr", "none"])
-                .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
-                .args(["--ingest-socket", socket.to_str().unwrap()])
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap(),
-        ),
-        ingest: 0,
-        metrics,
-    };
+    let mut server = serve_on("none", &["--ingest-socket", socket.to_str().unwrap()]);
+    let metrics = server.metrics;
     let lines = start_up_lines(&mut server);
     common::wait_for(20, "serve's /metrics", || {
         common::http_get(metrics, "/metrics")
@@ -435,21 +442,7 @@ fn ingest_addr_none_opens_no_tcp_listener() {
 #[test]
 fn tcp_ingest_without_a_token_warns_once() {
     let warnings = |extra: &[&str], ingest: &str| {
-        let metrics = common::free_port();
-        let mut server = common::serve::Server {
-            process: Guard(
-                Command::new(common::binary())
-                    .args(["serve", "--ingest-addr", ingest])
-                    .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
-                    .args(extra)
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::piped())
-                    .spawn()
-                    .unwrap(),
-            ),
-            ingest: 0,
-            metrics,
-        };
+        let mut server = serve_on(ingest, extra);
         let lines = start_up_lines(&mut server);
         let pid = server.process.0.id();
         let ports = listening_ports(pid);

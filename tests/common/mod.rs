@@ -8,6 +8,7 @@ pub(crate) mod pki;
 pub(crate) mod plugin;
 pub(crate) mod prometheus;
 pub(crate) mod proto_fields;
+pub(crate) mod rng;
 pub(crate) mod serve;
 pub(crate) mod spans;
 pub(crate) mod thanos;
