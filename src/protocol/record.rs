@@ -123,9 +123,7 @@ macro_rules! records {
                 Ok(match kind {
                     $(RecordKind::$variant => Record::$variant(Deserialize::deserialize(from)?),)*
                     // Not a record's type: the tag's reader never yields it.
-                    part @ (RecordKind::Output
-                    | RecordKind::FinishedRequest
-                    | RecordKind::IterationValue) => {
+                    part => {
                         return Err(serde::de::Error::unknown_variant(
                             part.as_str(),
                             &RecordKind::TYPE_NAMES,

@@ -49,6 +49,42 @@ pub const FRAME_PER_BYTE: usize = 2;
 /// One engine-core frame's share for any frame.
 pub const FRAME_BASE: usize = 1 << 20;
 
+/// Most outputs in one engine step, by default (`--max-outputs-per-batch`):
+/// an `outputs` record's, and an engine-core frame's.
+pub const DEFAULT_MAX_OUTPUTS_PER_BATCH: usize = 16_384;
+
+/// What a decoder has spent of one input's share: charged before each
+/// allocation (or, by a scan, for each one decoding would make). Once a
+/// charge goes past the limit, every later one fails too.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Allowance {
+    spent: usize,
+    limit: usize,
+}
+
+impl Allowance {
+    /// Nothing spent of `limit` bytes.
+    pub(crate) const fn new(limit: usize) -> Self {
+        Allowance { spent: 0, limit }
+    }
+
+    /// Adds `bytes` to what is spent; false when that is past the limit.
+    pub(crate) fn charge(&mut self, bytes: usize) -> bool {
+        self.spent = self.spent.saturating_add(bytes);
+        !self.exceeded()
+    }
+
+    /// Whether what is spent is past the limit.
+    pub(crate) fn exceeded(&self) -> bool {
+        self.spent > self.limit
+    }
+
+    /// The limit, bytes.
+    pub(crate) const fn limit(&self) -> usize {
+        self.limit
+    }
+}
+
 /// The share of `bytes` at `per_byte` and `base`.
 pub(crate) const fn share(bytes: usize, per_byte: usize, base: usize) -> usize {
     bytes.saturating_mul(per_byte).saturating_add(base)

@@ -18,6 +18,7 @@ use std::mem::size_of;
 use crate::protocol::{
     EngineCoreEvent, EngineCoreOutput, FinishedRequest, KvCacheEvictionEvent, SchedulerStats,
 };
+use crate::sources::budget::Allowance;
 
 /// The largest struct an element of an array of objects decodes into.
 const OBJECT: usize = max(
@@ -90,7 +91,8 @@ pub fn check(line: &[u8], limit: usize) -> Result<(), Refusal> {
         limit,
         bytes: line.len(),
     };
-    let mut total = RECORD;
+    let mut total = Allowance::new(limit);
+    total.charge(RECORD);
     let mut stack = [Open::default(); MAX_DEPTH + 1];
     let mut depth = 0usize;
     let mut i = 0usize;
@@ -129,12 +131,12 @@ pub fn check(line: &[u8], limit: usize) -> Result<(), Refusal> {
                 depth -= 1;
                 let open = stack[depth];
                 if open.array {
-                    total = total.saturating_add(grown(open.count, open.element));
+                    total.charge(grown(open.count, open.element));
                     ended = Some(CONTAINER);
                 } else {
                     // Members are counted by their values.
                     if open.count > STRUCT_MEMBERS {
-                        total = total.saturating_add(grown(open.count, MAP_SLOT));
+                        total.charge(grown(open.count, MAP_SLOT));
                     }
                     ended = Some(OBJECT);
                 }
@@ -148,7 +150,7 @@ pub fn check(line: &[u8], limit: usize) -> Result<(), Refusal> {
                 }
                 i += 1;
                 let length = i.min(line.len()) - start;
-                total = total.saturating_add(length);
+                total.charge(length);
                 // A key is not an element: its value is.
                 let key = line[i.min(line.len())..]
                     .iter()
@@ -175,7 +177,7 @@ pub fn check(line: &[u8], limit: usize) -> Result<(), Refusal> {
             }
             _ => i += 1,
         }
-        if total > limit {
+        if total.exceeded() {
             return Err(too_large);
         }
     }
@@ -188,9 +190,9 @@ pub fn check(line: &[u8], limit: usize) -> Result<(), Refusal> {
     // Arrays left open: the decoder refuses the line, but may have built
     // them first.
     for open in &stack[..depth] {
-        total = total.saturating_add(grown(open.count, open.element.max(OBJECT)));
+        total.charge(grown(open.count, open.element.max(OBJECT)));
     }
-    if total > limit {
+    if total.exceeded() {
         return Err(too_large);
     }
     Ok(())

@@ -13,7 +13,7 @@
 use std::mem::size_of;
 
 use super::proto::pb;
-use crate::sources::budget;
+use crate::sources::budget::{self, Allowance};
 
 /// The bounds a message is scanned against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,7 +33,7 @@ impl Default for DecodeLimits {
     fn default() -> Self {
         DecodeLimits {
             max_records_per_batch: 1024,
-            max_outputs_per_batch: 16_384,
+            max_outputs_per_batch: budget::DEFAULT_MAX_OUTPUTS_PER_BATCH,
             max_decoded_bytes: 32 << 20,
         }
     }
@@ -294,14 +294,16 @@ const MAX_DEPTH: u32 = 100;
 /// protobuf share of the decode budget (2 × the message's size + 2 MiB:
 /// [`crate::sources::budget`]).
 pub fn check(message: &[u8], limits: &DecodeLimits) -> Result<(), Refusal> {
+    let mut decoded = Allowance::new(limits.max_decoded_bytes.min(budget::share(
+        message.len(),
+        budget::DECODE_PER_BYTE,
+        budget::DECODE_BASE,
+    )));
+    // The record itself; checked with the first field that adds to it.
+    decoded.charge(RECORD.size);
     let mut scan = Scan {
         limits,
-        max_decoded: limits.max_decoded_bytes.min(budget::share(
-            message.len(),
-            budget::DECODE_PER_BYTE,
-            budget::DECODE_BASE,
-        )),
-        decoded: RECORD.size,
+        decoded,
         bytes: message.len(),
     };
     scan.walk(message, &RECORD, 0)
@@ -309,22 +311,19 @@ pub fn check(message: &[u8], limits: &DecodeLimits) -> Result<(), Refusal> {
 
 struct Scan<'a> {
     limits: &'a DecodeLimits,
-    /// The bound on `decoded`.
-    max_decoded: usize,
-    decoded: usize,
+    decoded: Allowance,
     bytes: usize,
 }
 
 impl Scan<'_> {
     fn add(&mut self, bytes: usize) -> Result<(), Refusal> {
-        self.decoded = self.decoded.saturating_add(bytes);
-        if self.decoded > self.max_decoded {
-            return Err(Refusal::TooLarge {
-                limit: self.max_decoded,
-                bytes: self.bytes,
-            });
+        if self.decoded.charge(bytes) {
+            return Ok(());
         }
-        Ok(())
+        Err(Refusal::TooLarge {
+            limit: self.decoded.limit(),
+            bytes: self.bytes,
+        })
     }
 
     /// Walks the fields of one message of `schema`, `depth` messages deep.

@@ -196,7 +196,7 @@ pub struct FrameLimits {
 impl Default for FrameLimits {
     fn default() -> Self {
         FrameLimits {
-            max_outputs: 16_384,
+            max_outputs: budget::DEFAULT_MAX_OUTPUTS_PER_BATCH,
         }
     }
 }

@@ -8,6 +8,8 @@
 
 use std::fmt;
 
+use crate::sources::budget::Allowance;
+
 /// What went wrong, and where in the frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MsgpackError {
@@ -56,12 +58,8 @@ pub(crate) enum Kind {
 pub(crate) struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
-    /// Bytes the decoder may still allocate.
-    budget: usize,
-    /// The budget it started with.
-    limit: usize,
-    /// Set once a charge failed: the rest of the buffer is not decoded.
-    over_budget: bool,
+    /// What the decoder has allocated of its share.
+    allowance: Allowance,
 }
 
 type Result<T> = std::result::Result<T, MsgpackError>;
@@ -78,29 +76,21 @@ impl<'a> Reader<'a> {
         Reader {
             buf,
             pos: 0,
-            budget,
-            limit: budget,
-            over_budget: false,
+            allowance: Allowance::new(budget),
         }
     }
 
     /// Takes `bytes` of the budget before they are allocated, or fails
     /// (and stays failed: [`Reader::over_budget`]).
     pub(crate) fn charge(&mut self, bytes: usize) -> Result<()> {
-        match self.budget.checked_sub(bytes) {
-            Some(left) if !self.over_budget => {
-                self.budget = left;
-                Ok(())
-            }
-            _ => {
-                self.over_budget = true;
-                Err(self.error(format!(
-                    "decoding the frame would take more than {} bytes of memory ({} bytes of frame)",
-                    self.limit,
-                    self.buf.len()
-                )))
-            }
+        if self.allowance.charge(bytes) {
+            return Ok(());
         }
+        Err(self.error(format!(
+            "decoding the frame would take more than {} bytes of memory ({} bytes of frame)",
+            self.allowance.limit(),
+            self.buf.len()
+        )))
     }
 
     /// [`Reader::charge`]s room for `n` values of `T`.
@@ -110,7 +100,7 @@ impl<'a> Reader<'a> {
 
     /// Whether a charge failed.
     pub(crate) fn over_budget(&self) -> bool {
-        self.over_budget
+        self.allowance.exceeded()
     }
 
     /// Goes back to `offset` (one the reader has been at).
