@@ -25,10 +25,11 @@ use common::rng::Rng;
 use prost::Message;
 use vllm_otel_metrics::instruments::Instruments;
 use vllm_otel_metrics::sources::budget;
-use vllm_otel_metrics::sources::ingest::grpc::{IngestLimits, IngestService, Summary};
 use vllm_otel_metrics::sources::ingest::jsonl;
 use vllm_otel_metrics::sources::ingest::proto::pb;
-use vllm_otel_metrics::sources::ingest::server::decode_message;
+use vllm_otel_metrics::sources::ingest::service::{
+    decode_message, IngestLimits, IngestService, Summary,
+};
 use vllm_otel_metrics::tracker::Tracker;
 
 /// Counts this thread's live heap bytes and their peak while `COUNTING`.
@@ -624,7 +625,7 @@ fn no_input_raises_the_heap_past_its_bound() {
             } else {
                 let incoming = decode_message(&bytes, &IngestLimits::default().decode);
                 let (mut position, mut summary) = (0, Summary::default());
-                runtime.block_on(service.apply_incoming(incoming, &mut position, &mut summary));
+                runtime.block_on(service.apply_incoming(incoming, "", &mut position, &mut summary));
             }
         });
         let bound = budget::bound(bytes.len());
@@ -735,7 +736,7 @@ fn five_million_three_byte_outputs_stay_within_the_bound() {
     let (mut position, mut summary) = (0, Summary::default());
     let (growth, ()) = peak_growth(|| {
         let incoming = decode_message(&message, &IngestLimits::default().decode);
-        runtime.block_on(service.apply_incoming(incoming, &mut position, &mut summary));
+        runtime.block_on(service.apply_incoming(incoming, "", &mut position, &mut summary));
     });
     assert!(
         growth <= budget::bound(message.len()),
@@ -745,7 +746,7 @@ fn five_million_three_byte_outputs_stay_within_the_bound() {
     // The next message, a request and its output, is applied.
     let next = request_and_output().encode_to_vec();
     let incoming = decode_message(&next, &IngestLimits::default().decode);
-    runtime.block_on(service.apply_incoming(incoming, &mut position, &mut summary));
+    runtime.block_on(service.apply_incoming(incoming, "", &mut position, &mut summary));
     let summary = summary.finish();
     assert_eq!(
         (

@@ -11,10 +11,11 @@ use std::collections::BTreeMap;
 use prost::Message;
 use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
 use vllm_otel_metrics::instruments::Instruments;
-use vllm_otel_metrics::sources::ingest::grpc::{IngestLimits, IngestService, Summary};
 use vllm_otel_metrics::sources::ingest::jsonl;
 use vllm_otel_metrics::sources::ingest::proto::pb;
-use vllm_otel_metrics::sources::ingest::server::decode_message;
+use vllm_otel_metrics::sources::ingest::service::{
+    decode_message, IngestLimits, IngestService, Summary,
+};
 use vllm_otel_metrics::tracker::Tracker;
 
 /// The vLLM samples of a bridge (the project's own counters left out: they
@@ -133,7 +134,7 @@ fn ingest(messages: &[pb::Record]) -> (pb::IngestSummary, BTreeMap<String, Strin
     let (mut position, mut summary) = (0, Summary::default());
     for message in messages {
         let incoming = decode_message(&message.encode_to_vec(), &IngestLimits::default().decode);
-        runtime.block_on(service.apply_incoming(incoming, &mut position, &mut summary));
+        runtime.block_on(service.apply_incoming(incoming, "", &mut position, &mut summary));
     }
     (summary.finish(), vllm_samples(&bridge))
 }

@@ -4,7 +4,8 @@
 //! names the vLLM source that defines it; names, kinds, labels, HELP texts
 //! and buckets are vLLM's.
 
-use super::{counter, gauge, histogram, Buckets, FamilyName, MetricDef, ValueType, ENGINE_LABELS};
+use super::def::{counter, gauge, histogram, BucketFamily, FamilyName, MetricDef, ValueType};
+use super::labels::ENGINE_LABELS;
 
 /// Labels of `vllm:num_requests_waiting_by_reason`.
 pub(crate) const WAITING_REASON_LABELS: &[&str] = &["model_name", "engine", "reason"];
@@ -40,13 +41,18 @@ pub(crate) const LORA_INFO_LABELS: [&str; 3] =
 pub(crate) const OPERATION_LABELS: &[&str] = &["operation"];
 
 /// KV block residency (`KV_CACHE_RESIDENCY_BUCKETS`, `vllm/v1/metrics/buckets.py`).
-pub(crate) const KV_CACHE_RESIDENCY_BUCKETS: &[f64] = &[
-    0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0,
-    120.0, 300.0, 600.0, 1200.0, 1800.0,
-];
+const KV_CACHE_RESIDENCY_FAMILY: BucketFamily = BucketFamily::fixed(
+    "kv_cache_residency",
+    &[
+        0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0,
+        60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0,
+    ],
+);
 /// Sleep-mode and weight-transfer operations (`BUCKETS` of their metrics modules).
-pub(crate) const OPERATION_BUCKETS: &[f64] =
-    &[0.01, 0.1, 1.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0];
+const OPERATION_DURATION_BUCKETS: BucketFamily = BucketFamily::fixed(
+    "operation_duration",
+    &[0.01, 0.1, 1.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0],
+);
 
 /// A gauge with labels beyond `model_name` and `engine`.
 const fn gauge_with(
@@ -76,7 +82,7 @@ pub(super) const fn float_counter(
 const fn operation_histogram(name: FamilyName, help: &'static str) -> MetricDef {
     MetricDef {
         labels: OPERATION_LABELS,
-        ..histogram(name, "s", help, Buckets::Fixed(OPERATION_BUCKETS))
+        ..histogram(name, "s", help, OPERATION_DURATION_BUCKETS)
     }
 }
 
@@ -156,7 +162,7 @@ pub(crate) const KV_BLOCK_LIFETIME: MetricDef = histogram(
     vllm!("kv_block_lifetime_seconds"),
     "s",
     "Histogram of KV cache block lifetime from allocation to eviction. Sampled metrics (controlled by --kv-cache-metrics-sample).",
-    Buckets::Fixed(KV_CACHE_RESIDENCY_BUCKETS),
+    KV_CACHE_RESIDENCY_FAMILY,
 );
 /// Sampled blocks' idle time before eviction (`loggers.py`,
 /// `histogram_kv_block_idle_before_evict`).
@@ -164,7 +170,7 @@ pub(crate) const KV_BLOCK_IDLE_BEFORE_EVICT: MetricDef = histogram(
     vllm!("kv_block_idle_before_evict_seconds"),
     "s",
     "Histogram of idle time before KV cache block eviction. Sampled metrics (controlled by --kv-cache-metrics-sample).",
-    Buckets::Fixed(KV_CACHE_RESIDENCY_BUCKETS),
+    KV_CACHE_RESIDENCY_FAMILY,
 );
 /// Sampled blocks' gaps between accesses (`loggers.py`,
 /// `histogram_kv_block_reuse_gap`).
@@ -172,7 +178,7 @@ pub(crate) const KV_BLOCK_REUSE_GAP: MetricDef = histogram(
     vllm!("kv_block_reuse_gap_seconds"),
     "s",
     "Histogram of time gaps between consecutive KV cache block accesses. Only the most recent accesses are recorded (ring buffer). Sampled metrics (controlled by --kv-cache-metrics-sample).",
-    Buckets::Fixed(KV_CACHE_RESIDENCY_BUCKETS),
+    KV_CACHE_RESIDENCY_FAMILY,
 );
 /// Estimated FLOPs per GPU (`vllm/v1/metrics/perf.py`, `PerfMetricsProm`).
 pub(crate) const ESTIMATED_FLOPS_PER_GPU: MetricDef = float_counter(

@@ -8,8 +8,9 @@
 //! (`SimpleCPUOffloadPromMetrics`). Names, kinds, labels, HELP texts and
 //! buckets are vLLM's, the double space in one HELP text included.
 
+use super::def::{counter, gauge, histogram, BucketFamily, MetricDef, ValueType};
 use super::engine::float_counter;
-use super::{counter, gauge, histogram, Buckets, FamilyName, MetricDef, ValueType, ENGINE_LABELS};
+use super::labels::ENGINE_LABELS;
 
 /// Labels of `vllm:simple_kv_offload_save_outcomes`.
 pub(crate) const SAVE_OUTCOME_LABELS: &[&str] = &["model_name", "engine", "outcome"];
@@ -26,79 +27,90 @@ pub(crate) const SAVE_OUTCOMES: [&str; 7] = [
 ];
 
 /// NIXL post times (`nixl/stats.py`).
-pub(crate) const NIXL_POST_TIME_BUCKETS: &[f64] = &[
-    0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0,
-];
+const NIXL_POST_TIME_BUCKETS: BucketFamily = BucketFamily::fixed(
+    "nixl_post_time",
+    &[
+        0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0,
+    ],
+);
 /// NIXL transfer durations: the post-time buckets without the first.
-pub(crate) const NIXL_XFER_TIME_BUCKETS: &[f64] = &[
-    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0,
-];
+const NIXL_XFER_TIME_BUCKETS: BucketFamily = BucketFamily::fixed(
+    "nixl_xfer_time",
+    &[
+        0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0,
+    ],
+);
 /// NIXL bytes per transfer: `2 ** (10 + i) for i in range(1, 25, 2)`.
-pub(crate) const NIXL_BYTES_BUCKETS: &[f64] = &[
-    2048.0,
-    8192.0,
-    32768.0,
-    131072.0,
-    524288.0,
-    2097152.0,
-    8388608.0,
-    33554432.0,
-    134217728.0,
-    536870912.0,
-    2147483648.0,
-    8589934592.0,
-];
+const NIXL_BYTES_BUCKETS: BucketFamily = BucketFamily::fixed(
+    "nixl_bytes_transferred",
+    &[
+        2048.0,
+        8192.0,
+        32768.0,
+        131072.0,
+        524288.0,
+        2097152.0,
+        8388608.0,
+        33554432.0,
+        134217728.0,
+        536870912.0,
+        2147483648.0,
+        8589934592.0,
+    ],
+);
 /// NIXL descriptors per transfer.
-pub(crate) const NIXL_DESCRIPTOR_BUCKETS: &[f64] = &[
-    10.0, 20.0, 30.0, 50.0, 75.0, 100.0, 200.0, 400.0, 1000.0, 2000.0, 4000.0, 10000.0, 20000.0,
-    50000.0,
-];
+const NIXL_DESCRIPTOR_BUCKETS: BucketFamily = BucketFamily::fixed(
+    "nixl_num_descriptors",
+    &[
+        10.0, 20.0, 30.0, 50.0, 75.0, 100.0, 200.0, 400.0, 1000.0, 2000.0, 4000.0, 10000.0,
+        20000.0, 50000.0,
+    ],
+);
 /// KV offload transfer sizes (`TRANSFER_SIZE_BUCKETS`, `offloading/metrics.py`).
-pub(crate) const OFFLOAD_TRANSFER_SIZE_BUCKETS: &[f64] =
-    &[1e6, 5e6, 10e6, 20e6, 40e6, 60e6, 80e6, 100e6, 150e6, 200e6];
+const OFFLOAD_TRANSFER_SIZE_BUCKETS: BucketFamily = BucketFamily::fixed(
+    "kv_offload_transfer_size",
+    &[1e6, 5e6, 10e6, 20e6, 40e6, 60e6, 80e6, 100e6, 150e6, 200e6],
+);
 /// One offload lookup call.
-pub(crate) const OFFLOAD_LOOKUP_SYNC_BUCKETS: &[f64] = &[
-    0.00001, 0.00005, 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0,
-];
+const OFFLOAD_LOOKUP_SYNC_BUCKETS: BucketFamily = BucketFamily::fixed(
+    "kv_offload_lookup_sync_delay",
+    &[
+        0.00001, 0.00005, 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0,
+    ],
+);
 /// A deferred offload lookup until it resolves.
-pub(crate) const OFFLOAD_LOOKUP_ASYNC_BUCKETS: &[f64] = &[
-    0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0,
-];
-
-const fn fixed_histogram(
-    name: FamilyName,
-    unit: &'static str,
-    help: &'static str,
-    buckets: &'static [f64],
-) -> MetricDef {
-    histogram(name, unit, help, Buckets::Fixed(buckets))
-}
+const OFFLOAD_LOOKUP_ASYNC_BUCKETS: BucketFamily = BucketFamily::fixed(
+    "kv_offload_lookup_async_delay",
+    &[
+        0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0,
+    ],
+);
 
 // ---- NIXL: vllm/distributed/kv_transfer/kv_connector/v1/nixl/stats.py ----
 
 /// NIXL transfer durations.
-pub(crate) const NIXL_XFER_TIME: MetricDef = fixed_histogram(
+pub(crate) const NIXL_XFER_TIME: MetricDef = histogram(
     vllm!("nixl_xfer_time_seconds"),
     "s",
     "Histogram of transfer duration for NIXL KV Cache transfers.",
     NIXL_XFER_TIME_BUCKETS,
 );
 /// NIXL transfer post times.
-pub(crate) const NIXL_POST_TIME: MetricDef = fixed_histogram(
+pub(crate) const NIXL_POST_TIME: MetricDef = histogram(
     vllm!("nixl_post_time_seconds"),
     "s",
     "Histogram of transfer post time for NIXL KV Cache transfers.",
     NIXL_POST_TIME_BUCKETS,
 );
 /// NIXL bytes per transfer.
-pub(crate) const NIXL_BYTES_TRANSFERRED: MetricDef = fixed_histogram(
+pub(crate) const NIXL_BYTES_TRANSFERRED: MetricDef = histogram(
     vllm!("nixl_bytes_transferred"),
     "By",
     "Histogram of bytes transferred per NIXL KV Cache transfers.",
     NIXL_BYTES_BUCKETS,
 );
 /// NIXL descriptors per transfer.
-pub(crate) const NIXL_NUM_DESCRIPTORS: MetricDef = fixed_histogram(
+pub(crate) const NIXL_NUM_DESCRIPTORS: MetricDef = histogram(
     vllm!("nixl_num_descriptors"),
     "{descriptor}",
     "Histogram of number of descriptors per NIXL  KV Cache transfers.",
@@ -149,7 +161,7 @@ pub(crate) const KV_OFFLOAD_LOAD_TIME: MetricDef = float_counter(
     "Total load time from offload storage to GPU, in seconds.",
 );
 /// Bytes per load operation.
-pub(crate) const KV_OFFLOAD_LOAD_SIZE: MetricDef = fixed_histogram(
+pub(crate) const KV_OFFLOAD_LOAD_SIZE: MetricDef = histogram(
     vllm!("kv_offload_load_size"),
     "By",
     "Histogram of KV offload load operation size, in bytes.",
@@ -169,21 +181,21 @@ pub(crate) const KV_OFFLOAD_STORE_TIME: MetricDef = float_counter(
     "Total store time from GPU to offload storage, in seconds.",
 );
 /// Bytes per store operation.
-pub(crate) const KV_OFFLOAD_STORE_SIZE: MetricDef = fixed_histogram(
+pub(crate) const KV_OFFLOAD_STORE_SIZE: MetricDef = histogram(
     vllm!("kv_offload_store_size"),
     "By",
     "Histogram of KV offload store operation size, in bytes.",
     OFFLOAD_TRANSFER_SIZE_BUCKETS,
 );
 /// One offload lookup call.
-pub(crate) const KV_OFFLOAD_LOOKUP_SYNC_DELAY: MetricDef = fixed_histogram(
+pub(crate) const KV_OFFLOAD_LOOKUP_SYNC_DELAY: MetricDef = histogram(
     vllm!("kv_offload_lookup_sync_delay_seconds"),
     "s",
     "Histogram of the time spent in a single offload lookup call, in seconds.",
     OFFLOAD_LOOKUP_SYNC_BUCKETS,
 );
 /// A deferred offload lookup until it resolves or the request finishes.
-pub(crate) const KV_OFFLOAD_LOOKUP_ASYNC_DELAY: MetricDef = fixed_histogram(
+pub(crate) const KV_OFFLOAD_LOOKUP_ASYNC_DELAY: MetricDef = histogram(
     vllm!("kv_offload_lookup_async_delay_seconds"),
     "s",
     "Histogram of time between a request's offload lookup first deferring and the following lookup resolving, or request finish, in seconds.",

@@ -1,13 +1,65 @@
 //! The per-request tier: vLLM's families of one request's lifecycle
 //! (`rust/src/metrics/src/request.rs` in vLLM's Rust frontend, and the
 //! Python logger's `PrometheusStatLogger`).
+//!
+//! Each per-request histogram is one row of [`request_histograms!`]: its
+//! name, unit, HELP, bucket family and how its value is taken, from the
+//! [`TerminalValues`] both tracker paths fill at a request's end or at its
+//! tokens. The instruments, the handles of each label set, the recording
+//! and the exposition all follow the table; nothing else lists them.
 
-use super::{
-    counter, histogram, Buckets, MetricDef, ENGINE_LABELS, FINISHED_REASONS,
-    FINISHED_REASON_LABELS, ITERATION_BUCKETS, ITL_BUCKETS, LATENCY_BUCKETS, N_BUCKETS,
-    PREEMPTION_BUCKETS, PREEMPTION_REASONS, PREEMPTION_REASON_LABELS, PROMPT_TOKEN_SOURCES,
-    SOURCE_LABELS, TTFT_BUCKETS,
+use super::def::{counter, histogram, BucketFamily, MetricDef};
+use super::labels::{
+    ENGINE_LABELS, FINISHED_REASONS, FINISHED_REASON_LABELS, PREEMPTION_REASONS,
+    PREEMPTION_REASON_LABELS, PROMPT_TOKEN_SOURCES, SOURCE_LABELS,
 };
+
+/// Preemptions per request.
+pub const PREEMPTION_BUCKETS: &[f64] = &[1.0, 2.0, 3.0, 4.0, 5.0, 10.0, 20.0];
+
+/// Tokens per engine step.
+const ITERATION_TOKENS_BUCKETS: BucketFamily = BucketFamily::fixed(
+    "iteration_tokens",
+    &[
+        1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0,
+    ],
+);
+/// Token counts of a request: the 1-2-5 series up to `max_model_len`.
+const REQUEST_TOKENS_BUCKETS: BucketFamily = BucketFamily {
+    key: "request_tokens",
+    buckets: super::def::Buckets::Tokens,
+};
+/// The `n` request parameter.
+const REQUEST_PARAMS_N_BUCKETS: BucketFamily =
+    BucketFamily::fixed("request_params_n", &[1.0, 2.0, 5.0, 10.0, 20.0]);
+/// Preemptions per request: a family of its own, so that no group key ever
+/// changes the headline histogram's buckets.
+const REQUEST_NUM_PREEMPTIONS_BUCKETS: BucketFamily =
+    BucketFamily::fixed("request_num_preemptions", PREEMPTION_BUCKETS);
+/// Time to first token.
+const TIME_TO_FIRST_TOKEN_BUCKETS: BucketFamily = BucketFamily::fixed(
+    "time_to_first_token",
+    &[
+        0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+        20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+    ],
+);
+/// Inter-token latency and time per output token.
+const INTER_TOKEN_LATENCY_BUCKETS: BucketFamily = BucketFamily::fixed(
+    "inter_token_latency",
+    &[
+        0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+        20.0, 40.0, 80.0,
+    ],
+);
+/// Request phase latencies.
+const REQUEST_LATENCY_BUCKETS: BucketFamily = BucketFamily::fixed(
+    "request_latency",
+    &[
+        0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+        240.0, 480.0, 960.0, 1920.0, 7680.0,
+    ],
+);
 
 /// Engine-wide preemption events.
 pub(crate) const NUM_PREEMPTIONS: MetricDef = counter(
@@ -67,133 +119,185 @@ pub(crate) const ITERATION_TOKENS: MetricDef = histogram(
     vllm!("iteration_tokens_total"),
     "{token}",
     "Histogram of computed prompt and generated tokens per nonempty engine output batch.",
-    Buckets::Fixed(ITERATION_BUCKETS),
-);
-/// Prompt length per finished request.
-pub(crate) const REQUEST_PROMPT_TOKENS: MetricDef = histogram(
-    vllm!("request_prompt_tokens"),
-    "{token}",
-    "Prompt length of each finished sequence; each parallel-sampling child is one observation.",
-    Buckets::Tokens,
-);
-/// Generated tokens per finished request.
-pub(crate) const REQUEST_GENERATION_TOKENS: MetricDef = histogram(
-    vllm!("request_generation_tokens"),
-    "{token}",
-    "Number of generation tokens processed.",
-    Buckets::Tokens,
-);
-/// Maximum generated tokens per finished request.
-pub(crate) const REQUEST_MAX_NUM_GENERATION_TOKENS: MetricDef = histogram(
-    vllm!("request_max_num_generation_tokens"),
-    "{token}",
-    "Histogram of maximum number of requested generation tokens.",
-    Buckets::Tokens,
-);
-/// The `max_tokens` request parameter.
-pub(crate) const REQUEST_PARAMS_MAX_TOKENS: MetricDef = histogram(
-    vllm!("request_params_max_tokens"),
-    "{token}",
-    "Histogram of the max_tokens request parameter.",
-    Buckets::Tokens,
-);
-/// The `n` request parameter.
-pub(crate) const REQUEST_PARAMS_N: MetricDef = histogram(
-    vllm!("request_params_n"),
-    "{sequence}",
-    "Histogram of the n request parameter.",
-    Buckets::Fixed(N_BUCKETS),
-);
-/// Preemptions per terminated request, zero included: the headline family.
-pub const REQUEST_NUM_PREEMPTIONS: MetricDef = histogram(
-    vllm!("request_num_preemptions"),
-    "{preemption}",
-    "Histogram of the number of times a request was preempted.",
-    Buckets::Fixed(PREEMPTION_BUCKETS),
-);
-/// KV tokens computed during prefill (cache hits excluded).
-pub(crate) const REQUEST_PREFILL_KV_COMPUTED_TOKENS: MetricDef = histogram(
-    vllm!("request_prefill_kv_computed_tokens"),
-    "{token}",
-    "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
-    Buckets::Tokens,
-);
-/// Time to first token.
-pub const TIME_TO_FIRST_TOKEN: MetricDef = histogram(
-    vllm!("time_to_first_token_seconds"),
-    "s",
-    "Histogram of time to first token in seconds.",
-    Buckets::Fixed(TTFT_BUCKETS),
-);
-/// Inter-token latency.
-pub(crate) const INTER_TOKEN_LATENCY: MetricDef = histogram(
-    vllm!("inter_token_latency_seconds"),
-    "s",
-    "Histogram of inter-token latency in seconds.",
-    Buckets::Fixed(ITL_BUCKETS),
-);
-/// End-to-end latency.
-pub const E2E_REQUEST_LATENCY: MetricDef = histogram(
-    vllm!("e2e_request_latency_seconds"),
-    "s",
-    "Histogram of e2e request latency in seconds.",
-    Buckets::Fixed(LATENCY_BUCKETS),
-);
-/// Time in the WAITING phase.
-pub(crate) const REQUEST_QUEUE_TIME: MetricDef = histogram(
-    vllm!("request_queue_time_seconds"),
-    "s",
-    "Histogram of time spent in WAITING phase for request.",
-    Buckets::Fixed(LATENCY_BUCKETS),
-);
-/// Time in the PREFILL phase.
-pub(crate) const REQUEST_PREFILL_TIME: MetricDef = histogram(
-    vllm!("request_prefill_time_seconds"),
-    "s",
-    "Histogram of time spent in PREFILL phase for request.",
-    Buckets::Fixed(LATENCY_BUCKETS),
-);
-/// Time in the DECODE phase.
-pub(crate) const REQUEST_DECODE_TIME: MetricDef = histogram(
-    vllm!("request_decode_time_seconds"),
-    "s",
-    "Histogram of time spent in DECODE phase for request.",
-    Buckets::Fixed(LATENCY_BUCKETS),
-);
-/// Time in the RUNNING phase.
-pub(crate) const REQUEST_INFERENCE_TIME: MetricDef = histogram(
-    vllm!("request_inference_time_seconds"),
-    "s",
-    "Histogram of time spent in RUNNING phase for request.",
-    Buckets::Fixed(LATENCY_BUCKETS),
-);
-/// Decode time per output token after the first.
-pub(crate) const REQUEST_TIME_PER_OUTPUT_TOKEN: MetricDef = histogram(
-    vllm!("request_time_per_output_token_seconds"),
-    "s",
-    "Histogram of time_per_output_token_seconds per request.",
-    Buckets::Fixed(ITL_BUCKETS),
+    ITERATION_TOKENS_BUCKETS,
 );
 
-/// The per-request tier, in exposition order: counts and token histograms,
-/// then the latency histograms.
-pub(crate) const PER_REQUEST: [&MetricDef; 23] = super::concat(
-    [
-        &NUM_PREEMPTIONS,
-        &NUM_PREEMPTIONS_BY_REASON,
-        &PROMPT_TOKENS,
-        &PROMPT_TOKENS_BY_SOURCE,
-        &PROMPT_TOKENS_CACHED,
-        &GENERATION_TOKENS,
-        &REQUEST_SUCCESS,
-        &ITERATION_TOKENS,
-        &REQUEST_PROMPT_TOKENS,
-        &REQUEST_GENERATION_TOKENS,
-        &REQUEST_MAX_NUM_GENERATION_TOKENS,
-        &REQUEST_PARAMS_MAX_TOKENS,
-        &REQUEST_PARAMS_N,
-        &REQUEST_NUM_PREEMPTIONS,
-        &REQUEST_PREFILL_KV_COMPUTED_TOKENS,
-    ],
-    super::LATENCY_HISTOGRAMS,
-);
+/// The families of the tier recorded as outputs (or the plugin's steps)
+/// come: counts, and the step's tokens. The histograms follow them on
+/// `/metrics`, in [`REQUEST_HISTOGRAMS`] order.
+pub(crate) const PER_REQUEST_COUNTS: &[&MetricDef] = &[
+    &NUM_PREEMPTIONS,
+    &NUM_PREEMPTIONS_BY_REASON,
+    &PROMPT_TOKENS,
+    &PROMPT_TOKENS_BY_SOURCE,
+    &PROMPT_TOKENS_CACHED,
+    &GENERATION_TOKENS,
+    &REQUEST_SUCCESS,
+    &ITERATION_TOKENS,
+];
+
+/// What a request's end reports to the per-request histograms. The engine-core
+/// path (`tracker/request.rs`) fills it from the request's lifecycle, the
+/// stat-logger path (`tracker/plugin.rs`) from vLLM's `FinishedRequestStats`;
+/// a value one path observes per step instead is `None` there.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct TerminalValues {
+    /// Prompt length in tokens.
+    pub(crate) prompt_tokens: u32,
+    /// Prompt tokens whose KV came from a cache (local or external).
+    pub(crate) cached_tokens: u32,
+    /// Tokens generated.
+    pub(crate) generation_tokens: u64,
+    /// The most tokens a sequence of the request generated (engine path: its
+    /// own count; the Python logger observes it per step).
+    pub(crate) max_num_generation_tokens: Option<u64>,
+    /// The `n` parameter (the Python logger observes it per step).
+    pub(crate) params_n: Option<u32>,
+    /// The `max_tokens` parameter, when the request set it.
+    pub(crate) params_max_tokens: Option<u32>,
+    /// Times the request was preempted, zero included.
+    pub(crate) num_preemptions: u64,
+    /// Arrival to end, seconds.
+    pub(crate) e2e: f64,
+    /// Queued to scheduled.
+    pub(crate) queue: f64,
+    /// Scheduled to the first token.
+    pub(crate) prefill: f64,
+    /// The first token to the last.
+    pub(crate) decode: f64,
+    /// Scheduled to the last token.
+    pub(crate) inference: f64,
+    /// Decode time per output token after the first (0 for fewer than two).
+    pub(crate) time_per_output_token: f64,
+}
+
+/// When a per-request histogram is observed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Observed {
+    /// Once, at the request's end: the value [`TerminalValues`] gives, if any.
+    AtEnd(fn(&TerminalValues) -> Option<f64>),
+    /// As the request's tokens come (time to first token, inter-token
+    /// latency), never at the end.
+    PerToken,
+}
+
+/// One per-request histogram: its family and how its value is taken.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RequestHistogram {
+    /// The family.
+    pub(crate) def: &'static MetricDef,
+    /// When, and from what, it is observed.
+    pub(crate) observed: Observed,
+}
+
+/// Declares each per-request histogram once: a `MetricDef` constant of the
+/// row's name, and its place in [`REQUEST_HISTOGRAMS`].
+macro_rules! request_histograms {
+    ($(
+        $(#[$doc:meta])*
+        $vis:vis $name:ident: $family:expr, $unit:literal, $help:literal,
+            $buckets:ident, $observed:expr;
+    )*) => {
+        $(
+            $(#[$doc])*
+            $vis const $name: MetricDef = histogram($family, $unit, $help, $buckets);
+        )*
+
+        /// The per-request histograms, in exposition order.
+        pub(crate) const REQUEST_HISTOGRAMS: &[RequestHistogram] = &[
+            $(RequestHistogram { def: &$name, observed: $observed },)*
+        ];
+    };
+}
+
+request_histograms! {
+    /// Prompt length per finished request.
+    pub(crate) REQUEST_PROMPT_TOKENS: vllm!("request_prompt_tokens"), "{token}",
+        "Prompt length of each finished sequence; each parallel-sampling child is one observation.",
+        REQUEST_TOKENS_BUCKETS, Observed::AtEnd(|v| Some(f64::from(v.prompt_tokens)));
+    /// Generated tokens per finished request.
+    pub(crate) REQUEST_GENERATION_TOKENS: vllm!("request_generation_tokens"), "{token}",
+        "Number of generation tokens processed.",
+        REQUEST_TOKENS_BUCKETS, Observed::AtEnd(|v| Some(v.generation_tokens as f64));
+    /// Maximum generated tokens per finished request.
+    pub(crate) REQUEST_MAX_NUM_GENERATION_TOKENS: vllm!("request_max_num_generation_tokens"),
+        "{token}", "Histogram of maximum number of requested generation tokens.",
+        REQUEST_TOKENS_BUCKETS, Observed::AtEnd(|v| v.max_num_generation_tokens.map(|t| t as f64));
+    /// The `max_tokens` request parameter, when the request set it.
+    pub(crate) REQUEST_PARAMS_MAX_TOKENS: vllm!("request_params_max_tokens"), "{token}",
+        "Histogram of the max_tokens request parameter.",
+        REQUEST_TOKENS_BUCKETS, Observed::AtEnd(|v| v.params_max_tokens.map(f64::from));
+    /// The `n` request parameter.
+    pub(crate) REQUEST_PARAMS_N: vllm!("request_params_n"), "{sequence}",
+        "Histogram of the n request parameter.",
+        REQUEST_PARAMS_N_BUCKETS, Observed::AtEnd(|v| v.params_n.map(f64::from));
+    /// Preemptions per terminated request, zero included: the headline family.
+    pub REQUEST_NUM_PREEMPTIONS: vllm!("request_num_preemptions"), "{preemption}",
+        "Histogram of the number of times a request was preempted.",
+        REQUEST_NUM_PREEMPTIONS_BUCKETS, Observed::AtEnd(|v| Some(v.num_preemptions as f64));
+    /// KV tokens computed during prefill (cache hits excluded).
+    pub(crate) REQUEST_PREFILL_KV_COMPUTED_TOKENS: vllm!("request_prefill_kv_computed_tokens"),
+        "{token}", "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
+        REQUEST_TOKENS_BUCKETS,
+        Observed::AtEnd(|v| Some(f64::from(v.prompt_tokens.saturating_sub(v.cached_tokens))));
+    /// Time to first token.
+    pub TIME_TO_FIRST_TOKEN: vllm!("time_to_first_token_seconds"), "s",
+        "Histogram of time to first token in seconds.",
+        TIME_TO_FIRST_TOKEN_BUCKETS, Observed::PerToken;
+    /// Inter-token latency.
+    pub(crate) INTER_TOKEN_LATENCY: vllm!("inter_token_latency_seconds"), "s",
+        "Histogram of inter-token latency in seconds.",
+        INTER_TOKEN_LATENCY_BUCKETS, Observed::PerToken;
+    /// End-to-end latency.
+    pub E2E_REQUEST_LATENCY: vllm!("e2e_request_latency_seconds"), "s",
+        "Histogram of e2e request latency in seconds.",
+        REQUEST_LATENCY_BUCKETS, Observed::AtEnd(|v| Some(v.e2e));
+    /// Time in the WAITING phase.
+    pub(crate) REQUEST_QUEUE_TIME: vllm!("request_queue_time_seconds"), "s",
+        "Histogram of time spent in WAITING phase for request.",
+        REQUEST_LATENCY_BUCKETS, Observed::AtEnd(|v| Some(v.queue));
+    /// Time in the PREFILL phase.
+    pub(crate) REQUEST_PREFILL_TIME: vllm!("request_prefill_time_seconds"), "s",
+        "Histogram of time spent in PREFILL phase for request.",
+        REQUEST_LATENCY_BUCKETS, Observed::AtEnd(|v| Some(v.prefill));
+    /// Time in the DECODE phase.
+    pub(crate) REQUEST_DECODE_TIME: vllm!("request_decode_time_seconds"), "s",
+        "Histogram of time spent in DECODE phase for request.",
+        REQUEST_LATENCY_BUCKETS, Observed::AtEnd(|v| Some(v.decode));
+    /// Time in the RUNNING phase.
+    pub(crate) REQUEST_INFERENCE_TIME: vllm!("request_inference_time_seconds"), "s",
+        "Histogram of time spent in RUNNING phase for request.",
+        REQUEST_LATENCY_BUCKETS, Observed::AtEnd(|v| Some(v.inference));
+    /// Decode time per output token after the first.
+    pub(crate) REQUEST_TIME_PER_OUTPUT_TOKEN: vllm!("request_time_per_output_token_seconds"), "s",
+        "Histogram of time_per_output_token_seconds per request.",
+        INTER_TOKEN_LATENCY_BUCKETS, Observed::AtEnd(|v| Some(v.time_per_output_token));
+}
+
+/// The place of `def` in [`REQUEST_HISTOGRAMS`], found at compile time
+/// (a family that is not a per-request histogram fails the build).
+pub(crate) const fn request_histogram_index(def: &MetricDef) -> usize {
+    let mut at = 0;
+    while at < REQUEST_HISTOGRAMS.len() {
+        if same_str(REQUEST_HISTOGRAMS[at].def.otel_name, def.otel_name) {
+            return at;
+        }
+        at += 1;
+    }
+    panic!("not a per-request histogram");
+}
+
+const fn same_str(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut at = 0;
+    while at < a.len() {
+        if a[at] != b[at] {
+            return false;
+        }
+        at += 1;
+    }
+    true
+}

@@ -1,6 +1,7 @@
 //! The scheduler tier: what each engine step's scheduler stats set and add.
 
-use super::{counter, gauge, MetricDef, ValueType, ENGINE_LABELS};
+use super::def::{counter, gauge, MetricDef, ValueType};
+use super::labels::ENGINE_LABELS;
 
 /// Requests in the running batch.
 pub(crate) const NUM_REQUESTS_RUNNING: MetricDef = gauge(

@@ -17,7 +17,7 @@
 //! assert_eq!(def.buckets.boundaries(0)[..3], [0.01, 0.02, 0.04]);
 //! ```
 
-use super::{Buckets, Kind, MetricDef, ValueType};
+use super::def::{Buckets, Kind, MetricDef, ValueType};
 
 /// `gen_ai.operation.name`.
 pub(crate) const OPERATION_NAME: &str = "gen_ai.operation.name";
@@ -90,6 +90,9 @@ const fn histogram(
         buckets: Buckets::Fixed(buckets),
         value_type: ValueType::Float,
         label_values: &[],
+        // Not in the catalog's bucket families: the conventions advise
+        // their buckets, and `--custom-histogram-buckets` leaves them.
+        bucket_family: "",
     }
 }
 
@@ -117,7 +120,7 @@ pub const TIME_PER_OUTPUT_TOKEN: MetricDef = histogram(
 );
 
 /// The tier, in exposition order.
-pub const ALL: [&MetricDef; 3] = [
+pub const ALL: &[&MetricDef] = &[
     &REQUEST_DURATION,
     &TIME_TO_FIRST_TOKEN,
     &TIME_PER_OUTPUT_TOKEN,
@@ -125,5 +128,5 @@ pub const ALL: [&MetricDef; 3] = [
 
 /// The family whose OpenTelemetry name is `otel_name`.
 pub fn by_otel_name(otel_name: &str) -> Option<&'static MetricDef> {
-    ALL.into_iter().find(|def| def.otel_name == otel_name)
+    ALL.iter().copied().find(|def| def.otel_name == otel_name)
 }

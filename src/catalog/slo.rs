@@ -3,7 +3,8 @@
 //! met them (goodput). This crate's own names, never `vllm:`; they exist
 //! only when bounds are configured (docs/SEMANTICS.md, "SLO attainment").
 
-use super::{counter, MetricDef};
+use super::def::{counter, MetricDef};
+use super::labels::ENGINE_LABELS;
 
 /// The labels of [`SLO_REQUESTS`].
 pub(crate) const SLO_OUTCOME_LABELS: &[&str] = &["model_name", "engine", "outcome"];
@@ -32,8 +33,8 @@ pub const SLO_GOODPUT_TOKENS: MetricDef = counter(
     own!("slo_goodput_tokens"),
     "{token}",
     "Generation tokens of the finished requests that met the latency SLO of their model.",
-    super::ENGINE_LABELS,
+    ENGINE_LABELS,
 );
 
 /// Both families, in exposition order.
-pub const ALL: [&MetricDef; 2] = [&SLO_REQUESTS, &SLO_GOODPUT_TOKENS];
+pub const ALL: &[&MetricDef] = &[&SLO_REQUESTS, &SLO_GOODPUT_TOKENS];

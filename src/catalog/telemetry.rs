@@ -4,7 +4,8 @@
 // `http`); a build without it leaves them unused.
 #![cfg_attr(not(feature = "http"), allow(dead_code))]
 
-use super::{counter, Buckets, FamilyName, Kind, MetricDef, ValueType, REASON_LABELS};
+use super::def::{counter, gauge, FamilyName, Kind, MetricDef, ValueType};
+use super::labels::REASON_LABELS;
 
 /// Input that changed no vLLM metric (this crate's own family, never `vllm:`).
 pub(crate) const REJECTED_INPUTS: MetricDef = counter(
@@ -35,15 +36,8 @@ pub(crate) const PLUGIN_DROPPED_RECORDS: MetricDef = counter(
 
 const fn process_gauge(name: FamilyName, help: &'static str) -> MetricDef {
     MetricDef {
-        vllm_name: name.prometheus,
-        otel_name: name.otel,
-        kind: Kind::Gauge,
-        unit: "",
-        help,
         labels: &[],
-        buckets: Buckets::None,
-        value_type: ValueType::Float,
-        label_values: &[],
+        ..gauge(name, "", help, ValueType::Float)
     }
 }
 
@@ -85,7 +79,7 @@ pub(crate) const PROCESS_MAX_FDS: MetricDef = process_gauge(
 /// system at each scrape, not recorded, so they are not OTel instruments.
 // The exposition writes each by name; the table is the tests' list of them.
 #[cfg(test)]
-pub(crate) const PROCESS: [&MetricDef; 6] = [
+pub(crate) const PROCESS: &[&MetricDef] = &[
     &PROCESS_VIRTUAL_MEMORY,
     &PROCESS_RESIDENT_MEMORY,
     &PROCESS_START_TIME,
@@ -95,5 +89,5 @@ pub(crate) const PROCESS: [&MetricDef; 6] = [
 ];
 
 /// This crate's own families.
-pub(crate) const SELF_TELEMETRY: [&MetricDef; 3] =
-    [&REJECTED_INPUTS, &EVICTED_REQUESTS, &PLUGIN_DROPPED_RECORDS];
+pub(crate) const SELF_TELEMETRY: &[&MetricDef] =
+    &[&REJECTED_INPUTS, &EVICTED_REQUESTS, &PLUGIN_DROPPED_RECORDS];

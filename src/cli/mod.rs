@@ -52,10 +52,11 @@ use vllm_otel_metrics::instruments::{
 use vllm_otel_metrics::listen::{BearerToken, ListenerLimits, ServerTls, ServerTlsFiles};
 use vllm_otel_metrics::protocol::{InputLimits, Record};
 use vllm_otel_metrics::sources::ingest::client::{RemoteSink, TargetSecurity};
-use vllm_otel_metrics::sources::ingest::grpc::{self, IngestLimits, IngestListener, IngestService};
+use vllm_otel_metrics::sources::ingest::grpc::{self, IngestListener};
 use vllm_otel_metrics::sources::ingest::jsonl;
 use vllm_otel_metrics::sources::ingest::prescan::DecodeLimits;
-use vllm_otel_metrics::sources::ingest::server::MessageDeadline;
+use vllm_otel_metrics::sources::ingest::room::MessageDeadline;
+use vllm_otel_metrics::sources::ingest::service::{describe_summary, IngestLimits, IngestService};
 #[cfg(unix)]
 use vllm_otel_metrics::sources::ingest::socket;
 use vllm_otel_metrics::sources::sim::{simulate, Progress, SimConfig};

@@ -346,7 +346,7 @@ impl Tee {
             .map_err(|e| io::Error::new(io::ErrorKind::BrokenPipe, e))?;
         report::line(format_args!(
             "remote ingest: {}",
-            grpc::describe_summary(&summary)
+            describe_summary(&summary)
         ));
         Ok(summary.records_rejected == 0)
     }

@@ -25,10 +25,10 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::catalog::{self, MetricDef};
+use crate::catalog::{self, Kind, MetricDef};
 
 /// Bucket boundaries that replace the catalog's, by bucket family
-/// ([`catalog::BUCKET_FAMILIES`]) or by a single histogram's vLLM name. A
+/// ([`catalog::bucket_families`]) or by a single histogram's vLLM name. A
 /// name wins over its family's key. Every list is non-empty, finite and
 /// strictly increasing.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -56,12 +56,12 @@ impl BucketOverrides {
                 ))
             }
         };
-        let mut by_key: Vec<(&'static [&'static MetricDef], bool, Vec<f64>)> = Vec::new();
+        let mut by_key: Vec<(Vec<&'static MetricDef>, bool, Vec<f64>)> = Vec::new();
         for (key, value) in &object {
             let (members, by_name) = match catalog::bucket_family(key) {
-                Some(family) => (family.members, false),
+                Some(family) => (catalog::bucket_family_members(&family).collect(), false),
                 None => match histogram_named(key) {
-                    Some(def) => (std::slice::from_ref(def), true),
+                    Some(def) => (vec![def], true),
                     None => return fail(format!("{key:?}: not a bucket family ({})", known())),
                 },
             };
@@ -90,16 +90,13 @@ impl Eq for BucketOverrides {}
 
 /// The catalog histogram whose vLLM name is `name` (every member of a
 /// bucket family is a histogram).
-fn histogram_named(name: &str) -> Option<&'static &'static MetricDef> {
-    catalog::BUCKET_FAMILIES
-        .iter()
-        .flat_map(|family| family.members)
-        .find(|def| def.vllm_name == name)
+fn histogram_named(name: &str) -> Option<&'static MetricDef> {
+    catalog::all().find(|def| def.kind == Kind::Histogram && def.vllm_name == name)
 }
 
 /// The keys a user may give, for the unknown-key error.
 fn known() -> String {
-    let keys: Vec<&str> = catalog::BUCKET_FAMILIES.iter().map(|f| f.key).collect();
+    let keys: Vec<&str> = catalog::bucket_families().iter().map(|f| f.key).collect();
     format!(
         "known: {}; or a histogram's vLLM name, such as {}",
         keys.join(", "),
@@ -155,7 +152,7 @@ pub enum OtlpHistograms {
     /// vLLM's explicit buckets, as on `/metrics` (the default).
     #[default]
     Explicit,
-    /// Base-2 exponential histograms ([`catalog::LATENCY_HISTOGRAMS`]);
+    /// Base-2 exponential histograms ([`catalog::is_latency_histogram`]);
     /// the other histograms keep their explicit buckets.
     Exponential(ExponentialHistograms),
 }

@@ -2,6 +2,14 @@
 //! `(model_name, engine)` label set, bound once (as vLLM's
 //! `PrometheusStatLogger` keeps one labelled child per engine index).
 
+use crate::catalog::engine::{
+    CACHE_CONFIG_INFO, CACHE_HIT_SOURCES, CACHE_HIT_SOURCE_LABELS, ENGINE_SLEEP_STATE,
+    KV_BLOCK_IDLE_BEFORE_EVICT, KV_BLOCK_LIFETIME, KV_BLOCK_REUSE_GAP, LORA_REQUESTS_INFO,
+    NUM_REQUESTS_KV_FETCH_BY_STAGE, NUM_REQUESTS_WAITING_BY_REASON, PROMPT_TOKENS_CACHED_BY_SOURCE,
+    RL_WEIGHT_UPDATE_OPERATION_DURATION, SLEEP_MODE_OPERATION_DURATION, SLEEP_STATES,
+    SLEEP_STATE_LABELS, SPEC_DECODE_NUM_ACCEPTED_TOKENS, SPEC_DECODE_NUM_ACCEPTED_TOKENS_PER_POS,
+    SPEC_DECODE_NUM_DRAFTS, SPEC_DECODE_NUM_DRAFT_TOKENS, WAITING_REASONS, WAITING_REASON_LABELS,
+};
 use std::sync::OnceLock;
 
 use opentelemetry::metrics::{BoundCounter, BoundGauge, BoundHistogram, Counter, Gauge, Histogram};
@@ -15,12 +23,13 @@ use crate::protocol::{OperationKind, SchedulerStats, MAX_SPEC_POSITIONS};
 
 /// The families with one series per label set, bound with it and at zero
 /// from its start (vLLM's `create_metric_per_engine`), each written once:
-/// field, kind, value type and catalog entry, and, after `<-`, the
+/// field, kind, value type and catalog entry (its tier module and name),
+/// and, after `<-`, the
 /// `SchedulerStats` field it takes as it is (a gauge its value, a counter
 /// the step's amount). A new family fed by a new `SchedulerStats` number is
 /// one line here; one fed otherwise is recorded by the tracker.
 macro_rules! plain_families {
-    ($($field:ident: $kind:ident<$value:ident> = $def:ident $(<- $stat:ident)?,)*) => {
+    ($($field:ident: $kind:ident<$value:ident> = $tier:ident::$def:ident $(<- $stat:ident)?,)*) => {
         /// The instruments of the plain families.
         pub(crate) struct PlainInstruments {
             $($field: plain_families!(@instrument $kind $value),)*
@@ -29,7 +38,7 @@ macro_rules! plain_families {
         impl PlainInstruments {
             fn new(meter: &Meters) -> Self {
                 PlainInstruments {
-                    $($field: plain_families!(@new $kind $value)(meter, &catalog::$def),)*
+                    $($field: plain_families!(@new $kind $value)(meter, &catalog::$tier::$def),)*
                 }
             }
         }
@@ -71,20 +80,20 @@ macro_rules! plain_families {
 }
 
 plain_families! {
-    num_requests_running: gauge<u64> = NUM_REQUESTS_RUNNING <- num_running_reqs,
-    num_requests_waiting: gauge<u64> = NUM_REQUESTS_WAITING <- num_waiting_reqs,
-    kv_cache_usage: gauge<f64> = KV_CACHE_USAGE <- kv_cache_usage,
-    prefix_cache_queries: counter<u64> = PREFIX_CACHE_QUERIES <- prefix_cache_queries,
-    prefix_cache_hits: counter<u64> = PREFIX_CACHE_HITS <- prefix_cache_hits,
-    external_prefix_cache_queries: counter<u64> = EXTERNAL_PREFIX_CACHE_QUERIES
+    num_requests_running: gauge<u64> = scheduler::NUM_REQUESTS_RUNNING <- num_running_reqs,
+    num_requests_waiting: gauge<u64> = scheduler::NUM_REQUESTS_WAITING <- num_waiting_reqs,
+    kv_cache_usage: gauge<f64> = scheduler::KV_CACHE_USAGE <- kv_cache_usage,
+    prefix_cache_queries: counter<u64> = scheduler::PREFIX_CACHE_QUERIES <- prefix_cache_queries,
+    prefix_cache_hits: counter<u64> = scheduler::PREFIX_CACHE_HITS <- prefix_cache_hits,
+    external_prefix_cache_queries: counter<u64> = engine::EXTERNAL_PREFIX_CACHE_QUERIES
         <- external_prefix_cache_queries,
-    external_prefix_cache_hits: counter<u64> = EXTERNAL_PREFIX_CACHE_HITS
+    external_prefix_cache_hits: counter<u64> = engine::EXTERNAL_PREFIX_CACHE_HITS
         <- external_prefix_cache_hits,
-    mm_cache_queries: counter<u64> = MM_CACHE_QUERIES <- mm_cache_queries,
-    mm_cache_hits: counter<u64> = MM_CACHE_HITS <- mm_cache_hits,
-    estimated_flops: counter<f64> = ESTIMATED_FLOPS_PER_GPU,
-    estimated_read_bytes: counter<f64> = ESTIMATED_READ_BYTES_PER_GPU,
-    estimated_write_bytes: counter<f64> = ESTIMATED_WRITE_BYTES_PER_GPU,
+    mm_cache_queries: counter<u64> = engine::MM_CACHE_QUERIES <- mm_cache_queries,
+    mm_cache_hits: counter<u64> = engine::MM_CACHE_HITS <- mm_cache_hits,
+    estimated_flops: counter<f64> = engine::ESTIMATED_FLOPS_PER_GPU,
+    estimated_read_bytes: counter<f64> = engine::ESTIMATED_READ_BYTES_PER_GPU,
+    estimated_write_bytes: counter<f64> = engine::ESTIMATED_WRITE_BYTES_PER_GPU,
 }
 
 /// The instruments of the families a scheduler-stats, engine-config or
@@ -116,7 +125,6 @@ pub(crate) struct EngineInstruments {
 
 impl EngineInstruments {
     pub(crate) fn new(meter: &Meters) -> Self {
-        use catalog::*;
         EngineInstruments {
             plain: PlainInstruments::new(meter),
             waiting_by_reason: u64_gauge(meter, &NUM_REQUESTS_WAITING_BY_REASON),
@@ -148,7 +156,10 @@ impl EngineInstruments {
                 } else {
                     &self.weight_update_operations
                 };
-                family.bind(&[KeyValue::new(catalog::OPERATION_LABELS[0], kind.as_str())])
+                family.bind(&[KeyValue::new(
+                    catalog::engine::OPERATION_LABELS[0],
+                    kind.as_str(),
+                )])
             })
             .record(duration);
     }
@@ -157,15 +168,15 @@ impl EngineInstruments {
 /// The scheduler- and engine-tier handles of one label set.
 pub(crate) struct EngineHandles {
     pub(crate) plain: PlainHandles,
-    /// In [`catalog::WAITING_REASONS`] order.
-    pub(crate) waiting_by_reason: [BoundGauge<u64>; catalog::WAITING_REASONS.len()],
-    /// In [`catalog::SLEEP_STATES`] order.
-    pub(crate) sleep_state: [BoundGauge<u64>; catalog::SLEEP_STATES.len()],
-    /// In [`catalog::CACHE_HIT_SOURCES`] order.
-    pub(crate) cached_by_source: [BoundCounter<u64>; catalog::CACHE_HIT_SOURCES.len()],
+    /// In [`catalog::engine::WAITING_REASONS`] order.
+    pub(crate) waiting_by_reason: [BoundGauge<u64>; catalog::engine::WAITING_REASONS.len()],
+    /// In [`catalog::engine::SLEEP_STATES`] order.
+    pub(crate) sleep_state: [BoundGauge<u64>; catalog::engine::SLEEP_STATES.len()],
+    /// In [`catalog::engine::CACHE_HIT_SOURCES`] order.
+    pub(crate) cached_by_source: [BoundCounter<u64>; catalog::engine::CACHE_HIT_SOURCES.len()],
     /// The label set's attributes, for the families bound on first use.
     labels: Vec<KeyValue>,
-    kv_fetch_by_stage: OnceLock<[BoundGauge<u64>; catalog::KV_FETCH_STAGES.len()]>,
+    kv_fetch_by_stage: OnceLock<[BoundGauge<u64>; catalog::engine::KV_FETCH_STAGES.len()]>,
     block_residency: OnceLock<BlockResidencyHandles>,
     spec_decoding: OnceLock<SpecDecodingHandles>,
     /// The KV-connector tier's series, each bound on its first value.
@@ -196,14 +207,14 @@ impl SpecDecodingHandles {
         for ((handle, position), accepted) in self
             .accepted_per_pos
             .iter()
-            .zip(catalog::SPEC_POSITIONS)
+            .zip(catalog::engine::SPEC_POSITIONS)
             .zip(per_pos)
         {
             handle
                 .get_or_init(|| {
                     counter.bind(&with_label(
                         &self.labels,
-                        catalog::POSITION_LABELS[2],
+                        catalog::engine::POSITION_LABELS[2],
                         position,
                     ))
                 })
@@ -215,7 +226,6 @@ impl SpecDecodingHandles {
 impl EngineHandles {
     /// Binds every handle and records the label set's start-up state.
     pub(super) fn bind(i: &EngineInstruments, labels: Vec<KeyValue>) -> Self {
-        use catalog::*;
         let with = |name: &'static str, value: &'static str| with_label(&labels, name, value);
         let handles = EngineHandles {
             plain: PlainHandles::bind(&i.plain, &labels),
@@ -253,17 +263,17 @@ impl EngineHandles {
         }
     }
 
-    /// The KV fetch stage gauges, in [`catalog::KV_FETCH_STAGES`] order
+    /// The KV fetch stage gauges, in [`catalog::engine::KV_FETCH_STAGES`] order
     /// (bound on first use: vLLM has them on KV consumers only).
     pub(crate) fn kv_fetch_by_stage(
         &self,
         i: &EngineInstruments,
-    ) -> &[BoundGauge<u64>; catalog::KV_FETCH_STAGES.len()] {
+    ) -> &[BoundGauge<u64>; catalog::engine::KV_FETCH_STAGES.len()] {
         self.kv_fetch_by_stage.get_or_init(|| {
-            catalog::KV_FETCH_STAGES.map(|stage| {
+            catalog::engine::KV_FETCH_STAGES.map(|stage| {
                 i.kv_fetch_by_stage.bind(&with_label(
                     &self.labels,
-                    catalog::KV_FETCH_STAGE_LABELS[2],
+                    catalog::engine::KV_FETCH_STAGE_LABELS[2],
                     stage,
                 ))
             })

@@ -17,48 +17,48 @@ use crate::protocol::{KvConnectorStats, NixlStats, OffloadingStats, SimpleCpuOff
 
 /// NIXL's histograms, in payload order.
 const NIXL_HISTOGRAMS: [&MetricDef; 4] = [
-    &catalog::NIXL_XFER_TIME,
-    &catalog::NIXL_POST_TIME,
-    &catalog::NIXL_BYTES_TRANSFERRED,
-    &catalog::NIXL_NUM_DESCRIPTORS,
+    &catalog::kv_connector::NIXL_XFER_TIME,
+    &catalog::kv_connector::NIXL_POST_TIME,
+    &catalog::kv_connector::NIXL_BYTES_TRANSFERRED,
+    &catalog::kv_connector::NIXL_NUM_DESCRIPTORS,
 ];
 /// NIXL's counters.
 const NIXL_COUNTERS: [&MetricDef; 4] = [
-    &catalog::NIXL_NUM_FAILED_TRANSFERS,
-    &catalog::NIXL_NUM_FAILED_NOTIFICATIONS,
-    &catalog::NIXL_NUM_KV_EXPIRED_REQS,
-    &catalog::NIXL_NUM_NOTIFICATIONS_AFTER_EXPIRY,
+    &catalog::kv_connector::NIXL_NUM_FAILED_TRANSFERS,
+    &catalog::kv_connector::NIXL_NUM_FAILED_NOTIFICATIONS,
+    &catalog::kv_connector::NIXL_NUM_KV_EXPIRED_REQS,
+    &catalog::kv_connector::NIXL_NUM_NOTIFICATIONS_AFTER_EXPIRY,
 ];
 /// The offloading connectors' integer counters.
 const COUNTS: [&MetricDef; 5] = [
-    &catalog::KV_OFFLOAD_LOAD_BYTES,
-    &catalog::KV_OFFLOAD_STORE_BYTES,
-    &catalog::KV_OFFLOAD_ALLOCATION_FAILURE,
-    &catalog::KV_OFFLOAD_STORES_SKIPPED,
-    &catalog::SIMPLE_KV_OFFLOAD_LOAD_BLOCKS,
+    &catalog::kv_connector::KV_OFFLOAD_LOAD_BYTES,
+    &catalog::kv_connector::KV_OFFLOAD_STORE_BYTES,
+    &catalog::kv_connector::KV_OFFLOAD_ALLOCATION_FAILURE,
+    &catalog::kv_connector::KV_OFFLOAD_STORES_SKIPPED,
+    &catalog::kv_connector::SIMPLE_KV_OFFLOAD_LOAD_BLOCKS,
 ];
 /// Their seconds counters.
 const SECONDS: [&MetricDef; 2] = [
-    &catalog::KV_OFFLOAD_LOAD_TIME,
-    &catalog::KV_OFFLOAD_STORE_TIME,
+    &catalog::kv_connector::KV_OFFLOAD_LOAD_TIME,
+    &catalog::kv_connector::KV_OFFLOAD_STORE_TIME,
 ];
 /// Their histograms.
 const OBSERVED: [&MetricDef; 4] = [
-    &catalog::KV_OFFLOAD_LOAD_SIZE,
-    &catalog::KV_OFFLOAD_STORE_SIZE,
-    &catalog::KV_OFFLOAD_LOOKUP_SYNC_DELAY,
-    &catalog::KV_OFFLOAD_LOOKUP_ASYNC_DELAY,
+    &catalog::kv_connector::KV_OFFLOAD_LOAD_SIZE,
+    &catalog::kv_connector::KV_OFFLOAD_STORE_SIZE,
+    &catalog::kv_connector::KV_OFFLOAD_LOOKUP_SYNC_DELAY,
+    &catalog::kv_connector::KV_OFFLOAD_LOOKUP_ASYNC_DELAY,
 ];
 /// Their fraction gauges.
 const FRACTIONS: [&MetricDef; 3] = [
-    &catalog::KV_OFFLOAD_CPU_CACHE_USAGE,
-    &catalog::KV_OFFLOAD_CPU_CACHE_WRITE_USAGE,
-    &catalog::KV_OFFLOAD_CPU_CACHE_READ_USAGE,
+    &catalog::kv_connector::KV_OFFLOAD_CPU_CACHE_USAGE,
+    &catalog::kv_connector::KV_OFFLOAD_CPU_CACHE_WRITE_USAGE,
+    &catalog::kv_connector::KV_OFFLOAD_CPU_CACHE_READ_USAGE,
 ];
 /// Their block gauges.
 const BLOCKS: [&MetricDef; 2] = [
-    &catalog::SIMPLE_KV_OFFLOAD_USED_BLOCKS,
-    &catalog::SIMPLE_KV_OFFLOAD_PENDING_STORE_BLOCKS,
+    &catalog::kv_connector::SIMPLE_KV_OFFLOAD_USED_BLOCKS,
+    &catalog::kv_connector::SIMPLE_KV_OFFLOAD_PENDING_STORE_BLOCKS,
 ];
 
 /// The tier's instruments.
@@ -83,7 +83,10 @@ impl KvConnectorInstruments {
             observed: OBSERVED.map(|d| f64_histogram(meter, d)),
             fractions: FRACTIONS.map(|d| f64_gauge(meter, d)),
             blocks: BLOCKS.map(|d| u64_gauge(meter, d)),
-            save_outcomes: u64_counter(meter, &catalog::SIMPLE_KV_OFFLOAD_SAVE_OUTCOMES),
+            save_outcomes: u64_counter(
+                meter,
+                &catalog::kv_connector::SIMPLE_KV_OFFLOAD_SAVE_OUTCOMES,
+            ),
         }
     }
 }
@@ -103,7 +106,7 @@ pub(crate) struct KvConnectorHandles {
     observed: [OnceLock<BoundHistogram<f64>>; 4],
     fractions: [OnceLock<BoundGauge<f64>>; 3],
     blocks: [OnceLock<BoundGauge<u64>>; 2],
-    save_outcomes: [OnceLock<BoundCounter<u64>>; catalog::SAVE_OUTCOMES.len()],
+    save_outcomes: [OnceLock<BoundCounter<u64>>; catalog::kv_connector::SAVE_OUTCOMES.len()],
 }
 
 impl KvConnectorHandles {
@@ -228,14 +231,14 @@ impl KvConnectorHandles {
             for ((cell, outcome), value) in self
                 .save_outcomes
                 .iter()
-                .zip(catalog::SAVE_OUTCOMES)
+                .zip(catalog::kv_connector::SAVE_OUTCOMES)
                 .zip(outcomes.in_order())
             {
                 if let Some(value) = value {
                     cell.get_or_init(|| {
                         i.save_outcomes.bind(&with_label(
                             &self.labels,
-                            catalog::SAVE_OUTCOME_LABELS[2],
+                            catalog::kv_connector::SAVE_OUTCOME_LABELS[2],
                             outcome,
                         ))
                     })

@@ -40,9 +40,9 @@ pub(crate) fn with_label(
 pub(super) fn base_labels(label_set: Option<(&str, u32)>) -> Vec<KeyValue> {
     match label_set {
         Some((model_name, engine)) => vec![
-            KeyValue::new(catalog::ENGINE_LABELS[0], shared_string(model_name)),
+            KeyValue::new(catalog::labels::ENGINE_LABELS[0], shared_string(model_name)),
             KeyValue::new(
-                catalog::ENGINE_LABELS[1],
+                catalog::labels::ENGINE_LABELS[1],
                 shared_string(&engine.to_string()),
             ),
         ],

@@ -89,7 +89,7 @@ pub use label_set::{LabelSet, OVERFLOW_ATTRIBUTE};
 pub use meters::SCOPE_NAME;
 use meters::{u64_counter, with_views, Meters};
 use request::RequestInstruments;
-pub(crate) use request::{Preemptions, RequestHandles, RequestHistogram, NO_PREEMPTIONS};
+pub(crate) use request::{Preemptions, RequestHandles, NO_PREEMPTIONS};
 pub(crate) use semconv::SemconvEnd;
 use semconv::SemconvInstruments;
 pub use semconv::{Semconv, SemconvServer};
@@ -203,10 +203,12 @@ impl Instruments {
         server: &SemconvServer,
         providers: Vec<SdkMeterProvider>,
     ) -> Self {
-        let reason = |value: &'static str| [KeyValue::new(catalog::REASON_LABELS[0], value)];
-        let rejected = u64_counter(meter, &catalog::REJECTED_INPUTS);
-        let evicted = u64_counter(meter, &catalog::EVICTED_REQUESTS);
-        let plugin_dropped = u64_counter(meter, &catalog::PLUGIN_DROPPED_RECORDS).bind(&[]);
+        let reason =
+            |value: &'static str| [KeyValue::new(catalog::labels::REASON_LABELS[0], value)];
+        let rejected = u64_counter(meter, &catalog::telemetry::REJECTED_INPUTS);
+        let evicted = u64_counter(meter, &catalog::telemetry::EVICTED_REQUESTS);
+        let plugin_dropped =
+            u64_counter(meter, &catalog::telemetry::PLUGIN_DROPPED_RECORDS).bind(&[]);
         // A series without attributes exists only once measured: at 0 from
         // start-up, like the other self-telemetry series.
         plugin_dropped.add(0);

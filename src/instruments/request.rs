@@ -4,7 +4,8 @@
 //! A request's engine output records up to four of its label set's series
 //! (generation tokens, preemptions, time to first token or inter-token
 //! latency, and on the first token the prompt-token counters), and its end
-//! fifteen histograms and `request_success`. The vLLM stat-logger plugin's
+//! every histogram of the per-request table observed at the end
+//! ([`REQUEST_HISTOGRAMS`]) and `request_success`. The vLLM stat-logger plugin's
 //! `iteration_stats` records feed the same series. Every one of them goes
 //! through a handle bound once per label set, so recording looks up no
 //! attributes and allocates nothing.
@@ -18,7 +19,16 @@ use super::label_set::with_label;
 use super::meters::{f64_histogram, u64_counter, Meters};
 use super::semconv::{SemconvEnd, SemconvHandles, SemconvInstruments};
 use super::slo::{SloHandles, SloInstruments};
-use crate::catalog::{self, MetricDef, PREEMPTION_REASONS, PROMPT_TOKEN_SOURCES};
+use crate::catalog::labels::{
+    ENGINE_LABELS, FINISHED_REASONS, FINISHED_REASON_LABELS, PREEMPTION_REASONS,
+    PREEMPTION_REASON_LABELS, PROMPT_TOKEN_SOURCES, SOURCE_LABELS,
+};
+use crate::catalog::request::{
+    request_histogram_index, Observed, TerminalValues, GENERATION_TOKENS, INTER_TOKEN_LATENCY,
+    ITERATION_TOKENS, NUM_PREEMPTIONS, NUM_PREEMPTIONS_BY_REASON, PROMPT_TOKENS,
+    PROMPT_TOKENS_BY_SOURCE, PROMPT_TOKENS_CACHED, REQUEST_HISTOGRAMS,
+    REQUEST_MAX_NUM_GENERATION_TOKENS, REQUEST_PARAMS_N, REQUEST_SUCCESS, TIME_TO_FIRST_TOKEN,
+};
 use crate::protocol::{FinishReason, PreemptionReason, PrefillStats};
 
 /// Preemptions of an output or a batch, in [`PreemptionReason::ALL`] order.
@@ -27,44 +37,14 @@ pub(crate) type Preemptions = [u64; PREEMPTION_REASONS.len()];
 /// No preemption, of any reason.
 pub(crate) const NO_PREEMPTIONS: Preemptions = [0; PREEMPTION_REASONS.len()];
 
-/// A per-request histogram family: its index in [`REQUEST_HISTOGRAMS`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RequestHistogram {
-    PromptTokens,
-    GenerationTokens,
-    MaxNumGenerationTokens,
-    ParamsMaxTokens,
-    ParamsN,
-    NumPreemptions,
-    PrefillKvComputedTokens,
-    TimeToFirstToken,
-    InterTokenLatency,
-    E2eRequestLatency,
-    QueueTime,
-    PrefillTime,
-    DecodeTime,
-    InferenceTime,
-    TimePerOutputToken,
-}
-
-/// The catalog entry of each [`RequestHistogram`], in its order.
-pub(crate) const REQUEST_HISTOGRAMS: [&MetricDef; 15] = [
-    &catalog::REQUEST_PROMPT_TOKENS,
-    &catalog::REQUEST_GENERATION_TOKENS,
-    &catalog::REQUEST_MAX_NUM_GENERATION_TOKENS,
-    &catalog::REQUEST_PARAMS_MAX_TOKENS,
-    &catalog::REQUEST_PARAMS_N,
-    &catalog::REQUEST_NUM_PREEMPTIONS,
-    &catalog::REQUEST_PREFILL_KV_COMPUTED_TOKENS,
-    &catalog::TIME_TO_FIRST_TOKEN,
-    &catalog::INTER_TOKEN_LATENCY,
-    &catalog::E2E_REQUEST_LATENCY,
-    &catalog::REQUEST_QUEUE_TIME,
-    &catalog::REQUEST_PREFILL_TIME,
-    &catalog::REQUEST_DECODE_TIME,
-    &catalog::REQUEST_INFERENCE_TIME,
-    &catalog::REQUEST_TIME_PER_OUTPUT_TOKEN,
-];
+/// The places in [`REQUEST_HISTOGRAMS`] of the histograms recorded other
+/// than at a request's end: at its tokens (engine-core path), or per step
+/// (the stat-logger path's lists).
+const TIME_TO_FIRST_TOKEN_AT: usize = request_histogram_index(&TIME_TO_FIRST_TOKEN);
+const INTER_TOKEN_LATENCY_AT: usize = request_histogram_index(&INTER_TOKEN_LATENCY);
+const MAX_NUM_GENERATION_TOKENS_AT: usize =
+    request_histogram_index(&REQUEST_MAX_NUM_GENERATION_TOKENS);
+const PARAMS_N_AT: usize = request_histogram_index(&REQUEST_PARAMS_N);
 
 /// The per-request tier's instruments (unbound; one per catalog family).
 #[derive(Debug)]
@@ -77,13 +57,12 @@ pub(crate) struct RequestInstruments {
     generation_tokens: Counter<u64>,
     request_success: Counter<u64>,
     iteration_tokens: Histogram<f64>,
-    /// In [`RequestHistogram`] order.
+    /// In [`REQUEST_HISTOGRAMS`] order.
     histograms: [Histogram<f64>; REQUEST_HISTOGRAMS.len()],
 }
 
 impl RequestInstruments {
     pub(crate) fn new(meter: &Meters) -> Self {
-        use catalog::*;
         RequestInstruments {
             num_preemptions: u64_counter(meter, &NUM_PREEMPTIONS),
             num_preemptions_by_reason: u64_counter(meter, &NUM_PREEMPTIONS_BY_REASON),
@@ -93,7 +72,7 @@ impl RequestInstruments {
             generation_tokens: u64_counter(meter, &GENERATION_TOKENS),
             request_success: u64_counter(meter, &REQUEST_SUCCESS),
             iteration_tokens: f64_histogram(meter, &ITERATION_TOKENS),
-            histograms: REQUEST_HISTOGRAMS.map(|def| f64_histogram(meter, def)),
+            histograms: std::array::from_fn(|at| f64_histogram(meter, REQUEST_HISTOGRAMS[at].def)),
         }
     }
 }
@@ -113,22 +92,20 @@ pub(crate) struct RequestHandles {
     slo: Option<SloHandles>,
     prompt_tokens: BoundCounter<u64>,
     /// In [`PROMPT_TOKEN_SOURCES`] order.
-    prompt_tokens_by_source: [BoundCounter<u64>; catalog::PROMPT_TOKEN_SOURCES.len()],
+    prompt_tokens_by_source: [BoundCounter<u64>; PROMPT_TOKEN_SOURCES.len()],
     prompt_tokens_cached: BoundCounter<u64>,
     /// In `FinishReason::ALL` order, every one bound with the label set:
     /// vLLM's Python logger creates them all at zero at start-up (its Rust
     /// frontend creates a reason's series with its first request; this
     /// follows the Python logger, so that success-rate and error-share
     /// panels read 0, not "No data"; docs/SEMANTICS.md §3).
-    request_success: [BoundCounter<u64>; catalog::FINISHED_REASONS.len()],
+    request_success: [BoundCounter<u64>; FINISHED_REASONS.len()],
     labels: Vec<KeyValue>,
     pub(crate) iteration_tokens: BoundHistogram<f64>,
     /// `rejected_inputs{reason="invalid_record"}`, for outputs
     /// the tracker's `RequestMetrics` refuses itself.
     invalid: BoundCounter<u64>,
-    pub(crate) time_to_first_token: BoundHistogram<f64>,
-    pub(crate) inter_token_latency: BoundHistogram<f64>,
-    /// In [`RequestHistogram`] order.
+    /// In [`REQUEST_HISTOGRAMS`] order.
     histograms: [BoundHistogram<f64>; REQUEST_HISTOGRAMS.len()],
 }
 
@@ -147,11 +124,11 @@ impl RequestHandles {
         let i = instruments;
         let model_name = labels
             .iter()
-            .find(|l| l.key.as_str() == catalog::ENGINE_LABELS[0])
+            .find(|l| l.key.as_str() == ENGINE_LABELS[0])
             .map(|l| l.value.as_str());
         let source = |s: &'static str| {
             i.prompt_tokens_by_source
-                .bind(&with_label(&labels, catalog::SOURCE_LABELS[2], s))
+                .bind(&with_label(&labels, SOURCE_LABELS[2], s))
         };
         RequestHandles {
             generation_tokens: i.generation_tokens.bind(&labels),
@@ -166,7 +143,7 @@ impl RequestHandles {
             request_success: FinishReason::ALL.map(|reason| {
                 let series = i.request_success.bind(&with_label(
                     &labels,
-                    catalog::FINISHED_REASON_LABELS[2],
+                    FINISHED_REASON_LABELS[2],
                     reason.as_str(),
                 ));
                 series.add(0);
@@ -174,10 +151,6 @@ impl RequestHandles {
             }),
             iteration_tokens: i.iteration_tokens.bind(&labels),
             invalid,
-            time_to_first_token: i.histograms[RequestHistogram::TimeToFirstToken as usize]
-                .bind(&labels),
-            inter_token_latency: i.histograms[RequestHistogram::InterTokenLatency as usize]
-                .bind(&labels),
             histograms: std::array::from_fn(|h| i.histograms[h].bind(&labels)),
             labels,
         }
@@ -216,7 +189,7 @@ impl RequestHandles {
         self.num_preemptions_by_reason[reason as usize].get_or_init(|| {
             self.num_preemptions_by_reason_instrument.bind(&with_label(
                 &self.labels,
-                catalog::PREEMPTION_REASON_LABELS[2],
+                PREEMPTION_REASON_LABELS[2],
                 reason.as_str(),
             ))
         })
@@ -278,58 +251,42 @@ impl RequestHandles {
         &self.request_success[reason.index()]
     }
 
-    /// One observation of a per-request histogram.
-    #[inline]
-    pub(crate) fn observe(&self, histogram: RequestHistogram, value: f64) {
-        self.histograms[histogram as usize].record(value);
+    /// `vllm:time_to_first_token_seconds` of the label set.
+    #[inline(always)]
+    pub(crate) fn time_to_first_token(&self) -> &BoundHistogram<f64> {
+        &self.histograms[TIME_TO_FIRST_TOKEN_AT]
+    }
+
+    /// `vllm:inter_token_latency_seconds` of the label set.
+    #[inline(always)]
+    pub(crate) fn inter_token_latency(&self) -> &BoundHistogram<f64> {
+        &self.histograms[INTER_TOKEN_LATENCY_AT]
+    }
+
+    /// `vllm:request_max_num_generation_tokens` of the label set (observed
+    /// per step on the stat-logger path).
+    pub(crate) fn max_num_generation_tokens(&self) -> &BoundHistogram<f64> {
+        &self.histograms[MAX_NUM_GENERATION_TOKENS_AT]
+    }
+
+    /// `vllm:request_params_n` of the label set (observed per step on the
+    /// stat-logger path).
+    pub(crate) fn params_n(&self) -> &BoundHistogram<f64> {
+        &self.histograms[PARAMS_N_AT]
     }
 
     /// Records a request's end: `request_success` of `reason` and one
-    /// observation per given terminal histogram.
+    /// observation of each histogram observed at the end that `values`
+    /// gives a value (vLLM's `record_finished`).
     #[inline]
-    pub(crate) fn record_terminal(
-        &self,
-        reason: FinishReason,
-        observations: impl IntoIterator<Item = (RequestHistogram, f64)>,
-    ) {
+    pub(crate) fn record_terminal(&self, reason: FinishReason, values: &TerminalValues) {
         self.request_success(reason).add(1);
-        for (histogram, value) in observations {
-            self.observe(histogram, value);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Each histogram is recorded into its own catalog family.
-    #[test]
-    fn every_request_histogram_maps_to_its_family() {
-        use catalog::*;
-        use RequestHistogram::*;
-        let expected: [(RequestHistogram, &MetricDef); 15] = [
-            (PromptTokens, &REQUEST_PROMPT_TOKENS),
-            (GenerationTokens, &REQUEST_GENERATION_TOKENS),
-            (MaxNumGenerationTokens, &REQUEST_MAX_NUM_GENERATION_TOKENS),
-            (ParamsMaxTokens, &REQUEST_PARAMS_MAX_TOKENS),
-            (ParamsN, &REQUEST_PARAMS_N),
-            (NumPreemptions, &REQUEST_NUM_PREEMPTIONS),
-            (PrefillKvComputedTokens, &REQUEST_PREFILL_KV_COMPUTED_TOKENS),
-            (TimeToFirstToken, &TIME_TO_FIRST_TOKEN),
-            (InterTokenLatency, &INTER_TOKEN_LATENCY),
-            (E2eRequestLatency, &E2E_REQUEST_LATENCY),
-            (QueueTime, &REQUEST_QUEUE_TIME),
-            (PrefillTime, &REQUEST_PREFILL_TIME),
-            (DecodeTime, &REQUEST_DECODE_TIME),
-            (InferenceTime, &REQUEST_INFERENCE_TIME),
-            (TimePerOutputToken, &REQUEST_TIME_PER_OUTPUT_TOKEN),
-        ];
-        for (histogram, def) in expected {
-            assert_eq!(
-                REQUEST_HISTOGRAMS[histogram as usize].vllm_name, def.vllm_name,
-                "{histogram:?}"
-            );
+        for (row, histogram) in REQUEST_HISTOGRAMS.iter().zip(&self.histograms) {
+            if let Observed::AtEnd(value_of) = row.observed {
+                if let Some(value) = value_of(values) {
+                    histogram.record(value);
+                }
+            }
         }
     }
 }

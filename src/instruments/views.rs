@@ -49,10 +49,10 @@ pub(super) fn cardinality_limit(def: &MetricDef, max_label_sets: usize) -> usize
 
 fn stream(def: &'static MetricDef, config: &InstrumentsConfig) -> Option<Stream> {
     let mut stream = Stream::builder();
-    if def.labels.starts_with(catalog::ENGINE_LABELS) {
+    if def.labels.starts_with(catalog::labels::ENGINE_LABELS) {
         stream = stream.with_cardinality_limit(cardinality_limit(def, config.max_label_sets));
-    } else if def.labels == catalog::CACHE_CONFIG_LABELS
-        || def.labels == catalog::LORA_INFO_LABELS.as_slice()
+    } else if def.labels == catalog::engine::CACHE_CONFIG_LABELS
+        || def.labels == catalog::engine::LORA_INFO_LABELS.as_slice()
     {
         // Label sets of their own (a configuration, a set of adapters):
         // as many as the vLLM families have `(model_name, engine)` sets.
@@ -127,13 +127,19 @@ mod tests {
     fn limits_leave_room_for_the_overflow_label_set() {
         assert_eq!(cardinality_limit(&catalog::REQUEST_NUM_PREEMPTIONS, 10), 10);
         assert_eq!(cardinality_limit(&catalog::REQUEST_SUCCESS, 10), 55);
-        assert_eq!(cardinality_limit(&catalog::PROMPT_TOKENS_BY_SOURCE, 10), 33);
         assert_eq!(
-            cardinality_limit(&catalog::PROMPT_TOKENS_CACHED_BY_SOURCE, 10),
+            cardinality_limit(&catalog::request::PROMPT_TOKENS_BY_SOURCE, 10),
+            33
+        );
+        assert_eq!(
+            cardinality_limit(&catalog::engine::PROMPT_TOKENS_CACHED_BY_SOURCE, 10),
             55
         );
         assert_eq!(
-            cardinality_limit(&catalog::SPEC_DECODE_NUM_ACCEPTED_TOKENS_PER_POS, 10),
+            cardinality_limit(
+                &catalog::engine::SPEC_DECODE_NUM_ACCEPTED_TOKENS_PER_POS,
+                10
+            ),
             176
         );
     }

@@ -27,7 +27,7 @@ use super::{bounded, finite, null_as_default, time, InputLimits, InvalidRecord, 
 
 /// Most accepted-token positions a speculative-decoding record may carry
 /// (vLLM's `num_speculative_tokens` is a handful in practice).
-pub const MAX_SPEC_POSITIONS: usize = crate::catalog::SPEC_POSITIONS.len();
+pub const MAX_SPEC_POSITIONS: usize = crate::catalog::engine::SPEC_POSITIONS.len();
 /// Most reuse gaps of one evicted block: vLLM keeps a block's last four
 /// accesses (`deque(maxlen=4)`), so three gaps.
 pub const MAX_REUSE_GAPS: usize = 3;
@@ -320,13 +320,15 @@ impl SchedulerStats {
             .saturating_sub(self.num_skipped_waiting_reqs)
     }
 
-    /// Connector hits by tier, in [`catalog::CACHE_HIT_SOURCES`] order
+    /// Connector hits by tier, in [`catalog::engine::CACHE_HIT_SOURCES`] order
     /// after `device`: `host`, `p2p`, `disk`, `external_unspecified`. When
     /// the split is absent or does not add up to the hits, all of them are
     /// `external_unspecified` (vLLM's `PrefixCacheStats.record` fallback).
     ///
-    /// [`catalog::CACHE_HIT_SOURCES`]: crate::catalog::CACHE_HIT_SOURCES
-    pub fn external_hits_by_source(&self) -> [u64; crate::catalog::CACHE_HIT_SOURCES.len() - 1] {
+    /// [`catalog::engine::CACHE_HIT_SOURCES`]: crate::catalog::engine::CACHE_HIT_SOURCES
+    pub fn external_hits_by_source(
+        &self,
+    ) -> [u64; crate::catalog::engine::CACHE_HIT_SOURCES.len() - 1] {
         match self.external_prefix_cache_hits_by_source {
             Some(split) if split.total() == self.external_prefix_cache_hits => [
                 split.host,

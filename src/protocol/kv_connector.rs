@@ -103,7 +103,7 @@ pub struct SimpleCpuOffloadStats {
 }
 
 /// Store admission decisions by outcome, in
-/// [`SAVE_OUTCOMES`](crate::catalog::SAVE_OUTCOMES) order.
+/// [`SAVE_OUTCOMES`](crate::catalog::kv_connector::SAVE_OUTCOMES) order.
 #[skip_serializing_none]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -119,8 +119,8 @@ pub struct SaveOutcomes {
 }
 
 impl SaveOutcomes {
-    /// The counts in [`SAVE_OUTCOMES`](crate::catalog::SAVE_OUTCOMES) order.
-    pub fn in_order(&self) -> [Option<u64>; crate::catalog::SAVE_OUTCOMES.len()] {
+    /// The counts in [`SAVE_OUTCOMES`](crate::catalog::kv_connector::SAVE_OUTCOMES) order.
+    pub fn in_order(&self) -> [Option<u64>; crate::catalog::kv_connector::SAVE_OUTCOMES.len()] {
         [
             self.stored,
             self.dropped_cpu_full,

@@ -168,15 +168,15 @@ pub enum PreemptionReason {
 
 impl PreemptionReason {
     /// Every reason, in label-value order.
-    pub const ALL: [PreemptionReason; crate::catalog::PREEMPTION_REASONS.len()] = [
+    pub const ALL: [PreemptionReason; crate::catalog::labels::PREEMPTION_REASONS.len()] = [
         PreemptionReason::KvFull,
         PreemptionReason::Priority,
         PreemptionReason::PrefixCacheReset,
     ];
 
-    /// The label value (the catalog's [`PREEMPTION_REASONS`](crate::catalog::PREEMPTION_REASONS)).
+    /// The label value (the catalog's [`PREEMPTION_REASONS`](crate::catalog::labels::PREEMPTION_REASONS)).
     pub fn as_str(self) -> &'static str {
-        crate::catalog::PREEMPTION_REASONS[self as usize]
+        crate::catalog::labels::PREEMPTION_REASONS[self as usize]
     }
 
     /// The reason of a label value, if it is one.
@@ -288,7 +288,7 @@ pub enum FinishReason {
 
 impl FinishReason {
     /// Every reason, in label-value order.
-    pub const ALL: [FinishReason; crate::catalog::FINISHED_REASONS.len()] = [
+    pub const ALL: [FinishReason; crate::catalog::labels::FINISHED_REASONS.len()] = [
         FinishReason::Stop,
         FinishReason::Length,
         FinishReason::Abort,
@@ -296,9 +296,9 @@ impl FinishReason {
         FinishReason::Repetition,
     ];
 
-    /// The label value (the catalog's [`FINISHED_REASONS`](crate::catalog::FINISHED_REASONS)).
+    /// The label value (the catalog's [`FINISHED_REASONS`](crate::catalog::labels::FINISHED_REASONS)).
     pub fn as_str(self) -> &'static str {
-        crate::catalog::FINISHED_REASONS[self.index()]
+        crate::catalog::labels::FINISHED_REASONS[self.index()]
     }
 
     /// Position in [`FinishReason::ALL`].

@@ -181,7 +181,7 @@ impl EngineRecords {
             }
         }
         let mut attributes = vec![KeyValue::new(
-            catalog::CACHE_CONFIG_LABELS[0],
+            catalog::engine::CACHE_CONFIG_LABELS[0],
             config.engine.to_string(),
         )];
         attributes.extend(
@@ -225,7 +225,7 @@ impl EngineRecords {
 /// The series' labels; `max_lora` only when the engine declared its
 /// `max_loras` (vLLM always knows it; a trace may not say).
 fn lora_attributes(max_loras: &str, running: &[String], waiting: &[String]) -> Vec<KeyValue> {
-    let [max_lora, waiting_label, running_label] = catalog::LORA_INFO_LABELS;
+    let [max_lora, waiting_label, running_label] = catalog::engine::LORA_INFO_LABELS;
     let mut attributes = Vec::with_capacity(3);
     if !max_loras.is_empty() {
         attributes.push(KeyValue::new(max_lora, max_loras.to_owned()));

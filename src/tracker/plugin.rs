@@ -10,10 +10,9 @@
 
 use opentelemetry::Context;
 
+use crate::catalog::request::TerminalValues;
 use crate::instruments::spans::{RequestSpans, SpanValues};
-use crate::instruments::{
-    Instruments, RequestHandles, RequestHistogram, SloEnd, SloOutcome, NO_PREEMPTIONS,
-};
+use crate::instruments::{Instruments, RequestHandles, SloEnd, SloOutcome, NO_PREEMPTIONS};
 use crate::protocol::{shown, FinishedRequest, InputLimits, IterationStats, RecordKind};
 use crate::support::clock::unix_now;
 
@@ -29,7 +28,6 @@ pub(super) fn iteration_stats(
     limits: &InputLimits,
     invalid: &mut dyn FnMut(RecordKind, &str, String),
 ) {
-    use RequestHistogram::*;
     let label_set = instruments.label_set(&stats.model_name, stats.engine);
     let h = &*label_set.handles;
     h.record_counts(stats.num_generation_tokens, &NO_PREEMPTIONS);
@@ -47,21 +45,21 @@ pub(super) fn iteration_stats(
     h.iteration_tokens
         .record(p.computed.saturating_add(stats.num_generation_tokens) as f64);
     for tokens in &stats.max_num_generation_tokens_iter {
-        h.observe(MaxNumGenerationTokens, *tokens as f64);
+        h.max_num_generation_tokens().record(*tokens as f64);
     }
     for n in &stats.n_params_iter {
-        h.observe(ParamsN, *n as f64);
+        h.params_n().record(*n as f64);
     }
     for (what, values, histogram) in [
         (
             "time_to_first_tokens_iter",
             &stats.time_to_first_tokens_iter,
-            &h.time_to_first_token,
+            h.time_to_first_token(),
         ),
         (
             "inter_token_latencies_iter",
             &stats.inter_token_latencies_iter,
-            &h.inter_token_latency,
+            h.inter_token_latency(),
         ),
     ] {
         for (i, value) in values.iter().enumerate() {
@@ -99,28 +97,26 @@ pub(super) fn iteration_stats(
 /// A finished request's terminal families (`record()`'s loop over
 /// `finished_requests`), and its SLO outcome with `--slo`.
 fn finished(h: &RequestHandles, r: &FinishedRequest) -> Option<SloOutcome> {
-    use RequestHistogram::*;
-    let observations = [
-        (E2eRequestLatency, r.e2e_latency),
-        (QueueTime, r.queued_time),
-        (PrefillTime, r.prefill_time),
-        (InferenceTime, r.inference_time),
-        (DecodeTime, r.decode_time),
-        (NumPreemptions, f64::from(r.num_preemptions)),
-        (
-            PrefillKvComputedTokens,
-            f64::from(r.num_prompt_tokens.saturating_sub(r.num_cached_tokens)),
-        ),
-        (PromptTokens, f64::from(r.num_prompt_tokens)),
-        (GenerationTokens, f64::from(r.num_generation_tokens)),
-        (TimePerOutputToken, r.mean_time_per_output_token),
-    ];
-    // Python: `if finished_request.max_tokens_param:` (neither None nor 0).
-    let max_tokens = r
-        .max_tokens_param
-        .filter(|m| *m > 0)
-        .map(|m| (ParamsMaxTokens, f64::from(m)));
-    h.record_terminal(r.finish_reason, observations.into_iter().chain(max_tokens));
+    h.record_terminal(
+        r.finish_reason,
+        &TerminalValues {
+            prompt_tokens: r.num_prompt_tokens,
+            cached_tokens: r.num_cached_tokens,
+            generation_tokens: u64::from(r.num_generation_tokens),
+            // `record()` observes these from the step's lists, not here.
+            max_num_generation_tokens: None,
+            params_n: None,
+            // Python: `if finished_request.max_tokens_param:` (neither None nor 0).
+            params_max_tokens: r.max_tokens_param.filter(|m| *m > 0),
+            num_preemptions: u64::from(r.num_preemptions),
+            e2e: r.e2e_latency,
+            queue: r.queued_time,
+            prefill: r.prefill_time,
+            decode: r.decode_time,
+            inference: r.inference_time,
+            time_per_output_token: r.mean_time_per_output_token,
+        },
+    );
     // vLLM's finished-request stats carry no time to first token: the
     // engine's, from queued to the first token, stands in (it leaves out
     // what the frontend spends before queueing; docs/SEMANTICS.md).

@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
+use crate::catalog::request::TerminalValues;
 use crate::instruments::spans::{RequestSpans, SpanState, SpanValues};
 use crate::instruments::{
-    Instruments, LabelSet, Preemptions, RequestHandles, RequestHistogram, SemconvEnd, SloEnd,
-    NO_PREEMPTIONS,
+    Instruments, LabelSet, Preemptions, RequestHandles, SemconvEnd, SloEnd, NO_PREEMPTIONS,
 };
 use crate::protocol::{
     EngineCoreEvent, EngineCoreOutput, EventType, FinishReason, GenAiOperation, RequestStart,
@@ -172,7 +172,7 @@ impl RequestState {
         if new_tokens > 0 {
             self.num_generation_tokens += new_tokens;
             counts.tokens(h, new_tokens);
-            h.inter_token_latency
+            h.inter_token_latency()
                 .record(batch_timestamp - self.last_token_ts);
             self.last_token_ts = batch_timestamp;
         }
@@ -216,11 +216,11 @@ impl RequestState {
                     h.record_prompt_tokens(stats);
                 }
                 self.time_to_first_token = received_at - self.params.arrival_time;
-                h.time_to_first_token.record(self.time_to_first_token);
+                h.time_to_first_token().record(self.time_to_first_token);
                 self.first_token_ts = batch_timestamp;
                 self.is_prefilling = false;
             } else if self.last_token_ts > 0.0 {
-                h.inter_token_latency
+                h.inter_token_latency()
                     .record(batch_timestamp - self.last_token_ts);
             }
             self.last_token_ts = batch_timestamp;
@@ -257,7 +257,6 @@ impl RequestState {
         received_at: f64,
         reason: FinishReason,
     ) -> SpanValues {
-        use RequestHistogram::*;
         let p = &self.params;
         let tokens = self.num_generation_tokens as f64;
         let mut values = SpanValues {
@@ -285,26 +284,26 @@ impl RequestState {
         } else {
             0.0
         };
-        let observations = [
-            (PromptTokens, f64::from(p.prompt_len)),
-            (GenerationTokens, tokens),
-            (MaxNumGenerationTokens, tokens),
-            (ParamsN, f64::from(p.n)),
-            (NumPreemptions, self.num_preemptions as f64),
-            (
-                PrefillKvComputedTokens,
-                f64::from(p.prompt_len.saturating_sub(self.latest_num_cached_tokens)),
-            ),
-            (E2eRequestLatency, values.e2e),
-            (QueueTime, values.queue),
-            (PrefillTime, values.prefill),
-            (DecodeTime, values.decode),
-            (InferenceTime, values.inference),
-            (TimePerOutputToken, per_output_token),
-        ];
-        // `max_tokens` is observed only when the request set it.
-        let max_tokens = p.max_tokens.map(|m| (ParamsMaxTokens, f64::from(m)));
-        h.record_terminal(reason, observations.into_iter().chain(max_tokens));
+        h.record_terminal(
+            reason,
+            &TerminalValues {
+                prompt_tokens: p.prompt_len,
+                cached_tokens: self.latest_num_cached_tokens,
+                generation_tokens: self.num_generation_tokens,
+                // One sequence per request stream: its own count.
+                max_num_generation_tokens: Some(self.num_generation_tokens),
+                params_n: Some(p.n),
+                // Observed only when the request set it.
+                params_max_tokens: p.max_tokens,
+                num_preemptions: self.num_preemptions,
+                e2e: values.e2e,
+                queue: values.queue,
+                prefill: values.prefill,
+                decode: values.decode,
+                inference: values.inference,
+                time_per_output_token: per_output_token,
+            },
+        );
         // Only a request that produced a token has a first-token time; only
         // one of two tokens or more a time per output token.
         let time_to_first_token =

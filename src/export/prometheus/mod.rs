@@ -88,7 +88,7 @@ impl PrometheusBridgeBuilder {
                 );
             }
         }
-        for (index, def) in catalog::semconv::ALL.into_iter().enumerate() {
+        for (index, def) in catalog::semconv::ALL.iter().enumerate() {
             let place = match self.semconv {
                 true => Place::Semconv(index),
                 false => Place::Hidden,
@@ -250,7 +250,7 @@ struct Laid<'g> {
 impl Gathered {
     fn families<'g>(&'g self, overflow_label: &'g str) -> impl Iterator<Item = Laid<'g>> + 'g {
         let defs = catalog::all();
-        let defs = defs.chain(catalog::semconv::ALL);
+        let defs = defs.chain(catalog::semconv::ALL.iter().copied());
         let places = self.by_catalog.iter().chain(&self.by_semconv);
         // The SLO families exist only with `--slo`: without it they are not
         // in the exposition at all (vLLM's families are, series or not).

@@ -37,7 +37,7 @@ fn status_bytes(status: &str, name: &str) -> Option<f64> {
     Some(kib * 1024.0)
 }
 
-/// The process families, in [`catalog::PROCESS`] order; empty where
+/// The process families, in [`catalog::telemetry::PROCESS`] order; empty where
 /// `/proc` cannot be read.
 pub(crate) fn families() -> Vec<Family> {
     read().unwrap_or_default()
@@ -65,20 +65,23 @@ fn read() -> Option<Vec<Family>> {
         .and_then(|l| l.split_whitespace().nth(3)?.parse().ok())?;
     Some(vec![
         family(
-            &catalog::PROCESS_VIRTUAL_MEMORY,
+            &catalog::telemetry::PROCESS_VIRTUAL_MEMORY,
             status_bytes(&status, "VmSize:")?,
         ),
         family(
-            &catalog::PROCESS_RESIDENT_MEMORY,
+            &catalog::telemetry::PROCESS_RESIDENT_MEMORY,
             status_bytes(&status, "VmRSS:")?,
         ),
         family(
-            &catalog::PROCESS_START_TIME,
+            &catalog::telemetry::PROCESS_START_TIME,
             boot_time + start_ticks / TICKS_PER_SECOND,
         ),
-        family(&catalog::PROCESS_CPU, (utime + stime) / TICKS_PER_SECOND),
-        family(&catalog::PROCESS_OPEN_FDS, open_fds),
-        family(&catalog::PROCESS_MAX_FDS, max_fds),
+        family(
+            &catalog::telemetry::PROCESS_CPU,
+            (utime + stime) / TICKS_PER_SECOND,
+        ),
+        family(&catalog::telemetry::PROCESS_OPEN_FDS, open_fds),
+        family(&catalog::telemetry::PROCESS_MAX_FDS, max_fds),
     ])
 }
 
@@ -90,7 +93,10 @@ mod tests {
     fn the_process_families_are_read_in_catalog_order() {
         let families = families();
         let names: Vec<&str> = families.iter().map(|f| f.name.as_ref()).collect();
-        let expected: Vec<&str> = catalog::PROCESS.iter().map(|d| d.vllm_name).collect();
+        let expected: Vec<&str> = catalog::telemetry::PROCESS
+            .iter()
+            .map(|d| d.vllm_name)
+            .collect();
         assert_eq!(names, expected);
         let value = |i: usize| match families[i].series[0].value {
             Value::Scalar(v) => v,

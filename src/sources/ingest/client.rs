@@ -15,8 +15,9 @@ use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
-use super::grpc::{describe_summary, SUMMARY_TRAILER};
+use super::grpc::SUMMARY_TRAILER;
 use super::proto::{pb, record_to_proto};
+use super::service::describe_summary;
 use crate::protocol::Record;
 
 /// How to reach a `serve` that requires TLS or a token.

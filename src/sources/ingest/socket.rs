@@ -42,8 +42,8 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use super::grpc::{describe_summary, IngestService, Summary};
-use super::server::{self, Incoming, MessageDeadline, Room, Transport};
+use super::room::{MessageDeadline, Room, Transport};
+use super::service::{decode_message, describe_summary, IngestService, Summary};
 use crate::listen::ListenerLimits;
 
 /// A bound ingest socket: its listener, its path and the user it admits.
@@ -256,7 +256,7 @@ const BUFFER: usize = 64 * 1024;
 /// the `ingest-summary-bin` trailer.
 ///
 /// A message longer than [`BUFFER`] is read into a buffer grown to exactly
-/// its length once [`Buffered`](super::server::Buffered) lends room for it;
+/// its length once [`Buffered`](super::room::Buffered) lends room for it;
 /// when it has been applied the room is given back and the buffer shrinks
 /// to [`BUFFER`] again.
 async fn read_connection(
@@ -294,25 +294,14 @@ async fn read_connection(
                 break;
             };
             message += 1;
-            match server::decode_message(body, &service.decode_limits()) {
-                Incoming::Record(record) => {
-                    service
-                        .apply_message(record, &mut position, &mut summary)
-                        .await
-                }
-                Incoming::Refused(why) => {
-                    position += 1;
-                    service.refused(
-                        position,
-                        &format!("ingest socket, connection {number}, message {message}: {why}"),
-                        &mut summary,
-                    );
-                }
-                Incoming::Undecodable(e) => service.invalid(
-                    format!("ingest socket, connection {number}, message {message}: cannot decode it ({e})"),
+            service
+                .apply_incoming(
+                    decode_message(body, &service.decode_limits()),
+                    &format!("ingest socket, connection {number}, message {message}: "),
+                    &mut position,
                     &mut summary,
-                ),
-            }
+                )
+                .await;
             start += 4 + length;
         }
         if start > 0 {

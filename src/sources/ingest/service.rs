@@ -1,29 +1,27 @@
-//! The gRPC ingest service behind `serve`: engines stream records, the
-//! server tracks requests across streams and records into the pipeline.
+//! The ingest core, which knows no transport: the state every stream and
+//! connection records into ([`IngestService`]), how one message is decoded
+//! ([`decode_message`]) and applied, what a stream's answer says
+//! ([`Summary`]), and the limits all of it keeps ([`IngestLimits`]).
 //!
-//! Bounded everywhere: a stream is read one message at a time (HTTP/2 flow
-//! control pushes back on a fast sender instead of buffering), messages have
-//! a maximum size, requests in flight are capped (the oldest is terminated as
-//! `abort` beyond the cap) and requests idle longer than a time-to-live are
-//! terminated as `abort` too; both are counted on
+//! Bounded everywhere: requests in flight are capped (the oldest is
+//! terminated as `abort` beyond the cap) and requests idle longer than a
+//! time-to-live are terminated as `abort` too; both are counted on
 //! `vllm_otel_metrics_evicted_requests_total`. An invalid record is rejected
 //! on its own and the stream goes on, as does a message refused before
-//! decoding or one that does not decode ([`server`](super::server)).
+//! decoding or one that does not decode. The transports, gRPC
+//! ([`super::grpc`]) and the ingest socket ([`super::socket`]), read their
+//! framing and hand each message here.
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use prost::Message;
-use tokio::net::TcpListener;
-use tonic::{Request, Status};
 
-use super::prescan::DecodeLimits;
+use super::prescan::{self, DecodeLimits};
 use super::proto::{pb, record_from_proto_parts};
-use super::server::{Buffered, Incoming, IngestRoute, MessageDeadline, Messages};
+use super::room::{Buffered, MessageDeadline};
 use crate::catalog::RejectReason;
-use crate::listen::{self, BearerToken, ListenerLimits, ServerTls};
 use crate::protocol::Record;
 use crate::sources::tap::{Chunk, EngineSetup, FrameLimits, Layout};
 use crate::sources::RecordSink;
@@ -70,23 +68,6 @@ impl Default for IngestLimits {
         }
     }
 }
-
-/// Default bounds of the ingest listener. A connection is idle while it
-/// carries no stream: answering the server's
-/// HTTP/2 pings (every [`KEEPALIVE_INTERVAL`], which find dead peers) does
-/// not keep it.
-pub const DEFAULT_LIMITS: ListenerLimits = ListenerLimits {
-    max_connections: 64,
-    idle_timeout: Some(Duration::from_secs(60)),
-    write_timeout: Some(Duration::from_secs(30)),
-};
-
-/// How often the server pings an HTTP/2 connection.
-pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(20);
-
-/// The trailer that carries a cut stream's [`pb::IngestSummary`]
-/// (protobuf, base64 in the metadata as `-bin` keys are).
-pub const SUMMARY_TRAILER: &str = "ingest-summary-bin";
 
 /// The shared state every stream records into.
 #[derive(Clone)]
@@ -146,28 +127,33 @@ impl IngestService {
         self.tracker().evict_idle(idle_before, unix_now())
     }
 
+    /// The service's limits.
+    pub(crate) fn limits(&self) -> IngestLimits {
+        self.limits
+    }
+
     /// Largest accepted message, bytes.
-    pub(super) fn max_message_bytes(&self) -> usize {
+    pub(crate) fn max_message_bytes(&self) -> usize {
         self.limits.max_message_bytes
     }
 
     /// The bounds a message is scanned against before it is decoded.
-    pub(super) fn decode_limits(&self) -> DecodeLimits {
+    pub(crate) fn decode_limits(&self) -> DecodeLimits {
         self.limits.decode
     }
 
     /// Room for messages that have arrived in part.
-    pub(super) fn buffered(&self) -> &Buffered {
+    pub(crate) fn buffered(&self) -> &Buffered {
         &self.buffered
     }
 
     /// How long a message may take to arrive in full.
-    pub(super) fn message_deadline(&self) -> Option<MessageDeadline> {
+    pub(crate) fn message_deadline(&self) -> Option<MessageDeadline> {
         self.limits.message_deadline
     }
 
     /// Turns true when open streams must end now.
-    pub(super) fn cut_signal(&self) -> tokio::sync::watch::Receiver<bool> {
+    pub(crate) fn cut_signal(&self) -> tokio::sync::watch::Receiver<bool> {
         self.cut.subscribe()
     }
 
@@ -175,12 +161,7 @@ impl IngestService {
     /// `position` counting the stream's records. It gives the runtime's
     /// worker back between records, so that a large batch does not hold up
     /// `/metrics` or the other streams.
-    pub(super) async fn apply_message(
-        &self,
-        message: pb::Record,
-        position: &mut u64,
-        summary: &mut Summary,
-    ) {
+    async fn apply_message(&self, message: pb::Record, position: &mut u64, summary: &mut Summary) {
         match message.record {
             Some(pb::record::Record::Batch(batch)) => {
                 for record in batch.records {
@@ -196,36 +177,27 @@ impl IngestService {
         }
     }
 
-    /// Applies one message as a transport decoded it
-    /// ([`decode_message`](super::server::decode_message)), `position`
-    /// counting the stream's records: a record (a batch's one by one), or a
-    /// refusal counted and named.
+    /// Applies one message as a transport decoded it ([`decode_message`]),
+    /// `position` counting the stream's records: a record (a batch's one
+    /// by one), or a refusal counted and named after `origin` (the
+    /// transport's name for the message, such as `ingest socket, connection
+    /// 2, message 7: `; empty where the record's position names it).
     pub async fn apply_incoming(
         &self,
         incoming: Incoming,
+        origin: &str,
         position: &mut u64,
         summary: &mut Summary,
     ) {
-        match incoming {
-            Incoming::Record(message) => self.apply_message(message, position, summary).await,
-            Incoming::Refused(why) => {
-                *position += 1;
-                self.refused(*position, &why.to_string(), summary);
+        let why = match incoming {
+            Incoming::Record(message) => {
+                return self.apply_message(message, position, summary).await
             }
-            Incoming::Undecodable(why) => {
-                *position += 1;
-                self.refused(
-                    *position,
-                    &format!("cannot decode the message ({why})"),
-                    summary,
-                );
-            }
-        }
-    }
-
-    /// Counts a message refused before it was decoded, at `position`.
-    pub(super) fn refused(&self, position: u64, why: &str, summary: &mut Summary) {
-        self.reject_whole(position, why.to_owned(), summary);
+            Incoming::Refused(why) => why.to_string(),
+            Incoming::Undecodable(why) => format!("cannot decode the message ({why})"),
+        };
+        *position += 1;
+        self.reject_whole(*position, format!("{origin}{why}"), summary);
     }
 
     /// Applies one wire record at `position` of its stream, noting the outcome in `summary`.
@@ -263,7 +235,7 @@ impl IngestService {
     }
 
     /// Counts an input that cannot be decoded, named by `message`.
-    pub(super) fn invalid(&self, message: String, summary: &mut Summary) {
+    pub(crate) fn invalid(&self, message: String, summary: &mut Summary) {
         RecordSink::invalid(&mut *self.tracker());
         summary.reject(RejectReason::InvalidRecord.as_str(), message);
     }
@@ -365,6 +337,11 @@ impl Summary {
         }
     }
 
+    /// Records applied so far.
+    pub(crate) fn records_applied(&self) -> u64 {
+        self.wire.records_applied
+    }
+
     /// The summary as the stream's answer carries it.
     pub fn finish(mut self) -> pb::IngestSummary {
         self.wire.rejected_by_reason = self.by_reason;
@@ -372,164 +349,32 @@ impl Summary {
     }
 }
 
-impl IngestService {
-    /// One client-streaming call, the `number`th on this listener: its
-    /// messages applied in order; answered, when the client closes its
-    /// side, with what it did. A stream that ends on an error (a message
-    /// too long, late, or without room) is counted and logged.
-    pub(super) async fn stream<B>(
-        &self,
-        number: u64,
-        connection: Option<listen::ConnInfo>,
-        mut messages: Messages<B>,
-    ) -> Result<pb::IngestSummary, Status>
-    where
-        B: http_body::Body<Data = bytes::Bytes>,
-        B::Error: Into<tonic::codegen::StdError>,
-    {
-        // Open while this call is: the connection is not idle.
-        let streams = connection.as_ref().and_then(|info| info.streams.clone());
-        let _open = streams.as_ref().map(|streams| streams.opened());
-        let mut summary = Summary::default();
-        let mut position = 0u64;
-        let mut cut = self.cut.subscribe();
-        loop {
-            let next = tokio::select! {
-                next = messages.next() => next,
-                _ = cut.wait_for(|cut| *cut) => {
-                    let summary = summary.finish();
-                    let mut trailers = tonic::metadata::MetadataMap::new();
-                    trailers.insert_bin(
-                        SUMMARY_TRAILER,
-                        tonic::metadata::MetadataValue::from_bytes(&summary.encode_to_vec()),
-                    );
-                    return Err(Status::with_metadata(
-                        tonic::Code::Unavailable,
-                        format!(
-                            "the server is shutting down: the first {} record(s) of this stream were read ({}); resume after them",
-                            position,
-                            describe_summary(&summary).lines().next().unwrap_or_default()
-                        ),
-                        trailers,
-                    ));
-                }
-            };
-            let incoming = match next {
-                Ok(Some(incoming)) => incoming,
-                Ok(None) => break,
-                Err(status) => {
-                    let message = format!(
-                        "record {}: cannot read the message ({}); {} record(s) before it were applied",
-                        position + 1,
-                        status.message(),
-                        summary.wire.records_applied
-                    );
-                    self.invalid(message.clone(), &mut summary);
-                    let peer = connection
-                        .as_ref()
-                        .and_then(|info| info.peer)
-                        .map(|peer| format!(" from {peer}"))
-                        .unwrap_or_default();
-                    tracing::warn!("ingest stream {number}{peer} ended: {message}");
-                    let code = match status.code() {
-                        code @ (tonic::Code::ResourceExhausted | tonic::Code::DeadlineExceeded) => {
-                            code
-                        }
-                        _ => tonic::Code::InvalidArgument,
-                    };
-                    return Err(Status::new(code, message));
-                }
-            };
-            if let Some(streams) = &streams {
-                streams.touch();
-            }
-            self.apply_incoming(incoming, &mut position, &mut summary)
-                .await;
-        }
-        Ok(summary.finish())
-    }
+/// One message of a stream: decoded, or refused before decoding (why).
+#[derive(Debug)]
+// Nearly every message is a record: boxing it would allocate once more
+// per message to shrink the rare refusal.
+#[allow(clippy::large_enum_variant)]
+pub enum Incoming {
+    /// A record (a batch too).
+    Record(pb::Record),
+    /// A message that was not decoded, and why.
+    Refused(prescan::Refusal),
+    /// A message that failed to decode, and prost's reason.
+    Undecodable(String),
 }
 
-/// How the ingest listener listens.
-#[derive(Debug, Clone)]
-pub struct IngestListener {
-    /// Connection cap and timeouts.
-    pub limits: ListenerLimits,
-    /// TLS (ALPN `h2`), when configured.
-    pub tls: Option<ServerTls>,
-    /// The bearer token streams must present, when configured.
-    pub token: Option<BearerToken>,
-}
-
-impl Default for IngestListener {
-    fn default() -> Self {
-        IngestListener {
-            limits: DEFAULT_LIMITS,
-            tls: None,
-            token: None,
-        }
+/// Decodes one message of the ingest protocol as every transport does (gRPC's
+/// route and the ingest socket): scanned first ([`prescan::check`]), within
+/// `limits` and the decode share of the decode budget
+/// ([`crate::sources::budget`]), then decoded by prost.
+pub fn decode_message(bytes: &[u8], limits: &DecodeLimits) -> Incoming {
+    if let Err(refusal) = prescan::check(bytes, limits) {
+        return Incoming::Refused(refusal);
     }
-}
-
-/// Serves the ingest service on `listener` until `shutdown` completes (then
-/// stops accepting and waits for open streams to end), sweeping idle requests.
-pub async fn serve(
-    listener: TcpListener,
-    service: IngestService,
-    how: IngestListener,
-    shutdown: impl Future<Output = ()>,
-) -> Result<(), tonic::transport::Error> {
-    if let Some(ttl) = service.limits.request_ttl {
-        let sweeper = service.clone();
-        let period = (ttl / 4).clamp(Duration::from_millis(100), Duration::from_secs(1));
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(period);
-            loop {
-                tick.tick().await;
-                sweeper.evict_idle();
-            }
-        });
+    match pb::Record::decode(bytes) {
+        Ok(record) => Incoming::Record(record),
+        Err(e) => Incoming::Undecodable(e.to_string()),
     }
-    let limits = service.limits;
-    let token = how.token;
-    let server = tonic::service::interceptor::InterceptedService::new(
-        IngestRoute::new(service),
-        move |request: Request<()>| match &token {
-            Some(token)
-                if !token.accepts(
-                    request
-                        .metadata()
-                        .get("authorization")
-                        .map(|v| v.as_bytes()),
-                ) =>
-            {
-                Err(Status::unauthenticated("a bearer token is required"))
-            }
-            _ => Ok(request),
-        },
-    );
-    // HTTP/2 pings are bytes: streams, not bytes, keep an ingest
-    // connection from idling.
-    let incoming = listen::incoming(
-        listener,
-        how.limits,
-        how.tls,
-        listen::IdleBy::Streams,
-        "ingest",
-    );
-    // The windows bound what a connection's peer can make the server hold
-    // before a stream reads it: a connection's window on every connection
-    // at once stays a few hundred MiB below what 64 connections of 16 MiB
-    // messages would take.
-    tonic::transport::Server::builder()
-        .initial_stream_window_size(Some(1 << 20))
-        .initial_connection_window_size(Some(2 << 20))
-        .max_concurrent_streams(Some(limits.max_streams_per_connection))
-        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
-        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
-        .add_service(server)
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await
 }
 
 /// One line describing a summary, for people.

@@ -10,7 +10,7 @@
 //! - a message must arrive in full within its deadline ([`MessageDeadline`]),
 //!   waiting for room included, or its stream ends: a sender that announces
 //!   a large message and stalls holds its room for that long at most;
-//! - its bytes are scanned ([`prescan`]) and a message that
+//! - its bytes are scanned ([`prescan`](super::super::prescan)) and a message that
 //!   would decode into far more than its size (a batch of millions of empty
 //!   records) comes out as [`Incoming::Refused`]: the stream counts it,
 //!   names it and goes on with the next message.
@@ -25,222 +25,111 @@
 
 use std::convert::Infallible;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use bytes::{Buf, Bytes};
 use http_body::{Body, Frame};
 use prost::Message;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tonic::codegen::{http, BoxFuture, Service, StdError};
 use tonic::server::NamedService;
 use tonic::Status;
 
-use super::grpc::IngestService;
-use super::prescan::{self, DecodeLimits};
-use super::proto::pb;
+use crate::listen;
+use crate::sources::ingest::prescan::DecodeLimits;
+use crate::sources::ingest::proto::pb;
+use crate::sources::ingest::room::{Buffered, MessageDeadline, Room, Transport};
+use crate::sources::ingest::service::{
+    decode_message, describe_summary, Incoming, IngestService, Summary,
+};
+
+/// The trailer that carries a cut stream's [`pb::IngestSummary`]
+/// (protobuf, base64 in the metadata as `-bin` keys are).
+pub const SUMMARY_TRAILER: &str = "ingest-summary-bin";
 
 /// The gRPC method the route serves.
 pub const STREAM_PATH: &str = "/vllm_otel_metrics.v1.Ingest/Stream";
 
-/// One message of a stream: decoded, or refused before decoding (why).
-#[derive(Debug)]
-// Nearly every message is a record: boxing it would allocate once more
-// per message to shrink the rare refusal.
-#[allow(clippy::large_enum_variant)]
-pub enum Incoming {
-    /// A record (a batch too).
-    Record(pb::Record),
-    /// A message that was not decoded, and why.
-    Refused(prescan::Refusal),
-    /// A message that failed to decode, and prost's reason.
-    Undecodable(String),
-}
-
-/// Decodes one message of the ingest protocol as both transports do (gRPC's
-/// route and the ingest socket): scanned first ([`prescan::check`]), within
-/// `limits` and the decode share of the decode budget
-/// ([`crate::sources::budget`]), then decoded by prost.
-pub fn decode_message(bytes: &[u8], limits: &DecodeLimits) -> Incoming {
-    if let Err(refusal) = prescan::check(bytes, limits) {
-        return Incoming::Refused(refusal);
-    }
-    match pb::Record::decode(bytes) {
-        Ok(record) => Incoming::Record(record),
-        Err(e) => Incoming::Undecodable(e.to_string()),
-    }
-}
-
-/// How long a message may take to arrive in full: `base`, plus `per_mib`
-/// for each MiB of its length. The time runs from the message's first byte
-/// (or, when that byte came with the message before it, from when that one
-/// had been applied), and covers a wait for room in [`Buffered`].
-///
-/// ```
-/// use std::time::Duration;
-/// use vllm_otel_metrics::sources::ingest::server::MessageDeadline;
-///
-/// let deadline = MessageDeadline::DEFAULT;
-/// assert_eq!(deadline.for_length(0), Duration::from_secs(5));
-/// // The largest message by default, 16 MiB: 5 s + 16 × 2 s.
-/// assert_eq!(deadline.for_length(16 << 20), Duration::from_secs(37));
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MessageDeadline {
-    /// The time any message may take, its header included.
-    pub base: Duration,
-    /// The time added for each MiB of the message's length.
-    pub per_mib: Duration,
-}
-
-impl MessageDeadline {
-    /// 5 s, and 2 s a MiB: a 16 MiB message may take 37 s, which a sender
-    /// at 0.5 MiB/s (4 Mbit/s) still meets. The vLLM plugin sends over a
-    /// local socket at hundreds of MiB/s.
-    pub const DEFAULT: MessageDeadline = MessageDeadline {
-        base: Duration::from_secs(5),
-        per_mib: Duration::from_secs(2),
-    };
-
-    /// The deadline of a message of `bytes` bytes.
-    pub fn for_length(&self, bytes: usize) -> Duration {
-        self.base + self.per_mib.mul_f64(bytes as f64 / f64::from(1u32 << 20))
-    }
-}
-
-/// Which listener a message came in on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Transport {
-    /// The gRPC port.
-    Tcp,
-    /// The ingest socket.
-    #[cfg_attr(not(unix), allow(dead_code))]
-    Socket,
-}
-
-/// The bytes the server may hold in messages that have arrived in part,
-/// shared by every stream and connection (gRPC and the ingest socket).
-///
-/// Room is lent to one message at a time: a stream or connection asks for
-/// a message's length when its header arrives, waits for it first come,
-/// first served (reading nothing more meanwhile), and gives it back once
-/// the message has been applied. When the ingest socket is served too
-/// ([`Buffered::keep_half_for_socket`]), the gRPC port's streams together
-/// hold at most half of the bound: the port is open to every local user
-/// (or further), the socket to this user alone, and senders on the port
-/// cannot take the room the socket's senders need.
-#[derive(Debug, Clone)]
-pub struct Buffered {
-    /// Every message's room.
-    budget: Arc<Semaphore>,
-    /// The gRPC port's room (within `budget`).
-    tcp: Arc<Semaphore>,
-    /// What `tcp` holds in all.
-    tcp_limit: Arc<AtomicUsize>,
-    /// Whether half was kept for the socket.
-    halved: Arc<AtomicBool>,
-    limit: usize,
-}
-
-/// Room lent to one message; given back when dropped.
-#[derive(Debug)]
-pub(crate) struct Room {
-    _tcp: Option<OwnedSemaphorePermit>,
-    _budget: OwnedSemaphorePermit,
-}
-
-impl Buffered {
-    /// A bound of `limit` bytes.
-    pub fn new(limit: usize) -> Self {
-        let limit = limit.min(Semaphore::MAX_PERMITS);
-        Buffered {
-            budget: Arc::new(Semaphore::new(limit)),
-            tcp: Arc::new(Semaphore::new(limit)),
-            tcp_limit: Arc::new(AtomicUsize::new(limit)),
-            halved: Arc::new(AtomicBool::new(false)),
-            limit,
-        }
-    }
-
-    /// The bound, bytes.
-    pub fn limit(&self) -> usize {
-        self.limit
-    }
-
-    /// What the gRPC port's streams may hold together, bytes: the bound,
-    /// or half of it once the socket is served.
-    pub fn tcp_limit(&self) -> usize {
-        self.tcp_limit.load(Ordering::Relaxed)
-    }
-
-    /// Keeps half of the bound from the gRPC port's streams, for the
-    /// ingest socket's connections (the first time only; waits for room
-    /// the port's streams hold beyond it to be given back).
-    pub async fn keep_half_for_socket(&self) {
-        if self.halved.swap(true, Ordering::Relaxed) {
-            return;
-        }
-        let kept = self.limit - self.limit / 2;
-        self.tcp_limit.store(self.limit / 2, Ordering::Relaxed);
-        let mut left = kept;
-        while left > 0 {
-            let n = u32::try_from(left).unwrap_or(u32::MAX);
-            if let Ok(permit) = self.tcp.acquire_many(n).await {
-                permit.forget();
-            }
-            left -= n as usize;
-        }
-    }
-
-    /// Room for a message of `bytes` bytes on `transport`: waits for it,
-    /// first come first served; an error at once when the message is more
-    /// than its transport may ever hold.
-    pub(crate) async fn lend(&self, transport: Transport, bytes: usize) -> Result<Room, String> {
-        let cap = match transport {
-            Transport::Tcp => self.tcp_limit(),
-            Transport::Socket => self.limit,
-        };
-        let n = match u32::try_from(bytes) {
-            Ok(n) if bytes <= cap => n,
-            _ => {
-                return Err(match transport {
-                    Transport::Tcp if cap < self.limit => format!(
-                        "a message of {bytes} bytes is more than the {cap} bytes the gRPC port's streams may hold at once (half of --ingest-max-buffered-bytes, the other half kept for --ingest-socket)"
+/// One client-streaming call, the `number`th on this listener: its
+/// messages applied in order; answered, when the client closes its
+/// side, with what it did. A stream that ends on an error (a message
+/// too long, late, or without room) is counted and logged.
+async fn stream<B>(
+    service: &IngestService,
+    number: u64,
+    connection: Option<listen::ConnInfo>,
+    mut messages: Messages<B>,
+) -> Result<pb::IngestSummary, Status>
+where
+    B: http_body::Body<Data = bytes::Bytes>,
+    B::Error: Into<tonic::codegen::StdError>,
+{
+    // Open while this call is: the connection is not idle.
+    let streams = connection.as_ref().and_then(|info| info.streams.clone());
+    let _open = streams.as_ref().map(|streams| streams.opened());
+    let mut summary = Summary::default();
+    let mut position = 0u64;
+    let mut cut = service.cut_signal();
+    loop {
+        let next = tokio::select! {
+            next = messages.next() => next,
+            _ = cut.wait_for(|cut| *cut) => {
+                let summary = summary.finish();
+                let mut trailers = tonic::metadata::MetadataMap::new();
+                trailers.insert_bin(
+                    SUMMARY_TRAILER,
+                    tonic::metadata::MetadataValue::from_bytes(&summary.encode_to_vec()),
+                );
+                return Err(Status::with_metadata(
+                    tonic::Code::Unavailable,
+                    format!(
+                        "the server is shutting down: the first {} record(s) of this stream were read ({}); resume after them",
+                        position,
+                        describe_summary(&summary).lines().next().unwrap_or_default()
                     ),
-                    _ => format!(
-                        "a message of {bytes} bytes is more than the {} bytes of --ingest-max-buffered-bytes",
-                        self.limit
-                    ),
-                })
+                    trailers,
+                ));
             }
         };
-        let closed = |_| "the server is shutting down".to_owned();
-        let tcp = match transport {
-            Transport::Tcp => Some(
-                Arc::clone(&self.tcp)
-                    .acquire_many_owned(n)
-                    .await
-                    .map_err(closed)?,
-            ),
-            Transport::Socket => None,
+        let incoming = match next {
+            Ok(Some(incoming)) => incoming,
+            Ok(None) => break,
+            Err(status) => {
+                let message = format!(
+                    "record {}: cannot read the message ({}); {} record(s) before it were applied",
+                    position + 1,
+                    status.message(),
+                    summary.records_applied()
+                );
+                service.invalid(message.clone(), &mut summary);
+                let peer = connection
+                    .as_ref()
+                    .and_then(|info| info.peer)
+                    .map(|peer| format!(" from {peer}"))
+                    .unwrap_or_default();
+                tracing::warn!("ingest stream {number}{peer} ended: {message}");
+                let code = match status.code() {
+                    code @ (tonic::Code::ResourceExhausted | tonic::Code::DeadlineExceeded) => code,
+                    _ => tonic::Code::InvalidArgument,
+                };
+                return Err(Status::new(code, message));
+            }
         };
-        let budget = Arc::clone(&self.budget)
-            .acquire_many_owned(n)
-            .await
-            .map_err(closed)?;
-        Ok(Room {
-            _tcp: tcp,
-            _budget: budget,
-        })
+        if let Some(streams) = &streams {
+            streams.touch();
+        }
+        service
+            .apply_incoming(incoming, "", &mut position, &mut summary)
+            .await;
     }
+    Ok(summary.finish())
 }
 
 /// The ingest route: [`STREAM_PATH`] into an [`IngestService`].
 #[derive(Debug, Clone)]
-pub struct IngestRoute {
+pub(super) struct IngestRoute {
     service: IngestService,
     /// Numbers the streams, for the log.
     numbers: Arc<AtomicU64>,
@@ -248,7 +137,7 @@ pub struct IngestRoute {
 
 impl IngestRoute {
     /// The route into `service`.
-    pub fn new(service: IngestService) -> Self {
+    pub(super) fn new(service: IngestService) -> Self {
         IngestRoute {
             service,
             numbers: Arc::default(),
@@ -294,7 +183,7 @@ where
             let (parts, body) = request.into_parts();
             let connection = parts.extensions.get::<crate::listen::ConnInfo>().cloned();
             let messages = Messages::new(body, &service);
-            Ok(match service.stream(number, connection, messages).await {
+            Ok(match stream(&service, number, connection, messages).await {
                 Ok(summary) => answer(&summary),
                 Err(status) => status.into_http(),
             })
@@ -361,7 +250,7 @@ enum Read {
 }
 
 /// A stream's messages, read from its request body one at a time.
-pub(super) struct Messages<B> {
+struct Messages<B> {
     body: Pin<Box<B>>,
     /// What was read of the body and not yet taken.
     pending: Bytes,
@@ -458,7 +347,7 @@ where
                 .map_err(|_| self.late(length, 0, false))?,
             None => lend.await,
         }
-        .map_err(Status::resource_exhausted)?;
+        .map_err(|no_room| Status::resource_exhausted(no_room.to_string()))?;
         // Exactly the message's length: nothing kept beyond the room lent.
         let mut message = Vec::with_capacity(length);
         message.extend_from_slice(&self.pending);
@@ -536,58 +425,6 @@ where
                     }
                 }
             }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn room_is_lent_first_come_first_served_and_given_back() {
-        let buffered = Buffered::new(100);
-        let first = buffered.lend(Transport::Socket, 60).await.unwrap();
-        // The second waits for the first's room.
-        let second = buffered.lend(Transport::Socket, 60);
-        tokio::pin!(second);
-        assert!(futures_poll(&mut second).is_none());
-        drop(first);
-        let second = second.await.unwrap();
-        assert!(buffered
-            .lend(Transport::Socket, 101)
-            .await
-            .unwrap_err()
-            .contains("more than the 100 bytes of --ingest-max-buffered-bytes"));
-        drop(second);
-    }
-
-    #[tokio::test]
-    async fn with_the_socket_served_the_port_holds_at_most_half() {
-        let buffered = Buffered::new(100);
-        buffered.keep_half_for_socket().await;
-        assert_eq!(buffered.tcp_limit(), 50);
-        let error = buffered.lend(Transport::Tcp, 51).await.unwrap_err();
-        assert!(
-            error.contains("half of --ingest-max-buffered-bytes"),
-            "{error}"
-        );
-        let port = buffered.lend(Transport::Tcp, 50).await.unwrap();
-        // The port's streams wait; the socket's connections do not.
-        let more = buffered.lend(Transport::Tcp, 1);
-        tokio::pin!(more);
-        assert!(futures_poll(&mut more).is_none());
-        let socket = buffered.lend(Transport::Socket, 50).await.unwrap();
-        drop((port, socket));
-        more.await.unwrap();
-    }
-
-    /// Polls `future` once.
-    fn futures_poll<F: std::future::Future + Unpin>(future: &mut F) -> Option<F::Output> {
-        let waker = std::task::Waker::noop();
-        match Pin::new(future).poll(&mut Context::from_waker(waker)) {
-            Poll::Ready(output) => Some(output),
-            Poll::Pending => None,
         }
     }
 }
