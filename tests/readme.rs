@@ -1,7 +1,7 @@
 //! The documentation stays true: docs/CATALOG.md's metric table is the
-//! catalog's, CI runs the test command the README documents, and
-//! docs/TESTING.md names every test file and every component a test may
-//! declare it needs.
+//! catalog's, CI runs the test command the README documents, the README
+//! stays a front page of at most 300 lines, and docs/TESTING.md names every
+//! test file and every component a test may declare it needs.
 
 mod common;
 // The table's one writer: the example prints it, this test compares it.
@@ -48,6 +48,24 @@ fn ci_runs_the_readme_test_command() {
     assert!(
         ci.lines().any(|l| l.trim() == command.trim()),
         ".ci/run must run the README test command `{command}`"
+    );
+}
+
+/// The README is the front page: what the tool is, the quick start, use with
+/// vLLM, the test command and the documentation index. Detail belongs in
+/// docs/.
+const README_MAX_LINES: usize = 300;
+
+#[test]
+fn readme_is_at_most_300_lines() {
+    let lines = read("README.md").lines().count();
+    assert!(
+        lines <= README_MAX_LINES,
+        "README.md has {lines} lines, more than {README_MAX_LINES}: keep it to what the \
+         tool is, the quick start, use with vLLM, the test command and the documentation \
+         index, and move the rest to the docs/ file a reader would look in (docs/CLI.md, \
+         docs/OPERATIONS.md, docs/LIBRARY.md, docs/TESTING.md, docs/SCALING.md, …), \
+         leaving a one-line pointer in the README"
     );
 }
 
