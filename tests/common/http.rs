@@ -1,23 +1,51 @@
 //! Loopback HTTP for the tests: free ports to start servers on, and a plain
 //! `GET` of what they serve.
 
-/// A port that was free a moment ago on 127.0.0.1, and never handed out
-/// before by this test binary: the kernel may give a port back as soon as
-/// its listener is dropped, so two calls for one process (Jaeger takes six)
-/// could otherwise get the same one, and the second bind fails.
+/// A port that binds now on 127.0.0.1, below the kernel's ephemeral range,
+/// and never handed out before by this test binary.
+///
+/// A port the kernel hands out for port 0 is in its ephemeral range, where
+/// it can hand it out again before the server the test starts binds it: to
+/// any other socket's bind to port 0 or outgoing connection (a Collector's
+/// export, a Prometheus scrape, another test's client), and the server then
+/// exits "address in use". Below the range only an explicit bind can take
+/// it (`tests/vllm/ports.py` picks its ports the same way). Kept in a set
+/// because one process may take several ports (Jaeger takes six) before it
+/// binds any.
 pub fn free_port() -> u16 {
+    use std::hash::{BuildHasher, Hasher};
     static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
         std::sync::Mutex::new(std::collections::BTreeSet::new());
     let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+    let low = ephemeral_low();
+    let floor = low.saturating_sub(12_000).max(1024);
+    assert!(
+        low > floor,
+        "no port below the ephemeral range, which starts at {low}"
+    );
     loop {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("a free port");
-        if handed_out.insert(port) {
+        // A fresh `RandomState` has random keys: a random number from std.
+        let random = std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish();
+        let port = floor + (random % u64::from(low - floor)) as u16;
+        if !handed_out.contains(&port) && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            handed_out.insert(port);
             return port;
         }
     }
+}
+
+/// The first port of the kernel's ephemeral range
+/// (`/proc/sys/net/ipv4/ip_local_port_range`).
+fn ephemeral_low() -> u16 {
+    const RANGE: &str = "/proc/sys/net/ipv4/ip_local_port_range";
+    let range = std::fs::read_to_string(RANGE).unwrap_or_else(|e| panic!("{RANGE}: {e}"));
+    range
+        .split_whitespace()
+        .next()
+        .and_then(|low| low.parse().ok())
+        .unwrap_or_else(|| panic!("{RANGE}: no first port in {range:?}"))
 }
 
 /// `GET http://127.0.0.1:{port}{path}`: the body of a 200 answer; `None`
