@@ -25,7 +25,10 @@ use vllm_otel_metrics::instruments::{Instruments, InstrumentsConfig};
 use vllm_otel_metrics::protocol::{EngineCoreEvent, EngineCoreOutput, EventType, FinishReason};
 use vllm_otel_metrics::tracker::{RequestMetrics, RequestParams};
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// Serves on the address of the first argument for the number of scrapes
+/// of the second. Public, as [`serve`] is: `tests/embedding.rs` includes
+/// this file as a module, runs `serve` and leaves `main` unused.
+pub fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let addr = args.next().unwrap_or_else(|| "127.0.0.1:9464".to_owned());
     let scrapes: Option<usize> = args.next().map(|n| n.parse()).transpose()?;
@@ -36,7 +39,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 /// The host: its provider, three requests, then `/metrics` for `scrapes`
 /// connections (all of them when `None`).
-pub(crate) fn serve(
+pub fn serve(
     listener: TcpListener,
     scrapes: Option<usize>,
 ) -> Result<(), Box<dyn std::error::Error>> {

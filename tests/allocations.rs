@@ -7,7 +7,11 @@
 //! parallel on other threads do not disturb each other. Set
 //! `ALLOCATIONS_BACKTRACE=1` to print a backtrace of every counted allocation.
 
-mod common;
+/// The helpers of `tests/common/` this file uses.
+pub mod common {
+    pub mod paths;
+    pub mod proto_fields;
+}
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;

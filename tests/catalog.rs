@@ -5,7 +5,11 @@
 //! A family added to the catalog with no record field feeding it, or whose
 //! tracker code is never reached, fails here by name.
 
-mod common;
+/// The helpers of `tests/common/` this file uses.
+pub mod common {
+    pub mod paths;
+    pub mod proto_fields;
+}
 
 use std::collections::BTreeSet;
 

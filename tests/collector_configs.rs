@@ -3,7 +3,16 @@
 //! every `${env:…}` must carry its default; and nothing in `otel-collector/`
 //! is a config this test does not know of.
 
-mod common;
+/// The helpers of `tests/common/` this file uses.
+pub mod common {
+    pub mod collector;
+    pub mod environments;
+    pub mod exposition;
+    pub mod http;
+    pub mod jaeger;
+    pub mod paths;
+    pub mod process;
+}
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -26,7 +35,7 @@ const JAEGER_CONFIG: &str = "jaeger.yaml";
 const OTHER_YAML: [&str; 3] = ["prometheus.yml", "rules.yml", "rules_test.yml"];
 
 fn dir() -> PathBuf {
-    common::repo().join("otel-collector")
+    common::paths::repo().join("otel-collector")
 }
 
 /// `BINARY validate --config …` with an empty environment.
@@ -122,7 +131,7 @@ mod needs_collector {
     /// Guards the guard: `validate` refuses a config with an unknown key.
     #[test]
     fn validate_refuses_a_broken_config() {
-        let temp = common::tempdir("collector-configs");
+        let temp = common::paths::tempdir("collector-configs");
         let broken = temp.join("broken.yaml");
         std::fs::write(
             &broken,

@@ -7,7 +7,11 @@
 //! `tests/genai_collector.rs` (the GenAI dashboard) and
 //! `tests/native_histograms.rs` (the native-histogram dashboard).
 
-mod common;
+/// The helpers of `tests/common/` this file uses.
+pub mod common {
+    pub mod dashboards;
+    pub mod paths;
+}
 
 use std::path::Path;
 
@@ -481,7 +485,7 @@ fn slug(heading: &str) -> String {
 #[test]
 fn every_alert_has_a_runbook_section() {
     let rules = std::fs::read_to_string(rules_path()).unwrap();
-    let doc = std::fs::read_to_string(common::repo().join("docs/OBSERVABILITY.md")).unwrap();
+    let doc = std::fs::read_to_string(common::paths::repo().join("docs/OBSERVABILITY.md")).unwrap();
     let anchors: Vec<String> = doc
         .lines()
         .filter(|line| line.starts_with('#'))

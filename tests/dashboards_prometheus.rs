@@ -36,15 +36,25 @@
 //! are covered by `promtool test rules` on `otel-collector/rules_test.yml`,
 //! run by `tests/promtool.rs`.)
 
-mod common;
+/// The helpers of `tests/common/` this file uses.
+pub mod common {
+    pub mod dashboards;
+    pub mod environments;
+    pub mod http;
+    pub mod paths;
+    pub mod process;
+    pub mod prometheus_server;
+}
 
 use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
 use common::dashboards::*;
-use common::prometheus::{self, result, result_within, sample_value, value_for_job, values_by};
-use common::Guard;
+use common::process::Guard;
+use common::prometheus_server::{
+    self, result, result_within, sample_value, value_for_job, values_by,
+};
 use serde_json::Value;
 use vllm_otel_metrics::catalog::slo::SLO_OUTCOMES;
 
@@ -109,7 +119,7 @@ fn fast_rules(rules: &str) -> String {
 
 /// Alerts as Prometheus lists them: (alertname, job, state).
 fn alerts(port: u16) -> Result<Vec<(String, String, String)>, String> {
-    let (status, body) = common::get(port, "/api/v1/alerts")?;
+    let (status, body) = common::http::get(port, "/api/v1/alerts")?;
     let json: Value = serde_json::from_str(&body).map_err(|e| format!("HTTP {status}: {e}"))?;
     let list = json["data"]["alerts"]
         .as_array()
@@ -128,8 +138,8 @@ fn alerts(port: u16) -> Result<Vec<(String, String, String)>, String> {
 }
 
 fn simulator(dir: &Path, name: &str, kv_blocks: &str, extra: &[&str], port: u16) -> Guard {
-    common::spawn_logged(
-        Command::new(common::binary())
+    common::process::spawn_logged(
+        Command::new(common::process::binary())
             .args(["simulate", "--realtime", "--kv-blocks", kv_blocks])
             .args(WORKLOAD)
             .args(["--slo", SLO])
@@ -218,7 +228,7 @@ fn slo_checks(port: u16) {
     let judged = "sum by (job) (vllm_otel_metrics_slo_requests_total) \
                   - sum by (job) (vllm:e2e_request_latency_seconds_count)";
     let mut last = Vec::new();
-    let once = common::wait_for_optional(20, || {
+    let once = common::process::wait_for_optional(20, || {
         last = values_by(&result(port, judged).unwrap_or_default(), "job");
         (last.len() == 2 && last.iter().all(|(_, v)| *v == 0.0)).then_some(())
     });
@@ -247,13 +257,13 @@ mod needs_prometheus {
     #[test]
     fn dashboards_and_rules_work_on_live_prometheus() {
         let started = Instant::now();
-        let dir = common::tempdir("dashboards");
+        let dir = common::paths::tempdir("dashboards");
         let rules_text = std::fs::read_to_string(rules_path()).unwrap();
         let rules = dir.join("rules.yml");
         std::fs::write(&rules, fast_rules(&rules_text)).unwrap();
 
-        let starved_port = common::free_port();
-        let ample_port = common::free_port();
+        let starved_port = common::http::free_port();
+        let ample_port = common::http::free_port();
         // High-priority arrivals preempt low-priority running requests (reason
         // `priority`) on top of the KV-cache shortage (`kv_full`).
         let _starved = simulator(
@@ -265,7 +275,7 @@ mod needs_prometheus {
         );
         let _ample = simulator(&dir, "ample", "4096", &[], ample_port);
 
-        let (_prometheus, port) = prometheus::start(
+        let (_prometheus, port) = prometheus_server::start(
             &dir,
             &[("vllm-starved", starved_port), ("vllm-ample", ample_port)],
             Some(&rules),
@@ -280,7 +290,7 @@ mod needs_prometheus {
 
         // 1. The preemption and burn-rate alerts fire for the starved job.
         let mut seen = Vec::new();
-        let firing = common::wait_for_optional(75, || {
+        let firing = common::process::wait_for_optional(75, || {
             seen = alerts(port).unwrap_or_default();
             ALERTS
                 .iter()
@@ -347,7 +357,7 @@ mod needs_prometheus {
         let by_reason =
             r#"sum by (reason) (vllm:num_preemptions_by_reason_total{job="vllm-starved"})"#;
         let mut reasons = Vec::new();
-        let both = common::wait_for_optional(30, || {
+        let both = common::process::wait_for_optional(30, || {
             reasons = values_by(&result(port, by_reason).unwrap_or_default(), "reason");
             ["kv_full", "priority"]
                 .iter()

@@ -19,7 +19,15 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::collections::BTreeMap;
 
-mod common;
+/// The helpers of `tests/common/` this file uses.
+pub mod common {
+    pub mod exposition;
+    pub mod http;
+    pub mod paths;
+    pub mod process;
+    pub mod rng;
+    pub mod serve;
+}
 
 use common::rng::Rng;
 use prost::Message;
@@ -108,7 +116,7 @@ fn id(rng: &mut Rng, known: &[String]) -> String {
         0..=3 if !known.is_empty() => known[rng.below(known.len() as u64) as usize].clone(),
         4 => "x".repeat(count(rng, 40, 512)),
         5 => String::new(),
-        _ => format!("u{}", rng.next() % 1_000_000),
+        _ => format!("u{}", rng.next_u64() % 1_000_000),
     }
 }
 
@@ -213,7 +221,7 @@ fn record(rng: &mut Rng, known: &mut Vec<String>, budget: usize, depth: u32) -> 
             ..Default::default()
         }),
         8 => R::PluginDrops(pb::PluginDrops {
-            dropped: rng.next(),
+            dropped: rng.next_u64(),
         }),
         9 if depth < 3 => {
             let n = count(rng, 8, 1024).min(budget);
@@ -322,7 +330,7 @@ fn msgpack_output(rng: &mut Rng, p: &mut Pack, known: &[String], room: usize) {
                 _ => p.str(&id(rng, known)),
             },
             "new_token_ids" => match rng.below(10) {
-                0 => p.claim(rng.next() as u32),
+                0 => p.claim(rng.next_u64() as u32),
                 _ => {
                     let n = count(rng, 2, 4096).min(room);
                     p.array(n);
@@ -337,7 +345,7 @@ fn msgpack_output(rng: &mut Rng, p: &mut Pack, known: &[String], room: usize) {
             },
             "events" => match rng.below(6) {
                 0 => p.nil(),
-                1 => p.claim(rng.next() as u32),
+                1 => p.claim(rng.next_u64() as u32),
                 _ => {
                     let n = count(rng, 2, 512).min(room);
                     p.array(n);
@@ -367,10 +375,10 @@ fn msgpack_output(rng: &mut Rng, p: &mut Pack, known: &[String], room: usize) {
 fn msgpack_scheduler_stats(rng: &mut Rng, p: &mut Pack, room: usize) {
     p.map(4);
     p.str("num_running_reqs");
-    p.uint(rng.next());
+    p.uint(rng.next_u64());
     p.str("kv_cache_eviction_events");
     match rng.below(4) {
-        0 => p.claim(rng.next() as u32),
+        0 => p.claim(rng.next_u64() as u32),
         _ => {
             let n = count(rng, 4, 100_000).min(room);
             p.array(n);
@@ -414,7 +422,7 @@ fn frame(rng: &mut Rng, known: &[String], room: usize) -> Vec<u8> {
         match *field {
             "engine_index" => p.uint(rng.below(2)),
             "outputs" => match rng.below(8) {
-                0 => p.claim(rng.next() as u32),
+                0 => p.claim(rng.next_u64() as u32),
                 1 => {
                     // Item 1 of the issue in small: many three-byte outputs.
                     let n = count(rng, 1000, 200_000).min(room);
@@ -800,7 +808,7 @@ mod live {
             scope.spawn(|| {
                 while !done.load(std::sync::atomic::Ordering::Relaxed) {
                     assert!(
-                        common::http_get(server.metrics, "/metrics").is_some(),
+                        common::http::http_get(server.metrics, "/metrics").is_some(),
                         "/metrics answers while the message is applied"
                     );
                     scrapes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -812,7 +820,7 @@ mod live {
                 five_million_outputs(),
                 request_and_output().encode_to_vec(),
             ]);
-            common::wait_for(30, "the next message to be applied", || {
+            common::process::wait_for(30, "the next message to be applied", || {
                 (server.sample(GENERATED) == Some(4.0)).then_some(())
             });
             done.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -823,12 +831,12 @@ mod live {
 
     #[test]
     fn over_the_ingest_socket() {
-        let dir = common::tempdir("budget-socket");
+        let dir = common::paths::tempdir("budget-socket");
         let path = dir.join("ingest.sock");
         let server = Server::start(&["--ingest-socket", path.to_str().expect("utf-8")]);
         // Warm-up: the label set's handles and the first scrape.
         common::serve::send_over_socket(&path, &[request_and_output()]);
-        common::wait_for(10, "the warm-up", || {
+        common::process::wait_for(10, "the warm-up", || {
             (server.sample(GENERATED) == Some(2.0)).then_some(())
         });
         let growth = measure(&server, |messages| {
@@ -868,7 +876,7 @@ mod live {
             });
         };
         send(vec![request_and_output().encode_to_vec()]);
-        common::wait_for(10, "the warm-up", || {
+        common::process::wait_for(10, "the warm-up", || {
             (server.sample(GENERATED) == Some(2.0)).then_some(())
         });
         let growth = measure(&server, send);

@@ -4,10 +4,15 @@
 //! CLI writes them (the golden exposition, byte for byte), and the host's
 //! instrument keeps its own View.
 
-mod common;
-#[allow(dead_code)] // its `main` is the example's, not this test's
+/// The helpers of `tests/common/` this file uses.
+pub mod common {
+    pub mod exposition;
+    pub mod paths;
+}
+/// The example whose host code runs here (`serve`; its `main` is the
+/// example's).
 #[path = "../examples/host_metrics_endpoint.rs"]
-mod host_metrics_endpoint;
+pub mod host_metrics_endpoint;
 
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
@@ -48,7 +53,7 @@ fn a_host_provider_records_the_golden_exposition_next_to_its_own_instruments() {
     batch_size.record(100, &[]);
 
     let mut tracker = Tracker::new(instruments);
-    let trace = common::repo().join("tests/data/lifecycle.jsonl");
+    let trace = common::paths::repo().join("tests/data/lifecycle.jsonl");
     let mut errors = Vec::new();
     jsonl::replay(
         std::io::BufReader::new(std::fs::File::open(&trace).unwrap()),
@@ -60,7 +65,8 @@ fn a_host_provider_records_the_golden_exposition_next_to_its_own_instruments() {
     .unwrap();
 
     let exposition = bridge.encode(Format::Text);
-    let golden = std::fs::read_to_string(common::repo().join("tests/data/lifecycle.prom")).unwrap();
+    let golden =
+        std::fs::read_to_string(common::paths::repo().join("tests/data/lifecycle.prom")).unwrap();
     let (catalog_part, host_part) = exposition
         .split_once("# HELP host_batch_size ")
         .unwrap_or_else(|| panic!("the host's family is exposed too:\n{exposition}"));
@@ -131,7 +137,7 @@ fn the_host_endpoint_example_serves_its_requests() {
         .expect("the example serves one scrape and exits");
     let (head, exposition) = body.split_once("\r\n\r\n").unwrap();
     assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
-    let samples = common::samples(exposition);
+    let samples = common::exposition::samples(exposition);
     let preemptions: Vec<(String, f64)> = samples
         .iter()
         .filter(|(key, _)| key.starts_with("vllm:request_num_preemptions_"))

@@ -9,7 +9,10 @@
 //!   through the converter and the tracker without a panic; whatever the
 //!   tracker refuses is one located invalid-record rejection.
 
-mod common;
+/// The helpers of `tests/common/` this file uses.
+pub mod common {
+    pub mod rng;
+}
 
 use std::collections::{BTreeMap, BTreeSet};
 

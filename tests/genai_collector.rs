@@ -8,15 +8,26 @@
 //! boundaries be the conventions', and the requests the same as vLLM's own
 //! families count.
 
-mod common;
+/// The helpers of `tests/common/` this file uses.
+pub mod common {
+    pub mod collector;
+    pub mod dashboards;
+    pub mod environments;
+    pub mod exposition;
+    pub mod http;
+    pub mod jaeger;
+    pub mod paths;
+    pub mod process;
+    pub mod prometheus_server;
+}
 
 use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
 use common::dashboards::*;
-use common::prometheus::{self, result, result_within, values_by};
-use common::Guard;
+use common::process::Guard;
+use common::prometheus_server::{self, result, result_within, values_by};
 use serde_json::Value;
 
 /// The GenAI histograms as the Collector's Prometheus exporter names them,
@@ -53,8 +64,8 @@ fn genai_simulator(
     endpoint: &str,
     extra: &[&str],
 ) -> Guard {
-    common::spawn_logged(
-        Command::new(common::binary())
+    common::process::spawn_logged(
+        Command::new(common::process::binary())
             .env("OTEL_SERVICE_NAME", name)
             .env_remove("OTEL_RESOURCE_ATTRIBUTES")
             .args(["simulate", "--realtime", "--semconv", "gen_ai"])
@@ -88,7 +99,7 @@ mod needs_collector_prometheus {
     #[test]
     fn genai_dashboard_works_through_the_collector() {
         let started = Instant::now();
-        let dir = common::tempdir("genai-dashboard");
+        let dir = common::paths::tempdir("genai-dashboard");
         let collector = common::collector::Collector::start();
         // One service with client aborts (error.type="abort"), pushing over gRPC;
         // one without, pushing over HTTP, with server.address and server.port.
@@ -115,7 +126,8 @@ mod needs_collector_prometheus {
         );
         // The Collector serves every process's series with its own job (service.name)
         // and instance (service.instance.id), as otel-collector/prometheus.yml scrapes it.
-        let (_prometheus, port) = prometheus::start_honoring_labels(&dir, collector.prometheus);
+        let (_prometheus, port) =
+            prometheus_server::start_honoring_labels(&dir, collector.prometheus);
         eprintln!("logs in {}", dir.display());
         result_within(port, r#"up{job="target"} == 1"#, 30);
         let aborts = r#"gen_ai_server_request_duration_seconds_count{job="genai-aborting", error_type="abort"} > 0"#;
@@ -177,7 +189,7 @@ mod needs_collector_prometheus {
             &share_expr,
             &[LIVE_RANGES[0], LIVE_RANGES[1], ("job", "genai-aborting")],
         );
-        let seen = common::wait_for_optional(30, || {
+        let seen = common::process::wait_for_optional(30, || {
             shares = values_by(
                 &result(port, &aborting_share).unwrap_or_default(),
                 "error_type",
@@ -268,7 +280,7 @@ mod needs_collector_prometheus {
         ];
         for (promql, jobs) in checks {
             let mut last = Vec::new();
-            let equal = common::wait_for_optional(20, || {
+            let equal = common::process::wait_for_optional(20, || {
                 last = values_by(&result(port, promql).unwrap_or_default(), "job");
                 (last.len() == jobs && last.iter().all(|(_, v)| *v == 0.0)).then_some(())
             });

@@ -2,23 +2,36 @@
 //! what `replay` of the same records shows. Clients: the Python example and
 //! `replay --target`; a real Collector checks the flush at SIGTERM.
 
-mod common;
+/// The helpers of `tests/common/` this file uses.
+pub mod common {
+    pub mod collector;
+    pub mod environments;
+    pub mod exposition;
+    pub mod http;
+    pub mod jaeger;
+    pub mod paths;
+    pub mod process;
+    pub mod serve;
+}
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use common::collector::Collector;
+use common::exposition::vllm_samples;
 use common::serve::Server;
-use common::vllm_samples;
 
 fn replayed(trace: &Path) -> BTreeMap<String, f64> {
-    let (_, stdout, _) = common::replay(trace);
+    let (_, stdout, _) = common::process::replay(trace);
     vllm_samples(&stdout)
 }
 
 fn python_with_grpc() -> std::path::PathBuf {
-    let python = common::require_tool("python3", "install Python 3 (apt-get install -y python3)");
+    let python = common::environments::require_tool(
+        "python3",
+        "install Python 3 (apt-get install -y python3)",
+    );
     let probe = Command::new(&python)
         .args(["-c", "import grpc, grpc_tools"])
         .output()
@@ -34,9 +47,9 @@ fn python_with_grpc() -> std::path::PathBuf {
 fn python_client_stream_equals_replay() {
     let python = python_with_grpc();
     let server = Server::start(&[]);
-    let trace = common::repo().join("tests/data/generated-seed11.jsonl");
+    let trace = common::paths::repo().join("tests/data/generated-seed11.jsonl");
     let output = Command::new(python)
-        .arg(common::repo().join("examples/python/stream_trace.py"))
+        .arg(common::paths::repo().join("examples/python/stream_trace.py"))
         .arg(&trace)
         .args(["--target", &format!("127.0.0.1:{}", server.ingest)])
         .output()
@@ -86,9 +99,9 @@ fn split_by_engine(trace: &Path, dir: &Path) -> Vec<std::path::PathBuf> {
 
 #[test]
 fn concurrent_streams_from_several_engines() {
-    let dir = common::tempdir("ingest");
+    let dir = common::paths::tempdir("ingest");
     let trace = dir.join("fleet.jsonl");
-    let (code, _, stderr) = common::run(&[
+    let (code, _, stderr) = common::process::run(&[
         "simulate",
         "--engines",
         "3",
@@ -110,7 +123,7 @@ fn concurrent_streams_from_several_engines() {
     let clients: Vec<Child> = parts
         .iter()
         .map(|part| {
-            Command::new(common::binary())
+            Command::new(common::process::binary())
                 .args([
                     "replay",
                     part.to_str().unwrap(),
@@ -141,13 +154,13 @@ fn concurrent_streams_from_several_engines() {
 #[test]
 fn inflight_limit_and_ttl_terminate_requests_as_abort() {
     let server = Server::start(&["--max-inflight-requests", "3", "--request-ttl", "1"]);
-    let dir = common::tempdir("evict");
+    let dir = common::paths::tempdir("evict");
     let trace = dir.join("starts.jsonl");
     let starts: String = (1..=5)
         .map(|i| format!("{{\"type\":\"request\",\"request_id\":\"r{i}\",\"model_name\":\"m\",\"engine\":0,\"arrival_time\":100.0,\"prompt_len\":4}}\n"))
         .collect();
     std::fs::write(&trace, starts).unwrap();
-    let (code, _, stderr) = common::replay_to(&trace, &server.target(), &[]);
+    let (code, _, stderr) = common::process::replay_to(&trace, &server.target(), &[]);
     assert_eq!(code, 0, "{stderr}");
     let evicted = |reason: &str| {
         server.sample(&format!(
@@ -161,7 +174,7 @@ fn inflight_limit_and_ttl_terminate_requests_as_abort() {
         Some(2.0),
         "the two oldest went at once"
     );
-    common::wait_for(10, "the idle requests to expire", || {
+    common::process::wait_for(10, "the idle requests to expire", || {
         (evicted("ttl") == Some(3.0)).then_some(())
     });
     assert_eq!(server.sample(aborted), Some(5.0));
@@ -177,7 +190,7 @@ fn malformed_records_and_garbage_frames_leave_the_server_serving() {
     let python = python_with_grpc();
     let server = Server::start(&[]);
     let output = Command::new(python)
-        .arg(common::repo().join("tests/helpers/grpc_misfits.py"))
+        .arg(common::paths::repo().join("tests/helpers/grpc_misfits.py"))
         .arg(format!("127.0.0.1:{}", server.ingest))
         .output()
         .unwrap();
@@ -275,8 +288,8 @@ mod needs_collector {
                 );
             },
         );
-        let trace = common::repo().join("tests/data/generated-seed12.jsonl");
-        let (code, _, stderr) = common::replay_to(&trace, &server.target(), &[]);
+        let trace = common::paths::repo().join("tests/data/generated-seed12.jsonl");
+        let (code, _, stderr) = common::process::replay_to(&trace, &server.target(), &[]);
         assert_eq!(code, 0, "{stderr}");
         let expected = replayed(&trace);
         assert_eq!(server.vllm_samples(), expected);
@@ -288,7 +301,7 @@ mod needs_collector {
             .unwrap();
         assert_eq!(status.code(), Some(0), "{stderr}");
         assert!(stderr.contains("received SIGTERM"), "{stderr}");
-        let expected = common::normalized_samples(
+        let expected = common::exposition::normalized_samples(
             &expected
                 .iter()
                 .map(|(k, v)| format!("{k} {v}\n"))
@@ -296,7 +309,7 @@ mod needs_collector {
             &[],
         );
         let mut last = BTreeMap::new();
-        let arrived = common::wait_for_optional(15, || {
+        let arrived = common::process::wait_for_optional(15, || {
             last = collector.samples_of("serve-sigterm");
             (last == expected).then_some(())
         });

@@ -6,7 +6,17 @@
 //! kept out of stderr, and a stream cut at the drain deadline answered with
 //! its summary. Listener bounds and TLS are in `tests/listeners.rs`.
 
-mod common;
+/// The helpers of `tests/common/` this file uses.
+pub mod common {
+    pub mod collector;
+    pub mod environments;
+    pub mod exposition;
+    pub mod http;
+    pub mod jaeger;
+    pub mod paths;
+    pub mod process;
+    pub mod serve;
+}
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -17,32 +27,14 @@ use common::collector::Collector;
 use common::serve::Server;
 
 fn data(name: &str) -> std::path::PathBuf {
-    common::repo().join("tests/data").join(name)
-}
-
-/// `replay FILE --metrics-addr none` plus `extra` (`--output prometheus`
-/// unless `extra` names another).
-fn replay(file: &std::path::Path, extra: &[&str]) -> std::process::Output {
-    let output = if extra.contains(&"--output") {
-        &[][..]
-    } else {
-        &["--output", "prometheus"][..]
-    };
-    Command::new(common::binary())
-        .args(["replay", "--metrics-addr", "none"])
-        .args(output)
-        .arg(file)
-        .args(extra)
-        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-        .output()
-        .unwrap()
+    common::paths::repo().join("tests/data").join(name)
 }
 
 /// Timestamps that go backwards within a request are refused with their
 /// position, never a negative sum; the exposition then parses as OpenMetrics.
 #[test]
 fn backwards_timestamps_are_invalid_never_a_negative_sum() {
-    let dir = common::tempdir("backwards");
+    let dir = common::paths::tempdir("backwards");
     let trace = dir.join("t.jsonl");
     std::fs::write(
         &trace,
@@ -57,13 +49,12 @@ fn backwards_timestamps_are_invalid_never_a_negative_sum() {
         .join("\n"),
     )
     .unwrap();
-    let output = replay(&trace, &["--output", "openmetrics"]);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    let (code, text, stderr) =
+        common::process::replay_with_env(&trace, &["--output", "openmetrics"], &[]);
+    assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("t.jsonl:4: invalid output record: timestamp 7 is earlier than the request's previous output at 12"), "{stderr}");
     assert!(stderr.contains("t.jsonl:5: invalid output record: received_at 99 is earlier than the request's arrival_time 100"), "{stderr}");
-    let text = String::from_utf8(output.stdout).unwrap();
-    let samples = common::samples(&text.replace("# EOF\n", ""));
+    let samples = common::exposition::samples(&text.replace("# EOF\n", ""));
     let key = |k: &str| {
         samples[&format!("vllm:inter_token_latency_seconds_{k}{{model_name=\"m\",engine=\"0\"}}")]
     };
@@ -73,8 +64,8 @@ fn backwards_timestamps_are_invalid_never_a_negative_sum() {
         samples["vllm_otel_metrics_rejected_inputs_total{reason=\"invalid_record\"}"],
         2.0
     );
-    let mut parser = Command::new(common::python_with_prometheus_client())
-        .arg(common::repo().join("tests/helpers/parse_exposition.py"))
+    let mut parser = Command::new(common::environments::python_with_prometheus_client())
+        .arg(common::paths::repo().join("tests/helpers/parse_exposition.py"))
         .arg("openmetrics")
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
@@ -99,19 +90,13 @@ fn backwards_timestamps_are_invalid_never_a_negative_sum() {
 /// `--max-line-bytes` is, located, and the lines around it still apply.
 #[test]
 fn a_bom_is_accepted_and_an_overlong_line_is_refused_alone() {
-    let dir = common::tempdir("bom");
+    let dir = common::paths::tempdir("bom");
     let trace = dir.join("t.jsonl");
     let start = r#"{"type":"request","request_id":"r","model_name":"m","engine":0,"arrival_time":1.0,"prompt_len":4}"#;
     let end = r#"{"type":"abort","request_id":"r","received_at":2.0}"#;
     std::fs::write(&trace, format!("\u{feff}{start}\n{end}\n")).unwrap();
-    let output = replay(&trace, &[]);
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let with_bom = String::from_utf8(output.stdout).unwrap();
+    let (code, with_bom, stderr) = common::process::replay(&trace);
+    assert_eq!(code, 0, "{stderr}");
     assert!(with_bom.contains(
         "vllm:request_success_total{model_name=\"m\",engine=\"0\",finished_reason=\"abort\"} 1\n"
     ));
@@ -121,15 +106,15 @@ fn a_bom_is_accepted_and_an_overlong_line_is_refused_alone() {
         "x".repeat(5000)
     );
     std::fs::write(&trace, format!("{start}\n{long}\n{end}\n")).unwrap();
-    let output = replay(&trace, &["--max-line-bytes", "1000"]);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    let (code, capped, stderr) =
+        common::process::replay_with(&trace, &["--max-line-bytes", "1000"]);
+    assert_eq!(code, 2, "{stderr}");
     assert!(
         stderr.contains("t.jsonl:2: line is 5051 bytes, more than the limit of 1000"),
         "{stderr}"
     );
     assert_eq!(
-        String::from_utf8(output.stdout).unwrap(),
+        capped,
         with_bom.replace(
             "vllm_otel_metrics_rejected_inputs_total{reason=\"invalid_record\"} 0\n",
             "vllm_otel_metrics_rejected_inputs_total{reason=\"invalid_record\"} 1\n",
@@ -142,7 +127,7 @@ fn a_bom_is_accepted_and_an_overlong_line_is_refused_alone() {
 /// lines), not 1 with "Broken pipe".
 #[test]
 fn a_closed_stdout_keeps_the_documented_exit_status() {
-    let mut child = Command::new(common::binary())
+    let mut child = Command::new(common::process::binary())
         .args(["replay", "--output", "prometheus", "--metrics-addr", "none"])
         .arg(data("generated-seed11.jsonl"))
         .stdout(Stdio::piped())
@@ -164,8 +149,8 @@ fn a_closed_stdout_keeps_the_documented_exit_status() {
 /// what was applied (the whole trace here), then exits 143.
 #[test]
 fn sigterm_during_replay_prints_what_was_applied() {
-    let port = common::free_port();
-    let mut child = Command::new(common::binary())
+    let port = common::http::free_port();
+    let mut child = Command::new(common::process::binary())
         .args(["replay", "-", "--output", "prometheus"])
         .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
         .stdin(Stdio::piped())
@@ -179,9 +164,10 @@ fn sigterm_during_replay_prints_what_was_applied() {
         .unwrap();
     stdin.flush().unwrap();
     let golden = std::fs::read_to_string(data("lifecycle.prom")).unwrap();
-    common::wait_for(20, "the trace to be applied", || {
-        let live = common::http_get(port, "/metrics")?;
-        (common::vllm_samples(&live) == common::vllm_samples(&golden)).then_some(())
+    common::process::wait_for(20, "the trace to be applied", || {
+        let live = common::http::http_get(port, "/metrics")?;
+        (common::exposition::vllm_samples(&live) == common::exposition::vllm_samples(&golden))
+            .then_some(())
     });
     assert!(Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
@@ -205,7 +191,7 @@ fn sigterm_during_replay_prints_what_was_applied() {
 fn a_taken_metrics_port_is_a_start_up_error() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap();
-    let (status, _, stderr) = common::run(&[
+    let (status, _, stderr) = common::process::run(&[
         "replay",
         data("lifecycle.jsonl").to_str().unwrap(),
         "--metrics-addr",
@@ -229,19 +215,9 @@ fn a_taken_metrics_port_is_a_start_up_error() {
 #[test]
 fn secrets_never_reach_stderr() {
     let trace = data("lifecycle.jsonl");
-    let trace = trace.to_str().unwrap();
     let run = |args: &[&str], env: &[(&str, &str)]| {
-        let output = Command::new(common::binary())
-            .args(["replay", trace, "--metrics-addr", "none"])
-            .args(args)
-            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-            .envs(env.iter().copied())
-            .output()
-            .unwrap();
-        (
-            output.status.code(),
-            String::from_utf8_lossy(&output.stderr).into_owned(),
-        )
+        let (code, _, stderr) = common::process::replay_with_env(&trace, args, env);
+        (code, stderr)
     };
     let (code, stderr) = run(
         &[
@@ -252,7 +228,7 @@ fn secrets_never_reach_stderr() {
         ],
         &[],
     );
-    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(code, 1, "{stderr}");
     assert!(
         stderr.contains("--otlp-header #1: not one KEY=VALUE header (the value is not shown)"),
         "{stderr}"
@@ -263,7 +239,7 @@ fn secrets_never_reach_stderr() {
         &["--otlp-endpoint", "http://user:SECRET-B@127.0.0.1:1"],
         &[],
     );
-    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(code, 1, "{stderr}");
     assert!(
         stderr.contains("--otlp-endpoint http://***@127.0.0.1:1/v1/metrics carries credentials"),
         "{stderr}"
@@ -277,7 +253,7 @@ fn secrets_never_reach_stderr() {
             "http://user:SECRET-C@127.0.0.1:1",
         )],
     );
-    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(code, 1, "{stderr}");
     assert!(
         stderr.contains("OTEL_EXPORTER_OTLP_ENDPOINT http://***@127.0.0.1:1 carries credentials"),
         "{stderr}"
@@ -285,7 +261,7 @@ fn secrets_never_reach_stderr() {
     assert!(!stderr.contains("SECRET-C"), "{stderr}");
 
     let (code, stderr) = run(&["--target", "http://user:SECRET-E@127.0.0.1:1"], &[]);
-    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(code, 1, "{stderr}");
     assert!(!stderr.contains("SECRET-E"), "{stderr}");
 
     for protocol in ["grpc", "http/protobuf"] {
@@ -302,7 +278,7 @@ fn secrets_never_reach_stderr() {
             ],
             &[("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=SECRET-F")],
         );
-        assert_eq!(code, Some(3), "{protocol}: {stderr}");
+        assert_eq!(code, 3, "{protocol}: {stderr}");
         assert!(
             stderr.contains("error: final OTLP export to http://127.0.0.1:1"),
             "{stderr}"
@@ -353,8 +329,8 @@ fn a_stream_cut_at_the_drain_deadline_gets_its_summary() {
             .block_on(sender.send(record_to_proto(&start)))
             .unwrap();
     }
-    common::wait_for(10, "the five starts to be applied", || {
-        let text = common::http_get(server.metrics, "/metrics")?;
+    common::process::wait_for(10, "the five starts to be applied", || {
+        let text = common::http::http_get(server.metrics, "/metrics")?;
         text.contains("vllm:request_num_preemptions_count{model_name=\"m\",engine=\"0\"} 0\n")
             .then_some(())
     });
@@ -406,31 +382,24 @@ mod needs_collector {
             r#"{{"type":"request","request_id":"long","model_name":"{long}","engine":0,"arrival_time":1.0,"prompt_len":4}}"#
         ),
     );
-        let dir = common::tempdir("long-label");
+        let dir = common::paths::tempdir("long-label");
         let poisoned = dir.join("poisoned.jsonl");
         std::fs::write(&poisoned, lines.join("\n") + "\n").unwrap();
 
         let collector = Collector::start();
-        let output = Command::new(common::binary())
-            .args(["replay", "--output", "prometheus", "--metrics-addr", "none"])
-            .args([
+        let (code, exposition, stderr) = common::process::replay_with_env(
+            &poisoned,
+            &[
+                "--output",
+                "prometheus",
                 "--otlp-endpoint",
                 &collector.endpoint("grpc"),
                 "--otlp-protocol",
                 "grpc",
-            ])
-            .env("OTEL_RESOURCE_ATTRIBUTES", "service.instance.id=long-label")
-            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-            .arg(&poisoned)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(
-            output.status.code(),
-            Some(2),
-            "{}",
-            &stderr[..stderr.len().min(2000)]
+            ],
+            &[("OTEL_RESOURCE_ATTRIBUTES", "service.instance.id=long-label")],
         );
+        assert_eq!(code, 2, "{}", &stderr[..stderr.len().min(2000)]);
         assert!(
         stderr.contains(&format!(
             "poisoned.jsonl:2: invalid request record: model_name is {} bytes, more than the limit of 256 ('{}… ({} bytes)')",
@@ -446,17 +415,16 @@ mod needs_collector {
             !stderr.contains("OTLP export"),
             "no export failed: {stderr}"
         );
-        let exposition = String::from_utf8(output.stdout).unwrap();
-        let (_, clean_exposition, _) = common::replay(&data("lifecycle.jsonl"));
+        let (_, clean_exposition, _) = common::process::replay(&data("lifecycle.jsonl"));
         assert_eq!(
-            common::vllm_samples(&exposition),
-            common::vllm_samples(&clean_exposition)
+            common::exposition::vllm_samples(&exposition),
+            common::exposition::vllm_samples(&clean_exposition)
         );
         assert!(
             exposition.len() < clean_exposition.len() + 100,
             "scrape size unchanged"
         );
-        let expected = common::normalized_samples(
+        let expected = common::exposition::normalized_samples(
             &exposition
                 .lines()
                 .filter(|l| l.starts_with("vllm:"))
@@ -465,7 +433,7 @@ mod needs_collector {
             &[],
         );
         let mut last = BTreeMap::new();
-        let arrived = common::wait_for_optional(15, || {
+        let arrived = common::process::wait_for_optional(15, || {
             last = collector.samples_of("long-label");
             (last == expected).then_some(())
         });

@@ -1,7 +1,12 @@
 //! The `/metrics` endpoint: content negotiation, 404/405, and both formats
 //! parsed by Python's `prometheus_client` with the same samples.
 
-mod common;
+/// The helpers of `tests/common/` this file uses.
+pub mod common {
+    pub mod environments;
+    pub mod paths;
+    pub mod process;
+}
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -42,10 +47,10 @@ fn get(
 }
 
 fn python_samples(format: &str, exposition: &str) -> Vec<String> {
-    let python = common::python_with_prometheus_client();
-    let output = common::run_with_stdin(
+    let python = common::environments::python_with_prometheus_client();
+    let output = common::process::run_with_stdin(
         Command::new(python)
-            .arg(common::repo().join("tests/helpers/parse_exposition.py"))
+            .arg(common::paths::repo().join("tests/helpers/parse_exposition.py"))
             .arg(format),
         exposition,
     );

@@ -7,7 +7,15 @@
 
 #![cfg(unix)]
 
-mod common;
+/// The helpers of `tests/common/` this file uses.
+pub mod common {
+    pub mod environments;
+    pub mod exposition;
+    pub mod http;
+    pub mod paths;
+    pub mod process;
+    pub mod serve;
+}
 
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -37,12 +45,12 @@ fn aborted(id: &str) -> Vec<pb::Record> {
 
 fn serve_on(socket: &Path) -> Server {
     let server = Server::start(&["--ingest-socket", socket.to_str().unwrap()]);
-    common::wait_for(20, "the ingest socket", || UnixStream::connect(socket).ok());
+    common::process::wait_for(20, "the ingest socket", || UnixStream::connect(socket).ok());
     server
 }
 
 fn wait_for_sample(server: &Server, key: &str, value: f64) {
-    common::wait_for(20, &format!("{key} = {value}"), || {
+    common::process::wait_for(20, &format!("{key} = {value}"), || {
         (server.sample(key) == Some(value)).then_some(())
     });
 }
@@ -55,7 +63,7 @@ fn message(body: &[u8]) -> Vec<u8> {
 
 #[test]
 fn a_message_that_does_not_decode_is_counted_and_the_next_applied() {
-    let dir = common::tempdir("ingest-socket-garbage");
+    let dir = common::paths::tempdir("ingest-socket-garbage");
     let socket = dir.join("ingest.sock");
     let server = serve_on(&socket);
     let mode = std::fs::metadata(&socket).unwrap().permissions().mode();
@@ -84,7 +92,7 @@ fn a_message_that_does_not_decode_is_counted_and_the_next_applied() {
 
 #[test]
 fn a_length_above_the_bound_is_counted_and_ends_the_connection() {
-    let dir = common::tempdir("ingest-socket-long");
+    let dir = common::paths::tempdir("ingest-socket-long");
     let socket = dir.join("ingest.sock");
     let server = Server::start(&[
         "--ingest-socket",
@@ -113,7 +121,7 @@ fn a_length_above_the_bound_is_counted_and_ends_the_connection() {
 
 #[test]
 fn the_socket_file_is_replaced_when_stale_refused_when_not_a_socket_and_removed_at_exit() {
-    let dir = common::tempdir("ingest-socket-file");
+    let dir = common::paths::tempdir("ingest-socket-file");
     let socket = dir.join("ingest.sock");
     // A socket nobody listens on any more (its listener dropped).
     drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
@@ -148,7 +156,7 @@ fn the_socket_file_is_replaced_when_stale_refused_when_not_a_socket_and_removed_
 
 /// The error output of a `serve --ingest-socket path` that must not start.
 fn refused(path: &Path) -> String {
-    let output = Command::new(common::binary())
+    let output = Command::new(common::process::binary())
         .args(["serve", "--ingest-addr", "127.0.0.1:0"])
         .args(["--metrics-addr", "none", "--ingest-socket"])
         .arg(path)
@@ -173,7 +181,7 @@ fn nix_is_root() -> bool {
 /// next sidecar.
 #[test]
 fn at_shutdown_an_open_connection_is_told_how_many_messages_were_read() {
-    let dir = common::tempdir("ingest-socket-answer");
+    let dir = common::paths::tempdir("ingest-socket-answer");
     let socket = dir.join("ingest.sock");
     let mut server = Server::start(&[
         "--ingest-socket",
@@ -209,14 +217,14 @@ mod needs_root {
     /// world-writable here), is not read: the sidecar checks the peer's uid.
     #[test]
     fn another_users_process_is_not_read() {
-        common::needs("root");
+        common::environments::needs("root");
         if !nix_is_root() {
             panic!(
                 "this test needs root, to run a client as another user; run the test command as \
              root, as CI does"
             );
         }
-        let dir = common::tempdir("ingest-socket-peer");
+        let dir = common::paths::tempdir("ingest-socket-peer");
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
         let socket = dir.join("ingest.sock");
         let server = serve_on(&socket);
@@ -269,7 +277,7 @@ mod needs_root {
 #[test]
 fn a_live_socket_with_a_full_backlog_is_not_taken_for_stale() {
     use vllm_otel_metrics::sources::ingest::socket::IngestSocket;
-    let dir = common::tempdir("ingest-socket-backlog");
+    let dir = common::paths::tempdir("ingest-socket-backlog");
     let path = dir.join("ingest.sock");
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -327,7 +335,7 @@ fn a_live_socket_with_a_full_backlog_is_not_taken_for_stale() {
 #[test]
 fn a_link_at_the_path_is_not_followed_and_nothing_temporary_is_left() {
     use vllm_otel_metrics::sources::ingest::socket::IngestSocket;
-    let dir = common::tempdir("ingest-socket-link");
+    let dir = common::paths::tempdir("ingest-socket-link");
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

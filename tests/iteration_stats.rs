@@ -6,7 +6,14 @@
 //! finished requests' `llm_request` spans; the start-up series of a label
 //! set's first record.
 
-mod common;
+/// The helpers of `tests/common/` this file uses.
+pub mod common {
+    pub mod exposition;
+    pub mod http;
+    pub mod paths;
+    pub mod process;
+    pub mod serve;
+}
 
 use std::collections::BTreeMap;
 
@@ -30,7 +37,7 @@ const M0: &str = r#"model_name="m",engine="0""#;
 /// Every sample of family `name` in an exposition (`name`, `name_total`,
 /// `name_bucket`, `name_sum`, `name_count`).
 fn family(exposition: &str, name: &str) -> BTreeMap<String, f64> {
-    common::samples(exposition)
+    common::exposition::samples(exposition)
         .into_iter()
         .filter(|(key, _)| {
             let metric = key.split('{').next().unwrap();
@@ -125,7 +132,7 @@ fn expected() -> Vec<(&'static str, BTreeMap<String, f64>)> {
             "vllm:iteration_tokens_total",
             histogram(
                 "vllm:iteration_tokens_total",
-                &common::catalog_bounds("vllm:iteration_tokens_total"),
+                &common::exposition::catalog_bounds("vllm:iteration_tokens_total"),
                 &[112.0, 0.0],
             ),
         ),
@@ -149,7 +156,7 @@ fn expected() -> Vec<(&'static str, BTreeMap<String, f64>)> {
             "vllm:request_params_n",
             histogram(
                 "vllm:request_params_n",
-                &common::catalog_bounds("vllm:request_params_n"),
+                &common::exposition::catalog_bounds("vllm:request_params_n"),
                 &[1.0],
             ),
         ),
@@ -173,7 +180,7 @@ fn expected() -> Vec<(&'static str, BTreeMap<String, f64>)> {
             "vllm:time_to_first_token_seconds",
             histogram(
                 "vllm:time_to_first_token_seconds",
-                &common::catalog_bounds("vllm:time_to_first_token_seconds"),
+                &common::exposition::catalog_bounds("vllm:time_to_first_token_seconds"),
                 &[0.25],
             ),
         ),
@@ -181,7 +188,7 @@ fn expected() -> Vec<(&'static str, BTreeMap<String, f64>)> {
             "vllm:inter_token_latency_seconds",
             histogram(
                 "vllm:inter_token_latency_seconds",
-                &common::catalog_bounds("vllm:inter_token_latency_seconds"),
+                &common::exposition::catalog_bounds("vllm:inter_token_latency_seconds"),
                 &[0.02, 0.03, 0.05],
             ),
         ),
@@ -189,7 +196,7 @@ fn expected() -> Vec<(&'static str, BTreeMap<String, f64>)> {
             "vllm:e2e_request_latency_seconds",
             histogram(
                 "vllm:e2e_request_latency_seconds",
-                &common::catalog_bounds("vllm:e2e_request_latency_seconds"),
+                &common::exposition::catalog_bounds("vllm:e2e_request_latency_seconds"),
                 &[1.5, 0.5],
             ),
         ),
@@ -197,7 +204,7 @@ fn expected() -> Vec<(&'static str, BTreeMap<String, f64>)> {
             "vllm:request_queue_time_seconds",
             histogram(
                 "vllm:request_queue_time_seconds",
-                &common::catalog_bounds("vllm:e2e_request_latency_seconds"),
+                &common::exposition::catalog_bounds("vllm:e2e_request_latency_seconds"),
                 &[0.1, 0.0],
             ),
         ),
@@ -205,7 +212,7 @@ fn expected() -> Vec<(&'static str, BTreeMap<String, f64>)> {
             "vllm:request_prefill_time_seconds",
             histogram(
                 "vllm:request_prefill_time_seconds",
-                &common::catalog_bounds("vllm:e2e_request_latency_seconds"),
+                &common::exposition::catalog_bounds("vllm:e2e_request_latency_seconds"),
                 &[0.2, 0.0],
             ),
         ),
@@ -213,7 +220,7 @@ fn expected() -> Vec<(&'static str, BTreeMap<String, f64>)> {
             "vllm:request_inference_time_seconds",
             histogram(
                 "vllm:request_inference_time_seconds",
-                &common::catalog_bounds("vllm:e2e_request_latency_seconds"),
+                &common::exposition::catalog_bounds("vllm:e2e_request_latency_seconds"),
                 &[1.3, 0.0],
             ),
         ),
@@ -221,7 +228,7 @@ fn expected() -> Vec<(&'static str, BTreeMap<String, f64>)> {
             "vllm:request_decode_time_seconds",
             histogram(
                 "vllm:request_decode_time_seconds",
-                &common::catalog_bounds("vllm:e2e_request_latency_seconds"),
+                &common::exposition::catalog_bounds("vllm:e2e_request_latency_seconds"),
                 &[1.1, 0.0],
             ),
         ),
@@ -229,7 +236,7 @@ fn expected() -> Vec<(&'static str, BTreeMap<String, f64>)> {
             "vllm:request_time_per_output_token_seconds",
             histogram(
                 "vllm:request_time_per_output_token_seconds",
-                &common::catalog_bounds("vllm:inter_token_latency_seconds"),
+                &common::exposition::catalog_bounds("vllm:inter_token_latency_seconds"),
                 &[0.04, 0.0],
             ),
         ),
@@ -252,7 +259,7 @@ fn assert_expected_families(exposition: &str) {
 }
 
 fn write_trace(tag: &str, text: &str) -> (std::path::PathBuf, std::path::PathBuf) {
-    let dir = common::tempdir(tag);
+    let dir = common::paths::tempdir(tag);
     let path = dir.join("plugin.jsonl");
     std::fs::write(&path, text).unwrap();
     (dir, path)
@@ -261,7 +268,7 @@ fn write_trace(tag: &str, text: &str) -> (std::path::PathBuf, std::path::PathBuf
 #[test]
 fn replay_applies_the_python_logger_rules() {
     let (dir, trace) = write_trace("iteration", TRACE);
-    let (code, stdout, stderr) = common::replay(&trace);
+    let (code, stdout, stderr) = common::process::replay(&trace);
     assert_eq!((code, stderr.as_str()), (0, ""));
     assert_expected_families(&stdout);
     // Nothing of the engine tier: the plugin's records are per-request ones.
@@ -326,7 +333,7 @@ fn grpc_ingest_applies_the_same_rules_and_names_bad_records() {
             outputs_applied: 0,
         }
     );
-    let exposition = common::http_get(server.metrics, "/metrics").unwrap();
+    let exposition = common::http::http_get(server.metrics, "/metrics").unwrap();
     // The trace's own label set is recorded exactly as by replay.
     let of_m: Vec<&str> = exposition
         .lines()
@@ -334,7 +341,7 @@ fn grpc_ingest_applies_the_same_rules_and_names_bad_records() {
         .collect();
     assert_expected_families(&of_m.join("\n"));
     let other = r#"{model_name="other",engine="0"}"#;
-    let samples = common::samples(&exposition);
+    let samples = common::exposition::samples(&exposition);
     assert_eq!(
         (
             samples[&format!("vllm:generation_tokens_total{other}")],
@@ -373,7 +380,7 @@ fn invalid_plugin_records_are_located_and_change_nothing() {
     ];
     let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
     let (dir, trace) = write_trace("iteration-invalid", &text);
-    let (code, stdout, stderr) = common::replay(&trace);
+    let (code, stdout, stderr) = common::process::replay(&trace);
     let file = trace.to_str().unwrap();
     let expected_stderr = [
         "2: invalid JSON: number out of range (column 119)",
@@ -398,7 +405,7 @@ fn invalid_plugin_records_are_located_and_change_nothing() {
         family(&stdout, "vllm:iteration_tokens_total"),
         histogram(
             "vllm:iteration_tokens_total",
-            &common::catalog_bounds("vllm:iteration_tokens_total"),
+            &common::exposition::catalog_bounds("vllm:iteration_tokens_total"),
             &[3.0]
         )
     );
@@ -438,8 +445,10 @@ fn token_buckets_python_stop_at_the_last_1_2_5_value() {
     let record = r#"{"type":"iteration_stats","model_name":"m","engine":0,"n_params_iter":[2],"finished_requests":[{"request_id":"r","finish_reason":"stop","num_prompt_tokens":60,"num_generation_tokens":50}]}"#;
     let (dir, trace) = write_trace("token-buckets", &format!("{record}\n"));
     let replay = |style: &str| {
-        let (code, stdout, stderr) =
-            common::replay_with(&trace, &["--max-model-len", "60", "--token-buckets", style]);
+        let (code, stdout, stderr) = common::process::replay_with(
+            &trace,
+            &["--max-model-len", "60", "--token-buckets", style],
+        );
         assert_eq!((code, stderr.as_str()), (0, ""), "{style}");
         stdout
     };
@@ -464,7 +473,7 @@ fn token_buckets_python_stop_at_the_last_1_2_5_value() {
             family(exposition, "vllm:request_params_n"),
             histogram(
                 "vllm:request_params_n",
-                &common::catalog_bounds("vllm:request_params_n"),
+                &common::exposition::catalog_bounds("vllm:request_params_n"),
                 &[2.0]
             )
         );
@@ -480,7 +489,7 @@ fn token_buckets_python_stop_at_the_last_1_2_5_value() {
             [&format!(r#"vllm:request_prompt_tokens_bucket{{{M0},le="60.0"}}"#)],
         1.0
     );
-    let (code, _, stderr) = common::run(&["replay", "-", "--token-buckets", "go"]);
+    let (code, _, stderr) = common::process::run(&["replay", "-", "--token-buckets", "go"]);
     assert_eq!(code, 2, "{stderr}");
     std::fs::remove_dir_all(dir).ok();
 }
@@ -540,7 +549,7 @@ fn the_first_record_of_a_label_set_creates_its_series() {
         family(&exposition, "vllm:iteration_tokens_total"),
         histogram(
             "vllm:iteration_tokens_total",
-            &common::catalog_bounds("vllm:iteration_tokens_total"),
+            &common::exposition::catalog_bounds("vllm:iteration_tokens_total"),
             &[0.0]
         )
     );
@@ -550,11 +559,11 @@ fn the_first_record_of_a_label_set_creates_its_series() {
         ("vllm:request_num_preemptions", PREEMPTION_BUCKETS.to_vec()),
         (
             "vllm:time_to_first_token_seconds",
-            common::catalog_bounds("vllm:time_to_first_token_seconds"),
+            common::exposition::catalog_bounds("vllm:time_to_first_token_seconds"),
         ),
         (
             "vllm:request_decode_time_seconds",
-            common::catalog_bounds("vllm:e2e_request_latency_seconds"),
+            common::exposition::catalog_bounds("vllm:e2e_request_latency_seconds"),
         ),
     ] {
         assert_eq!(
@@ -697,7 +706,7 @@ fn a_different_max_model_len_is_warned_about_once_per_engine() {
     ];
     let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
     let (dir, trace) = write_trace("max-model-len", &text);
-    let (code, stdout, stderr) = common::replay(&trace);
+    let (code, stdout, stderr) = common::process::replay(&trace);
     let warning = |engine: u32, len: u32| {
         format!(" WARN engine {engine} of model 'm' has max_model_len {len}, but the token histograms' buckets are built for max_model_len 131072; configure max_model_len {len} (the command line's --max-model-len) for vLLM's buckets\n")
     };
@@ -714,7 +723,7 @@ fn a_different_max_model_len_is_warned_about_once_per_engine() {
         .map(|l| format!("{l}\n"))
         .collect();
     let (dir_without, trace_without) = write_trace("max-model-len", &without);
-    let (code, stdout_without, stderr) = common::replay(&trace_without);
+    let (code, stdout_without, stderr) = common::process::replay(&trace_without);
     assert_eq!((code, stderr.as_str()), (0, ""));
     assert_eq!(stdout, stdout_without);
     std::fs::remove_dir_all(dir).ok();

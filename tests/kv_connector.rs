@@ -3,7 +3,12 @@
 //! back through the Prometheus bridge sample by sample; invalid stats are
 //! refused whole and located; the gRPC form carries the same content.
 
-mod common;
+/// The helpers of `tests/common/` this file uses.
+pub mod common {
+    pub mod exposition;
+    pub mod paths;
+    pub mod process;
+}
 
 use std::collections::BTreeMap;
 
@@ -27,7 +32,7 @@ fn connector_samples(lines: &[String]) -> BTreeMap<String, f64> {
         let record: Record = serde_json::from_str(line).unwrap();
         assert_eq!(tracker.apply(&record), vec![], "{line}");
     }
-    common::samples(&bridge.encode(Format::Text))
+    common::exposition::samples(&bridge.encode(Format::Text))
         .into_iter()
         .filter(|(k, _)| {
             ["vllm:nixl_", "vllm:kv_offload_", "vllm:simple_kv_offload_"]
@@ -183,10 +188,10 @@ fn invalid_connector_stats_are_located_and_change_nothing() {
         stats_line(r#"{"lmcache":{}}"#),
         stats_line(r#"{"nixl":{"transfer_duration":[0.2]}}"#),
     ];
-    let dir = common::tempdir("kv-connector");
+    let dir = common::paths::tempdir("kv-connector");
     let trace = dir.join("trace.jsonl");
     std::fs::write(&trace, lines.join("\n") + "\n").unwrap();
-    let (code, stdout, stderr) = common::replay(&trace);
+    let (code, stdout, stderr) = common::process::replay(&trace);
     let file = trace.to_str().unwrap();
     let expected_stderr = [
         "2: invalid scheduler_stats record: kv_connector_stats.offloading.cpu_cache_usage is not between 0 and 1 (1.5)",
@@ -200,7 +205,7 @@ fn invalid_connector_stats_are_located_and_change_nothing() {
     .chain([format!("{file}: 5 invalid line(s) skipped\n")])
     .collect::<String>();
     assert_eq!((code, stderr), (2, expected_stderr));
-    let samples = common::samples(&stdout);
+    let samples = common::exposition::samples(&stdout);
     let key = r#"vllm:nixl_xfer_time_seconds_count{model_name="m",engine="3"}"#;
     assert_eq!(samples[key], 2.0, "lines 1 and 7 applied");
     std::fs::remove_dir_all(dir).ok();

@@ -2,7 +2,16 @@
 //! survive: scrapers that never read, idle connections under a low file
 //! descriptor limit, TLS with client certificates, and bearer tokens.
 
-mod common;
+/// The helpers of `tests/common/` this file uses.
+pub mod common {
+    pub mod environments;
+    pub mod exposition;
+    pub mod http;
+    pub mod paths;
+    pub mod pki;
+    pub mod process;
+    pub mod serve;
+}
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -10,7 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::pki::make_pki;
-use common::Guard;
+use common::process::Guard;
 
 /// A `/proc/PID/status` field in MiB (`VmRSS`, `VmHWM`).
 fn status_mib(pid: u32, field: &str) -> f64 {
@@ -51,7 +60,7 @@ fn serving_replay(
     label_sets: usize,
     extra: &[&str],
 ) -> (Guard, std::process::ChildStdin) {
-    let mut child: Child = Command::new(common::binary())
+    let mut child: Child = Command::new(common::process::binary())
         .args(["replay", "-", "--output", "none"])
         .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
         .args(extra)
@@ -84,11 +93,11 @@ fn serving_replay(
 /// exposition raised RSS from 79 MB to 1.25 GB and were never closed.
 #[test]
 fn slow_scrapers_share_one_exposition_and_are_closed() {
-    let port = common::free_port();
+    let port = common::http::free_port();
     let (server, _stdin) = serving_replay(port, 1_000, &["--write-timeout", "3"]);
     let pid = server.0.id();
-    let exposition = common::wait_for(60, "1,000 label sets applied", || {
-        let text = common::http_get(port, "/metrics")?;
+    let exposition = common::process::wait_for(60, "1,000 label sets applied", || {
+        let text = common::http::http_get(port, "/metrics")?;
         text.contains("engine=\"49\"").then_some(text)
     });
     let size_mib = exposition.len() as f64 / (1 << 20) as f64;
@@ -113,7 +122,7 @@ fn slow_scrapers_share_one_exposition_and_are_closed() {
         "RSS {rss_before:.0} -> {rss_during:.0} MiB for a {size_mib:.1} MiB exposition"
     );
     // After the write timeout the server has closed them.
-    common::wait_for(20, "the slow scrapers to be closed", || {
+    common::process::wait_for(20, "the slow scrapers to be closed", || {
         (open_fds(pid) <= fds_before + 1).then_some(())
     });
     let peak = status_mib(pid, "VmHWM:");
@@ -121,7 +130,7 @@ fn slow_scrapers_share_one_exposition_and_are_closed() {
         "slow scrapers: exposition {size_mib:.1} MiB, RSS {rss_before:.1} -> {rss_during:.1} MiB with 20 hanging, peak {peak:.1} MiB"
     );
     // The server still answers.
-    assert!(common::http_get(port, "/metrics").is_some());
+    assert!(common::http::http_get(port, "/metrics").is_some());
     scrapers.clear();
 }
 
@@ -132,15 +141,15 @@ fn slow_scrapers_share_one_exposition_and_are_closed() {
 /// and stop answering both listeners until they closed.
 #[test]
 fn idle_connections_under_a_low_fd_limit_neither_spin_nor_block() {
-    let prlimit = common::require_tool(
+    let prlimit = common::environments::require_tool(
         "prlimit",
         "install util-linux (apt-get install -y util-linux)",
     );
-    let (ingest, metrics) = (common::free_port(), common::free_port());
+    let (ingest, metrics) = (common::http::free_port(), common::http::free_port());
     let server = Guard(
         Command::new(prlimit)
             .arg("--nofile=128:128")
-            .arg(common::binary())
+            .arg(common::process::binary())
             .args(["serve", "--ingest-addr", &format!("127.0.0.1:{ingest}")])
             .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
             .args(["--idle-timeout", "2", "--ingest-max-connections", "32"])
@@ -150,8 +159,8 @@ fn idle_connections_under_a_low_fd_limit_neither_spin_nor_block() {
             .unwrap(),
     );
     let pid = server.0.id();
-    common::wait_for(20, "serve's /metrics", || {
-        common::http_get(metrics, "/metrics")
+    common::process::wait_for(20, "serve's /metrics", || {
+        common::http::http_get(metrics, "/metrics")
     });
     let idle: Vec<TcpStream> = (0..300)
         .map(|_| TcpStream::connect(("127.0.0.1", ingest)).unwrap())
@@ -159,7 +168,7 @@ fn idle_connections_under_a_low_fd_limit_neither_spin_nor_block() {
     let cpu_before = cpu_seconds(pid);
     let started = Instant::now();
     std::thread::sleep(Duration::from_millis(500));
-    let answered = common::http_get(metrics, "/metrics");
+    let answered = common::http::http_get(metrics, "/metrics");
     assert!(
         answered.is_some(),
         "/metrics answers with 300 idle ingest connections"
@@ -169,8 +178,8 @@ fn idle_connections_under_a_low_fd_limit_neither_spin_nor_block() {
     let cpu = cpu_seconds(pid) - cpu_before;
     assert!(cpu < 1.0, "{cpu:.2} CPU seconds in 3 s: spinning");
     // The idle ones are closed batch by batch; a real stream gets through.
-    let (status, _, stderr) = common::replay_to(
-        &common::repo().join("tests/data/lifecycle.jsonl"),
+    let (status, _, stderr) = common::process::replay_to(
+        &common::paths::repo().join("tests/data/lifecycle.jsonl"),
         &format!("http://127.0.0.1:{ingest}"),
         &[],
     );
@@ -185,13 +194,13 @@ fn idle_connections_under_a_low_fd_limit_neither_spin_nor_block() {
 fn tls_and_tokens_on_ingest_and_metrics() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let pki = make_pki();
-    let dir = common::tempdir("tokens");
+    let dir = common::paths::tempdir("tokens");
     let token = dir.join("token");
     std::fs::write(&token, "s3cr3t-token\n").unwrap();
-    let (ingest, metrics) = (common::free_port(), common::free_port());
+    let (ingest, metrics) = (common::http::free_port(), common::http::free_port());
     let path = |p: &std::path::Path| p.to_str().unwrap().to_owned();
     let _server = Guard(
-        Command::new(common::binary())
+        Command::new(common::process::binary())
             .args(["serve", "--ingest-addr", &format!("127.0.0.1:{ingest}")])
             .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
             .args([
@@ -213,21 +222,21 @@ fn tls_and_tokens_on_ingest_and_metrics() {
         .build()
         .unwrap();
     let url = format!("https://127.0.0.1:{metrics}/metrics");
-    common::wait_for(20, "serve's TLS /metrics", || client.get(&url).send().ok());
+    common::process::wait_for(20, "serve's TLS /metrics", || client.get(&url).send().ok());
     let status =
         |request: reqwest::blocking::RequestBuilder| request.send().unwrap().status().as_u16();
     assert_eq!(status(client.get(&url)), 401);
     assert_eq!(status(client.get(&url).bearer_auth("wrong")), 401);
     assert_eq!(status(client.get(&url).bearer_auth("s3cr3t-token")), 200);
     assert!(
-        common::http_get(metrics, "/metrics").is_none(),
+        common::http::http_get(metrics, "/metrics").is_none(),
         "plain HTTP is not served on a TLS port"
     );
 
     let ca = path(&pki.ca);
     let replay_to = |extra: &[&str]| {
-        common::replay_to(
-            &common::repo().join("tests/data/lifecycle.jsonl"),
+        common::process::replay_to(
+            &common::paths::repo().join("tests/data/lifecycle.jsonl"),
             &format!("https://localhost:{ingest}"),
             &[&["--target-ca", ca.as_str()][..], extra].concat(),
         )
@@ -252,9 +261,9 @@ fn tls_and_tokens_on_ingest_and_metrics() {
     );
 
     // Mutual TLS on /metrics.
-    let port = common::free_port();
+    let port = common::http::free_port();
     let _mtls = Guard(
-        Command::new(common::binary())
+        Command::new(common::process::binary())
             .args([
                 "replay",
                 "-",
@@ -282,7 +291,7 @@ fn tls_and_tokens_on_ingest_and_metrics() {
         .build()
         .unwrap();
     let url = format!("https://127.0.0.1:{port}/metrics");
-    let text = common::wait_for(20, "the mutual-TLS /metrics", || {
+    let text = common::process::wait_for(20, "the mutual-TLS /metrics", || {
         with_certificate.get(&url).send().ok()?.text().ok()
     });
     assert!(
@@ -300,10 +309,11 @@ fn tls_and_tokens_on_ingest_and_metrics() {
 /// expose (vLLM's dashboards query `process_start_time_seconds`).
 #[test]
 fn metrics_serves_the_process_families() {
-    let port = common::free_port();
+    let port = common::http::free_port();
     let (server, _stdin) = serving_replay(port, 1, &[]);
-    let text = common::wait_for(20, "/metrics", || common::http_get(port, "/metrics"));
-    let samples = common::samples(&text);
+    let text =
+        common::process::wait_for(20, "/metrics", || common::http::http_get(port, "/metrics"));
+    let samples = common::exposition::samples(&text);
     let started = samples["process_start_time_seconds"];
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -361,10 +371,10 @@ fn listening_ports(pid: u32) -> Vec<u16> {
 /// `serve --ingest-addr INGEST` with `extra`, `/metrics` on a free port,
 /// not waited for (its start-up lines are read first).
 fn serve_on(ingest: &str, extra: &[&str]) -> common::serve::Server {
-    let metrics = common::free_port();
+    let metrics = common::http::free_port();
     common::serve::Server {
         process: Guard(
-            Command::new(common::binary())
+            Command::new(common::process::binary())
                 .args(["serve", "--ingest-addr", ingest])
                 .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
                 .args(extra)
@@ -382,8 +392,8 @@ fn serve_on(ingest: &str, extra: &[&str]) -> common::serve::Server {
 /// one that says it accepts ingest (or that it does not).
 fn start_up_lines(server: &mut common::serve::Server) -> Vec<String> {
     let stderr = server.process.0.stderr.take().unwrap();
-    let lines = common::lines_of(stderr);
-    common::wait_for(10, "serve's start-up lines", || {
+    let lines = common::process::lines_of(stderr);
+    common::process::wait_for(10, "serve's start-up lines", || {
         let lines = lines.lock().unwrap();
         lines
             .iter()
@@ -400,13 +410,13 @@ fn start_up_lines(server: &mut common::serve::Server) -> Vec<String> {
 /// listens), records over `--ingest-socket` applied, and no warning.
 #[test]
 fn ingest_addr_none_opens_no_tcp_listener() {
-    let dir = common::tempdir("ingest-addr-none");
+    let dir = common::paths::tempdir("ingest-addr-none");
     let socket = dir.join("ingest.sock");
     let mut server = serve_on("none", &["--ingest-socket", socket.to_str().unwrap()]);
     let metrics = server.metrics;
     let lines = start_up_lines(&mut server);
-    common::wait_for(20, "serve's /metrics", || {
-        common::http_get(metrics, "/metrics")
+    common::process::wait_for(20, "serve's /metrics", || {
+        common::http::http_get(metrics, "/metrics")
     });
     assert!(
         lines
@@ -429,7 +439,7 @@ fn ingest_addr_none_opens_no_tcp_listener() {
             })),
         }],
     );
-    common::wait_for(20, "the record sent over the socket", || {
+    common::process::wait_for(20, "the record sent over the socket", || {
         server
             .sample(r#"vllm_otel_metrics_rejected_inputs_total{reason="unknown_request"}"#)
             .filter(|n| *n == 1.0)
@@ -454,7 +464,7 @@ fn tcp_ingest_without_a_token_warns_once() {
             ports,
         )
     };
-    let port = common::free_port();
+    let port = common::http::free_port();
     let (loopback, ports) = warnings(&[], &format!("127.0.0.1:{port}"));
     assert!(ports.contains(&port), "{ports:?}");
     assert_eq!(loopback.len(), 1, "{loopback:?}");
@@ -468,7 +478,7 @@ fn tcp_ingest_without_a_token_warns_once() {
         assert!(warning.contains(expected), "{expected:?} in {warning}");
     }
 
-    let port = common::free_port();
+    let port = common::http::free_port();
     let (everywhere, _) = warnings(&[], &format!("0.0.0.0:{port}"));
     assert_eq!(everywhere.len(), 1, "{everywhere:?}");
     assert!(
@@ -478,11 +488,11 @@ fn tcp_ingest_without_a_token_warns_once() {
         "{everywhere:?}"
     );
 
-    let dir = common::tempdir("warn-token");
+    let dir = common::paths::tempdir("warn-token");
     let token = dir.join("token");
     std::fs::write(&token, "t0ken\n").unwrap();
     for flag in ["--ingest-auth-token-file", "--auth-token-file"] {
-        let port = common::free_port();
+        let port = common::http::free_port();
         let (with_token, _) = warnings(
             &[flag, token.to_str().unwrap()],
             &format!("127.0.0.1:{port}"),

@@ -43,7 +43,21 @@
 //! native-histogram dashboard (`otel-collector/grafana/native/`) returns
 //! finite data.
 
-mod common;
+/// The helpers of `tests/common/` this file uses.
+pub mod common {
+    pub mod collector;
+    pub mod dashboards;
+    pub mod environments;
+    pub mod exposition;
+    pub mod http;
+    pub mod jaeger;
+    pub mod paths;
+    pub mod process;
+    pub mod prometheus_server;
+    pub mod serve;
+    pub mod spans;
+    pub mod tier;
+}
 
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
@@ -51,10 +65,11 @@ use std::process::Command;
 use std::time::Instant;
 
 use common::collector::Collector;
+use common::process::Guard;
 use common::serve::Server;
 use common::spans::{number, KeptSpans};
 use common::tier::{start_agent, Gateway};
-use common::{dashboards, prometheus, Guard};
+use common::{dashboards, prometheus_server};
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use serde_json::Value;
 use vllm_otel_metrics::catalog;
@@ -177,8 +192,8 @@ fn exact_observations(trace: &Path) -> Exact {
     }
     let text = bridge.encode(Format::Text);
     for (family, values) in [(TTFT, &ttft), (E2E, &e2e)] {
-        let count = common::sum_of(&text, &format!("{family}_count"));
-        let sum = common::sum_of(&text, &format!("{family}_sum"));
+        let count = common::exposition::sum_of(&text, &format!("{family}_count"));
+        let sum = common::exposition::sum_of(&text, &format!("{family}_sum"));
         let spans_sum: f64 = values.iter().sum();
         assert_eq!(
             count,
@@ -206,7 +221,7 @@ fn nearest_rank(sorted: &[f64], q: f64) -> f64 {
 /// run's first request under another request id. Returns both paths.
 fn record_run(dir: &Path) -> (PathBuf, PathBuf) {
     let sim = dir.join("sim.jsonl");
-    let output = Command::new(common::binary())
+    let output = Command::new(common::process::binary())
         .arg("simulate")
         .args(WORKLOAD)
         .arg("--record")
@@ -235,7 +250,7 @@ fn record_run(dir: &Path) -> (PathBuf, PathBuf) {
 
 /// `replay --target` of `trace` into `server`.
 fn feed(server: &Server, trace: &Path) {
-    let output = Command::new(common::binary())
+    let output = Command::new(common::process::binary())
         .args([
             "replay",
             "--metrics-addr",
@@ -258,7 +273,7 @@ fn feed(server: &Server, trace: &Path) {
 
 /// The `result` array of an instant query (panics on an error).
 fn result(port: u16, promql: &str) -> Vec<Value> {
-    prometheus::result(port, promql).unwrap_or_else(|e| panic!("{promql}: {e}"))
+    prometheus_server::result(port, promql).unwrap_or_else(|e| panic!("{promql}: {e}"))
 }
 
 /// The value of a one-series instant query: `None` when there is no series.
@@ -314,9 +329,9 @@ fn native_schema(port: u16, selector: &str) -> (i32, f64) {
 fn metric_names(port: u16, selector: &str) -> Vec<String> {
     let path = format!(
         "/api/v1/label/__name__/values?match[]={}",
-        prometheus::url_encode(selector)
+        prometheus_server::url_encode(selector)
     );
-    let (status, body) = common::get(port, &path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let (status, body) = common::http::get(port, &path).unwrap_or_else(|e| panic!("{path}: {e}"));
     let json: Value =
         serde_json::from_str(&body).unwrap_or_else(|e| panic!("HTTP {status}, {e}: {body}"));
     json["data"]
@@ -341,7 +356,7 @@ struct Stack {
 impl Stack {
     fn start(route: Route, dir: &Path) -> Stack {
         // Prometheus' address first: the pipeline must know where to write.
-        let prometheus_port = common::free_port();
+        let prometheus_port = common::http::free_port();
         let remote_write = format!("http://127.0.0.1:{prometheus_port}/api/v1/write");
         let (pipeline, otlp_endpoint) = match route {
             Route::Collector => {
@@ -355,7 +370,7 @@ impl Stack {
             Route::GatewayTier => {
                 let mut gateway = Gateway::on_free_ports("a");
                 gateway.start(dir, &remote_write);
-                let agent_grpc = common::free_port();
+                let agent_grpc = common::http::free_port();
                 let agent = start_agent(dir, agent_grpc, std::slice::from_ref(&gateway));
                 let endpoint = format!("http://127.0.0.1:{agent_grpc}");
                 (
@@ -386,7 +401,7 @@ impl Stack {
                     .stderr(log);
             },
         );
-        let (prometheus, port) = prometheus::start_on(
+        let (prometheus, port) = prometheus_server::start_on(
             dir,
             prometheus_port,
             &[(BRIDGE_JOB, server.metrics)],
@@ -418,7 +433,7 @@ impl Stack {
     /// Polls until `check` holds, or panics with what it saw last and the logs.
     fn wait_until(&self, secs: u64, what: &str, mut check: impl FnMut() -> Result<(), String>) {
         let mut last = String::new();
-        let done = common::wait_for_optional(secs, || match check() {
+        let done = common::process::wait_for_optional(secs, || match check() {
             Ok(()) => Some(()),
             Err(seen) => {
                 last = seen;
@@ -450,9 +465,9 @@ fn classic_count(family: &str) -> String {
 }
 
 fn native_histograms_through(route: Route) {
-    let _serial = common::serial();
+    let _serial = common::process::serial();
     let started = Instant::now();
-    let dir = common::tempdir("native-histograms");
+    let dir = common::paths::tempdir("native-histograms");
 
     // The data, and its exact values.
     let (sim, phase1) = record_run(&dir);
@@ -560,7 +575,7 @@ fn assert_native_and_classic_series(port: u16) {
 
 /// `serve`'s `/metrics` keeps vLLM's explicit TTFT buckets.
 fn assert_bridge_keeps_vllm_buckets(server: &Server) {
-    let exposition = common::http_get(server.metrics, "/metrics").expect("serve's /metrics");
+    let exposition = common::http::http_get(server.metrics, "/metrics").expect("serve's /metrics");
     let mut bounds: Vec<f64> = exposition
         .lines()
         .filter(|l| l.starts_with("vllm:time_to_first_token_seconds_bucket{"))
@@ -578,7 +593,7 @@ fn assert_bridge_keeps_vllm_buckets(server: &Server) {
         })
         .collect();
     bounds.sort_by(f64::total_cmp);
-    let mut want = common::catalog_bounds("vllm:time_to_first_token_seconds");
+    let mut want = common::exposition::catalog_bounds("vllm:time_to_first_token_seconds");
     want.push(f64::INFINITY);
     assert_eq!(bounds, want, "the bridge's TTFT buckets are vLLM's");
 }

@@ -4,7 +4,18 @@
 //! variables it reads), and a real
 //! Prometheus server scraping it.
 
-mod common;
+/// The helpers of `tests/common/` this file uses.
+pub mod common {
+    pub mod collector;
+    pub mod environments;
+    pub mod exposition;
+    pub mod http;
+    pub mod jaeger;
+    pub mod paths;
+    pub mod pki;
+    pub mod process;
+    pub mod prometheus_server;
+}
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -18,11 +29,11 @@ const TRACE: &str = "tests/data/generated-seed11.jsonl";
 /// The `vllm:` samples of an exposition, their labels normalized: the
 /// bridge's and the Collector's encoders order and spell them differently.
 fn normalized_vllm_samples(exposition: &str) -> BTreeMap<String, f64> {
-    common::only_vllm(common::normalized_samples(exposition, &[]))
+    common::exposition::only_vllm(common::exposition::normalized_samples(exposition, &[]))
 }
 
 fn replay_command(endpoint: &str, protocol: &str, names: &str, instance: &str) -> Command {
-    let mut command = Command::new(common::binary());
+    let mut command = Command::new(common::process::binary());
     command
         .args(["replay", "--output", "prometheus", "--metrics-addr", "none"])
         .args(["--otlp-endpoint", endpoint])
@@ -95,7 +106,7 @@ fn assert_collector_shows(
     what: &str,
 ) {
     let mut last = BTreeMap::new();
-    if common::wait_for_optional(15, || {
+    if common::process::wait_for_optional(15, || {
         last = view(&collector.samples_of(instance));
         (last == *expected).then_some(())
     })
@@ -110,7 +121,7 @@ fn assert_collector_shows(
 fn push_and_compare(collector: &Collector, protocol: &str, names: &str) -> BTreeMap<String, f64> {
     let instance = format!("{protocol}-{names}").replace('/', "-");
     let output = replay_command(&collector.endpoint(protocol), protocol, names, &instance)
-        .arg(common::repo().join(TRACE))
+        .arg(common::paths::repo().join(TRACE))
         .output()
         .unwrap();
     let bridge = clean_replay_samples(output, &instance);
@@ -147,7 +158,7 @@ fn stdin_replay(
     instance: &str,
     metrics_port: Option<u16>,
 ) -> Command {
-    let mut command = Command::new(common::binary());
+    let mut command = Command::new(common::process::binary());
     command
         .args(["replay", "-", "--output", "prometheus"])
         .args([
@@ -238,7 +249,7 @@ fn semconv_samples(exposition: &str, instance: Option<&str>) -> BTreeMap<String,
         .filter(|l| marker.as_ref().is_none_or(|m| l.contains(m.as_str())))
         .map(|l| format!("{l}\n"))
         .collect();
-    common::normalized_samples(&own, &["job", "instance"])
+    common::exposition::normalized_samples(&own, &["job", "instance"])
 }
 
 /// Orders `le` values numerically, `+Inf` last.
@@ -268,7 +279,7 @@ mod needs_collector {
                         "request_num_preemptions": [1, 3]}"#;
         let output = replay_command(&collector.endpoint("grpc"), "grpc", "otel", "overrides")
             .args(["--custom-histogram-buckets", overrides])
-            .arg(common::repo().join(TRACE))
+            .arg(common::paths::repo().join(TRACE))
             .output()
             .unwrap();
         let bridge = clean_replay_samples(output, "overrides");
@@ -285,7 +296,7 @@ mod needs_collector {
             ("vllm:request_num_preemptions", vec![1.0, 3.0]),
             (
                 "vllm:inter_token_latency_seconds",
-                common::catalog_bounds("vllm:inter_token_latency_seconds"),
+                common::exposition::catalog_bounds("vllm:inter_token_latency_seconds"),
             ),
         ];
         for (family, bounds) in &expected {
@@ -313,7 +324,7 @@ mod needs_collector {
     #[test]
     fn compressed_delta_exports_add_up_to_the_bridge_samples() {
         let collector = Collector::start();
-        let trace = std::fs::read_to_string(common::repo().join(TRACE)).unwrap();
+        let trace = std::fs::read_to_string(common::paths::repo().join(TRACE)).unwrap();
         let lines: Vec<&str> = trace.lines().collect();
         for (protocol, compression) in [("grpc", "zstd"), ("http/protobuf", "gzip")] {
             let instance = format!("delta-{}", protocol.replace('/', "-"));
@@ -353,11 +364,11 @@ mod needs_collector {
     #[test]
     fn counts_arrive_complete_when_the_collector_starts_late() {
         let (grpc, http, prom) = (
-            common::free_port(),
-            common::free_port(),
-            common::free_port(),
+            common::http::free_port(),
+            common::http::free_port(),
+            common::http::free_port(),
         );
-        let trace = std::fs::read_to_string(common::repo().join(TRACE)).unwrap();
+        let trace = std::fs::read_to_string(common::paths::repo().join(TRACE)).unwrap();
         let lines: Vec<&str> = trace.lines().collect();
         let mut child = spawn_stdin_replay(&format!("http://127.0.0.1:{grpc}"), "late", None);
         let mut stdin = child.stdin.take().unwrap();
@@ -395,19 +406,19 @@ mod needs_collector {
     #[test]
     fn sigterm_during_a_long_run_delivers_the_final_counts() {
         let collector = Collector::start();
-        let metrics_port = common::free_port();
+        let metrics_port = common::http::free_port();
         let mut child =
             spawn_stdin_replay(&collector.endpoint("grpc"), "sigterm", Some(metrics_port));
         let mut stdin = child.stdin.take().unwrap();
         stdin
-            .write_all(&std::fs::read(common::repo().join(TRACE)).unwrap())
+            .write_all(&std::fs::read(common::paths::repo().join(TRACE)).unwrap())
             .unwrap();
         stdin.flush().unwrap();
         // Everything is recorded once the live endpoint shows the replay's final state.
-        let (_, expected, _) = common::replay(&common::repo().join(TRACE));
+        let (_, expected, _) = common::process::replay(&common::paths::repo().join(TRACE));
         let expected = normalized_vllm_samples(&expected);
-        common::wait_for(30, "the replay to consume its input", || {
-            let live = normalized_vllm_samples(&common::http_get(metrics_port, "/metrics")?);
+        common::process::wait_for(30, "the replay to consume its input", || {
+            let live = normalized_vllm_samples(&common::http::http_get(metrics_port, "/metrics")?);
             (live == expected).then_some(())
         });
         let status = Command::new("kill")
@@ -458,7 +469,10 @@ mod needs_collector {
                     .arg("--otlp-client-key")
                     .arg(&pki.client_key);
             }
-            let output = command.arg(common::repo().join(TRACE)).output().unwrap();
+            let output = command
+                .arg(common::paths::repo().join(TRACE))
+                .output()
+                .unwrap();
             let bridge = clean_replay_samples(output, &instance);
             assert!(bridge.len() > 1000, "a rich exposition");
             assert_collector_shows(
@@ -491,7 +505,7 @@ mod needs_collector {
                 let output = replay_command(&endpoint, protocol, "otel", "refused")
                     .args(["--otlp-timeout-ms", "2000"])
                     .args(&extra)
-                    .arg(common::repo().join("tests/data/lifecycle.jsonl"))
+                    .arg(common::paths::repo().join("tests/data/lifecycle.jsonl"))
                     .output()
                     .unwrap();
                 let stderr = String::from_utf8_lossy(&output.stderr);
@@ -527,9 +541,9 @@ mod needs_collector {
     #[test]
     fn semconv_streams_arrive_with_the_conventions_names_units_buckets_and_attributes() {
         // The test trace, every other request a chat request.
-        let dir = common::tempdir("semconv");
+        let dir = common::paths::tempdir("semconv");
         let trace = dir.join("trace.jsonl");
-        let text = std::fs::read_to_string(common::repo().join(TRACE)).unwrap();
+        let text = std::fs::read_to_string(common::paths::repo().join(TRACE)).unwrap();
         let mut requests = 0;
         let lines: Vec<String> = text
             .lines()
@@ -560,8 +574,8 @@ mod needs_collector {
         assert_eq!(output.status.code(), Some(2), "{output:?}");
         let bridge = semconv_samples(&String::from_utf8(output.stdout).unwrap(), None);
         let mut at_collector = BTreeMap::new();
-        common::wait_for_optional(15, || {
-            let text = common::http_get(collector.prometheus, "/metrics").unwrap_or_default();
+        common::process::wait_for_optional(15, || {
+            let text = common::http::http_get(collector.prometheus, "/metrics").unwrap_or_default();
             at_collector = semconv_samples(&text, Some(instance));
             (at_collector == bridge).then_some(())
         });
@@ -646,7 +660,7 @@ mod needs_collector {
 
         // The descriptions arrive too. (The exporter writes no `# UNIT` line;
         // the `_seconds` its translator appends for the unit `s` is the unit.)
-        let text = common::http_get(collector.prometheus, "/metrics").unwrap_or_default();
+        let text = common::http::http_get(collector.prometheus, "/metrics").unwrap_or_default();
         for def in vllm_otel_metrics::catalog::semconv::ALL {
             let help = format!("# HELP {} {}", def.vllm_name, def.help);
             assert!(text.lines().any(|l| l == help), "{help}");
@@ -661,13 +675,13 @@ mod needs_collector_prometheus {
     #[test]
     fn two_processes_sum_to_twice_one_in_promql() {
         let collector = Collector::start();
-        let dir = common::tempdir("prometheus");
+        let dir = common::paths::tempdir("prometheus");
         let (_prometheus, port) =
-            common::prometheus::start_honoring_labels(&dir, collector.prometheus);
+            common::prometheus_server::start_honoring_labels(&dir, collector.prometheus);
         let mut single = BTreeMap::new();
         for instance in ["frontend-a", "frontend-b"] {
             let output = replay_command(&collector.endpoint("grpc"), "grpc", "otel", instance)
-                .arg(common::repo().join(TRACE))
+                .arg(common::paths::repo().join(TRACE))
                 .output()
                 .unwrap();
             assert_eq!(output.status.code(), Some(2));
@@ -690,8 +704,9 @@ mod needs_collector_prometheus {
             let expected = 2.0 * total(family);
             assert!(expected > 0.0, "{family} has data");
             let query = format!("sum({family})");
-            common::wait_for(30, &format!("{query} == {expected}"), || {
-                common::prometheus::value(port, &query).filter(|v| (v - expected).abs() < 1e-6)
+            common::process::wait_for(30, &format!("{query} == {expected}"), || {
+                common::prometheus_server::value(port, &query)
+                    .filter(|v| (v - expected).abs() < 1e-6)
             });
         }
         // The per-request distribution's first bucket, under vLLM's own `le`
@@ -706,8 +721,8 @@ mod needs_collector_prometheus {
                 })
                 .map(|(_, v)| v)
                 .sum::<f64>();
-        common::wait_for(30, &format!("{query} == {expected}"), || {
-            common::prometheus::value(port, query).filter(|v| (v - expected).abs() < 1e-6)
+        common::process::wait_for(30, &format!("{query} == {expected}"), || {
+            common::prometheus_server::value(port, query).filter(|v| (v - expected).abs() < 1e-6)
         });
     }
 }

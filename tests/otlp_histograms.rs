@@ -5,7 +5,10 @@
 //! (The CLI and the real Collector: `tests/otlp_collector.rs` and
 //! `tests/native_histograms.rs`.)
 
-mod common;
+/// The helpers of `tests/common/` this file uses.
+pub mod common {
+    pub mod paths;
+}
 
 use std::collections::BTreeMap;
 
@@ -21,7 +24,7 @@ use vllm_otel_metrics::tracker::Tracker;
 
 fn replay_trace(instruments: Instruments) {
     let mut tracker = Tracker::new(instruments);
-    let trace = common::repo().join("tests/data/lifecycle.jsonl");
+    let trace = common::paths::repo().join("tests/data/lifecycle.jsonl");
     jsonl::replay(
         std::io::BufReader::new(std::fs::File::open(&trace).unwrap()),
         "lifecycle.jsonl",
@@ -125,7 +128,8 @@ fn exponential_latency_goes_to_otlp_and_vllms_buckets_stay_on_metrics() {
     instruments.force_flush().unwrap();
 
     // The bridge: exactly the golden exposition of a run without the flag.
-    let golden = std::fs::read_to_string(common::repo().join("tests/data/lifecycle.prom")).unwrap();
+    let golden =
+        std::fs::read_to_string(common::paths::repo().join("tests/data/lifecycle.prom")).unwrap();
     assert_eq!(bridge.encode(Format::Text), golden);
 
     // OTLP: the eight latency families exponential, every other histogram

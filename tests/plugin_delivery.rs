@@ -6,7 +6,19 @@
 //! runs it first and passes its python in `VLLM_OTEL_METRICS_PYTHON`; without
 //! it the test runs the script itself, which needs PyPI).
 
-mod common;
+/// The helpers of `tests/common/` this file uses.
+pub mod common {
+    pub mod collector;
+    pub mod environments;
+    pub mod exposition;
+    pub mod http;
+    pub mod jaeger;
+    pub mod paths;
+    pub mod pki;
+    pub mod plugin;
+    pub mod process;
+    pub mod serve;
+}
 
 use std::path::Path;
 use std::process::Command;
@@ -14,7 +26,7 @@ use std::process::Command;
 use common::plugin::{
     run_oracle, run_script, run_script_with_env, simulated_trace, strings, MAX_MODEL_LEN,
 };
-use common::serial;
+use common::process::serial;
 use common::serve::Server;
 use serde_json::Value;
 
@@ -30,7 +42,7 @@ mod needs_collector_jaeger_vllm {
         use common::collector::Collector;
         use common::jaeger::Jaeger;
 
-        let dir = common::tempdir("vllm-plugin-e2e");
+        let dir = common::paths::tempdir("vllm-plugin-e2e");
         let trace = simulated_trace(&dir);
         let jaeger = Jaeger::start();
         let collector = Collector::start_tracing_to(&jaeger);
@@ -70,7 +82,7 @@ mod needs_collector_jaeger_vllm {
         let finished = report["finished_requests"].as_u64().unwrap() as usize;
 
         // The Collector shows exactly the sidecar's vllm: samples.
-        let exposition = common::http_get(server.metrics, "/metrics").unwrap();
+        let exposition = common::http::http_get(server.metrics, "/metrics").unwrap();
         // The Collector's Prometheus exporter prefixes a label name that starts
         // with one `_` with `key` (vLLM's cache configuration has
         // `_block_size_resolved`); the sidecar's /metrics keeps vLLM's name.
@@ -102,12 +114,12 @@ mod needs_vllm {
     #[test]
     fn plugin_outlives_a_sidecar_restart() {
         let _serial = serial();
-        let dir = common::tempdir("vllm-plugin-restart");
+        let dir = common::paths::tempdir("vllm-plugin-restart");
         let log = dir.join("serve.log");
         let report = run_script(
             "restart.py",
             &[
-                common::binary().to_str().unwrap(),
+                common::process::binary().to_str().unwrap(),
                 "--queue",
                 "50",
                 "--log",
@@ -149,14 +161,14 @@ mod needs_vllm {
         let _serial = serial();
         let _ = rustls::crypto::ring::default_provider().install_default();
         let pki = common::pki::make_pki();
-        let dir = common::tempdir("vllm-plugin-tls");
+        let dir = common::paths::tempdir("vllm-plugin-tls");
         let (token, wrong) = (dir.join("token"), dir.join("wrong"));
         std::fs::write(&token, "plugin-s3cret\n").unwrap();
         std::fs::write(&wrong, "not-the-token\n").unwrap();
-        let (ingest, metrics) = (common::free_port(), common::free_port());
+        let (ingest, metrics) = (common::http::free_port(), common::http::free_port());
         let path = |p: &Path| p.to_str().expect("utf-8 path").to_owned();
-        let _server = common::Guard(
-            Command::new(common::binary())
+        let _server = common::process::Guard(
+            Command::new(common::process::binary())
                 .args(["serve", "--ingest-addr", &format!("127.0.0.1:{ingest}")])
                 .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
                 .args(["--tls-cert", &path(&pki.server_cert)])
@@ -187,11 +199,11 @@ mod needs_vllm {
                 .ok()?
                 .text()
                 .ok()?;
-            common::samples(&text)
+            common::exposition::samples(&text)
                 .get(r#"vllm:generation_tokens_total{model_name="m",engine="0"}"#)
                 .copied()
         };
-        common::wait_for(20, "serve's TLS /metrics", || client.get(&url).send().ok());
+        common::process::wait_for(20, "serve's TLS /metrics", || client.get(&url).send().ok());
         let target = format!("https://localhost:{ingest}");
         let env = |token_file: &Path| {
             [

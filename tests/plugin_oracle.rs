@@ -6,12 +6,21 @@
 //! runs it first and passes its python in `VLLM_OTEL_METRICS_PYTHON`; without
 //! it the test runs the script itself, which needs PyPI).
 
-mod common;
+/// The helpers of `tests/common/` this file uses.
+pub mod common {
+    pub mod environments;
+    pub mod exposition;
+    pub mod http;
+    pub mod paths;
+    pub mod plugin;
+    pub mod process;
+    pub mod serve;
+}
 
+use common::exposition::ONLY_VLLM;
 use common::plugin::{run_oracle, simulated_trace, strings, MAX_MODEL_LEN};
-use common::serial;
+use common::process::serial;
 use common::serve::Server;
-use common::ONLY_VLLM;
 
 /// With the MultiConnector configured, the families only vLLM's logger has
 /// besides [`ONLY_VLLM`]: the OffloadingConnector's deprecated transfer
@@ -37,9 +46,9 @@ mod needs_vllm {
     #[test]
     fn vllm_logger_and_plugin_agree_on_every_sample() {
         let _serial = serial();
-        let dir = common::tempdir("vllm-plugin-oracle");
+        let dir = common::paths::tempdir("vllm-plugin-oracle");
         let simulated = simulated_trace(&dir);
-        let data = common::repo().join("tests/data");
+        let data = common::paths::repo().join("tests/data");
         // (trace, model, a KV connector configured). generated-seed14 carries
         // all three connectors' stats: llama-3.1-8b's engine 0 the
         // OffloadingConnector's (with stores_skipped), its engine 10 all three;

@@ -1,11 +1,16 @@
 //! `pip install ./python` in a fresh virtual environment, as a user
 //! installs the plugin from source: its build runs cargo for the sidecar.
 
-mod common;
+/// The helpers of `tests/common/` this file uses.
+pub mod common {
+    pub mod environments;
+    pub mod paths;
+    pub mod process;
+}
 
 use std::process::Command;
 
-use common::serial;
+use common::process::serial;
 
 mod needs_pip {
     use super::*;
@@ -16,12 +21,12 @@ mod needs_pip {
     #[test]
     fn pip_install_in_a_fresh_environment() {
         let _serial = serial();
-        common::needs("pip");
-        let python3 = common::require_tool(
+        common::environments::needs("pip");
+        let python3 = common::environments::require_tool(
             "python3",
             "install Python 3 (Debian: apt-get install -y python3 python3-venv)",
         );
-        let dir = common::tempdir("vllm-plugin-pip");
+        let dir = common::paths::tempdir("vllm-plugin-pip");
         let venv = dir.join("venv");
         let status = Command::new(&python3)
             .args(["-m", "venv"])
@@ -32,8 +37,8 @@ mod needs_pip {
             status.success(),
             "python3 -m venv failed (Debian: apt-get install -y python3-venv)"
         );
-        let output = common::pip_install(&venv.join("bin/python"))
-            .arg(common::repo().join("python"))
+        let output = common::environments::pip_install(&venv.join("bin/python"))
+            .arg(common::paths::repo().join("python"))
             // Its own target directory: this test runs while cargo may hold the
             // tests' one, and a release build must not wait for it. Under the
             // tests' one when that is set (the test command's cache), where
@@ -44,7 +49,7 @@ mod needs_pip {
                 "CARGO_TARGET_DIR",
                 std::env::var_os("CARGO_TARGET_DIR")
                     .map(|dir| std::path::PathBuf::from(dir).join("wheel"))
-                    .unwrap_or_else(|| common::repo().join("target/wheel")),
+                    .unwrap_or_else(|| common::paths::repo().join("target/wheel")),
             )
             .output()
             .expect("pip runs");

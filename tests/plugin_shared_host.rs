@@ -6,13 +6,22 @@
 //! runs it first and passes its python in `VLLM_OTEL_METRICS_PYTHON`; without
 //! it the test runs the script itself, which needs PyPI).
 
-mod common;
+/// The helpers of `tests/common/` this file uses.
+pub mod common {
+    pub mod environments;
+    pub mod exposition;
+    pub mod http;
+    pub mod paths;
+    pub mod plugin;
+    pub mod process;
+    pub mod serve;
+}
 
 use std::path::Path;
 use std::process::Command;
 
 use common::plugin::{alive, sidecar_env, PluginProcess};
-use common::serial;
+use common::process::serial;
 
 /// The other user of a shared host in [`plugin_refuses_an_impostor_on_a_shared_host`].
 const IMPOSTOR: &str = "vllm-otel-impostor";
@@ -28,7 +37,7 @@ fn id(args: &[&str]) -> Option<String> {
 
 /// The impostor's uid and gid; the user is made when it does not exist.
 fn impostor_user() -> (u32, u32) {
-    common::needs("root");
+    common::environments::needs("root");
     let root = id(&["-u"]).as_deref() == Some("0");
     if !root {
         panic!(
@@ -84,9 +93,9 @@ impl Impostor {
             .stderr(std::fs::File::create(stderr).unwrap())
             .spawn()
             .expect("/usr/bin/python3 runs as the impostor");
-        let lines = common::lines_of(child.stdout.take().expect("piped stdout"));
+        let lines = common::process::lines_of(child.stdout.take().expect("piped stdout"));
         let impostor = Impostor { child, lines };
-        if common::wait_for_optional(10, || {
+        if common::process::wait_for_optional(10, || {
             impostor
                 .lines
                 .lock()
@@ -175,7 +184,7 @@ fn not_owned_by(dir: &Path, uid: u32) -> Vec<String> {
 /// port), then a plugin process starts beside it. Returns the plugin's log.
 fn impostor_scenario(scenario: &str, uid: u32, gid: u32) -> Vec<String> {
     use std::os::unix::fs::PermissionsExt;
-    let dir = common::tempdir(&format!("vllm-plugin-impostor-{scenario}"));
+    let dir = common::paths::tempdir(&format!("vllm-plugin-impostor-{scenario}"));
     // The temporary directory of both users, as /tmp is.
     let tmp = dir.join("tmp");
     std::fs::create_dir(&tmp).unwrap();
@@ -184,7 +193,7 @@ fn impostor_scenario(scenario: &str, uid: u32, gid: u32) -> Vec<String> {
     let token_file = dir.join("token");
     std::fs::write(&token_file, format!("{token}\n")).unwrap();
     std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let (ingest, metrics) = (common::free_port(), common::free_port());
+    let (ingest, metrics) = (common::http::free_port(), common::http::free_port());
     let own_uid = id(&["-u"]).expect("id -u");
     // Where the plugin keeps its files: TMPDIR, without XDG_RUNTIME_DIR.
     let private = tmp.join(format!("vllm-otel-metrics-{own_uid}"));

@@ -5,12 +5,21 @@
 //! runs it first and passes its python in `VLLM_OTEL_METRICS_PYTHON`; without
 //! it the test runs the script itself, which needs PyPI).
 
-mod common;
+/// The helpers of `tests/common/` this file uses.
+pub mod common {
+    pub mod environments;
+    pub mod exposition;
+    pub mod http;
+    pub mod paths;
+    pub mod plugin;
+    pub mod process;
+    pub mod serve;
+}
 
 use std::process::Command;
 
 use common::plugin::{alive, sidecar_env, PluginProcess};
-use common::serial;
+use common::process::serial;
 
 /// `kill -SIGNAL pid`.
 fn send_signal(pid: u32, signal: &str) {
@@ -33,8 +42,8 @@ mod needs_vllm {
     #[test]
     fn plugin_supervises_one_sidecar_per_host() {
         let _serial = serial();
-        let dir = common::tempdir("vllm-plugin-supervise");
-        let (ingest, metrics) = (common::free_port(), common::free_port());
+        let dir = common::paths::tempdir("vllm-plugin-supervise");
+        let (ingest, metrics) = (common::http::free_port(), common::http::free_port());
         let mut env = sidecar_env(ingest, metrics);
         env.push((
             "VLLM_OTEL_METRICS_SIDECAR_LOG",
@@ -44,9 +53,9 @@ mod needs_vllm {
         let sidecar = first.started_sidecar(0, 30);
         let second = PluginProcess::start(&env);
         // Both stream to the one sidecar: the steps of both add up.
-        common::wait_for(30, "steps of both plugins on the sidecar", || {
-            let text = common::http_get(metrics, "/metrics")?;
-            let steps = common::samples(&text)
+        common::process::wait_for(30, "steps of both plugins on the sidecar", || {
+            let text = common::http::http_get(metrics, "/metrics")?;
+            let steps = common::exposition::samples(&text)
                 .iter()
                 .filter(|(k, _)| k.starts_with("vllm:iteration_tokens_total_count"))
                 .map(|(_, v)| *v)
@@ -62,7 +71,7 @@ mod needs_vllm {
         // The holder is killed: its sidecar ends with it, the other plugin takes
         // the lock and starts a new one.
         send_signal(first.child.id(), "KILL");
-        common::wait_for(10, "the killed plugin's sidecar to end", || {
+        common::process::wait_for(10, "the killed plugin's sidecar to end", || {
             (!alive(sidecar)).then_some(())
         });
         let replacement = second.started_sidecar(0, 30);
@@ -72,8 +81,8 @@ mod needs_vllm {
         send_signal(replacement, "KILL");
         second.wait_line(10, "the sidecar ended");
         let restarted = second.started_sidecar(1, 30);
-        common::wait_for(30, "the restarted sidecar's /metrics", || {
-            common::http_get(metrics, "/metrics")
+        common::process::wait_for(30, "the restarted sidecar's /metrics", || {
+            common::http::http_get(metrics, "/metrics")
         });
 
         // The last plugin process ends: no sidecar is left.
@@ -93,7 +102,7 @@ mod needs_vllm {
             !second.traceback.load(std::sync::atomic::Ordering::Relaxed),
             "a thread of the plugin died (its traceback is above)"
         );
-        common::wait_for(10, "the last sidecar to end", || {
+        common::process::wait_for(10, "the last sidecar to end", || {
             (!alive(restarted)).then_some(())
         });
         let log = std::fs::read_to_string(dir.join("sidecar.log")).unwrap();

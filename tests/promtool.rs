@@ -4,7 +4,12 @@
 //! its unit tests, `otel-collector/rules_test.yml`, at their production
 //! durations.
 
-mod common;
+/// The helpers of `tests/common/` this file uses.
+pub mod common {
+    pub mod environments;
+    pub mod paths;
+    pub mod process;
+}
 
 use std::process::Command;
 
@@ -15,12 +20,12 @@ mod needs_promtool {
 
     #[test]
     fn promtool_reports_only_the_lints_of_vllm_names() {
-        let promtool = common::promtool();
+        let promtool = common::environments::promtool();
         let (code, exposition, stderr) =
-            common::replay(&common::repo().join("tests/data/lifecycle.jsonl"));
+            common::process::replay(&common::paths::repo().join("tests/data/lifecycle.jsonl"));
         assert_eq!(code, 2, "the trace has invalid lines: {stderr}");
 
-        let output = common::run_with_stdin(
+        let output = common::process::run_with_stdin(
             Command::new(promtool).args(["check", "metrics"]),
             &exposition,
         );
@@ -72,8 +77,8 @@ mod needs_promtool {
 
     #[test]
     fn rules_pass_promtool() {
-        let promtool = common::promtool();
-        let dir = common::repo().join("otel-collector");
+        let promtool = common::environments::promtool();
+        let dir = common::paths::repo().join("otel-collector");
         for args in [
             ["check", "rules", "rules.yml"],
             ["test", "rules", "rules_test.yml"],

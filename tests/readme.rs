@@ -3,7 +3,11 @@
 //! stays a front page of at most 300 lines, and docs/TESTING.md names every
 //! test file and every component a test may declare it needs.
 
-mod common;
+/// The helpers of `tests/common/` this file uses.
+pub mod common {
+    pub mod environments;
+    pub mod paths;
+}
 // The table's one writer: the example prints it, this test compares it.
 #[path = "../examples/catalog_table.rs"]
 mod catalog_table;
@@ -15,7 +19,7 @@ const BEGIN: &str =
 const END: &str = "<!-- catalog:end -->";
 
 fn read(path: &str) -> String {
-    std::fs::read_to_string(common::repo().join(path)).expect(path)
+    std::fs::read_to_string(common::paths::repo().join(path)).expect(path)
 }
 
 #[test]
@@ -71,7 +75,7 @@ fn readme_is_at_most_300_lines() {
 
 /// docs/TESTING.md names every file under `tests/` in its table of concerns
 /// and every component word of a `needs_` module in its table of
-/// components, which is exactly what `common::needs` accepts; and the fast
+/// components, which is exactly what `common::environments::needs` accepts; and the fast
 /// script leaves out what those modules hold.
 #[test]
 fn testing_doc_lists_every_test_file_and_component() {
@@ -102,7 +106,7 @@ fn testing_doc_lists_every_test_file_and_component() {
         .flat_map(|row| ticked(&row[1]))
         .collect();
     listed.sort();
-    let mut files: Vec<String> = std::fs::read_dir(common::repo().join("tests"))
+    let mut files: Vec<String> = std::fs::read_dir(common::paths::repo().join("tests"))
         .unwrap()
         .filter_map(|e| {
             let name = e.unwrap().file_name().into_string().unwrap();
@@ -122,8 +126,8 @@ fn testing_doc_lists_every_test_file_and_component() {
     words.sort();
     assert_eq!(
         words,
-        common::COMPONENTS,
-        "docs/TESTING.md's components against common::COMPONENTS"
+        common::environments::COMPONENTS,
+        "docs/TESTING.md's components against common::environments::COMPONENTS"
     );
     for file in &files {
         let text = read(&format!("tests/{file}.rs"));
@@ -151,7 +155,7 @@ fn testing_doc_lists_every_test_file_and_component() {
             );
             for word in used {
                 assert!(
-                    common::COMPONENTS.contains(&word),
+                    common::environments::COMPONENTS.contains(&word),
                     "tests/{file}.rs: needs_{module}: `{word}` is no component of \
                      docs/TESTING.md's table"
                 );
@@ -203,14 +207,14 @@ fn cli_doc_lists_every_bucket_family() {
     assert_eq!(listed, expected);
 }
 
-/// `common::needs` refuses a component to a test whose path does not
+/// `common::environments::needs` refuses a component to a test whose path does not
 /// declare it, so that scripts/test-fast.sh cannot run one by mistake.
 #[test]
 fn a_component_is_refused_to_a_test_that_does_not_declare_it() {
     let in_test = |path: &str, component: &'static str| {
         std::thread::Builder::new()
             .name(path.to_owned())
-            .spawn(move || common::needs(component))
+            .spawn(move || common::environments::needs(component))
             .unwrap()
             .join()
             .is_ok()

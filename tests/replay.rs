@@ -17,7 +17,12 @@
 //! after a decode preemption: they still carry those, which the tracker
 //! counts as given.
 
-mod common;
+/// The helpers of `tests/common/` this file uses.
+pub mod common {
+    pub mod environments;
+    pub mod paths;
+    pub mod process;
+}
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -31,7 +36,7 @@ const TRACES: [&str; 5] = [
 ];
 
 fn data(name: &str, ext: &str) -> PathBuf {
-    common::repo()
+    common::paths::repo()
         .join("tests/data")
         .join(format!("{name}.{ext}"))
 }
@@ -45,7 +50,7 @@ fn invalid_lines(name: &str) -> Vec<usize> {
 }
 
 fn python() -> PathBuf {
-    common::require_tool("python3", "install Python 3 (apt-get install -y python3)")
+    common::environments::require_tool("python3", "install Python 3 (apt-get install -y python3)")
 }
 
 /// Runs `tests/reference/reference.py` on `trace`; returns its exposition.
@@ -56,7 +61,7 @@ fn reference_exposition(trace: &Path) -> String {
 /// [`reference_exposition`] with further arguments.
 fn reference_exposition_with(trace: &Path, args: &[&str]) -> String {
     let output = Command::new(python())
-        .arg(common::repo().join("tests/reference/reference.py"))
+        .arg(common::paths::repo().join("tests/reference/reference.py"))
         .arg(trace)
         .arg("--quiet")
         .args(args)
@@ -72,12 +77,12 @@ fn reference_exposition_with(trace: &Path, args: &[&str]) -> String {
 
 /// `compare.py EXPECTED ACTUAL` on two expositions; panics with its report on a difference.
 fn assert_same_vllm_samples(expected: &str, actual: &str, what: &str) {
-    let dir = common::tempdir("replay");
+    let dir = common::paths::tempdir("replay");
     let (e, a) = (dir.join("expected.prom"), dir.join("actual.prom"));
     std::fs::write(&e, expected).unwrap();
     std::fs::write(&a, actual).unwrap();
     let output = Command::new(python())
-        .arg(common::repo().join("tests/reference/compare.py"))
+        .arg(common::paths::repo().join("tests/reference/compare.py"))
         .args([&e, &a])
         .output()
         .expect("compare.py runs");
@@ -98,7 +103,7 @@ fn assert_same_vllm_samples(expected: &str, actual: &str, what: &str) {
 fn replay_prints_the_golden_exposition() {
     for name in TRACES {
         let trace = data(name, "jsonl");
-        let (code, stdout, stderr) = common::replay(&trace);
+        let (code, stdout, stderr) = common::process::replay(&trace);
         let golden = std::fs::read_to_string(data(name, "prom")).unwrap();
         assert!(
             stdout == golden,
@@ -144,7 +149,7 @@ fn semconv_streams_leave_the_goldens_alone_and_agree_with_the_reference() {
     for name in TRACES {
         let trace = data(name, "jsonl");
         let golden = std::fs::read_to_string(data(name, "prom")).unwrap();
-        let (_, recorded, _) = common::replay_with(&trace, &["--semconv", "gen_ai"]);
+        let (_, recorded, _) = common::process::replay_with(&trace, &["--semconv", "gen_ai"]);
         assert!(
             recorded == golden,
             "{name}: --semconv gen_ai changed the exposition"
@@ -155,7 +160,7 @@ fn semconv_streams_leave_the_goldens_alone_and_agree_with_the_reference() {
             "--semconv-server-port",
             "8000",
         ];
-        let (_, exposed, _) = common::replay_with(
+        let (_, exposed, _) = common::process::replay_with(
             &trace,
             &[
                 &["--semconv", "gen_ai", "--semconv-prometheus"][..],
@@ -190,12 +195,12 @@ fn malformed_lines_lose_nothing_around_them() {
         .filter(|(i, _)| !bad.contains(&(i + 1)))
         .map(|(_, l)| format!("{l}\n"))
         .collect();
-    let dir = common::tempdir("replay");
+    let dir = common::paths::tempdir("replay");
     let clean_path = dir.join("clean.jsonl");
     std::fs::write(&clean_path, clean).unwrap();
-    let (code, with_clean, _) = common::replay(&clean_path);
+    let (code, with_clean, _) = common::process::replay(&clean_path);
     assert_eq!(code, 0);
-    let (code, with_bad, _) = common::replay(&data(name, "jsonl"));
+    let (code, with_bad, _) = common::process::replay(&data(name, "jsonl"));
     assert_eq!(code, 2);
     let vllm_only = |text: &str| -> String {
         text.lines()
@@ -215,11 +220,11 @@ fn malformed_lines_lose_nothing_around_them() {
 /// with the reference sample by sample.
 #[test]
 fn random_traces_agree_with_the_reference() {
-    let dir = common::tempdir("replay");
+    let dir = common::paths::tempdir("replay");
     for (seed, models, engines) in [(21, 1, 1), (22, 2, 4), (23, 4, 3), (24, 3, 2)] {
         let trace = dir.join(format!("seed{seed}.jsonl"));
         let output = Command::new(python())
-            .arg(common::repo().join("tests/reference/gen_trace.py"))
+            .arg(common::paths::repo().join("tests/reference/gen_trace.py"))
             .args(["--seed", &seed.to_string(), "--requests", "150"])
             .args([
                 "--models",
@@ -232,7 +237,7 @@ fn random_traces_agree_with_the_reference() {
             .expect("gen_trace.py runs");
         assert!(output.status.success());
         std::fs::write(&trace, output.stdout).unwrap();
-        let (code, ours, stderr) = common::replay(&trace);
+        let (code, ours, stderr) = common::process::replay(&trace);
         assert_eq!(code, 2, "{stderr}");
         assert_same_vllm_samples(
             &reference_exposition(&trace),
@@ -248,7 +253,7 @@ fn stdin_replay_equals_file_replay_and_openmetrics_ends_with_eof() {
     use std::io::Write;
     use std::process::Stdio;
     let trace = data("generated-seed12", "jsonl");
-    let mut child = Command::new(common::binary())
+    let mut child = Command::new(common::process::binary())
         .args([
             "replay",
             "-",
@@ -270,7 +275,7 @@ fn stdin_replay_equals_file_replay_and_openmetrics_ends_with_eof() {
     let golden = std::fs::read_to_string(data("generated-seed12", "prom")).unwrap();
     assert!(String::from_utf8(output.stdout).unwrap() == golden);
 
-    let (code, open, _) = common::run(&[
+    let (code, open, _) = common::process::run(&[
         "replay",
         trace.to_str().unwrap(),
         "--output",
@@ -285,7 +290,7 @@ fn stdin_replay_equals_file_replay_and_openmetrics_ends_with_eof() {
 
 #[test]
 fn unreadable_trace_is_an_error_naming_the_file() {
-    let (code, stdout, stderr) = common::run(&[
+    let (code, stdout, stderr) = common::process::run(&[
         "replay",
         "/nonexistent/trace.jsonl",
         "--metrics-addr",
@@ -301,14 +306,14 @@ fn unreadable_trace_is_an_error_naming_the_file() {
 
 #[test]
 fn bad_metrics_addr_is_a_usage_error() {
-    let (code, _, stderr) = common::run(&["replay", "-", "--metrics-addr", "localhost"]);
+    let (code, _, stderr) = common::process::run(&["replay", "-", "--metrics-addr", "localhost"]);
     assert_eq!(code, 2);
     assert!(stderr.contains("neither `none` nor an address"), "{stderr}");
 }
 
 /// The `target_info` line of a replay with `--target-info`, its labels by name.
 fn target_info(env: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
-    let output = Command::new(common::binary())
+    let output = Command::new(common::process::binary())
         .args(["replay", "--output", "prometheus", "--metrics-addr", "none"])
         .arg("--target-info")
         .arg(data("lifecycle", "jsonl"))
@@ -382,8 +387,8 @@ fn target_info_carries_the_sdk_resource() {
 #[test]
 fn label_sets_beyond_max_label_sets_go_to_the_overflow_series() {
     let trace = data("generated-seed11", "jsonl");
-    let (_, full, _) = common::replay(&trace);
-    let (status, capped, stderr) = common::replay_with(&trace, &["--max-label-sets", "2"]);
+    let (_, full, _) = common::process::replay(&trace);
+    let (status, capped, stderr) = common::process::replay_with(&trace, &["--max-label-sets", "2"]);
     assert_eq!(status, 2, "{stderr}");
     let count_lines = |text: &str| -> Vec<String> {
         text.lines()

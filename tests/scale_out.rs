@@ -22,16 +22,29 @@
 //!
 //! Throughout, Prometheus logs no out-of-order or duplicate sample.
 
-mod common;
+/// The helpers of `tests/common/` this file uses.
+pub mod common {
+    pub mod collector;
+    pub mod environments;
+    pub mod exposition;
+    pub mod http;
+    pub mod jaeger;
+    pub mod paths;
+    pub mod process;
+    pub mod prometheus_server;
+    pub mod serve;
+    pub mod tier;
+}
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::process::Guard;
+use common::prometheus_server;
 use common::serve::Server;
 use common::tier::{start_agent, Gateway};
-use common::{prometheus, Guard};
 use serde_json::Value;
 
 /// One trace per producer.
@@ -63,8 +76,8 @@ fn start_producer(index: usize, agent_grpc: u16) -> Server {
 
 /// Streams `trace` into `producer`; the stream ends once it is applied.
 fn feed(producer: &Server, trace: &str) {
-    let path = common::repo().join(format!("tests/data/{trace}.jsonl"));
-    let output = Command::new(common::binary())
+    let path = common::paths::repo().join(format!("tests/data/{trace}.jsonl"));
+    let output = Command::new(common::process::binary())
         .args(["replay", "--target", &producer.target()])
         .arg(&path)
         .output()
@@ -127,7 +140,7 @@ fn own_totals(producers: &[Server], only: impl Fn(&Engine) -> bool) -> Totals {
 }
 
 fn vector(port: u16, promql: &str) -> Vec<Value> {
-    prometheus::result(port, promql).unwrap_or_else(|e| panic!("{promql}: {e}"))
+    prometheus_server::result(port, promql).unwrap_or_else(|e| panic!("{promql}: {e}"))
 }
 
 fn value(series: &Value) -> f64 {
@@ -165,7 +178,7 @@ fn stored_totals(port: u16, filter: &str) -> Totals {
 fn wait_until_exact(port: u16, filter: &str, expected: &Totals, secs: u64, dir: &Path) -> Duration {
     let started = Instant::now();
     let mut last = Totals::default();
-    common::wait_for_optional(secs, || {
+    common::process::wait_for_optional(secs, || {
         last = stored_totals(port, filter);
         (last == *expected).then_some(())
     })
@@ -241,8 +254,8 @@ fn refused_samples(dir: &Path, port: u16) -> Vec<String> {
         })
         .map(str::to_owned)
         .collect();
-    let own = common::http_get(port, "/metrics").expect("Prometheus' own metrics");
-    for (key, value) in common::samples(&own) {
+    let own = common::http::http_get(port, "/metrics").expect("Prometheus' own metrics");
+    for (key, value) in common::exposition::samples(&own) {
         let counted = key.starts_with("prometheus_tsdb_out_of_order_samples_total")
             || key.starts_with("prometheus_tsdb_out_of_bound_samples_total");
         if counted && value != 0.0 {
@@ -268,9 +281,9 @@ struct Tier {
 /// Starts the tier on free ports and feeds round one: every observation
 /// arrives exactly once, each engine through one gateway.
 fn start_tier() -> Tier {
-    let dir = common::tempdir("scale-out");
+    let dir = common::paths::tempdir("scale-out");
     let (prometheus, prom) =
-        prometheus::start(&dir, &[], None, &["--web.enable-remote-write-receiver"]);
+        prometheus_server::start(&dir, &[], None, &["--web.enable-remote-write-receiver"]);
     let remote_write = format!("http://127.0.0.1:{prom}/api/v1/write");
     let mut gateways: Vec<Gateway> = GATEWAYS
         .iter()
@@ -279,7 +292,7 @@ fn start_tier() -> Tier {
     for gateway in &mut gateways {
         gateway.start(&dir, &remote_write);
     }
-    let agent_grpc = common::free_port();
+    let agent_grpc = common::http::free_port();
     let agent = start_agent(&dir, agent_grpc, &gateways);
     let producers: Vec<Server> = (0..TRACES.len())
         .map(|i| start_producer(i, agent_grpc))

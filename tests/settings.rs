@@ -3,7 +3,13 @@
 //! shows each as the flag that fills it (`--tls-cert`, not `cert`), or as
 //! the environment variable it came from.
 
-mod common;
+/// The helpers of `tests/common/` this file uses.
+pub mod common {
+    pub mod http;
+    pub mod paths;
+    pub mod pki;
+    pub mod process;
+}
 
 use common::pki::make_pki;
 
@@ -19,7 +25,7 @@ type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, String);
 /// Runs each case; each must exit 1 printing exactly its error line.
 fn fails_with(cases: Vec<Case>) {
     for (args, env, expected) in cases {
-        let (code, _, stderr) = common::run_with_env(&args, &env);
+        let (code, _, stderr) = common::process::run_with_env(&args, &env);
         assert_eq!(
             (code, stderr),
             (1, format!("error: {expected}\n")),
@@ -37,12 +43,12 @@ fn replay_args<'a>(trace: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
 
 #[test]
 fn every_rejected_setting_is_shown_as_its_flag_or_variable() {
-    let dir = common::tempdir("settings");
+    let dir = common::paths::tempdir("settings");
     let empty = dir.join("empty");
     std::fs::write(&empty, "").unwrap();
     let empty = path(&empty);
     let missing = path(&dir.join("missing"));
-    let trace = path(&common::repo().join("tests/data/lifecycle.jsonl"));
+    let trace = path(&common::paths::repo().join("tests/data/lifecycle.jsonl"));
     let no_file = "No such file or directory (os error 2)";
     let cases: Vec<Case> = vec![
         (
@@ -159,7 +165,7 @@ fn every_rejected_setting_is_shown_as_its_flag_or_variable() {
 /// names the key at fault.
 #[test]
 fn bad_bucket_overrides_name_their_key_and_nothing_starts() {
-    let trace = path(&common::repo().join("tests/data/lifecycle.jsonl"));
+    let trace = path(&common::paths::repo().join("tests/data/lifecycle.jsonl"));
     let flag = "--custom-histogram-buckets";
     let known = "known: iteration_tokens, request_tokens, request_params_n, \
                  request_num_preemptions, time_to_first_token, inter_token_latency, \
@@ -214,7 +220,7 @@ fn bad_bucket_overrides_name_their_key_and_nothing_starts() {
                 .to_owned(),
         ),
     ];
-    let port = common::free_port().to_string();
+    let port = common::http::free_port().to_string();
     let metrics_addr = format!("127.0.0.1:{port}");
     let mut cases: Vec<Case> = Vec::new();
     for (value, error) in &values_and_errors {
@@ -238,7 +244,7 @@ fn bad_bucket_overrides_name_their_key_and_nothing_starts() {
 /// library's, the HTTP client's) follows as its cause, on the same line.
 #[test]
 fn the_cause_follows_the_setting() {
-    let dir = common::tempdir("settings-causes");
+    let dir = common::paths::tempdir("settings-causes");
     let pki = make_pki();
     let garbled = dir.join("garbled.pem");
     std::fs::write(
@@ -248,7 +254,7 @@ fn the_cause_follows_the_setting() {
     .unwrap();
     let garbled = path(&garbled);
     let (server_cert, other_key) = (path(&pki.server_cert), path(&pki.client_key));
-    let trace = path(&common::repo().join("tests/data/lifecycle.jsonl"));
+    let trace = path(&common::paths::repo().join("tests/data/lifecycle.jsonl"));
     let cases: Vec<Case> = vec![
         (
             vec![

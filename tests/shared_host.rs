@@ -3,7 +3,14 @@
 //! streams of one connection, connections that only answer pings, and a
 //! parent that is gone before the sidecar starts.
 
-mod common;
+/// The helpers of `tests/common/` this file uses.
+pub mod common {
+    pub mod exposition;
+    pub mod http;
+    pub mod paths;
+    pub mod process;
+    pub mod serve;
+}
 
 use std::future::Future;
 use std::io::Write;
@@ -240,7 +247,7 @@ fn a_16_mib_batch_of_empty_records_is_refused_before_it_is_decoded() {
 /// message on the connection is applied.
 #[test]
 fn a_16_mib_batch_of_empty_records_on_the_socket_is_refused_alike() {
-    let dir = common::tempdir("shared-host-socket");
+    let dir = common::paths::tempdir("shared-host-socket");
     let path = dir.join("ingest.sock");
     let server = Server::start(&[
         "--ingest-socket",
@@ -267,7 +274,7 @@ fn a_16_mib_batch_of_empty_records_on_the_socket_is_refused_alike() {
             })),
         }],
     );
-    common::wait_for(20, "the refused message to be counted", || {
+    common::process::wait_for(20, "the refused message to be counted", || {
         server
             .sample(r#"vllm_otel_metrics_rejected_inputs_total{reason="invalid_record"}"#)
             .filter(|n| *n == 1.0)
@@ -422,9 +429,9 @@ fn a_connection_that_only_answers_pings_is_closed_when_idle() {
 /// another process exits at once and binds nothing.
 #[test]
 fn a_sidecar_whose_parent_is_gone_exits_at_once() {
-    let ingest = common::free_port();
+    let ingest = common::http::free_port();
     let began = Instant::now();
-    let (status, _, stderr) = common::run(&[
+    let (status, _, stderr) = common::process::run(&[
         "serve",
         "--parent-pid",
         // Never this test process's own child's parent.
@@ -451,17 +458,17 @@ fn a_sidecar_whose_parent_is_gone_exits_at_once() {
 
     // The race itself: the supervisor (a shell) starts the sidecar with its
     // own pid and exits at once. Whichever comes first, the sidecar ends.
-    let ingest = common::free_port();
+    let ingest = common::http::free_port();
     let shell = format!(
         "{} serve --parent-pid $$ --ingest-addr 127.0.0.1:{ingest} --metrics-addr none & echo $!",
-        common::binary().display()
+        common::process::binary().display()
     );
     let output = Command::new("sh").args(["-c", &shell]).output().unwrap();
     let pid: u32 = String::from_utf8_lossy(&output.stdout)
         .trim()
         .parse()
         .unwrap();
-    common::wait_for(10, "the orphaned sidecar to exit", || {
+    common::process::wait_for(10, "the orphaned sidecar to exit", || {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
         let state = stat
             .rsplit(')')
@@ -501,7 +508,7 @@ fn a_message_above_the_size_limit_ends_its_stream_counted() {
 /// none (the vLLM plugin starts its sidecar so: `/metrics` open, as vLLM's).
 #[test]
 fn ingest_takes_a_token_of_its_own() {
-    let dir = common::tempdir("shared-host-token");
+    let dir = common::paths::tempdir("shared-host-token");
     let token_file = dir.join("ingest-token");
     std::fs::write(&token_file, "ingest-only\n").unwrap();
     // Server::start scrapes /metrics without a token before it returns.
@@ -529,7 +536,7 @@ fn ingest_takes_a_token_of_its_own() {
 fn metrics_are_served_while_a_large_batch_is_applied() {
     use vllm_otel_metrics::sources::ingest::proto::pb;
     const RECORDS: usize = 100_000;
-    let dir = common::tempdir("shared-host-stall");
+    let dir = common::paths::tempdir("shared-host-stall");
     let path = dir.join("ingest.sock");
     let server = Server::start(&[
         "--ingest-socket",
@@ -574,7 +581,7 @@ fn metrics_are_served_while_a_large_batch_is_applied() {
         first_seen < RECORDS as f64,
         "the first scrape that saw the batch saw all of it ({first_seen}): /metrics waited for the batch"
     );
-    common::wait_for(60, "the whole batch", || {
+    common::process::wait_for(60, "the whole batch", || {
         server.sample(key).filter(|n| *n == RECORDS as f64)
     });
     std::fs::remove_dir_all(dir).ok();
@@ -621,7 +628,7 @@ fn a_stalled_message_ends_its_stream_at_its_deadline() {
         "--ingest-message-deadline-per-mib",
         "0.1",
     ]);
-    let log = common::lines_of(server.process.0.stderr.take().unwrap());
+    let log = common::process::lines_of(server.process.0.stderr.take().unwrap());
     let began = Instant::now();
     let (code, message) = runtime().block_on(async {
         let (send, _connection) = connect(server.ingest).await;
@@ -641,7 +648,7 @@ fn a_stalled_message_ends_its_stream_at_its_deadline() {
     );
     assert!(took >= Duration::from_millis(2500), "ended after {took:?}");
     assert_eq!(server.sample(INVALID), Some(1.0));
-    let logged = common::wait_for(10, "the log line", || {
+    let logged = common::process::wait_for(10, "the log line", || {
         log.lock()
             .unwrap()
             .iter()
@@ -659,7 +666,7 @@ fn a_stalled_message_ends_its_stream_at_its_deadline() {
 /// connection (any byte reset the idle timeout) and its message's room.
 #[test]
 fn a_message_trickled_over_the_socket_ends_its_connection_at_its_deadline() {
-    let dir = common::tempdir("shared-host-trickle");
+    let dir = common::paths::tempdir("shared-host-trickle");
     let path = dir.join("ingest.sock");
     let server = Server::start(&[
         "--ingest-socket",
@@ -686,7 +693,7 @@ fn a_message_trickled_over_the_socket_ends_its_connection_at_its_deadline() {
         );
     };
     assert!(closed >= Duration::from_secs(2), "closed after {closed:?}");
-    common::wait_for(10, "the late message to be counted", || {
+    common::process::wait_for(10, "the late message to be counted", || {
         server.sample(INVALID).filter(|n| *n == 1.0)
     });
     std::fs::remove_dir_all(dir).ok();
@@ -700,7 +707,7 @@ fn a_message_trickled_over_the_socket_ends_its_connection_at_its_deadline() {
 /// over gRPC and over the socket.
 #[test]
 fn room_is_given_back_once_a_message_is_applied() {
-    let dir = common::tempdir("shared-host-lent");
+    let dir = common::paths::tempdir("shared-host-lent");
     let path = dir.join("ingest.sock");
     let server = Server::start(&[
         "--ingest-socket",
@@ -723,13 +730,13 @@ fn room_is_given_back_once_a_message_is_applied() {
         bytes
     };
     (&first).write_all(&message("socket-a")).unwrap();
-    common::wait_for(20, "the first connection's message", || {
+    common::process::wait_for(20, "the first connection's message", || {
         server.sample(UNKNOWN).filter(|n| *n == 1000.0)
     });
     // The first connection stays open; the second's message is applied.
     let second = std::os::unix::net::UnixStream::connect(&path).unwrap();
     (&second).write_all(&message("socket-b")).unwrap();
-    common::wait_for(20, "the second connection's message", || {
+    common::process::wait_for(20, "the second connection's message", || {
         server.sample(UNKNOWN).filter(|n| *n == 2000.0)
     });
     assert_eq!(server.sample(INVALID), Some(0.0));
@@ -751,7 +758,7 @@ fn room_is_given_back_once_a_message_is_applied() {
             let port = server.metrics;
             let applied = if tag == "grpc-a" { 1000.0 } else { 2000.0 };
             let mut waited = 0;
-            while common::samples(&common::http_get(port, "/metrics").unwrap())
+            while common::exposition::samples(&common::http::http_get(port, "/metrics").unwrap())
                 .get(UNKNOWN)
                 .copied()
                 != Some(applied)
@@ -785,7 +792,7 @@ fn room_is_given_back_once_a_message_is_applied() {
 #[test]
 fn stalled_senders_on_the_port_do_not_starve_the_socket() {
     use prost::Message;
-    let dir = common::tempdir("shared-host-pinned");
+    let dir = common::paths::tempdir("shared-host-pinned");
     let path = dir.join("ingest.sock");
     let server = Server::start(&[
         "--ingest-socket",
@@ -847,7 +854,7 @@ fn stalled_senders_on_the_port_do_not_starve_the_socket() {
             .unwrap();
         socket.write_all(&body).unwrap();
     }
-    common::wait_for(20, "the socket's messages", || {
+    common::process::wait_for(20, "the socket's messages", || {
         server
             .sample(UNKNOWN)
             .filter(|n| *n == (MESSAGES * 1000) as f64)
@@ -870,7 +877,7 @@ fn stalled_senders_on_the_port_do_not_starve_the_socket() {
         .write_all(&(body.len() as u32).to_le_bytes())
         .unwrap();
     socket.write_all(&body).unwrap();
-    common::wait_for(20, "the last message", || {
+    common::process::wait_for(20, "the last message", || {
         server
             .sample(UNKNOWN)
             .filter(|n| *n == (MESSAGES * 1000 + 10) as f64)

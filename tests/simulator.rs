@@ -2,13 +2,21 @@
 //! determinism, record/replay identity, the KV-capacity physics, and a
 //! realtime run scraped by a real Prometheus.
 
-mod common;
+/// The helpers of `tests/common/` this file uses.
+pub mod common {
+    pub mod environments;
+    pub mod exposition;
+    pub mod http;
+    pub mod paths;
+    pub mod process;
+    pub mod prometheus_server;
+}
 
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use common::Guard;
+use common::process::Guard;
 use vllm_otel_metrics::protocol::{EventType, Record};
 use vllm_otel_metrics::sources::sim::{simulate, SimConfig, SimOutcome};
 
@@ -472,7 +480,7 @@ fn cpu_offloading_stores_preempted_kv_and_loads_it_back() {
             assert_eq!(tracker.apply(record), vec![]);
         }
         let text = bridge.encode(vllm_otel_metrics::export::prometheus::Format::Text);
-        let samples = common::samples(&text);
+        let samples = common::exposition::samples(&text);
         let key = r#"vllm:kv_offload_store_bytes_total{model_name="sim-model-0",engine="0"}"#;
         assert_eq!(samples[key], stored as f64);
     }
@@ -723,9 +731,9 @@ fn fewer_kv_blocks_never_yield_fewer_preemptions() {
 
 #[test]
 fn recorded_run_replays_to_the_identical_exposition() {
-    let dir = common::tempdir("sim");
+    let dir = common::paths::tempdir("sim");
     let trace = dir.join("t.jsonl");
-    let (code, live, stderr) = common::run(&[
+    let (code, live, stderr) = common::process::run(&[
         "simulate",
         "--seed",
         "7",
@@ -743,14 +751,14 @@ fn recorded_run_replays_to_the_identical_exposition() {
         stderr.contains("preemptions per request"),
         "the summary goes to stderr: {stderr}"
     );
-    let (code, replayed, _) = common::replay(&trace);
+    let (code, replayed, _) = common::process::replay(&trace);
     assert_eq!(code, 0);
     assert!(
         live == replayed,
         "replaying the recorded trace gives the live run's exposition"
     );
     let again = dir.join("again.jsonl");
-    common::run(&[
+    common::process::run(&[
         "simulate",
         "--seed",
         "7",
@@ -770,7 +778,7 @@ fn recorded_run_replays_to_the_identical_exposition() {
 
 #[test]
 fn sweep_prints_one_row_per_kv_size() {
-    let (code, stdout, stderr) = common::run(&[
+    let (code, stdout, stderr) = common::process::run(&[
         "simulate",
         "--duration",
         "30",
@@ -809,7 +817,7 @@ fn invalid_settings_are_rejected_clearly() {
         ("--kv-blocks", "0", "--kv-blocks must be at least 1"),
         ("--linger", "-1", "--linger must be zero or positive"),
     ] {
-        let (code, _, stderr) = common::run(&[
+        let (code, _, stderr) = common::process::run(&[
             "simulate",
             &format!("{flag}={value}"),
             "--metrics-addr",
@@ -840,7 +848,7 @@ fn invalid_settings_are_rejected_clearly() {
             "--kv-offload-store-threshold must be an OffloadingConnector setting (--kv-offload-connector offloading)",
         ),
     ] {
-        let (code, _, stderr) = common::run(
+        let (code, _, stderr) = common::process::run(
             &[&["simulate", "--metrics-addr", "none"][..], args].concat(),
         );
         assert_eq!(code, 1, "{args:?}: {stderr}");
@@ -860,7 +868,7 @@ fn summary_p99(line: &str) -> Option<String> {
 /// The count and sum of `vllm:request_num_preemptions` in an exposition,
 /// summed over label sets.
 fn final_preemption_totals(exposition: &str) -> (u64, f64) {
-    let samples = common::samples(exposition);
+    let samples = common::exposition::samples(exposition);
     let (mut count, mut sum) = (0u64, 0.0);
     for (key, value) in &samples {
         if key.starts_with("vllm:request_num_preemptions_count{") {
@@ -877,13 +885,13 @@ mod needs_prometheus {
 
     #[test]
     fn realtime_run_scraped_by_prometheus_matches_the_simulator() {
-        let metrics_port = common::free_port();
-        let dir = common::tempdir("realtime");
+        let metrics_port = common::http::free_port();
+        let dir = common::paths::tempdir("realtime");
         let (_prometheus, prometheus_port) =
-            common::prometheus::start_honoring_labels(&dir, metrics_port);
+            common::prometheus_server::start_honoring_labels(&dir, metrics_port);
 
         let mut sim = Guard(
-            Command::new(common::binary())
+            Command::new(common::process::binary())
                 .args([
                     "simulate",
                     "--realtime",
@@ -916,17 +924,17 @@ mod needs_prometheus {
             }
         }
         let printed_p99 = summary_p99(&p99_line.expect("the summary is printed")).unwrap();
-        let final_exposition =
-            common::http_get(metrics_port, "/metrics").expect("still serving while lingering");
+        let final_exposition = common::http::http_get(metrics_port, "/metrics")
+            .expect("still serving while lingering");
         let (count, sum) = final_preemption_totals(&final_exposition);
         assert!(
             count > 0 && sum > 0.0,
             "the run finished requests and preempted"
         );
 
-        let query = |q: &str| common::prometheus::value(prometheus_port, q);
+        let query = |q: &str| common::prometheus_server::value(prometheus_port, q);
         let count = count as f64;
-        common::wait_for(10, "Prometheus to scrape the final state", || {
+        common::process::wait_for(10, "Prometheus to scrape the final state", || {
             query("sum(vllm:request_num_preemptions_count)").filter(|v| *v == count)
         });
         let p99 =

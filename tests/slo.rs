@@ -11,7 +11,11 @@
 //! must be the ones computed here, exactly. The plugin path (vLLM's finished-request stats) is checked on
 //! records written to straddle each bound.
 
-mod common;
+/// The helpers of `tests/common/` this file uses.
+pub mod common {
+    pub mod exposition;
+    pub mod spans;
+}
 
 use std::collections::BTreeMap;
 
@@ -234,7 +238,7 @@ fn outcomes_agree_with_the_requests_judged_apart() {
     }
     let mut counted: BTreeMap<&str, f64> = BTreeMap::new();
     for outcome in SLO_OUTCOMES {
-        let total = common::sum_where(
+        let total = common::exposition::sum_where(
             &exposition,
             "vllm_otel_metrics_slo_requests_total",
             "outcome",
@@ -248,7 +252,8 @@ fn outcomes_agree_with_the_requests_judged_apart() {
     }
     eprintln!("bounds ttft {ttft:.4} s, tpot {tpot:.4} s, e2e {e2e:.3} s; outcomes {counted:?}; goodput {goodput} tokens");
     assert_eq!(counted, expected);
-    let goodput_counted = common::sum_of(&exposition, "vllm_otel_metrics_slo_goodput_tokens_total");
+    let goodput_counted =
+        common::exposition::sum_of(&exposition, "vllm_otel_metrics_slo_goodput_tokens_total");
     assert_eq!(goodput_counted, goodput);
 }
 
@@ -294,7 +299,7 @@ fn the_plugin_paths_finished_requests_are_judged_alike() {
     ] {
         assert_eq!(tracker.apply(&r), vec![]);
     }
-    let samples = common::samples(&bridge.encode(Format::Text));
+    let samples = common::exposition::samples(&bridge.encode(Format::Text));
     let outcomes: BTreeMap<String, f64> = samples
         .into_iter()
         .filter(|(k, v)| k.starts_with("vllm_otel_metrics_slo") && *v != 0.0)

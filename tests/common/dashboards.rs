@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-pub(crate) const ALERTS: [&str; 5] = [
+/// The alerts of rules.yml.
+pub const ALERTS: [&str; 5] = [
     "VllmHighPreemptionRate",
     "VllmHighPreemptionsPerRequestP99",
     "VllmManyRequestsPreemptedTwice",
@@ -16,14 +17,15 @@ pub(crate) const ALERTS: [&str; 5] = [
 
 /// The recording rule holding the SLO objective (`vector(0.99)` in
 /// rules.yml), read by the burn-rate alerts and the burn-rate panel.
-pub(crate) const SLO_OBJECTIVE: &str = "vllm_otel_metrics:slo_objective:ratio";
+pub const SLO_OBJECTIVE: &str = "vllm_otel_metrics:slo_objective:ratio";
 
-pub(crate) fn rules_path() -> PathBuf {
-    super::repo().join("otel-collector/rules.yml")
+/// The shipped Prometheus rules (`otel-collector/rules.yml`).
+pub fn rules_path() -> PathBuf {
+    super::paths::repo().join("otel-collector/rules.yml")
 }
 
 /// Values of `key:` lines in rules.yml (`record`, `alert`, `runbook_url`, …).
-pub(crate) fn rule_values(rules: &str, key: &str) -> Vec<String> {
+pub fn rule_values(rules: &str, key: &str) -> Vec<String> {
     let prefix = format!("{key}:");
     rules
         .lines()
@@ -34,7 +36,7 @@ pub(crate) fn rule_values(rules: &str, key: &str) -> Vec<String> {
 }
 
 /// The GenAI dashboard's variables, in chain order.
-pub(crate) const GENAI_CHAIN: [&str; 4] = [
+pub const GENAI_CHAIN: [&str; 4] = [
     "job",
     "instance",
     "gen_ai_request_model",
@@ -42,21 +44,21 @@ pub(crate) const GENAI_CHAIN: [&str; 4] = [
 ];
 
 /// The vLLM dashboards: `otel-collector/grafana/*.json`.
-pub(crate) fn dashboards() -> Vec<(PathBuf, Value)> {
-    dashboards_in(&super::repo().join("otel-collector/grafana"))
+pub fn dashboards() -> Vec<(PathBuf, Value)> {
+    dashboards_in(&super::paths::repo().join("otel-collector/grafana"))
 }
 
 /// The GenAI semantic-conventions dashboards: `otel-collector/grafana/genai/*.json`.
-pub(crate) fn genai_dashboards() -> Vec<(PathBuf, Value)> {
-    dashboards_in(&super::repo().join("otel-collector/grafana/genai"))
+pub fn genai_dashboards() -> Vec<(PathBuf, Value)> {
+    dashboards_in(&super::paths::repo().join("otel-collector/grafana/genai"))
 }
 
 /// The native-histogram dashboards: `otel-collector/grafana/native/*.json`.
-pub(crate) fn native_dashboards() -> Vec<(PathBuf, Value)> {
-    dashboards_in(&super::repo().join("otel-collector/grafana/native"))
+pub fn native_dashboards() -> Vec<(PathBuf, Value)> {
+    dashboards_in(&super::paths::repo().join("otel-collector/grafana/native"))
 }
 
-pub(crate) fn dashboards_in(dir: &Path) -> Vec<(PathBuf, Value)> {
+fn dashboards_in(dir: &Path) -> Vec<(PathBuf, Value)> {
     let mut out: Vec<(PathBuf, Value)> = std::fs::read_dir(dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|entry| entry.unwrap().path())
@@ -74,7 +76,7 @@ pub(crate) fn dashboards_in(dir: &Path) -> Vec<(PathBuf, Value)> {
 }
 
 /// Every expr of a dashboard (at least `min` of them).
-pub(crate) fn all_exprs(path: &Path, json: &Value, min: usize) -> Vec<String> {
+pub fn all_exprs(path: &Path, json: &Value, min: usize) -> Vec<String> {
     let all = exprs(json);
     assert!(
         all.len() >= min,
@@ -86,7 +88,7 @@ pub(crate) fn all_exprs(path: &Path, json: &Value, min: usize) -> Vec<String> {
 }
 
 /// Every panel, rows' nested panels included.
-pub(crate) fn panels(json: &Value) -> Vec<&Value> {
+pub fn panels(json: &Value) -> Vec<&Value> {
     let mut out = Vec::new();
     for panel in json["panels"].as_array().into_iter().flatten() {
         out.push(panel);
@@ -111,7 +113,7 @@ const AT_ALL: [&str; 7] = [
 /// `values` (`__rate_interval`, `__range`, a variable not at All), or else
 /// `.*` for a multi-value variable at All; fails on any other variable, and
 /// on All outside a regex matcher.
-pub(crate) fn substitute(expr: &str, values: &[(&str, &str)]) -> String {
+pub fn substitute(expr: &str, values: &[(&str, &str)]) -> String {
     let mut out = String::with_capacity(expr.len());
     let mut rest = expr;
     while let Some(dollar) = rest.find('$') {
@@ -144,7 +146,7 @@ pub(crate) fn substitute(expr: &str, values: &[(&str, &str)]) -> String {
 
 /// Every `expr` string anywhere in a Grafana dashboard (panels, rows,
 /// targets, variables).
-pub(crate) fn exprs(json: &Value) -> Vec<String> {
+pub fn exprs(json: &Value) -> Vec<String> {
     fn walk(json: &Value, out: &mut Vec<String>) {
         match json {
             Value::Object(map) => {
@@ -167,7 +169,7 @@ pub(crate) fn exprs(json: &Value) -> Vec<String> {
 /// The selector of each `label_values(SELECTOR, NAME)` variable, as
 /// `(NAME, SELECTOR)`, in the dashboard's order: what Grafana asks
 /// Prometheus for each variable's values.
-pub(crate) fn label_value_selectors(json: &Value) -> Vec<(String, String)> {
+pub fn label_value_selectors(json: &Value) -> Vec<(String, String)> {
     json["templating"]["list"]
         .as_array()
         .expect("templating")
@@ -185,10 +187,10 @@ pub(crate) fn label_value_selectors(json: &Value) -> Vec<(String, String)> {
 
 /// `$__rate_interval` and `$__range` in the live runs of a minute or two,
 /// scraped every second: fifteen scrapes, and a minute.
-pub(crate) const LIVE_RANGES: [(&str, &str); 2] = [("__rate_interval", "15s"), ("__range", "1m")];
+pub const LIVE_RANGES: [(&str, &str); 2] = [("__rate_interval", "15s"), ("__range", "1m")];
 
 /// The windows of `rules.yml` and their stand-ins in the live run: a tenth.
-pub(crate) const FAST_WINDOWS: [(&str, &str); 4] = [
+pub const FAST_WINDOWS: [(&str, &str); 4] = [
     ("[5m]", "[30s]"),
     ("[30m]", "[3m]"),
     ("[1h]", "[6m]"),

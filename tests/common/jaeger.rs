@@ -4,12 +4,12 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use super::Guard;
+use super::process::Guard;
 
 /// The Jaeger binary; fails with how to build it when missing.
-pub(crate) fn jaeger_binary() -> PathBuf {
-    super::needs("jaeger");
-    let binary = super::repo().join("otel-collector/bin/jaeger");
+pub fn jaeger_binary() -> PathBuf {
+    super::environments::needs("jaeger");
+    let binary = super::paths::repo().join("otel-collector/bin/jaeger");
     assert!(
         binary.is_file(),
         "Jaeger is required: build it with `bash otel-collector/build-jaeger.sh` (needs Go), or run `bash scripts/test.sh`"
@@ -18,29 +18,40 @@ pub(crate) fn jaeger_binary() -> PathBuf {
 }
 
 /// A Jaeger running the shipped config.
-pub(crate) struct Jaeger {
+#[derive(Debug)]
+pub struct Jaeger {
     _process: Guard,
     /// OTLP/gRPC port spans go to.
-    pub(crate) otlp_grpc: u16,
+    pub otlp_grpc: u16,
     /// The query API's port.
-    pub(crate) query: u16,
+    pub query: u16,
     dir: PathBuf,
 }
 
 impl Jaeger {
-    pub(crate) fn start() -> Jaeger {
-        let dir = super::tempdir("jaeger");
-        let (otlp_grpc, query) = (super::free_port(), super::free_port());
-        let process = super::spawn_logged(
+    /// The shipped config on free ports.
+    pub fn start() -> Jaeger {
+        let dir = super::paths::tempdir("jaeger");
+        let (otlp_grpc, query) = (super::http::free_port(), super::http::free_port());
+        let process = super::process::spawn_logged(
             Command::new(jaeger_binary())
                 .arg("--config")
-                .arg(super::repo().join("otel-collector/jaeger.yaml"))
+                .arg(super::paths::repo().join("otel-collector/jaeger.yaml"))
                 .env("JAEGER_OTLP_GRPC_PORT", otlp_grpc.to_string())
-                .env("JAEGER_OTLP_HTTP_PORT", super::free_port().to_string())
+                .env(
+                    "JAEGER_OTLP_HTTP_PORT",
+                    super::http::free_port().to_string(),
+                )
                 .env("JAEGER_QUERY_HTTP_PORT", query.to_string())
-                .env("JAEGER_QUERY_GRPC_PORT", super::free_port().to_string())
-                .env("JAEGER_HEALTH_PORT", super::free_port().to_string())
-                .env("JAEGER_TELEMETRY_PORT", super::free_port().to_string()),
+                .env(
+                    "JAEGER_QUERY_GRPC_PORT",
+                    super::http::free_port().to_string(),
+                )
+                .env("JAEGER_HEALTH_PORT", super::http::free_port().to_string())
+                .env(
+                    "JAEGER_TELEMETRY_PORT",
+                    super::http::free_port().to_string(),
+                ),
             &dir.join("jaeger.log"),
             "Jaeger",
         );
@@ -50,22 +61,22 @@ impl Jaeger {
             query,
             dir,
         };
-        super::wait_for(30, "Jaeger's query API", || {
-            super::http_get(query, "/api/services")
+        super::process::wait_for(30, "Jaeger's query API", || {
+            super::http::http_get(query, "/api/services")
         });
         jaeger
     }
 
     /// Every span Jaeger holds for `service` (v1 JSON: attributes as
     /// `tags`, events as `logs`); `None` while the query API fails.
-    pub(crate) fn spans(&self, service: &str) -> Option<Vec<serde_json::Value>> {
+    pub fn spans(&self, service: &str) -> Option<Vec<serde_json::Value>> {
         let end = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_micros();
         let path = format!("/api/traces?service={service}&limit=100000&start=1&end={end}");
         let json: serde_json::Value =
-            serde_json::from_str(&super::http_get(self.query, &path)?).ok()?;
+            serde_json::from_str(&super::http::http_get(self.query, &path)?).ok()?;
         Some(
             json["data"]
                 .as_array()?
@@ -75,7 +86,8 @@ impl Jaeger {
         )
     }
 
-    pub(crate) fn log(&self) -> String {
+    /// What Jaeger wrote to its log so far.
+    pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("jaeger.log")).unwrap_or_default()
     }
 }
@@ -83,10 +95,7 @@ impl Jaeger {
 impl Jaeger {
     /// How many of `service`'s spans carry each SLO outcome
     /// (`vllm_otel_metrics.slo.outcome`); every span must carry one.
-    pub(crate) fn request_spans_outcomes(
-        &self,
-        service: &str,
-    ) -> std::collections::BTreeMap<String, u64> {
+    pub fn request_spans_outcomes(&self, service: &str) -> std::collections::BTreeMap<String, u64> {
         let mut outcomes = std::collections::BTreeMap::new();
         for span in self.spans(service).expect("Jaeger answers") {
             let outcome = span["tags"]
@@ -105,9 +114,9 @@ impl Jaeger {
     /// Waits up to 30 s for `count` spans of `service`, checks that there
     /// are exactly that many, each an `llm_request` carrying
     /// `vllm.request.num_preemptions`, and returns the sum of those counts.
-    pub(crate) fn request_spans_preemptions(&self, service: &str, count: usize) -> u64 {
+    pub fn request_spans_preemptions(&self, service: &str, count: usize) -> u64 {
         let mut spans = Vec::new();
-        let all = super::wait_for_optional(30, || {
+        let all = super::process::wait_for_optional(30, || {
             spans = self.spans(service)?;
             (spans.len() >= count).then_some(())
         });

@@ -3,20 +3,27 @@
 
 /// PEM files of a test CA, a server certificate for 127.0.0.1/localhost and
 /// a client certificate, all made here.
-pub(crate) struct Pki {
-    pub(crate) ca: std::path::PathBuf,
-    pub(crate) server_cert: std::path::PathBuf,
-    pub(crate) server_key: std::path::PathBuf,
-    pub(crate) client_cert: std::path::PathBuf,
-    pub(crate) client_key: std::path::PathBuf,
+#[derive(Debug)]
+pub struct Pki {
+    /// The CA's certificate.
+    pub ca: std::path::PathBuf,
+    /// The server's certificate, signed by the CA.
+    pub server_cert: std::path::PathBuf,
+    /// The server's private key.
+    pub server_key: std::path::PathBuf,
+    /// The client's certificate, signed by the CA.
+    pub client_cert: std::path::PathBuf,
+    /// The client's private key.
+    pub client_key: std::path::PathBuf,
 }
 
-pub(crate) fn make_pki() -> Pki {
+/// A fresh [`Pki`] in a temporary directory.
+pub fn make_pki() -> Pki {
     use rcgen::{
         BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose,
         IsCa, KeyPair, KeyUsagePurpose,
     };
-    let dir = super::tempdir("pki");
+    let dir = super::paths::tempdir("pki");
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     ca_params

@@ -14,24 +14,19 @@ use serde_json::Value;
 use super::serve::Server;
 
 /// Runs one of `tests/vllm/*.py` in the vLLM environment; returns its JSON report.
-pub(crate) fn run_script(script: &str, args: &[&str], dir: &Path) -> Value {
+pub fn run_script(script: &str, args: &[&str], dir: &Path) -> Value {
     run_script_with_env(script, args, dir, &[])
 }
 
 /// [`run_script`] with extra environment variables.
-pub(crate) fn run_script_with_env(
-    script: &str,
-    args: &[&str],
-    dir: &Path,
-    env: &[(&str, &str)],
-) -> Value {
+pub fn run_script_with_env(script: &str, args: &[&str], dir: &Path, env: &[(&str, &str)]) -> Value {
     let report = dir.join(format!("{script}.json"));
-    let output = Command::new(super::vllm_python())
-        .arg(super::repo().join("tests/vllm").join(script))
+    let output = Command::new(super::environments::vllm_python())
+        .arg(super::paths::repo().join("tests/vllm").join(script))
         .args(args)
         .arg("--report")
         .arg(&report)
-        .env("PYTHONPATH", super::repo().join("tests/vllm"))
+        .env("PYTHONPATH", super::paths::repo().join("tests/vllm"))
         .envs(env.iter().copied())
         .output()
         .expect("python runs");
@@ -44,13 +39,14 @@ pub(crate) fn run_script_with_env(
         .expect("report is JSON")
 }
 
-pub(crate) const MAX_MODEL_LEN: &str = "4096";
+/// The `--max-model-len` the simulated trace and the oracle's loggers share.
+pub const MAX_MODEL_LEN: &str = "4096";
 
 /// A simulated trace with preemptions and client aborts: one model
 /// (`sim-model-0`), two engines.
-pub(crate) fn simulated_trace(dir: &Path) -> PathBuf {
+pub fn simulated_trace(dir: &Path) -> PathBuf {
     let simulated = dir.join("simulated.jsonl");
-    let (code, _, stderr) = super::run(&[
+    let (code, _, stderr) = super::process::run(&[
         "simulate",
         "--seed",
         "7",
@@ -80,7 +76,7 @@ pub(crate) fn simulated_trace(dir: &Path) -> PathBuf {
 /// `tests/vllm/oracle.py` on `trace`'s records of `model`, the plugin
 /// streaming to `server`; `kv_connector`: both loggers have a MultiConnector
 /// (NIXL, CPU offloading, simple CPU offloading) configured.
-pub(crate) fn run_oracle(
+pub fn run_oracle(
     server: &Server,
     trace: &Path,
     model: &str,
@@ -106,7 +102,8 @@ pub(crate) fn run_oracle(
     run_script("oracle.py", &args, dir)
 }
 
-pub(crate) fn strings(value: &Value) -> Vec<String> {
+/// A JSON list of strings as strings.
+pub fn strings(value: &Value) -> Vec<String> {
     value
         .as_array()
         .expect("a list")
@@ -118,18 +115,24 @@ pub(crate) fn strings(value: &Value) -> Vec<String> {
 /// A plugin process of `tests/vllm/supervise.py`, its log lines collected,
 /// and whether a Python thread died (a traceback on its stderr, which is
 /// passed on to the test's).
-pub(crate) struct PluginProcess {
-    pub(crate) child: std::process::Child,
-    pub(crate) lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
-    pub(crate) traceback: std::sync::Arc<std::sync::atomic::AtomicBool>,
+#[derive(Debug)]
+pub struct PluginProcess {
+    /// The python process.
+    pub child: std::process::Child,
+    /// The lines of its stdout so far.
+    pub lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    /// Whether its stderr had a traceback.
+    pub traceback: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl PluginProcess {
-    pub(crate) fn start(env: &[(&str, String)]) -> PluginProcess {
+    /// `supervise.py` with `env` added to an environment without
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`.
+    pub fn start(env: &[(&str, String)]) -> PluginProcess {
         use std::io::BufRead;
-        let mut child = Command::new(super::vllm_python())
-            .arg(super::repo().join("tests/vllm/supervise.py"))
-            .env("PYTHONPATH", super::repo().join("tests/vllm"))
+        let mut child = Command::new(super::environments::vllm_python())
+            .arg(super::paths::repo().join("tests/vllm/supervise.py"))
+            .env("PYTHONPATH", super::paths::repo().join("tests/vllm"))
             .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
             .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(std::process::Stdio::piped())
@@ -137,7 +140,7 @@ impl PluginProcess {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("python runs");
-        let lines = super::lines_of(child.stdout.take().expect("piped stdout"));
+        let lines = super::process::lines_of(child.stdout.take().expect("piped stdout"));
         let traceback = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let stderr = child.stderr.take().expect("piped stderr");
         let seen = traceback.clone();
@@ -163,8 +166,8 @@ impl PluginProcess {
 
     /// The pid of the `nth` sidecar this process says it started, waiting
     /// up to `secs` for the line.
-    pub(crate) fn started_sidecar(&self, nth: usize, secs: u64) -> u32 {
-        super::wait_for(secs, "the plugin's 'started the sidecar' line", || {
+    pub fn started_sidecar(&self, nth: usize, secs: u64) -> u32 {
+        super::process::wait_for(secs, "the plugin's 'started the sidecar' line", || {
             let lines = self.lines.lock().unwrap();
             lines
                 .iter()
@@ -174,13 +177,15 @@ impl PluginProcess {
         })
     }
 
-    pub(crate) fn count(&self, needle: &str) -> usize {
+    /// How many of its lines so far contain `needle`.
+    pub fn count(&self, needle: &str) -> usize {
         let lines = self.lines.lock().unwrap();
         lines.iter().filter(|l| l.contains(needle)).count()
     }
 
-    pub(crate) fn wait_line(&self, secs: u64, needle: &str) {
-        super::wait_for(secs, needle, || (self.count(needle) > 0).then_some(()));
+    /// Waits up to `secs` for a line containing `needle`.
+    pub fn wait_line(&self, secs: u64, needle: &str) {
+        super::process::wait_for(secs, needle, || (self.count(needle) > 0).then_some(()));
     }
 }
 
@@ -192,7 +197,7 @@ impl Drop for PluginProcess {
 }
 
 /// Whether `pid` is a live process (a zombie is not).
-pub(crate) fn alive(pid: u32) -> bool {
+pub fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map(|stat| stat.rsplit(')').next().unwrap().split_whitespace().next() != Some("Z"))
         .unwrap_or(false)
@@ -202,9 +207,9 @@ pub(crate) fn alive(pid: u32) -> bool {
 /// `ingest` with `/metrics` on `metrics`. The plugin finds the sidecar
 /// binary on PATH (this environment's plugin is installed without one):
 /// the one cargo built for the tests.
-pub(crate) fn sidecar_env(ingest: u16, metrics: u16) -> Vec<(&'static str, String)> {
+pub fn sidecar_env(ingest: u16, metrics: u16) -> Vec<(&'static str, String)> {
     let path = std::env::join_paths(
-        std::iter::once(super::binary().parent().unwrap().to_path_buf()).chain(
+        std::iter::once(super::process::binary().parent().unwrap().to_path_buf()).chain(
             std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
         ),
     )

@@ -10,10 +10,11 @@ use serde_json::{Map, Value};
 /// repeated and message fields are left out (absent is their default);
 /// `given` is laid over the result. Ones keep every "hits ≤ queries" and
 /// "part ≤ whole" rule of a record.
-pub(crate) fn every_number(message: &str, given: Value) -> Value {
-    let proto =
-        std::fs::read_to_string(super::repo().join("proto/vllm_otel_metrics/v1/ingest.proto"))
-            .expect("the ingest proto");
+pub fn every_number(message: &str, given: Value) -> Value {
+    let proto = std::fs::read_to_string(
+        super::paths::repo().join("proto/vllm_otel_metrics/v1/ingest.proto"),
+    )
+    .expect("the ingest proto");
     let mut lines = proto
         .lines()
         .skip_while(|line| line.trim() != format!("message {message} {{"));

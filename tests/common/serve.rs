@@ -3,23 +3,29 @@
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 
-use super::Guard;
+use super::process::Guard;
 
 /// A running `serve` on free ports.
-pub(crate) struct Server {
-    pub(crate) process: Guard,
-    pub(crate) ingest: u16,
-    pub(crate) metrics: u16,
+#[derive(Debug)]
+pub struct Server {
+    /// The `serve` process.
+    pub process: Guard,
+    /// The ingest port (`--ingest-addr`).
+    pub ingest: u16,
+    /// The `/metrics` port (`--metrics-addr`).
+    pub metrics: u16,
 }
 
 impl Server {
-    pub(crate) fn start(extra: &[&str]) -> Server {
+    /// `serve` with `extra` arguments, ready once both ports answer.
+    pub fn start(extra: &[&str]) -> Server {
         Server::start_with(extra, |_| {})
     }
 
-    pub(crate) fn start_with(extra: &[&str], configure: impl FnOnce(&mut Command)) -> Server {
-        let (ingest, metrics) = (super::free_port(), super::free_port());
-        let mut command = Command::new(super::binary());
+    /// [`Server::start`] with `configure` applied to the command first.
+    pub fn start_with(extra: &[&str], configure: impl FnOnce(&mut Command)) -> Server {
+        let (ingest, metrics) = (super::http::free_port(), super::http::free_port());
+        let mut command = Command::new(super::process::binary());
         command
             .args(["serve", "--ingest-addr", &format!("127.0.0.1:{ingest}")])
             .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
@@ -28,10 +34,10 @@ impl Server {
             .stderr(Stdio::piped());
         configure(&mut command);
         let process = Guard(command.spawn().expect("serve starts"));
-        super::wait_for(20, "serve's /metrics", || {
-            super::http_get(metrics, "/metrics")
+        super::process::wait_for(20, "serve's /metrics", || {
+            super::http::http_get(metrics, "/metrics")
         });
-        super::wait_for(20, "serve's ingest port", || {
+        super::process::wait_for(20, "serve's ingest port", || {
             std::net::TcpStream::connect(("127.0.0.1", ingest)).ok()
         });
         Server {
@@ -41,16 +47,20 @@ impl Server {
         }
     }
 
-    pub(crate) fn target(&self) -> String {
+    /// The ingest target, for `--target`.
+    pub fn target(&self) -> String {
         format!("http://127.0.0.1:{}", self.ingest)
     }
 
-    pub(crate) fn vllm_samples(&self) -> BTreeMap<String, f64> {
-        super::vllm_samples(&super::http_get(self.metrics, "/metrics").expect("serve answers"))
+    /// The `vllm:` samples of its `/metrics` now.
+    pub fn vllm_samples(&self) -> BTreeMap<String, f64> {
+        super::exposition::vllm_samples(
+            &super::http::http_get(self.metrics, "/metrics").expect("serve answers"),
+        )
     }
 
     /// Sends SIGTERM and waits for the exit status.
-    pub(crate) fn sigterm(&mut self) -> std::process::ExitStatus {
+    pub fn sigterm(&mut self) -> std::process::ExitStatus {
         let pid = self.process.0.id().to_string();
         assert!(Command::new("kill")
             .args(["-TERM", &pid])
@@ -60,8 +70,9 @@ impl Server {
         self.process.0.wait().unwrap()
     }
 
-    pub(crate) fn sample(&self, key: &str) -> Option<f64> {
-        super::samples(&super::http_get(self.metrics, "/metrics")?)
+    /// The sample `key` (`name{labels}` as written) of its `/metrics` now.
+    pub fn sample(&self, key: &str) -> Option<f64> {
+        super::exposition::samples(&super::http::http_get(self.metrics, "/metrics")?)
             .get(key)
             .copied()
     }
@@ -70,7 +81,7 @@ impl Server {
 /// Sends `records` over `serve --ingest-socket`'s socket at `path`, as the
 /// plugin does: each an encoded `Record` after its length (u32, little-endian).
 #[cfg(all(feature = "grpc", unix))]
-pub(crate) fn send_over_socket(
+pub fn send_over_socket(
     path: &std::path::Path,
     records: &[vllm_otel_metrics::sources::ingest::proto::pb::Record],
 ) {

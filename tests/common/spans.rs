@@ -9,7 +9,7 @@ use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 
 /// Keeps the spans it is given.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct KeptSpans(pub(crate) Arc<Mutex<Vec<SpanData>>>);
+pub struct KeptSpans(pub Arc<Mutex<Vec<SpanData>>>);
 
 impl SpanExporter for KeptSpans {
     async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
@@ -19,7 +19,7 @@ impl SpanExporter for KeptSpans {
 }
 
 /// A span's number attribute `key` (integer or float), if it has one.
-pub(crate) fn number(span: &SpanData, key: &str) -> Option<f64> {
+pub fn number(span: &SpanData, key: &str) -> Option<f64> {
     span.attributes
         .iter()
         .find(|kv| kv.key.as_str() == key)

@@ -8,12 +8,12 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::Guard;
+use super::process::Guard;
 
 /// The Thanos binary; fails with how to build it when missing.
-pub(crate) fn thanos_binary() -> PathBuf {
-    super::needs("thanos");
-    let binary = super::repo().join("otel-collector/bin/thanos");
+fn thanos_binary() -> PathBuf {
+    super::environments::needs("thanos");
+    let binary = super::paths::repo().join("otel-collector/bin/thanos");
     assert!(
         binary.is_file(),
         "Thanos is required: build it with `bash otel-collector/build-thanos.sh` (needs Go), or run `bash scripts/test.sh`"
@@ -22,13 +22,16 @@ pub(crate) fn thanos_binary() -> PathBuf {
 }
 
 /// The replica label each ingester adds to what it stores.
-pub(crate) const REPLICA_LABEL: &str = "receive_replica";
+pub const REPLICA_LABEL: &str = "receive_replica";
 
 /// One `thanos receive` ingester, on fixed ports (so it can be restarted on
 /// them, with its TSDB).
-pub(crate) struct Ingester {
-    pub(crate) name: String,
-    pub(crate) grpc: u16,
+#[derive(Debug)]
+pub struct Ingester {
+    /// Its `receive_replica` label.
+    pub name: String,
+    /// Its gRPC port.
+    pub grpc: u16,
     http: u16,
     remote_write: u16,
     capnproto: u16,
@@ -39,10 +42,10 @@ impl Ingester {
     fn on_free_ports(name: String) -> Ingester {
         Ingester {
             name,
-            grpc: super::free_port(),
-            http: super::free_port(),
-            remote_write: super::free_port(),
-            capnproto: super::free_port(),
+            grpc: super::http::free_port(),
+            http: super::http::free_port(),
+            remote_write: super::http::free_port(),
+            capnproto: super::http::free_port(),
             process: None,
         }
     }
@@ -52,7 +55,7 @@ impl Ingester {
     /// started in a minute of the day divisible by twice the block
     /// duration, e.g. 00:00 or 04:00 UTC, before the TSDB is open): then it
     /// is started again in the next minute, up to three times.
-    pub(crate) fn start(&mut self, dir: &Path) {
+    pub fn start(&mut self, dir: &Path) {
         for attempt in 1..=3 {
             if self.try_start(dir) {
                 return;
@@ -74,7 +77,7 @@ impl Ingester {
 
     fn try_start(&mut self, dir: &Path) -> bool {
         let tsdb = dir.join(format!("tsdb-{}", self.name));
-        let process = super::spawn_logged(
+        let process = super::process::spawn_logged(
             Command::new(thanos_binary())
                 .arg("receive")
                 .arg(format!("--tsdb.path={}", tsdb.display()))
@@ -96,12 +99,12 @@ impl Ingester {
         let process = self.process.insert(process);
         let http = self.http;
         let mut exited = false;
-        super::wait_for(60, &format!("ingester {} to be ready", self.name), || {
+        super::process::wait_for(60, &format!("ingester {} to be ready", self.name), || {
             if matches!(process.0.try_wait(), Ok(Some(_))) {
                 exited = true;
                 return Some(());
             }
-            super::http_get(http, "/-/ready").map(|_| ())
+            super::http::http_get(http, "/-/ready").map(|_| ())
         });
         if exited {
             self.process = None;
@@ -110,32 +113,35 @@ impl Ingester {
     }
 
     /// Kills it (SIGKILL, as a crashed node).
-    pub(crate) fn kill(&mut self) {
+    pub fn kill(&mut self) {
         self.process = None;
     }
 
     /// Its own metrics (Prometheus text).
-    pub(crate) fn metrics(&self) -> Option<String> {
-        super::http_get(self.http, "/metrics")
+    pub fn metrics(&self) -> Option<String> {
+        super::http::http_get(self.http, "/metrics")
     }
 }
 
 /// The hashring: ingesters, router, query.
-pub(crate) struct Hashring {
-    pub(crate) dir: PathBuf,
-    pub(crate) ingesters: Vec<Ingester>,
+#[derive(Debug)]
+pub struct Hashring {
+    /// The directory of the logs and TSDBs.
+    pub dir: PathBuf,
+    /// The three ingesters.
+    pub ingesters: Vec<Ingester>,
     _router: Guard,
     /// The router's remote-write URL.
-    pub(crate) remote_write: String,
+    pub remote_write: String,
     router_http: u16,
     _query: Guard,
     /// The query's HTTP API port (Prometheus' query API).
-    pub(crate) query: u16,
+    pub query: u16,
 }
 
 impl Hashring {
     /// Starts three ingesters, the router and the query in `dir`.
-    pub(crate) fn start(dir: &Path) -> Hashring {
+    pub fn start(dir: &Path) -> Hashring {
         let mut ingesters: Vec<Ingester> = (0..3)
             .map(|i| Ingester::on_free_ports(format!("r{i}")))
             .collect();
@@ -155,41 +161,47 @@ impl Hashring {
             ),
         )
         .unwrap();
-        let (router_http, remote_write) = (super::free_port(), super::free_port());
-        let router = super::spawn_logged(
+        let (router_http, remote_write) = (super::http::free_port(), super::http::free_port());
+        let router = super::process::spawn_logged(
             Command::new(thanos_binary())
                 .arg("receive")
                 .arg(format!("--receive.hashrings-file={}", hashring.display()))
                 .arg("--receive.replication-factor=3")
-                .arg(format!("--grpc-address=127.0.0.1:{}", super::free_port()))
+                .arg(format!(
+                    "--grpc-address=127.0.0.1:{}",
+                    super::http::free_port()
+                ))
                 .arg(format!("--http-address=127.0.0.1:{router_http}"))
                 .arg(format!("--remote-write.address=127.0.0.1:{remote_write}"))
                 .arg(format!(
                     "--receive.capnproto-address=127.0.0.1:{}",
-                    super::free_port()
+                    super::http::free_port()
                 ))
                 .arg("--label=receive=\"router\"")
                 .arg(format!("--tsdb.path={}", dir.join("tsdb-router").display())),
             &dir.join("router.log"),
             "the Thanos router",
         );
-        super::wait_for(60, "the router to be ready", || {
-            super::http_get(router_http, "/-/ready")
+        super::process::wait_for(60, "the router to be ready", || {
+            super::http::http_get(router_http, "/-/ready")
         });
-        let query = super::free_port();
+        let query = super::http::free_port();
         let mut command = Command::new(thanos_binary());
         command
             .arg("query")
             .arg(format!("--http-address=127.0.0.1:{query}"))
-            .arg(format!("--grpc-address=127.0.0.1:{}", super::free_port()))
+            .arg(format!(
+                "--grpc-address=127.0.0.1:{}",
+                super::http::free_port()
+            ))
             .arg(format!("--query.replica-label={REPLICA_LABEL}"));
         for ingester in &ingesters {
             command.arg(format!("--endpoint=127.0.0.1:{}", ingester.grpc));
         }
         let query_process =
-            super::spawn_logged(&mut command, &dir.join("query.log"), "Thanos query");
-        super::wait_for(60, "Thanos query to be ready", || {
-            super::http_get(query, "/-/ready")
+            super::process::spawn_logged(&mut command, &dir.join("query.log"), "Thanos query");
+        super::process::wait_for(60, "Thanos query to be ready", || {
+            super::http::http_get(query, "/-/ready")
         });
         Hashring {
             dir: dir.to_path_buf(),
@@ -203,12 +215,12 @@ impl Hashring {
     }
 
     /// The router's own metrics (Prometheus text).
-    pub(crate) fn router_metrics(&self) -> Option<String> {
-        super::http_get(self.router_http, "/metrics")
+    pub fn router_metrics(&self) -> Option<String> {
+        super::http::http_get(self.router_http, "/metrics")
     }
 
     /// Every log of the hashring, for a failure message.
-    pub(crate) fn logs(&self) -> String {
+    pub fn logs(&self) -> String {
         let mut out = String::new();
         for name in [
             "router",

@@ -6,31 +6,39 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::collector::collector_binary;
-use super::Guard;
+use super::process::Guard;
 
 /// A gateway Collector on fixed ports (so it can be restarted on them).
-pub(crate) struct Gateway {
-    pub(crate) name: &'static str,
-    pub(crate) grpc: u16,
-    pub(crate) health: u16,
-    pub(crate) telemetry: u16,
-    pub(crate) process: Option<Guard>,
+#[derive(Debug)]
+pub struct Gateway {
+    /// Its `gateway` external label.
+    pub name: &'static str,
+    /// The OTLP/gRPC receiver's port.
+    pub grpc: u16,
+    /// The health check's port.
+    pub health: u16,
+    /// The Collector's own telemetry port.
+    pub telemetry: u16,
+    /// The running Collector, if started.
+    pub process: Option<Guard>,
 }
 
 impl Gateway {
     /// A gateway named `name` on free ports, not started.
-    pub(crate) fn on_free_ports(name: &'static str) -> Gateway {
+    pub fn on_free_ports(name: &'static str) -> Gateway {
         Gateway {
             name,
-            grpc: super::free_port(),
-            health: super::free_port(),
-            telemetry: super::free_port(),
+            grpc: super::http::free_port(),
+            health: super::http::free_port(),
+            telemetry: super::http::free_port(),
             process: None,
         }
     }
 
-    pub(crate) fn start(&mut self, dir: &Path, remote_write: &str) {
-        self.process = Some(super::spawn_logged(
+    /// Starts it (again, on the same ports), exporting to `remote_write`;
+    /// returns once it is healthy.
+    pub fn start(&mut self, dir: &Path, remote_write: &str) {
+        self.process = Some(super::process::spawn_logged(
             Command::new(collector_binary())
                 .arg("--config")
                 .arg(config("gateway.yaml"))
@@ -47,40 +55,44 @@ impl Gateway {
             "the gateway",
         ));
         let health = self.health;
-        super::wait_for(30, &format!("gateway {} to be healthy", self.name), || {
-            super::http_get(health, "/")
+        super::process::wait_for(30, &format!("gateway {} to be healthy", self.name), || {
+            super::http::http_get(health, "/")
         });
     }
 
-    pub(crate) fn stop(&mut self) {
+    /// Kills it.
+    pub fn stop(&mut self) {
         self.process = None;
     }
 }
 
-pub(crate) fn config(name: &str) -> PathBuf {
-    super::repo().join("otel-collector").join(name)
+/// The shipped config `name` of `otel-collector/`.
+pub fn config(name: &str) -> PathBuf {
+    super::paths::repo().join("otel-collector").join(name)
 }
 
-pub(crate) fn start_agent(dir: &Path, grpc: u16, gateways: &[Gateway]) -> Guard {
+/// The agent, its OTLP/gRPC receiver on `grpc`, exporting to `gateways`;
+/// returns once it is healthy.
+pub fn start_agent(dir: &Path, grpc: u16, gateways: &[Gateway]) -> Guard {
     let endpoints: Vec<String> = gateways
         .iter()
         .map(|g| format!("127.0.0.1:{}", g.grpc))
         .collect();
-    let health = super::free_port();
-    let agent = super::spawn_logged(
+    let health = super::http::free_port();
+    let agent = super::process::spawn_logged(
         Command::new(collector_binary())
             .arg("--config")
             .arg(config("agent.yaml"))
             .env("AGENT_OTLP_GRPC_PORT", grpc.to_string())
-            .env("AGENT_OTLP_HTTP_PORT", super::free_port().to_string())
+            .env("AGENT_OTLP_HTTP_PORT", super::http::free_port().to_string())
             .env("AGENT_HEALTH_PORT", health.to_string())
-            .env("AGENT_TELEMETRY_PORT", super::free_port().to_string())
+            .env("AGENT_TELEMETRY_PORT", super::http::free_port().to_string())
             .env("GATEWAYS", format!("[{}]", endpoints.join(","))),
         &dir.join("agent.log"),
         "the agent",
     );
-    super::wait_for(30, "the agent to be healthy", || {
-        super::http_get(health, "/")
+    super::process::wait_for(30, "the agent to be healthy", || {
+        super::http::http_get(health, "/")
     });
     agent
 }

@@ -13,7 +13,6 @@ same ports. Writes what it saw as JSON; the caller judges it.
 import argparse
 import json
 import os
-import socket
 import subprocess
 import time
 import urllib.request
@@ -22,15 +21,10 @@ from vllm.v1.metrics.loggers import load_stat_logger_plugin_factories
 from vllm.v1.metrics.stats import IterationStats
 
 import vllm_steps
+from ports import free_port
 
 GENERATED = "vllm:generation_tokens_total"
 DROPPED = "vllm_otel_metrics_plugin_dropped_records_total"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def sample(metrics_port: int, name: str) -> float | None:

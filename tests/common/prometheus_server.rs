@@ -6,24 +6,24 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use super::Guard;
+use super::process::Guard;
 
 /// Starts Prometheus scraping each `(job, port)` every second, evaluating
 /// `rule_file` (if any) every second, with `extra` flags; returns it and its
 /// port once ready.
-pub(crate) fn start(
+pub fn start(
     dir: &Path,
     jobs: &[(&str, u16)],
     rule_file: Option<&Path>,
     extra: &[&str],
 ) -> (Guard, u16) {
-    launch(dir, super::free_port(), jobs, false, rule_file, extra)
+    launch(dir, super::http::free_port(), jobs, false, rule_file, extra)
 }
 
 /// Like [`start`], on `port`, chosen beforehand: for a sender (a Collector's
 /// remote write) that must be told the address before Prometheus starts.
 /// Remote write needs `--web.enable-remote-write-receiver` in `extra`.
-pub(crate) fn start_on(
+pub fn start_on(
     dir: &Path,
     port: u16,
     jobs: &[(&str, u16)],
@@ -36,10 +36,10 @@ pub(crate) fn start_on(
 /// Starts Prometheus scraping `target` every second as job `target`, keeping
 /// the target's own `job` and `instance` labels (`honor_labels`), as for a
 /// Collector that serves several processes' series.
-pub(crate) fn start_honoring_labels(dir: &Path, target: u16) -> (Guard, u16) {
+pub fn start_honoring_labels(dir: &Path, target: u16) -> (Guard, u16) {
     launch(
         dir,
-        super::free_port(),
+        super::http::free_port(),
         &[("target", target)],
         true,
         None,
@@ -55,8 +55,8 @@ fn launch(
     rule_file: Option<&Path>,
     extra: &[&str],
 ) -> (Guard, u16) {
-    super::needs("prometheus");
-    let binary = super::require_tool(
+    super::environments::needs("prometheus");
+    let binary = super::environments::require_tool(
         "prometheus",
         "install Debian's `prometheus` package (apt-get install -y prometheus), or run `bash scripts/test.sh`",
     );
@@ -78,7 +78,7 @@ fn launch(
     }
     let config_path = dir.join("prometheus.yml");
     std::fs::write(&config_path, config).unwrap();
-    let guard = super::spawn_logged(
+    let guard = super::process::spawn_logged(
         Command::new(binary)
             .arg(format!("--config.file={}", config_path.display()))
             .arg(format!(
@@ -90,14 +90,14 @@ fn launch(
         &dir.join("prometheus.log"),
         "prometheus",
     );
-    super::wait_for(30, "Prometheus to be ready", || {
-        super::http_get(port, "/-/ready")
+    super::process::wait_for(30, "Prometheus to be ready", || {
+        super::http::http_get(port, "/-/ready")
     });
     (guard, port)
 }
 
 /// Percent-encodes a query parameter.
-pub(crate) fn url_encode(text: &str) -> String {
+pub fn url_encode(text: &str) -> String {
     text.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
@@ -110,8 +110,9 @@ pub(crate) fn url_encode(text: &str) -> String {
 
 /// An instant query through `/api/v1/query`: the answer's `data` object, or
 /// the HTTP status and Prometheus' error.
-pub(crate) fn query(port: u16, promql: &str) -> Result<Value, String> {
-    let (status, body) = super::get(port, &format!("/api/v1/query?query={}", url_encode(promql)))?;
+pub fn query(port: u16, promql: &str) -> Result<Value, String> {
+    let (status, body) =
+        super::http::get(port, &format!("/api/v1/query?query={}", url_encode(promql)))?;
     let mut json: Value = serde_json::from_str(&body)
         .map_err(|e| format!("HTTP {status}, not JSON ({e}): {body}"))?;
     if status != 200 || json["status"] != "success" {
@@ -124,14 +125,14 @@ pub(crate) fn query(port: u16, promql: &str) -> Result<Value, String> {
 }
 
 /// The single value of an instant query, if it has exactly one series.
-pub(crate) fn value(port: u16, promql: &str) -> Option<f64> {
+pub fn value(port: u16, promql: &str) -> Option<f64> {
     let data = query(port, promql).ok()?;
     let result = data["result"].as_array()?;
     (result.len() == 1).then(|| result[0]["value"][1].as_str()?.parse().ok())?
 }
 
 /// An instant query's `result` array, or why there is none.
-pub(crate) fn result(port: u16, promql: &str) -> Result<Vec<Value>, String> {
+pub fn result(port: u16, promql: &str) -> Result<Vec<Value>, String> {
     let data = query(port, promql)?;
     data["result"]
         .as_array()
@@ -141,9 +142,9 @@ pub(crate) fn result(port: u16, promql: &str) -> Result<Vec<Value>, String> {
 
 /// The result of `promql`, polled until it is non-empty; fails after `secs`
 /// with Prometheus' last answer.
-pub(crate) fn result_within(port: u16, promql: &str, secs: u64) -> Vec<Value> {
+pub fn result_within(port: u16, promql: &str, secs: u64) -> Vec<Value> {
     let mut last = String::new();
-    super::wait_for_optional(secs, || match result(port, promql) {
+    super::process::wait_for_optional(secs, || match result(port, promql) {
         Ok(result) if !result.is_empty() => Some(result),
         Ok(_) => {
             last = "empty result".to_owned();
@@ -158,12 +159,12 @@ pub(crate) fn result_within(port: u16, promql: &str, secs: u64) -> Vec<Value> {
 }
 
 /// The value of one series of an instant query's result.
-pub(crate) fn sample_value(series: &Value) -> Option<f64> {
+pub fn sample_value(series: &Value) -> Option<f64> {
     series["value"][1].as_str()?.parse().ok()
 }
 
 /// The value of the series of `result` whose label `job` is `job`.
-pub(crate) fn value_for_job(result: &[Value], job: &str) -> Option<f64> {
+pub fn value_for_job(result: &[Value], job: &str) -> Option<f64> {
     result
         .iter()
         .find(|series| series["metric"]["job"] == job)
@@ -171,7 +172,7 @@ pub(crate) fn value_for_job(result: &[Value], job: &str) -> Option<f64> {
 }
 
 /// `(label value, sample value)` of each series of `result`.
-pub(crate) fn values_by(result: &[Value], label: &str) -> Vec<(String, f64)> {
+pub fn values_by(result: &[Value], label: &str) -> Vec<(String, f64)> {
     result
         .iter()
         .map(|series| {
