@@ -18,11 +18,6 @@ use std::error::Error;
 use std::fmt;
 use std::sync::Arc;
 
-#[cfg(any(feature = "listen", feature = "otlp"))]
-pub use crate::support::file::Unreadable;
-#[cfg(any(feature = "otlp", feature = "grpc"))]
-pub use crate::support::redact::CredentialsInUrl;
-
 /// Which setting: a field of one of the crate's configuration types (or a
 /// named argument of a constructor), or an environment variable that the
 /// OpenTelemetry specification defines.
@@ -230,6 +225,91 @@ pub fn chain(error: &dyn Error) -> String {
         source = cause.source();
     }
     text
+}
+
+/// A file a setting names cannot be read: a certificate, a key or a token
+/// file.
+///
+/// ```
+/// # #[cfg(feature = "listen")] {
+/// use std::error::Error as _;
+/// use vllm_otel_metrics::error::Unreadable;
+/// use vllm_otel_metrics::listen::{BearerToken, ListenConfigError};
+///
+/// let missing = std::env::temp_dir().join("vllm-otel-metrics-doc-no-such-token");
+/// let Err(ListenConfigError::Unreadable(error)) = BearerToken::from_file(&missing) else {
+///     panic!("a missing token file is unreadable");
+/// };
+/// let error: Unreadable = error;
+/// assert_eq!(error.path, missing);
+/// assert_eq!(error.setting.to_string(), "token_file");
+/// // The operating system's error is the source, not part of the text.
+/// assert!(error.source().is_some());
+/// # }
+/// ```
+#[cfg(any(feature = "listen", feature = "otlp"))]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{setting}: cannot read {}", path.display())]
+#[non_exhaustive]
+pub struct Unreadable {
+    /// The field or variable that named the file.
+    pub setting: Setting,
+    /// The file.
+    pub path: std::path::PathBuf,
+    /// The operating system's error.
+    #[source]
+    pub cause: Cause,
+}
+
+#[cfg(any(feature = "listen", feature = "otlp"))]
+impl Settings for Unreadable {
+    fn visit_settings(&mut self, visit: &mut dyn FnMut(&mut Setting)) {
+        visit(&mut self.setting);
+    }
+}
+
+/// A URL that carries credentials, which are not sent (the transports
+/// authenticate with headers). Names the setting and shows the URL with its
+/// credentials masked, never the secret.
+///
+/// ```
+/// # #[cfg(feature = "otlp")] {
+/// use vllm_otel_metrics::error::CredentialsInUrl;
+/// use vllm_otel_metrics::export::otlp::{OtlpError, OtlpOptions, Signal};
+///
+/// let mut options = OtlpOptions::default();
+/// options.endpoint = Some("https://user:secret@collector:4318".to_owned());
+/// let Err(OtlpError::CredentialsInUrl(error)) = options.destination(Signal::Metrics, &|_| None)
+/// else {
+///     panic!("credentials in the endpoint are refused");
+/// };
+/// let error: CredentialsInUrl = error;
+/// assert_eq!(error.shown, "https://***@collector:4318/v1/metrics");
+/// assert!(!error.to_string().contains("secret"));
+/// # }
+/// ```
+#[cfg(any(feature = "otlp", feature = "grpc"))]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{setting} {shown} carries credentials in the URL, which would not be sent; \
+     give them with {instead} instead"
+)]
+#[non_exhaustive]
+pub struct CredentialsInUrl {
+    /// The setting that gave the URL.
+    pub setting: Setting,
+    /// The URL with its credentials replaced by `***`.
+    pub shown: String,
+    /// The setting that carries credentials (a header, a token file).
+    pub instead: Setting,
+}
+
+#[cfg(any(feature = "otlp", feature = "grpc"))]
+impl Settings for CredentialsInUrl {
+    fn visit_settings(&mut self, visit: &mut dyn FnMut(&mut Setting)) {
+        visit(&mut self.setting);
+        visit(&mut self.instead);
+    }
 }
 
 #[cfg(test)]

@@ -21,8 +21,8 @@
 //! );
 //! ```
 
-use super::all;
 use super::def::{BucketFamily, Kind, MetricDef};
+use super::families::all;
 use super::request::REQUEST_HISTOGRAMS;
 
 /// Every bucket family, in catalog order of its first member.

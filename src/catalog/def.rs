@@ -129,6 +129,9 @@ fn token_buckets(max_model_len: u32, style: TokenBuckets) -> Vec<f64> {
     bounds
 }
 
+/// The default `max_model_len` for the token buckets.
+pub const DEFAULT_MAX_MODEL_LEN: u32 = 131_072;
+
 /// One metric family.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MetricDef {
@@ -254,8 +257,8 @@ pub(crate) const fn gauge(
 
 #[cfg(test)]
 mod tests {
+    use super::DEFAULT_MAX_MODEL_LEN;
     use super::{Buckets, TokenBuckets};
-    use crate::catalog::DEFAULT_MAX_MODEL_LEN;
 
     #[test]
     fn token_buckets_follow_1_2_5_then_max_model_len() {

@@ -47,6 +47,7 @@ macro_rules! process {
 mod bucket_families;
 mod def;
 pub(crate) mod engine;
+mod families;
 pub(crate) mod kv_connector;
 pub(crate) mod labels;
 mod reasons;
@@ -56,16 +57,13 @@ pub mod semconv;
 pub mod slo;
 pub(crate) mod telemetry;
 
-use engine::ENGINE;
-use kv_connector::KV_CONNECTOR;
-use request::{PER_REQUEST_COUNTS, REQUEST_HISTOGRAMS};
-use scheduler::SCHEDULER;
-use telemetry::SELF_TELEMETRY;
-
 pub use bucket_families::{
     bucket_families, bucket_family, bucket_family_members, bucket_family_of, is_latency_histogram,
 };
-pub use def::{BucketFamily, Buckets, Kind, MetricDef, TokenBuckets, ValueType};
+pub use def::{
+    BucketFamily, Buckets, Kind, MetricDef, TokenBuckets, ValueType, DEFAULT_MAX_MODEL_LEN,
+};
+pub use families::{all, by_otel_name, by_vllm_name, series_per_label_set};
 pub use reasons::{EvictReason, RejectReason};
 // What a host program reads back from a snapshot (the command line's run
 // summaries do): the headline, the finished requests, two latencies.
@@ -73,86 +71,3 @@ pub use request::{
     E2E_REQUEST_LATENCY, PREEMPTION_BUCKETS, REQUEST_NUM_PREEMPTIONS, REQUEST_SUCCESS,
     TIME_TO_FIRST_TOKEN,
 };
-
-/// The default `max_model_len` for the token buckets.
-pub const DEFAULT_MAX_MODEL_LEN: u32 = 131_072;
-
-/// Every family, in exposition order: per-request tier, scheduler tier,
-/// engine tier, self-telemetry, SLO (whose instruments exist only with
-/// `--slo`).
-pub fn all() -> impl Iterator<Item = &'static MetricDef> {
-    PER_REQUEST_COUNTS
-        .iter()
-        .copied()
-        .chain(REQUEST_HISTOGRAMS.iter().map(|h| h.def))
-        .chain(SCHEDULER.iter().copied())
-        .chain(ENGINE.iter().copied())
-        .chain(KV_CONNECTOR.iter().copied())
-        .chain(SELF_TELEMETRY.iter().copied())
-        .chain(slo::ALL.iter().copied())
-}
-
-/// The family `/metrics` names `vllm_name` (`vllm:request_num_preemptions`),
-/// if the catalog has it.
-///
-/// ```
-/// use vllm_otel_metrics::catalog;
-///
-/// let def = catalog::by_vllm_name("vllm:request_num_preemptions").unwrap();
-/// assert_eq!(def.otel_name, "vllm.request_num_preemptions");
-/// assert_eq!(def.buckets.boundaries(catalog::DEFAULT_MAX_MODEL_LEN), catalog::PREEMPTION_BUCKETS);
-/// assert!(catalog::by_vllm_name("vllm:no_such_family").is_none());
-/// ```
-pub fn by_vllm_name(vllm_name: &str) -> Option<&'static MetricDef> {
-    all().find(|def| def.vllm_name == vllm_name)
-}
-
-/// How many series one `(model_name, engine)` label set has in `def`: one,
-/// or one per value of its further label.
-pub fn series_per_label_set(def: &MetricDef) -> usize {
-    def.label_values.len().max(1)
-}
-
-/// The family whose OpenTelemetry name is `otel_name`.
-pub fn by_otel_name(otel_name: &str) -> Option<&'static MetricDef> {
-    all().find(|def| def.otel_name == otel_name)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::telemetry::PROCESS;
-    use super::{all, semconv, MetricDef};
-
-    #[test]
-    fn otel_name_is_the_prometheus_name_with_a_dot() {
-        for def in all().chain(PROCESS.iter().copied()) {
-            let (namespace, rest) = [
-                ("vllm:", "vllm."),
-                ("vllm_otel_metrics_", "vllm_otel_metrics."),
-                ("process_", "process."),
-            ]
-            .into_iter()
-            .find_map(|(prometheus, otel)| Some((otel, def.vllm_name.strip_prefix(prometheus)?)))
-            .unwrap_or_else(|| panic!("{} has no known namespace", def.vllm_name));
-            assert_eq!(def.otel_name, format!("{namespace}{rest}"));
-        }
-        // The semantic conventions name their streams; the Prometheus names are
-        // the OpenTelemetry translation of them (dots to underscores, the unit
-        // appended), which a const cannot compute, so both are written there.
-        for def in semconv::ALL {
-            let translated = format!("{}_seconds", def.otel_name.replace('.', "_"));
-            assert_eq!(def.vllm_name, translated);
-        }
-    }
-
-    #[test]
-    fn names_are_unique() {
-        let defs: Vec<&MetricDef> = all().chain(semconv::ALL.iter().copied()).collect();
-        for name in [|d: &&MetricDef| d.vllm_name, |d: &&MetricDef| d.otel_name] {
-            let mut names: Vec<_> = defs.iter().map(name).collect();
-            names.sort();
-            names.dedup();
-            assert_eq!(names.len(), defs.len());
-        }
-    }
-}

@@ -15,8 +15,8 @@ use std::sync::OnceLock;
 use opentelemetry::metrics::{BoundCounter, BoundGauge, BoundHistogram, Counter, Gauge, Histogram};
 use opentelemetry::KeyValue;
 
+use super::attributes::with_label;
 use super::kv_connector::{KvConnectorHandles, KvConnectorInstruments};
-use super::label_set::with_label;
 use super::meters::{f64_counter, f64_gauge, f64_histogram, u64_counter, u64_gauge, Meters};
 use crate::catalog;
 use crate::protocol::{OperationKind, SchedulerStats, MAX_SPEC_POSITIONS};

@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 
 use opentelemetry::KeyValue;
 
-use super::label_set::base_labels;
+use super::attributes::base_labels;
 
 /// Handles per label set, up to a limit (the Views' cardinality limit);
 /// later label sets share the overflow handles.

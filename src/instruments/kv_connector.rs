@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 use opentelemetry::metrics::{BoundCounter, BoundGauge, BoundHistogram, Counter, Gauge, Histogram};
 use opentelemetry::KeyValue;
 
-use super::label_set::with_label;
+use super::attributes::with_label;
 use super::meters::{f64_counter, f64_gauge, f64_histogram, u64_counter, u64_gauge, Meters};
 use crate::catalog::{self, MetricDef};
 use crate::protocol::{KvConnectorStats, NixlStats, OffloadingStats, SimpleCpuOffloadStats};

@@ -2,11 +2,10 @@
 //! catalog family's instrument: its name, unit and description from the
 //! family's catalog entry, written once for every kind of instrument.
 
-use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter, MeterProvider};
+use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter};
 use opentelemetry::InstrumentationScope;
-use opentelemetry_sdk::metrics::{MeterProviderBuilder, SdkMeterProvider};
 
-use super::{tee, views, InstrumentsConfig};
+use super::tee;
 use crate::catalog::{self, MetricDef};
 
 /// The instrumentation scope name of every instrument the crate's own
@@ -29,17 +28,6 @@ impl Meters {
             explicit_latency: None,
         }
     }
-}
-
-/// The provider `builder` makes with the catalog's Views for `config`, and
-/// the crate's meter on it: where the Views and the instruments' config meet.
-pub(super) fn with_views(
-    builder: MeterProviderBuilder,
-    config: InstrumentsConfig,
-) -> (SdkMeterProvider, Meter) {
-    let provider = builder.with_view(views(config)).build();
-    let meter = provider.meter_with_scope(scope());
-    (provider, meter)
 }
 
 /// The crate's instrumentation scope: its name and version (the meters'

@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 use opentelemetry::metrics::{BoundCounter, BoundHistogram, Counter, Histogram};
 use opentelemetry::KeyValue;
 
-use super::label_set::with_label;
+use super::attributes::with_label;
 use super::meters::{f64_histogram, u64_counter, Meters};
 use super::semconv::{SemconvEnd, SemconvHandles, SemconvInstruments};
 use super::slo::{SloHandles, SloInstruments};

@@ -17,7 +17,7 @@ use opentelemetry::KeyValue;
 use crate::catalog::semconv::{self, ERROR_TYPE, OPERATION_NAME};
 use crate::protocol::{FinishReason, GenAiOperation};
 
-use super::label_set::{shared_string, OVERFLOW_ATTRIBUTE};
+use super::attributes::{shared_string, OVERFLOW_ATTRIBUTE};
 use super::meters::{f64_histogram, Meters};
 
 /// Which semantic conventions are recorded besides vLLM's families.

@@ -52,11 +52,12 @@ pub struct Slo {
 // Every bound is a finite number (from_json refuses the others).
 impl Eq for Slo {}
 
-/// Why an `--slo` value cannot be used; names the key at fault.
+/// Why an SLO value cannot be used; names the key at fault (the front end
+/// names its setting, such as the command line's `--slo`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{key}: {reason}")]
+#[error("{}{reason}", if key.is_empty() { String::new() } else { format!("{key}: ") })]
 pub struct SloError {
-    /// Where: `ttft`, `models.NAME.tpot`, or the whole value.
+    /// Where: `ttft`, `models.NAME.tpot`, or empty for the whole value.
     pub key: String,
     /// Why.
     pub reason: String,
@@ -75,10 +76,10 @@ impl Slo {
             reason,
         };
         let value: serde_json::Value =
-            serde_json::from_str(text).map_err(|e| error("--slo", format!("not JSON ({e})")))?;
+            serde_json::from_str(text).map_err(|e| error("", format!("not JSON ({e})")))?;
         let object = value
             .as_object()
-            .ok_or_else(|| error("--slo", "not a JSON object".into()))?;
+            .ok_or_else(|| error("", "not a JSON object".into()))?;
         let mut slo = Slo::default();
         for (key, value) in object {
             match key.as_str() {
@@ -325,8 +326,12 @@ mod tests {
     #[test]
     fn errors_name_the_key_at_fault() {
         let key = |text: &str| Slo::from_json(text).unwrap_err().key;
-        assert_eq!(key("[1]"), "--slo");
-        assert_eq!(key("{"), "--slo");
+        assert_eq!(key("[1]"), "");
+        assert_eq!(key("{"), "");
+        assert_eq!(
+            Slo::from_json("[1]").unwrap_err().to_string(),
+            "not a JSON object"
+        );
         assert_eq!(key(r#"{"ttft": 0}"#), "ttft");
         assert_eq!(key(r#"{"tpot": "fast"}"#), "tpot");
         assert_eq!(key(r#"{"p99": 1}"#), "p99");

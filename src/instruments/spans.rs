@@ -139,7 +139,7 @@ pub(crate) struct SpanValues {
     pub(crate) decode: f64,
     pub(crate) inference: f64,
     /// With `--slo`.
-    pub(crate) slo_outcome: Option<super::SloOutcome>,
+    pub(crate) slo_outcome: Option<super::slo::SloOutcome>,
 }
 
 /// A tracked request's span in the making.

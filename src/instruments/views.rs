@@ -12,11 +12,16 @@
 //! A host program that brings its own `SdkMeterProvider` gets them
 //! registered by [`Instruments::install`](super::Instruments::install).
 
-use opentelemetry_sdk::metrics::{Aggregation, Instrument, Stream};
+use opentelemetry::metrics::{Meter, MeterProvider};
+use opentelemetry_sdk::metrics::{
+    Aggregation, Instrument, MeterProviderBuilder, SdkMeterProvider, Stream,
+};
 
 use crate::catalog::{self, Kind, MetricDef};
 
-use super::{InstrumentsConfig, NameStyle, OtlpHistograms};
+use super::buckets::OtlpHistograms;
+use super::config::{InstrumentsConfig, NameStyle};
+use super::meters::scope;
 
 /// The Views of every catalog family, for
 /// [`MeterProviderBuilder::with_view`](opentelemetry_sdk::metrics::MeterProviderBuilder::with_view).
@@ -106,6 +111,17 @@ fn semconv_stream(def: &'static MetricDef, config: &InstrumentsConfig) -> Option
         })
         .build()
         .ok()
+}
+
+/// The provider `builder` makes with the catalog's Views for `config`, and
+/// the crate's meter on it: where the Views and the instruments' config meet.
+pub(super) fn with_views(
+    builder: MeterProviderBuilder,
+    config: InstrumentsConfig,
+) -> (SdkMeterProvider, Meter) {
+    let provider = builder.with_view(views(config)).build();
+    let meter = provider.meter_with_scope(scope());
+    (provider, meter)
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! The bearer token a server may require, checked in constant time.
 
-use super::ListenConfigError;
+use super::config::ListenConfigError;
 use crate::error::Setting;
 use crate::support::file;
 use std::path::Path;

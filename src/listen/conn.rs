@@ -1,7 +1,7 @@
 //! Accepted connections and their guards: idle and write timeouts, and the
 //! slot of the connection cap each one holds until it is dropped.
 
-use super::ListenerLimits;
+use super::config::ListenerLimits;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;

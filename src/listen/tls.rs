@@ -1,7 +1,7 @@
 //! The listeners' TLS: a rustls server configuration built from PEM files,
 //! with client certificates required when a client CA is given.
 
-use super::ListenConfigError;
+use super::config::ListenConfigError;
 use crate::error::{setting, Cause, Setting};
 use crate::support::file;
 use std::path::{Path, PathBuf};

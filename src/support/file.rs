@@ -2,47 +2,9 @@
 //! that one that cannot be read is reported the same way everywhere: the
 //! setting, the path and the operating system's error.
 
-use crate::error::{Cause, Setting, Settings};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-/// A file a setting names cannot be read: a certificate, a key or a token
-/// file. Public as [`crate::error::Unreadable`].
-///
-/// ```
-/// # #[cfg(feature = "listen")] {
-/// use std::error::Error as _;
-/// use vllm_otel_metrics::error::Unreadable;
-/// use vllm_otel_metrics::listen::{BearerToken, ListenConfigError};
-///
-/// let missing = std::env::temp_dir().join("vllm-otel-metrics-doc-no-such-token");
-/// let Err(ListenConfigError::Unreadable(error)) = BearerToken::from_file(&missing) else {
-///     panic!("a missing token file is unreadable");
-/// };
-/// let error: Unreadable = error;
-/// assert_eq!(error.path, missing);
-/// assert_eq!(error.setting.to_string(), "token_file");
-/// // The operating system's error is the source, not part of the text.
-/// assert!(error.source().is_some());
-/// # }
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{setting}: cannot read {}", path.display())]
-#[non_exhaustive]
-pub struct Unreadable {
-    /// The field or variable that named the file.
-    pub setting: Setting,
-    /// The file.
-    pub path: PathBuf,
-    /// The operating system's error.
-    #[source]
-    pub cause: Cause,
-}
-
-impl Settings for Unreadable {
-    fn visit_settings(&mut self, visit: &mut dyn FnMut(&mut Setting)) {
-        visit(&mut self.setting);
-    }
-}
+use crate::error::{Cause, Setting, Unreadable};
 
 /// The contents of `path`, which `setting` named (the error names it).
 pub(crate) fn read(path: &Path, setting: Setting) -> Result<Vec<u8>, Unreadable> {

@@ -1,7 +1,7 @@
 //! Keeping secrets out of messages: credentials in URLs and header values
 //! are never printed.
 
-use crate::error::{Setting, Settings};
+use crate::error::{CredentialsInUrl, Setting};
 
 /// `url` with any userinfo (`user:password@`) replaced by `***@`, and
 /// whether it had some.
@@ -18,49 +18,6 @@ pub(crate) fn userinfo(url: &str) -> (String, bool) {
             (format!("{scheme}***@{host}{path}"), true)
         }
         None => (url.to_owned(), false),
-    }
-}
-
-/// A URL that carries credentials, which are not sent (the transports
-/// authenticate with headers). Names the setting and shows the URL with its
-/// credentials masked, never the secret. Public as
-/// [`crate::error::CredentialsInUrl`].
-///
-/// ```
-/// # #[cfg(feature = "otlp")] {
-/// use vllm_otel_metrics::error::CredentialsInUrl;
-/// use vllm_otel_metrics::export::otlp::{OtlpError, OtlpOptions, Signal};
-///
-/// let mut options = OtlpOptions::default();
-/// options.endpoint = Some("https://user:secret@collector:4318".to_owned());
-/// let Err(OtlpError::CredentialsInUrl(error)) = options.destination(Signal::Metrics, &|_| None)
-/// else {
-///     panic!("credentials in the endpoint are refused");
-/// };
-/// let error: CredentialsInUrl = error;
-/// assert_eq!(error.shown, "https://***@collector:4318/v1/metrics");
-/// assert!(!error.to_string().contains("secret"));
-/// # }
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "{setting} {shown} carries credentials in the URL, which would not be sent; \
-     give them with {instead} instead"
-)]
-#[non_exhaustive]
-pub struct CredentialsInUrl {
-    /// The setting that gave the URL.
-    pub setting: Setting,
-    /// The URL with its credentials replaced by `***`.
-    pub shown: String,
-    /// The setting that carries credentials (a header, a token file).
-    pub instead: Setting,
-}
-
-impl Settings for CredentialsInUrl {
-    fn visit_settings(&mut self, visit: &mut dyn FnMut(&mut Setting)) {
-        visit(&mut self.setting);
-        visit(&mut self.instead);
     }
 }
 

@@ -3,7 +3,7 @@
 //! (the first at once, then at most one per [`FAILURE_LOG_INTERVAL`]),
 //! announce recovery and keep the last error for the exit report.
 
-use super::{Destination, Signal, FAILURE_LOG_INTERVAL};
+use super::settings::{Destination, Signal};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -15,6 +15,9 @@ use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 use opentelemetry_sdk::metrics::Temporality;
 use opentelemetry_sdk::trace::SpanData;
 use opentelemetry_sdk::Resource;
+
+/// How often a persisting export failure is logged again.
+pub const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(30);
 
 /// Export outcomes, for rate-limited logging and the exit report.
 #[derive(Debug, Default)]

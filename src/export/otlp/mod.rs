@@ -22,7 +22,6 @@ pub mod tls;
 use crate::error::Cause;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use opentelemetry::KeyValue;
 use opentelemetry_otlp::{
@@ -35,7 +34,7 @@ use opentelemetry_sdk::Resource;
 mod health;
 mod settings;
 
-pub use health::{ExportHealth, TrackedExporter, TrackedSpanExporter};
+pub use health::{ExportHealth, TrackedExporter, TrackedSpanExporter, FAILURE_LOG_INTERVAL};
 pub use settings::{
     parse_compression, parse_temporality, Destination, OtlpError, OtlpOptions, Protocol, Signal,
 };
@@ -43,8 +42,6 @@ pub use settings::{
 /// The `service.name` when neither `OTEL_SERVICE_NAME` nor
 /// `OTEL_RESOURCE_ATTRIBUTES` names one.
 pub const DEFAULT_SERVICE_NAME: &str = env!("CARGO_PKG_NAME");
-/// How often a persisting export failure is logged again.
-pub const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(30);
 
 /// A built OTLP push: the reader to add to the meter provider, and what
 /// reports on it.

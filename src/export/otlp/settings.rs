@@ -147,7 +147,7 @@ pub enum OtlpError {
     },
     /// An endpoint URL with credentials in it.
     #[error(transparent)]
-    CredentialsInUrl(#[from] crate::support::redact::CredentialsInUrl),
+    CredentialsInUrl(#[from] crate::error::CredentialsInUrl),
     /// The TLS files or client.
     #[error(transparent)]
     Tls(#[from] tls::TlsError),

@@ -2,8 +2,9 @@
 //! `simulate`): a bounded channel feeds one client-streaming call, so a
 //! slow server slows the producer down instead of filling memory.
 
+use crate::error::Unreadable;
 use crate::error::{setting, Cause, Setting, Settings};
-use crate::support::file::{self, Unreadable};
+use crate::support::file;
 use std::path::PathBuf;
 
 use prost::Message;
@@ -58,7 +59,7 @@ type Client = pb::ingest_client::IngestClient<InterceptedService<Channel, Token>
 pub enum TargetError {
     /// The target URL carries credentials.
     #[error(transparent)]
-    CredentialsInUrl(#[from] crate::support::redact::CredentialsInUrl),
+    CredentialsInUrl(#[from] crate::error::CredentialsInUrl),
     /// The target is not a usable URL, or its TLS setup failed.
     #[error("{setting} {target}{context}")]
     InvalidTarget {
