@@ -4,13 +4,18 @@
 # (tests/readme.rs fails until the two agree).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+cargo build --quiet --locked --example catalog_table
 table=$(cargo run --quiet --locked --example catalog_table)
-python3 - "$table" <<'PY'
+families=$(cargo run --quiet --locked --example catalog_table -- bucket-families)
+python3 - "$table" "$families" <<'PY'
 import sys
-path = "docs/CATALOG.md"
-text = open(path).read()
-begin = text.index("<!-- catalog:begin")
-begin = text.index("\n", begin) + 1
-end = text.index("<!-- catalog:end -->")
-open(path, "w").write(text[:begin] + sys.argv[1] + "\n" + text[end:])
+for path, marker, table in [
+    ("docs/CATALOG.md", "catalog", sys.argv[1]),
+    ("docs/CLI.md", "bucket-families", sys.argv[2]),
+]:
+    text = open(path).read()
+    begin = text.index(f"<!-- {marker}:begin")
+    begin = text.index("\n", begin) + 1
+    end = text.index(f"<!-- {marker}:end -->")
+    open(path, "w").write(text[:begin] + table + "\n" + text[end:])
 PY

@@ -10,7 +10,7 @@ pub mod common {
 }
 // The table's one writer: the example prints it, this test compares it.
 #[path = "../examples/catalog_table.rs"]
-mod catalog_table;
+pub mod catalog_table;
 
 use vllm_otel_metrics::catalog::{self, DEFAULT_MAX_MODEL_LEN};
 
@@ -177,34 +177,21 @@ fn testing_doc_lists_every_test_file_and_component() {
 #[test]
 fn cli_doc_lists_every_bucket_family() {
     let doc = read("docs/CLI.md");
-    let section = doc
-        .split("### Histogram buckets")
-        .nth(1)
-        .expect("docs/CLI.md has a Histogram buckets section");
-    let listed: Vec<(String, Vec<String>)> = section
-        .lines()
-        .skip_while(|l| !l.starts_with("| key |"))
-        .skip(2)
-        .take_while(|l| l.starts_with("| `"))
-        .map(|l| {
-            let cells: Vec<&str> = l.trim_matches('|').split(" | ").collect();
-            let names = cells[1]
-                .split(", ")
-                .map(|n| n.split('`').nth(1).unwrap().to_owned())
-                .collect();
-            (cells[0].trim().trim_matches('`').to_owned(), names)
-        })
-        .collect();
-    let expected: Vec<(String, Vec<String>)> = catalog::bucket_families()
-        .iter()
-        .map(|f| {
-            let names = catalog::bucket_family_members(f)
-                .map(|d| d.vllm_name.to_owned())
-                .collect();
-            (f.key.to_owned(), names)
-        })
-        .collect();
-    assert_eq!(listed, expected);
+    let begin =
+        "<!-- bucket-families:begin (generated from src/catalog/; tests/readme.rs checks it) -->\n";
+    let start = doc
+        .find(begin)
+        .expect("docs/CLI.md has the bucket-families begin marker")
+        + begin.len();
+    let end = doc
+        .find("<!-- bucket-families:end -->")
+        .expect("docs/CLI.md has the bucket-families end marker");
+    let expected = catalog_table::bucket_family_table() + "\n";
+    assert!(
+        doc[start..end] == expected,
+        "docs/CLI.md's bucket families differ from the catalog; run \
+         scripts/update-catalog-table.sh or replace them with:\n{expected}"
+    );
 }
 
 /// `common::environments::needs` refuses a component to a test whose path does not

@@ -8,7 +8,7 @@ pub mod common {
 
 use std::collections::BTreeMap;
 
-use vllm_otel_metrics::catalog::RejectReason;
+use vllm_otel_metrics::catalog::{self, RejectReason};
 use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
 use vllm_otel_metrics::instruments::Instruments;
 use vllm_otel_metrics::protocol::{
@@ -269,11 +269,16 @@ fn series_exist_from_request_start() {
         !text.contains("vllm:num_preemptions_by_reason_total{"),
         "{text}"
     );
-    // 16 histograms: ITER 13+3, TOK 5×(17+3), N 5+3, PRE 7+3, TTFT 22+3, ITL 2×(19+3),
-    // LAT 5×(21+3) = 323 lines; 5 counters with 3 sources = 7; 5 finish
+    // Each per-request histogram and the iteration-token one: its buckets,
+    // +Inf, sum and count; 5 counters with 3 sources = 7; 5 finish
     // reasons; self-telemetry 4 rejection and 2 eviction reasons, and the
     // plugin's dropped records.
-    assert_eq!(s.len(), 323 + 7 + 5 + 4 + 2 + 1);
+    let iteration_tokens = catalog::by_vllm_name("vllm:iteration_tokens_total").unwrap();
+    let histogram_lines: usize = catalog::per_request_histograms()
+        .chain([iteration_tokens])
+        .map(|def| def.buckets.boundaries(catalog::DEFAULT_MAX_MODEL_LEN).len() + 3)
+        .sum();
+    assert_eq!(s.len(), histogram_lines + 7 + 5 + 4 + 2 + 1);
 }
 
 /// `scheduled` sets the scheduled time only the first time; a re-admission

@@ -24,6 +24,12 @@ pub fn all() -> impl Iterator<Item = &'static MetricDef> {
         .chain(slo::ALL.iter().copied())
 }
 
+/// The per-request histograms (the tier's table, in exposition order):
+/// the families each request's lifecycle observes, at its tokens or its end.
+pub fn per_request_histograms() -> impl Iterator<Item = &'static MetricDef> {
+    REQUEST_HISTOGRAMS.iter().map(|h| h.def)
+}
+
 /// The family `/metrics` names `vllm_name` (`vllm:request_num_preemptions`),
 /// if the catalog has it.
 ///
