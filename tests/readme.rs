@@ -186,7 +186,7 @@ fn cli_doc_lists_every_bucket_family() {
     let end = doc
         .find("<!-- bucket-families:end -->")
         .expect("docs/CLI.md has the bucket-families end marker");
-    let expected = catalog_table::bucket_family_table() + "\n";
+    let expected = catalog_table::bucket_family_table();
     assert!(
         doc[start..end] == expected,
         "docs/CLI.md's bucket families differ from the catalog; run \
