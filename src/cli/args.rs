@@ -1,7 +1,18 @@
 //! Arguments the subcommands share: where metrics go (bridge, OTLP,
 //! target), how listeners are bounded and secured, the output format.
 
-use super::*;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use clap::{Args, ValueEnum};
+use opentelemetry_otlp::Compression;
+use opentelemetry_sdk::metrics::Temporality;
+use vllm_otel_metrics::catalog::{TokenBuckets, DEFAULT_MAX_MODEL_LEN};
+use vllm_otel_metrics::export::otlp::{self, Protocol};
+use vllm_otel_metrics::export::prometheus::{http, Format};
+use vllm_otel_metrics::instruments::{ExponentialHistograms, DEFAULT_MAX_LABEL_SETS};
+use vllm_otel_metrics::protocol::InputLimits;
 
 /// Where `/metrics` is served, or `none`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,27 +131,6 @@ pub(super) struct SemconvArgs {
     pub(super) semconv_server_port: Option<u16>,
 }
 
-impl SemconvArgs {
-    pub(super) fn semconv(&self) -> Semconv {
-        match self.semconv {
-            SemconvArg::None => Semconv::None,
-            SemconvArg::GenAi => Semconv::GenAi,
-        }
-    }
-
-    pub(super) fn server(&self) -> SemconvServer {
-        SemconvServer {
-            address: self.semconv_server_address.clone(),
-            port: self.semconv_server_port,
-        }
-    }
-
-    /// Whether the bridge exposes the streams.
-    pub(super) fn on_metrics(&self) -> bool {
-        self.semconv() != Semconv::None && self.semconv_prometheus
-    }
-}
-
 /// The values of `--semconv`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(super) enum SemconvArg {
@@ -174,15 +164,6 @@ pub(super) struct TargetArgs {
     pub(super) target_token_file: Option<PathBuf>,
 }
 
-impl TargetArgs {
-    pub(super) fn security(&self) -> TargetSecurity {
-        let mut security = TargetSecurity::default();
-        security.ca = self.target_ca.clone();
-        security.token_file = self.target_token_file.clone();
-        security
-    }
-}
-
 /// How the servers (`/metrics`, and ingest for `serve`) listen.
 #[derive(Debug, Args)]
 pub(super) struct ListenArgs {
@@ -207,38 +188,6 @@ pub(super) struct ListenArgs {
     /// Close a connection that takes no written byte for this long (0 disables).
     #[arg(long, default_value_t = 30.0, value_name = "SECS")]
     pub(super) write_timeout: f64,
-}
-
-impl ListenArgs {
-    pub(super) fn limits(&self, max_connections: usize) -> Result<ListenerLimits, CliError> {
-        let optional =
-            |flag, value| seconds(flag, value).map(|d: Duration| (!d.is_zero()).then_some(d));
-        // Every field is set below; the constant only supplies a value to
-        // start from, as the type's fields may grow.
-        let mut limits: ListenerLimits = http::DEFAULT_LIMITS;
-        limits.max_connections = max_connections;
-        limits.idle_timeout = optional("--idle-timeout", self.idle_timeout)?;
-        limits.write_timeout = optional("--write-timeout", self.write_timeout)?;
-        Ok(limits)
-    }
-
-    /// TLS with `alpn`, and the token, as the flags say.
-    pub(super) fn security(
-        &self,
-        alpn: &[&[u8]],
-    ) -> Result<(Option<ServerTls>, Option<BearerToken>), CliError> {
-        let mut files = ServerTlsFiles::default();
-        files.cert = self.tls_cert.clone();
-        files.key = self.tls_key.clone();
-        files.client_ca = self.tls_client_ca.clone();
-        let tls = ServerTls::from_files(&files, alpn)?;
-        let token = self
-            .auth_token_file
-            .as_deref()
-            .map(BearerToken::from_file)
-            .transpose()?;
-        Ok((tls, token))
-    }
 }
 
 /// OTLP push options; each one given is set on the exporter's builder and
@@ -335,107 +284,6 @@ pub(super) enum OtlpNames {
     Otel,
     /// vLLM's Prometheus names (`vllm:…`).
     Prometheus,
-}
-
-/// Parses the `n`th `--otlp-header`; the error shows no part of the value.
-/// An `--otlp-header` that is not one `KEY=VALUE` header; names its
-/// position, never its value (which may be a secret).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("--otlp-header #{position}: not one KEY=VALUE header (the value is not shown)")]
-pub(super) struct InvalidHeader {
-    position: usize,
-}
-
-pub(super) fn parse_header(n: usize, s: &str) -> Result<(String, String), InvalidHeader> {
-    let invalid = || InvalidHeader { position: n };
-    let (key, value) = s.split_once('=').ok_or_else(invalid)?;
-    let key = key.trim();
-    let valid_key = !key.is_empty()
-        && key
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
-    if !valid_key || value.contains(',') || value.chars().any(char::is_control) {
-        return Err(invalid());
-    }
-    Ok((key.to_owned(), value.trim().to_owned()))
-}
-
-impl CommonArgs {
-    /// `--slo`, parsed; none given, no SLO.
-    pub(super) fn slo(&self) -> Result<Option<Slo>, CliError> {
-        self.slo
-            .as_deref()
-            .map(|json| {
-                Slo::from_json(json).map_err(|e| CliError::Invalid {
-                    flag: "--slo",
-                    reason: e.to_string(),
-                })
-            })
-            .transpose()
-    }
-
-    /// `--custom-histogram-buckets`, parsed; none given, none overridden.
-    pub(super) fn bucket_overrides(&self) -> Result<BucketOverrides, CliError> {
-        match &self.custom_histogram_buckets {
-            None => Ok(BucketOverrides::default()),
-            Some(json) => BucketOverrides::parse(json).map_err(|e| CliError::Invalid {
-                flag: "--custom-histogram-buckets",
-                reason: e.to_string(),
-            }),
-        }
-    }
-
-    pub(super) fn input_limits(&self) -> InputLimits {
-        let mut limits = InputLimits::default();
-        limits.max_label_bytes = self.max_label_bytes;
-        limits.max_request_id_bytes = self.max_request_id_bytes;
-        limits
-    }
-}
-
-impl OtlpArgs {
-    pub(super) fn options(&self) -> Result<OtlpOptions, CliError> {
-        let headers = self
-            .otlp_header
-            .iter()
-            .enumerate()
-            .map(|(i, h)| parse_header(i + 1, h))
-            .collect::<Result<_, _>>()
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        let mut tls = TlsFiles::default();
-        tls.certificate = self.otlp_certificate.clone();
-        tls.client_certificate = self.otlp_client_certificate.clone();
-        tls.client_key = self.otlp_client_key.clone();
-        let mut options = OtlpOptions::default();
-        options.endpoint = self.otlp_endpoint.clone();
-        options.traces_endpoint = self.otlp_traces_endpoint.clone();
-        options.protocol = self.otlp_protocol;
-        options.interval = self.otlp_interval_ms.map(Duration::from_millis);
-        options.timeout = self.otlp_timeout_ms.map(Duration::from_millis);
-        options.headers = headers;
-        options.temporality = self.otlp_temporality;
-        options.compression = self.otlp_compression;
-        options.tls = tls;
-        Ok(options)
-    }
-
-    /// The `--otlp-histograms` setting with its size and scale.
-    pub(super) fn histograms(&self) -> OtlpHistograms {
-        match self.otlp_histograms {
-            OtlpHistogramsArg::Explicit => OtlpHistograms::Explicit,
-            OtlpHistogramsArg::Exponential => OtlpHistograms::Exponential(ExponentialHistograms {
-                max_size: self.otlp_histogram_max_size,
-                max_scale: self.otlp_histogram_max_scale,
-            }),
-        }
-    }
-
-    pub(super) fn name_style(&self) -> NameStyle {
-        match self.otlp_names {
-            OtlpNames::Otel => NameStyle::Otel,
-            OtlpNames::Prometheus => NameStyle::Prometheus,
-        }
-    }
 }
 
 /// What to print on stdout at the end.

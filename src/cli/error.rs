@@ -9,6 +9,15 @@ use vllm_otel_metrics::listen::ListenConfigError;
 use vllm_otel_metrics::sources::ingest::client::TargetError;
 use vllm_otel_metrics::sources::sim::SimConfigError;
 
+use super::flags::with_flags;
+
+/// Exit status when input lines were invalid.
+pub(super) const EXIT_INVALID_INPUT: u8 = 2;
+/// Exit status when the final OTLP export failed.
+pub(super) const EXIT_EXPORT_FAILED: u8 = 3;
+/// Exit status when a listen address is taken by another process.
+pub(super) const EXIT_ADDRESS_IN_USE: u8 = 4;
+
 /// Why a subcommand stopped before its work was done.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -53,7 +62,7 @@ macro_rules! from_library_error {
     ($($error:ty => $variant:ident),* $(,)?) => {
         $(impl From<$error> for CliError {
             fn from(error: $error) -> Self {
-                CliError::$variant(super::flags::with_flags(error))
+                CliError::$variant(with_flags(error))
             }
         })*
     };
@@ -75,7 +84,7 @@ impl CliError {
             // A supervisor (the vLLM plugin) tells "another process holds
             // the port" from every other failure: starting again will not help.
             CliError::Io(e) if e.kind() == io::ErrorKind::AddrInUse => {
-                ExitCode::from(super::EXIT_ADDRESS_IN_USE)
+                ExitCode::from(EXIT_ADDRESS_IN_USE)
             }
             CliError::Otlp(_)
             | CliError::Listener(_)
@@ -107,8 +116,8 @@ pub(crate) struct FinalExportFailed {
 /// else 2 when some input was invalid, else 0.
 pub(super) fn exit_status(exported: Result<(), FinalExportFailed>, input_clean: bool) -> ExitCode {
     match (exported, input_clean) {
-        (Err(_), _) => ExitCode::from(super::EXIT_EXPORT_FAILED),
-        (Ok(()), false) => ExitCode::from(super::EXIT_INVALID_INPUT),
+        (Err(_), _) => ExitCode::from(EXIT_EXPORT_FAILED),
+        (Ok(()), false) => ExitCode::from(EXIT_INVALID_INPUT),
         (Ok(()), true) => ExitCode::SUCCESS,
     }
 }

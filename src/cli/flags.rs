@@ -7,12 +7,12 @@
 
 use clap::CommandFactory;
 
-use super::Cli;
+use super::command::Cli;
 use vllm_otel_metrics::error::{Setting, SettingKey, Settings};
 
 /// The command line's argument (its clap id: the args struct's field) that
 /// fills each library setting outside [`SimConfig`](vllm_otel_metrics::sources::sim::SimConfig),
-/// whose fields are the simulator's arguments themselves.
+/// whose fields the simulator's arguments (sim_args.rs) are named after.
 const ARGUMENTS: &[((&str, &str), &str)] = &[
     (("ServerTlsFiles", "cert"), "tls_cert"),
     (("ServerTlsFiles", "key"), "tls_key"),
@@ -84,10 +84,10 @@ pub(super) fn source(setting: Option<&Setting>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::sim_args::SimArgs;
     use clap::Args;
     use vllm_otel_metrics::listen::BearerToken;
     use vllm_otel_metrics::sources::ingest::client::RemoteSink;
-    use vllm_otel_metrics::sources::sim::SimConfig;
 
     #[test]
     fn every_setting_the_table_names_has_a_flag() {
@@ -110,7 +110,7 @@ mod tests {
     #[test]
     fn every_simulator_setting_is_its_own_flag() {
         let command = Cli::command();
-        let simulator = SimConfig::augment_args(clap::Command::new("simulate"));
+        let simulator = SimArgs::augment_args(clap::Command::new("simulate"));
         for argument in simulator.get_arguments() {
             let name = argument.get_id().as_str().to_owned().leak();
             let shown = flag(

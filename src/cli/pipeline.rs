@@ -1,7 +1,26 @@
 //! The pipeline every subcommand drives: tracker, instruments, the
 //! Prometheus bridge and OTLP, and how it shuts down and reports.
 
-use super::*;
+use std::io::{self, Write};
+use std::sync::Arc;
+
+use opentelemetry_sdk::error::OTelSdkError;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use vllm_otel_metrics::export::otlp::{self, Destination, ExportHealth, Signal};
+use vllm_otel_metrics::export::prometheus::{http, Format, PrometheusBridge};
+use vllm_otel_metrics::export::shared::SharedAggregation;
+use vllm_otel_metrics::instruments::spans::RequestSpans;
+use vllm_otel_metrics::instruments::{Instruments, OtlpHistograms};
+use vllm_otel_metrics::protocol::{InputLimits, Record};
+use vllm_otel_metrics::sources::ingest::client::RemoteSink;
+use vllm_otel_metrics::sources::ingest::service::describe_summary;
+use vllm_otel_metrics::sources::RecordSink;
+use vllm_otel_metrics::tracker::{Rejection, Tracker};
+
+use super::args::{CommonArgs, TargetArgs};
+use super::error::{CliError, FinalExportFailed, EXIT_EXPORT_FAILED};
+use super::flags;
+use super::report;
 
 /// The OTLP push side of a pipeline, kept to report the final export.
 pub(super) struct OtlpReport {
@@ -101,7 +120,7 @@ impl Pipeline {
                 "pushing metrics over OTLP ({}) to {} ({}){}",
                 push.destination.protocol,
                 push.destination,
-                super::flags::source(push.destination.source.as_ref()),
+                flags::source(push.destination.source.as_ref()),
                 options
                     .interval
                     .map(|i| format!(" every {} ms", i.as_millis()))
@@ -148,7 +167,7 @@ impl Pipeline {
                 "pushing llm_request spans over OTLP ({}) to {} ({})",
                 push.destination.protocol,
                 push.destination,
-                super::flags::source(push.destination.source.as_ref()),
+                flags::source(push.destination.source.as_ref()),
             ));
             traces = Some((
                 push.provider,

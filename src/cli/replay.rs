@@ -1,23 +1,15 @@
 //! `replay`: a JSONL trace through the pipeline.
 
-use super::*;
+use std::fs::File;
+use std::io::{self, BufRead, BufReader};
+use std::process::ExitCode;
 
-#[derive(Debug, Args)]
-pub(super) struct ReplayArgs {
-    /// The JSONL trace, or `-` for standard input.
-    #[arg(value_name = "FILE|-")]
-    pub(super) file: String,
-    /// Print the final exposition to stdout in this format.
-    #[arg(long, value_enum, default_value = "none")]
-    pub(super) output: Output,
-    #[command(flatten)]
-    pub(super) target: TargetArgs,
-    /// Longest accepted trace line, bytes; a longer line is invalid.
-    #[arg(long, default_value_t = jsonl::DEFAULT_MAX_LINE_BYTES, value_name = "BYTES", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
-    pub(super) max_line_bytes: usize,
-    #[command(flatten)]
-    pub(super) common: CommonArgs,
-}
+use vllm_otel_metrics::sources::ingest::jsonl;
+
+use super::command::ReplayArgs;
+use super::error::{exit_status, CliError};
+use super::pipeline::{to_stdout, OnSignal, Pipeline, Tee};
+use super::report;
 
 pub(super) fn open_trace(file: &str) -> Result<(Box<dyn BufRead>, String), CliError> {
     if file == "-" {

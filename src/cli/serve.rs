@@ -1,80 +1,23 @@
 //! `serve`: the pipeline as a sidecar fed over gRPC.
 
-use super::*;
+use std::io;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
 
-#[derive(Debug, Args)]
-pub(super) struct ServeArgs {
-    /// Listen for gRPC ingest streams here (`none`: no TCP listener, for a
-    /// sidecar fed over --ingest-socket alone).
-    #[arg(long, default_value = "127.0.0.1:50051", value_name = "ADDR|none")]
-    pub(super) ingest_addr: IngestAddr,
-    /// Also take ingest messages on a Unix domain socket at this path (made
-    /// 0600; only this user's processes may send): the engine-core tap's
-    /// transport. Each message is an ingest `Record` after its length
-    /// (u32, little-endian).
-    #[cfg(unix)]
-    #[arg(long, value_name = "PATH")]
-    pub(super) ingest_socket: Option<PathBuf>,
-    /// Most requests in flight; beyond it the oldest is terminated as abort.
-    #[arg(long, default_value_t = 1_000_000, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-    pub(super) max_inflight_requests: u64,
-    /// Terminate requests idle this long as abort (0 disables).
-    #[arg(long, default_value_t = 600.0, value_name = "SECS")]
-    pub(super) request_ttl: f64,
-    /// Largest accepted gRPC message, bytes.
-    #[arg(long, default_value_t = IngestLimits::default().max_message_bytes, value_name = "BYTES")]
-    pub(super) max_message_bytes: usize,
-    /// Most records in one batch message; a larger batch is refused (and
-    /// counted) before it is decoded.
-    #[arg(long, default_value_t = DecodeLimits::default().max_records_per_batch, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
-    pub(super) max_records_per_batch: usize,
-    /// Most outputs in one output batch; a larger one is refused (and
-    /// counted) before it is decoded.
-    #[arg(long, default_value_t = DecodeLimits::default().max_outputs_per_batch, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
-    pub(super) max_outputs_per_batch: usize,
-    /// Most bytes held in messages that have arrived in part, over every
-    /// ingest stream and connection: lent to one message at a time, which
-    /// waits for room in turn (with --ingest-socket, the gRPC port's
-    /// streams hold at most half).
-    #[arg(long, default_value_t = IngestLimits::default().max_buffered_bytes, value_name = "BYTES")]
-    pub(super) ingest_max_buffered_bytes: usize,
-    /// A message must arrive in full within this many seconds (waiting for
-    /// room in --ingest-max-buffered-bytes included), plus
-    /// --ingest-message-deadline-per-mib for each MiB of its length, or its
-    /// stream or connection is ended (0 disables).
-    #[arg(long, default_value_t = MessageDeadline::DEFAULT.base.as_secs_f64(), value_name = "SECS")]
-    pub(super) ingest_message_deadline: f64,
-    /// What each MiB of a message adds to --ingest-message-deadline.
-    #[arg(long, default_value_t = MessageDeadline::DEFAULT.per_mib.as_secs_f64(), value_name = "SECS")]
-    pub(super) ingest_message_deadline_per_mib: f64,
-    /// Most gRPC streams open at once on one ingest connection.
-    #[arg(long, default_value_t = IngestLimits::default().max_streams_per_connection, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub(super) ingest_max_streams_per_connection: u32,
-    /// After SIGINT/SIGTERM, wait this long for open streams to end; then
-    /// they are answered with the summary of what they applied.
-    #[arg(long, default_value_t = 10.0, value_name = "SECS")]
-    pub(super) drain_timeout: f64,
-    /// Most ingest connections open at once.
-    #[arg(long, default_value_t = grpc::DEFAULT_LIMITS.max_connections, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
-    pub(super) ingest_max_connections: usize,
-    /// Shut down as on SIGTERM when the process that started this one ends
-    /// (for a supervisor such as the vLLM plugin: no sidecar outlives it,
-    /// however it ends).
-    #[arg(long)]
-    pub(super) exit_with_parent: bool,
-    /// As --exit-with-parent, for the parent with this pid: a sidecar whose
-    /// parent is another process already when it starts (its supervisor
-    /// died before this one ran) exits at once, holding no port.
-    #[arg(long, value_name = "PID", value_parser = clap::value_parser!(u32).range(1..))]
-    pub(super) parent_pid: Option<u32>,
-    /// Require `Authorization: Bearer <token>` on ingest streams with the
-    /// token in this file, instead of --auth-token-file's: the scrape
-    /// credential of `/metrics` then cannot write records.
-    #[arg(long, value_name = "FILE")]
-    pub(super) ingest_auth_token_file: Option<PathBuf>,
-    #[command(flatten)]
-    pub(super) common: CommonArgs,
-}
+use vllm_otel_metrics::listen::BearerToken;
+use vllm_otel_metrics::sources::ingest::grpc::{self, IngestListener};
+use vllm_otel_metrics::sources::ingest::prescan::DecodeLimits;
+use vllm_otel_metrics::sources::ingest::room::MessageDeadline;
+use vllm_otel_metrics::sources::ingest::service::{IngestLimits, IngestService};
+#[cfg(unix)]
+use vllm_otel_metrics::sources::ingest::socket;
+
+use super::command::ServeArgs;
+use super::error::{exit_status, CliError};
+use super::pipeline::{wait_for_signal, OnSignal, Pipeline};
+use super::report;
+use super::settings::seconds;
 
 /// Whether `serve` was given an ingest socket.
 fn ingest_socket_given(args: &ServeArgs) -> bool {

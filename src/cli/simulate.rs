@@ -1,44 +1,22 @@
 //! `simulate`: the engine simulator feeding the pipeline, and `--sweep`.
 
-use super::*;
+use std::fs::File;
+use std::io::{self, Write};
+use std::process::ExitCode;
 
-#[derive(Debug, Args)]
-pub(super) struct SimulateArgs {
-    /// The simulated engines and workload.
-    #[command(flatten)]
-    pub(super) sim: SimConfig,
-    /// Write the run as a JSONL trace (replayable with `replay`).
-    #[arg(long, value_name = "FILE")]
-    pub(super) record: Option<String>,
-    /// Print the final exposition to stdout (the summary then goes to stderr).
-    #[arg(long, value_enum, default_value = "none")]
-    pub(super) output: Output,
-    /// Keep serving /metrics this many seconds after the run (so a scraper
-    /// sees the final state) before exiting.
-    #[arg(long, default_value_t = 0.0, value_name = "SECS")]
-    pub(super) linger: f64,
-    #[command(flatten)]
-    pub(super) target: TargetArgs,
-    /// Capacity what-if: run the same workload at each of these KV-block
-    /// counts and print one table row each (no exporters).
-    #[arg(long, value_name = "A,B,C", value_delimiter = ',')]
-    pub(super) sweep_kv_blocks: Vec<u32>,
-    /// With --sweep-kv-blocks: also draw the sweep into this SVG file
-    /// (preemptions per request, throughput and, with --slo, goodput and
-    /// attainment against the KV blocks).
-    #[arg(long, value_name = "FILE.svg", requires = "sweep_kv_blocks")]
-    pub(super) plot: Option<PathBuf>,
-    #[command(flatten)]
-    pub(super) common: CommonArgs,
-}
+use vllm_otel_metrics::export::prometheus::PrometheusBridge;
+use vllm_otel_metrics::instruments::Instruments;
+use vllm_otel_metrics::protocol::Record;
+use vllm_otel_metrics::sources::sim::{simulate, Progress};
+use vllm_otel_metrics::sources::RecordSink;
+use vllm_otel_metrics::tracker::{Rejection, Tracker};
 
-impl SimulateArgs {
-    pub(super) fn config(&self) -> SimConfig {
-        let mut config = self.sim.clone();
-        config.max_model_len = self.common.max_model_len;
-        config
-    }
-}
+use super::command::SimulateArgs;
+use super::error::{exit_status, CliError};
+use super::pipeline::{to_stdout, OnSignal, Pipeline, Tee};
+use super::settings::seconds;
+use super::summary::{self, SweepRow};
+use super::{plot, report};
 
 /// Shows simulation progress on stderr when it is a terminal.
 pub(super) fn progress_bar(enabled: bool) -> impl FnMut(Progress) {
@@ -88,14 +66,6 @@ pub(super) fn run_sweep(args: &SimulateArgs) -> Result<ExitCode, CliError> {
             .map_err(|e| io::Error::new(e.kind(), format!("--plot {}: {e}", path.display())))?;
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// A duration flag's value: zero or positive seconds, else a clear error.
-pub(super) fn seconds(flag: &'static str, value: f64) -> Result<Duration, CliError> {
-    Duration::try_from_secs_f64(value).map_err(|_| CliError::Usage {
-        flag,
-        reason: format!("must be zero or positive seconds, not {value}"),
-    })
 }
 
 pub(super) fn run_simulate(args: SimulateArgs) -> Result<ExitCode, CliError> {

@@ -8,152 +8,115 @@ use crate::error::{setting, Setting, Settings};
 use crate::protocol::PerfStats;
 
 /// Everything a simulation run is made of.
-#[derive(Debug, Clone, PartialEq, clap::Args)]
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct SimConfig {
     /// Simulated seconds during which requests arrive (the run then drains).
-    #[arg(long, default_value_t = SimConfig::default().duration, value_name = "SECS")]
     pub duration: f64,
     /// Poisson arrival rate, requests per second.
-    #[arg(long, default_value_t = SimConfig::default().rate, value_name = "RPS")]
     pub rate: f64,
     /// Closed loop instead of Poisson arrivals: keep N requests outstanding.
-    #[arg(long, value_name = "N")]
     pub concurrency: Option<u32>,
     /// Seed of every random draw (same seed, same run).
-    #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Pace the simulation to the wall clock (to watch it live).
-    #[arg(long)]
     pub realtime: bool,
     /// KV-cache blocks per engine.
-    #[arg(long, default_value_t = SimConfig::default().kv_blocks)]
     pub kv_blocks: u32,
     /// Tokens per KV block.
-    #[arg(long, default_value_t = SimConfig::default().block_size)]
     pub block_size: u32,
     /// Most requests in a running batch.
-    #[arg(long, default_value_t = SimConfig::default().max_num_seqs)]
     pub max_num_seqs: u32,
     /// Token budget per step (chunked prefill within it).
-    #[arg(long, default_value_t = SimConfig::default().max_num_batched_tokens)]
     pub max_num_batched_tokens: u32,
     /// Share of prompt tokens found in the prefix cache (0 to 1).
-    #[arg(long, default_value_t = SimConfig::default().prefix_hit_rate)]
     pub prefix_hit_rate: f64,
     /// Fixed time of a step, milliseconds.
-    #[arg(long, default_value_t = SimConfig::default().step_base_ms)]
     pub step_base_ms: f64,
     /// Time per token in a step, microseconds.
-    #[arg(long, default_value_t = SimConfig::default().step_per_token_us)]
     pub step_per_token_us: f64,
     /// Mean prompt length in tokens (lognormal).
-    #[arg(long, default_value_t = SimConfig::default().prompt_len)]
     pub prompt_len: f64,
     /// Mean output length in tokens (lognormal).
-    #[arg(long, default_value_t = SimConfig::default().output_len)]
     pub output_len: f64,
     /// Share of requests aborted by their client (0 to 1).
-    #[arg(long, default_value_t = SimConfig::default().abort_rate)]
     pub abort_rate: f64,
     /// Served models (engine e serves model e % models).
-    #[arg(long, default_value_t = SimConfig::default().models)]
     pub models: u32,
     /// Engines.
-    #[arg(long, default_value_t = SimConfig::default().engines)]
     pub engines: u32,
     /// Share of KV blocks whose residency (lifetime, idle time, reuse gaps)
     /// is sampled, as vLLM's --kv-cache-metrics-sample; 0 samples none.
-    #[arg(long, default_value_t = SimConfig::default().kv_cache_metrics_sample, value_name = "RATE")]
     pub kv_cache_metrics_sample: f64,
     /// Share of the prompt beyond the local prefix-cache hit that a KV
     /// connector finds in another instance's cache and loads asynchronously
     /// (0 to 1; 0: no connector).
-    #[arg(long, default_value_t = SimConfig::default().external_prefix_hit_rate, value_name = "RATE")]
     pub external_prefix_hit_rate: f64,
     /// The KV connector's load bandwidth, GB/s.
-    #[arg(long, default_value_t = SimConfig::default().kv_load_gbps, value_name = "GBPS")]
     pub kv_load_gbps: f64,
     /// KV-cache bytes per token (all layers, K and V), for load times and
     /// the MFU estimates.
-    #[arg(long, default_value_t = SimConfig::default().kv_bytes_per_token, value_name = "BYTES")]
     pub kv_bytes_per_token: u64,
     /// Draft tokens per decode step (speculative decoding; 0: off).
-    #[arg(long, default_value_t = SimConfig::default().num_speculative_tokens, value_name = "K")]
     pub num_speculative_tokens: u32,
     /// Chance that a draft token is accepted, given the previous one was.
-    #[arg(long, default_value_t = SimConfig::default().spec_acceptance_rate, value_name = "RATE")]
     pub spec_acceptance_rate: f64,
     /// Model parameters in billions (the MFU estimates' cost model and the
     /// weight transfer times).
-    #[arg(long, default_value_t = SimConfig::default().model_params_b, value_name = "B")]
     pub model_params_b: f64,
     /// GPUs one engine's model is split over.
-    #[arg(long, default_value_t = SimConfig::default().tensor_parallel_size, value_name = "N")]
     pub tensor_parallel_size: u32,
-    /// Serve the --models as LoRA adapters of one base model (each request
-    /// picks one; vllm:lora_requests_info lists them, max_lora = --models).
-    #[arg(long)]
+    /// Serve the [`models`](Self::models) as LoRA adapters of one base model
+    /// (each request picks one; vllm:lora_requests_info lists them, max_lora =
+    /// `models`).
     pub lora_adapters: bool,
     /// Put an engine to sleep after this many idle seconds; the next
     /// request wakes it (the weights come back first).
-    #[arg(long, value_name = "SECS")]
     pub sleep_when_idle: Option<f64>,
     /// Sleep level: 1 offloads the weights to host memory, 2 discards them.
-    #[arg(long, default_value_t = SimConfig::default().sleep_level, value_name = "LEVEL")]
     pub sleep_level: u8,
     /// Host-device bandwidth for offloading and restoring weights, GB/s.
-    #[arg(long, default_value_t = SimConfig::default().host_transfer_gbps, value_name = "GBPS")]
     pub host_transfer_gbps: f64,
     /// Push new weights to every engine every this many seconds (an RL
     /// trainer); engines pause while they take them.
-    #[arg(long, value_name = "SECS")]
     pub weight_update_interval: Option<f64>,
     /// Bandwidth of a weight update, GB/s.
-    #[arg(long, default_value_t = SimConfig::default().weight_sync_gbps, value_name = "GBPS")]
     pub weight_sync_gbps: f64,
     /// Share of arrivals that are high-priority, under vLLM's priority
     /// scheduling (`--scheduling-policy priority`): they are admitted ahead
     /// of waiting low-priority requests, and when one of them needs KV
     /// blocks a low-priority running request is preempted for it (reason
     /// `priority`). 0 (the default): first come, first served.
-    #[arg(long, default_value_t = SimConfig::default().priority_fraction, value_name = "FRACTION")]
     pub priority_fraction: f64,
     /// CPU KV offload pool of each engine, blocks (vLLM's OffloadingConnector
     /// with its CPU spec; 0, the default: none). A preempted request's KV is
     /// stored there when it has room and loaded back at re-admission instead
-    /// of recomputed; transfers run at --host-transfer-gbps.
-    #[arg(long, default_value_t = SimConfig::default().kv_offload_blocks, value_name = "BLOCKS")]
+    /// of recomputed; transfers run at [`host_transfer_gbps`](Self::host_transfer_gbps).
     pub kv_offload_blocks: u32,
     /// Which of vLLM's CPU offloading connectors owns the pool, and so which
     /// stats each step reports: `offloading` (the OffloadingConnector, the
     /// `vllm:kv_offload_*` families) or `simple` (the
     /// SimpleCPUOffloadConnector, `vllm:simple_kv_offload_*`).
-    #[arg(long, value_enum, default_value_t = KvOffloadConnector::Offloading, value_name = "CONNECTOR")]
     pub kv_offload_connector: KvOffloadConnector,
     /// The OffloadingConnector's `store_threshold`: a request's KV is stored
     /// only once it has been looked up this many times; 2 or more also makes
     /// each step report its skipped stores (0, the default, and 1 store
     /// every time).
-    #[arg(long, default_value_t = SimConfig::default().kv_offload_store_threshold, value_name = "LOOKUPS")]
     pub kv_offload_store_threshold: u32,
-    /// The KV connector (--external-prefix-hit-rate) is NIXL: each engine is
+    /// The KV connector ([`external_prefix_hit_rate`](Self::external_prefix_hit_rate)) is NIXL: each engine is
     /// the decode side of a prefill/decode pair and pulls the prompt KV a
     /// prefill instance computed; every completed transfer and failure is
     /// reported as vLLM's NIXL connector stats.
-    #[arg(long)]
     pub nixl: bool,
     /// Share of NIXL transfers that fail (the request then computes its
     /// prompt locally).
-    #[arg(long, default_value_t = SimConfig::default().nixl_failure_rate, value_name = "FRACTION")]
     pub nixl_failure_rate: f64,
     /// Longest request (prompt plus output), tokens.
-    #[arg(skip = crate::catalog::DEFAULT_MAX_MODEL_LEN)]
     pub max_model_len: u32,
 }
 
 /// The connector that owns the simulated CPU KV offload pool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KvOffloadConnector {
     /// vLLM's OffloadingConnector with its CPU spec.
     Offloading,

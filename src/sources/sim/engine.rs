@@ -16,47 +16,16 @@
 
 use std::collections::VecDeque;
 
+use super::limits::EngineLimits;
 use super::loads::KvLoads;
 use super::nixl::{Nixl, NixlStep};
 use super::offload::{OffloadPool, OffloadStep};
 use super::residency::BlockResidency;
 use super::rng::Rng;
 use super::sequence::Sequence;
-use super::KvOffloadConnector;
 use crate::protocol::{
     EngineCoreOutput, KvCacheEvictionEvent, KvFetchStages, PreemptionReason, SpecDecodingStats,
 };
-
-/// Scheduler limits of one engine.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct EngineLimits {
-    pub(crate) kv_blocks: u32,
-    pub(crate) block_size: u32,
-    pub(crate) max_num_seqs: u32,
-    pub(crate) max_num_batched_tokens: u32,
-    pub(crate) prefix_hit_rate: f64,
-    /// Share of the prompt beyond the local prefix-cache hit that the KV
-    /// connector finds in another instance's cache (0: no connector).
-    pub(crate) external_hit_rate: f64,
-    /// Seconds to load one token's KV through the connector.
-    pub(crate) load_seconds_per_token: f64,
-    /// Draft tokens per decoding step (0: no speculative decoding).
-    pub(crate) num_speculative_tokens: u32,
-    /// Chance that each draft token is accepted, given the previous one was.
-    pub(crate) spec_acceptance_rate: f64,
-    /// CPU KV offload pool, blocks (0: no offloading connector).
-    pub(crate) offload_blocks: u32,
-    /// The connector that owns the pool, and its `store_threshold`.
-    pub(crate) offload_connector: KvOffloadConnector,
-    pub(crate) offload_store_threshold: u32,
-    /// Bytes of KV per token, and seconds per byte moved to or from the pool.
-    pub(crate) kv_bytes_per_token: u64,
-    pub(crate) offload_seconds_per_byte: f64,
-    /// The KV connector is NIXL (this engine the decode side of a
-    /// prefill/decode pair), and the chance that a transfer fails.
-    pub(crate) nixl: bool,
-    pub(crate) nixl_failure_rate: f64,
-}
 
 /// What one step produced.
 #[derive(Debug, Default)]

@@ -7,7 +7,7 @@
 
 use std::collections::VecDeque;
 
-use super::engine::EngineLimits;
+use super::limits::EngineLimits;
 use super::nixl::Nixl;
 use super::sequence::Sequence;
 use crate::protocol::KvFetchStages;

@@ -23,65 +23,21 @@
 
 mod config;
 mod engine;
-
+mod limits;
 mod loads;
 mod nixl;
 mod offload;
+mod outcome;
 mod residency;
 mod rng;
 mod run;
 mod sequence;
 mod workload;
 
-use std::collections::BTreeMap;
-
 use crate::sources::RecordSink;
 
 pub use config::{KvOffloadConnector, SimConfig, SimConfigError};
-
-/// Engine clock at simulated time 0 (a monotonic clock reads an arbitrary origin).
-const ENGINE_CLOCK_ORIGIN: f64 = 1000.0;
-/// Frontend wall clock at simulated time 0 in virtual-time runs (fixed so a
-/// seed reproduces the same trace).
-const VIRTUAL_WALL_ORIGIN: f64 = 1_700_000_000.0;
-/// Engine-to-frontend transport delay of an output batch.
-const TRANSPORT_DELAY: f64 = 0.0005;
-
-/// What a run did, beyond the records it emitted.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct SimOutcome {
-    /// Requests that arrived.
-    pub requests: u64,
-    /// Requests that finished (any reason but a client abort).
-    pub finished: u64,
-    /// Requests aborted by their client.
-    pub aborted: u64,
-    /// Preemption events.
-    pub preemptions: u64,
-    /// Engine steps.
-    pub steps: u64,
-    /// Tokens generated.
-    pub generated_tokens: u64,
-    /// Simulated seconds until the last request left.
-    pub simulated_seconds: f64,
-    /// Highest KV-cache usage any engine reached (0 to 1).
-    pub peak_kv_usage: f64,
-    /// Preemptions per terminated request, by count (for tests and reports).
-    pub preemptions_per_request: BTreeMap<u32, u64>,
-}
-
-/// Progress of a running simulation, for progress displays.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Progress {
-    /// Simulated seconds so far.
-    pub simulated: f64,
-    /// Of [`SimConfig::duration`].
-    pub duration: f64,
-    /// Requests so far.
-    pub requests: u64,
-    /// Preemptions so far.
-    pub preemptions: u64,
-}
+pub use outcome::{Progress, SimOutcome};
 
 /// Runs a simulation, handing every record to `sink` in time order and
 /// progress to `progress` about every simulated second.

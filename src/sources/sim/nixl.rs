@@ -6,7 +6,7 @@
 //! completes, and fails a share of them, as the connector's
 //! `NixlKVConnectorStats` report them.
 
-use super::engine::EngineLimits;
+use super::limits::EngineLimits;
 use super::rng::Rng;
 
 /// Seconds to post one NIXL transfer: a fixed cost plus one per descriptor.

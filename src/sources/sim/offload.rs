@@ -8,8 +8,8 @@
 //! the scheduler skips the request. Each step's stores, loads, lookups and
 //! failures are recorded for the connector's stats.
 
-use super::engine::EngineLimits;
-use super::KvOffloadConnector;
+use super::config::KvOffloadConnector;
+use super::limits::EngineLimits;
 
 /// What the CPU offload pool did in one step, and its state at the step's
 /// end: what either offloading connector reports of that step.

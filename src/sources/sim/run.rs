@@ -4,22 +4,29 @@
 
 use std::time::{Duration, Instant};
 
-use super::engine::{Engine, EngineLimits};
+use super::config::{KvOffloadConnector, SimConfig};
+use super::engine::Engine;
+use super::limits::EngineLimits;
 use super::nixl::NixlStep;
 use super::offload::OffloadStep;
+use super::outcome::{Progress, SimOutcome};
 use super::residency::BlockResidency;
 use super::sequence::Sequence;
 use super::workload::Workload;
-use super::{
-    KvOffloadConnector, Progress, SimConfig, SimOutcome, ENGINE_CLOCK_ORIGIN, TRANSPORT_DELAY,
-    VIRTUAL_WALL_ORIGIN,
-};
 use crate::protocol::{
     Abort, EngineConfig, ExternalHitsBySource, KvConnectorStats, NixlStats, OffloadingStats,
     Operation, OperationKind, OutputBatch, Record, RequestStart, SaveOutcomes, SchedulerStats,
     SimpleCpuOffloadStats, SleepState,
 };
 use crate::sources::RecordSink;
+
+/// Engine clock at simulated time 0 (a monotonic clock reads an arbitrary origin).
+const ENGINE_CLOCK_ORIGIN: f64 = 1000.0;
+/// Frontend wall clock at simulated time 0 in virtual-time runs (fixed so a
+/// seed reproduces the same trace).
+const VIRTUAL_WALL_ORIGIN: f64 = 1_700_000_000.0;
+/// Engine-to-frontend transport delay of an output batch.
+const TRANSPORT_DELAY: f64 = 0.0005;
 
 /// The next thing that happens in simulated time.
 pub(super) enum Next {
@@ -107,24 +114,7 @@ pub(super) struct Run<'a> {
 
 impl<'a> Run<'a> {
     pub(super) fn new(config: &'a SimConfig) -> Run<'a> {
-        let limits = EngineLimits {
-            kv_blocks: config.kv_blocks,
-            block_size: config.block_size,
-            max_num_seqs: config.max_num_seqs,
-            max_num_batched_tokens: config.max_num_batched_tokens,
-            prefix_hit_rate: config.prefix_hit_rate,
-            external_hit_rate: config.external_prefix_hit_rate,
-            load_seconds_per_token: config.kv_bytes_per_token as f64 / (config.kv_load_gbps * 1e9),
-            num_speculative_tokens: config.num_speculative_tokens,
-            spec_acceptance_rate: config.spec_acceptance_rate,
-            offload_blocks: config.kv_offload_blocks,
-            offload_connector: config.kv_offload_connector,
-            offload_store_threshold: config.kv_offload_store_threshold,
-            kv_bytes_per_token: config.kv_bytes_per_token,
-            offload_seconds_per_byte: 1.0 / (config.host_transfer_gbps * 1e9),
-            nixl: config.nixl,
-            nixl_failure_rate: config.nixl_failure_rate,
-        };
+        let limits = EngineLimits::new(config);
         let engines = config.engines.max(1) as usize;
         let engine_seed = |e: usize, stream: u64| {
             config

@@ -1,8 +1,8 @@
 //! The workload: Poisson (open loop) or fixed-concurrency (closed loop)
 //! arrivals, lognormal prompt and output lengths, client aborts.
 
+use super::config::SimConfig;
 use super::rng::Rng;
-use super::SimConfig;
 use crate::protocol::FinishReason;
 
 /// Spread of the lognormal length distributions (log space).
