@@ -517,11 +517,15 @@ fn imports_are_explicit() {
     let mut globs = Vec::new();
     for (path, source) in tree.files.values() {
         for named in named(source) {
+            // A test module imports what it tests; a crate's prelude exists
+            // to be imported whole (its traits' methods).
             let in_test_module = source
                 .inline
                 .iter()
-                .any(|(a, b)| (*a..*b).contains(&named.at));
-            if named.segments.last().is_some_and(|s| s == "*") && !in_test_module {
+                .any(|(a, b)| (*a..*b).contains(&named.at))
+                || path.ends_with("tests.rs");
+            let prelude = named.segments.iter().any(|s| s == "prelude");
+            if named.segments.last().is_some_and(|s| s == "*") && !in_test_module && !prelude {
                 let line = source.code[..named.at].lines().count() + 1;
                 globs.push(format!(
                     "{}:{line}: use {}",

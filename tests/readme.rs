@@ -12,7 +12,7 @@ pub mod common {
 #[path = "../examples/catalog_table.rs"]
 pub mod catalog_table;
 
-use vllm_otel_metrics::catalog::{self, DEFAULT_MAX_MODEL_LEN};
+use vllm_otel_metrics::catalog::DEFAULT_MAX_MODEL_LEN;
 
 const BEGIN: &str =
     "<!-- catalog:begin (generated from src/catalog/; tests/readme.rs checks it) -->\n";
