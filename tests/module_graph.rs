@@ -77,19 +77,11 @@ fn blank(text: &str) -> String {
             i += end;
         } else if rest.starts_with("/*") {
             let end = rest.find("*/").map_or(rest.len(), |e| e + 2);
-            out.extend(
-                rest[..end]
-                    .chars()
-                    .map(|c| if c == '\n' { '\n' } else { ' ' }),
-            );
+            out.extend(spaces(rest[..end]));
             i += end;
         } else if let Some(end) = raw_string_end(rest) {
             out.push('"');
-            out.extend(
-                rest[1..end - 1]
-                    .chars()
-                    .map(|c| if c == '\n' { '\n' } else { ' ' }),
-            );
+            out.extend(spaces(rest[1..end - 1]));
             out.push('"');
             i += end;
         } else if rest.starts_with('"') {
@@ -99,11 +91,7 @@ fn blank(text: &str) -> String {
             }
             let end = (j + 1).min(rest.len());
             out.push('"');
-            out.extend(
-                rest[1..end - 1]
-                    .chars()
-                    .map(|c| if c == '\n' { '\n' } else { ' ' }),
-            );
+            out.extend(spaces(rest[1..end - 1]));
             out.push('"');
             i += end;
         } else if let Some(end) = char_literal_end(rest) {
@@ -117,6 +105,11 @@ fn blank(text: &str) -> String {
         }
     }
     out
+}
+
+/// `text` with every character but its line ends replaced by a space.
+fn spaces(text: &str) -> impl Iterator<Item = char> + '_ {
+    text.chars().map(|c| if c == '\n' { '\n' } else { ' ' })
 }
 
 /// The length of the raw string literal `rest` starts with (`r"…"`, `r#"…"#`).
