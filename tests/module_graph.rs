@@ -77,11 +77,11 @@ fn blank(text: &str) -> String {
             i += end;
         } else if rest.starts_with("/*") {
             let end = rest.find("*/").map_or(rest.len(), |e| e + 2);
-            out.extend(spaces(rest[..end]));
+            out.extend(spaces(&rest[..end]));
             i += end;
         } else if let Some(end) = raw_string_end(rest) {
             out.push('"');
-            out.extend(spaces(rest[1..end - 1]));
+            out.extend(spaces(&rest[1..end - 1]));
             out.push('"');
             i += end;
         } else if rest.starts_with('"') {
@@ -91,7 +91,7 @@ fn blank(text: &str) -> String {
             }
             let end = (j + 1).min(rest.len());
             out.push('"');
-            out.extend(spaces(rest[1..end - 1]));
+            out.extend(spaces(&rest[1..end - 1]));
             out.push('"');
             i += end;
         } else if let Some(end) = char_literal_end(rest) {
