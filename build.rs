@@ -91,7 +91,9 @@ fn generate() -> Result<(), Box<dyn std::error::Error>> {
         // decode budget, src/sources/budget.rs).
         .boxed(".vllm_otel_metrics.v1.Record.record.scheduler_stats")
         .compile_fds(descriptors.clone())?;
-    let prost = std::fs::read_to_string(out.join("vllm_otel_metrics.v1.rs"))?;
+    let prost = explicit_client_imports(std::fs::read_to_string(
+        out.join("vllm_otel_metrics.v1.rs"),
+    )?);
     let contents = [
         header("The messages, enums and client of the ingest service") + &prost,
         header("The record conversions of the messages copied field for field, and of the enums")
@@ -115,6 +117,23 @@ fn generate() -> Result<(), Box<dyn std::error::Error>> {
     // For the test that compares them.
     println!("cargo:rustc-env=GENERATED_FILES={}", list.join(";"));
     Ok(())
+}
+
+/// tonic's client imports everything of `tonic::codegen`; the names it
+/// uses are imported instead (the crate imports no glob outside its tests).
+/// A later tonic whose client differs keeps its glob, with a warning to
+/// revise the list.
+#[cfg(feature = "grpc")]
+fn explicit_client_imports(prost: String) -> String {
+    const GLOB: &str = "use tonic::codegen::*;";
+    const NAMES: &str = "use tonic::codegen::{\n        \
+        http, Body, Bytes, CompressionEncoding, GrpcMethod, InterceptedService, StdError,\n    };";
+    if prost.matches(GLOB).count() == 1 {
+        prost.replace(GLOB, NAMES)
+    } else {
+        println!("cargo:warning=tonic's client no longer has one `{GLOB}`: revise build.rs");
+        prost
+    }
 }
 
 /// The first lines of a generated file: what made it, and how it is kept

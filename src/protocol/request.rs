@@ -265,7 +265,7 @@ pub struct Abort {
 }
 
 impl RequestStart {
-    /// [`Record::validate`] of a `request` record.
+    /// [`Record::validate`](super::Record::validate) of a `request` record.
     pub fn validate(&self, limits: &InputLimits) -> Result<(), InvalidRecord> {
         bounded("request_id", &self.request_id, limits.max_request_id_bytes)?;
         bounded("model_name", &self.model_name, limits.max_label_bytes)?;
@@ -277,7 +277,7 @@ impl RequestStart {
 }
 
 impl OutputBatch {
-    /// [`Record::validate`] of an `outputs` record: the batch's own times.
+    /// [`Record::validate`](super::Record::validate) of an `outputs` record: the batch's own times.
     /// Each output is checked on its own ([`EngineCoreOutput::validate`])
     /// when the batch is applied, so that one bad output is rejected alone
     /// and the other requests of the engine step keep their tokens.
@@ -306,7 +306,7 @@ impl EngineCoreOutput {
 }
 
 impl Abort {
-    /// [`Record::validate`] of an `abort` record.
+    /// [`Record::validate`](super::Record::validate) of an `abort` record.
     pub fn validate(&self, limits: &InputLimits) -> Result<(), InvalidRecord> {
         bounded("request_id", &self.request_id, limits.max_request_id_bytes)?;
         time("received_at", self.received_at)

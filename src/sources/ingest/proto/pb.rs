@@ -838,7 +838,9 @@ pub mod ingest_client {
         clippy::wildcard_imports,
         clippy::let_unit_value,
     )]
-    use tonic::codegen::*;
+    use tonic::codegen::{
+        http, Body, Bytes, CompressionEncoding, GrpcMethod, InterceptedService, StdError,
+    };
     use tonic::codegen::http::Uri;
     /// The ingest service. `serve --ingest-socket` takes the same `Record`
     /// messages over a Unix domain socket, each after its length (u32,
