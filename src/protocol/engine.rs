@@ -23,7 +23,9 @@
 use serde::{Deserialize, Serialize};
 use serde_with::skip_serializing_none;
 
-use super::{bounded, finite, null_as_default, time, InputLimits, InvalidRecord, KvConnectorStats};
+use super::defaults::null_as_default;
+use super::kv_connector::KvConnectorStats;
+use super::validate::{bounded, finite, shown, time, InputLimits, InvalidRecord};
 
 /// Most accepted-token positions a speculative-decoding record may carry
 /// (vLLM's `num_speculative_tokens` is a handful in practice).
@@ -508,7 +510,7 @@ impl EngineConfig {
             if !is_config_label(key) {
                 return Err(InvalidRecord(format!(
                     "cache_config key '{}' is not a label name other than engine",
-                    super::shown(key)
+                    shown(key)
                 )));
             }
             bounded(&format!("cache_config.{key}"), value, max_label_bytes)?;

@@ -10,7 +10,7 @@
 use serde::{Deserialize, Serialize};
 use serde_with::skip_serializing_none;
 
-use super::InvalidRecord;
+use super::validate::InvalidRecord;
 
 /// Longest list of observations in one connector object.
 pub const MAX_KV_CONNECTOR_ENTRIES: usize = 65_536;

@@ -24,7 +24,9 @@
 use serde::{Deserialize, Serialize};
 use serde_with::skip_serializing_none;
 
-use super::{bounded, finite, null_as_default, time, FinishReason, InputLimits, InvalidRecord};
+use super::defaults::null_as_default;
+use super::request::FinishReason;
+use super::validate::{bounded, finite, time, InputLimits, InvalidRecord};
 
 /// Most entries of each list of one `iteration_stats` record (its
 /// per-request lists and its finished requests): far more than the
@@ -220,7 +222,6 @@ impl FinishedRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::Record;
 
     fn stats() -> IterationStats {
         IterationStats {
@@ -252,57 +253,7 @@ mod tests {
     }
 
     fn invalid(stats: IterationStats) -> String {
-        Record::IterationStats(Box::new(stats))
-            .validate(&InputLimits::default())
-            .unwrap_err()
-            .0
-    }
-
-    #[test]
-    fn absent_and_null_fields_take_their_defaults() {
-        let line = r#"{"type":"iteration_stats","model_name":"m","engine":3,"received_at":null,
-            "num_generation_tokens":null,"prompt_token_stats":null,"num_preempted_reqs":null,
-            "n_params_iter":null,"finished_requests":[{"finish_reason":"length","e2e_latency":null,
-            "request_id":null,"max_tokens_param":null}]}"#;
-        let Record::IterationStats(parsed) = serde_json::from_str(line).unwrap() else {
-            panic!("not iteration_stats");
-        };
-        let expected = IterationStats {
-            model_name: "m".into(),
-            engine: 3,
-            finished_requests: vec![FinishedRequest {
-                request_id: String::new(),
-                finish_reason: FinishReason::Length,
-                e2e_latency: 0.0,
-                queued_time: 0.0,
-                prefill_time: 0.0,
-                inference_time: 0.0,
-                decode_time: 0.0,
-                mean_time_per_output_token: 0.0,
-                num_prompt_tokens: 0,
-                num_generation_tokens: 0,
-                num_preemptions: 0,
-                num_cached_tokens: 0,
-                max_tokens_param: None,
-            }],
-            ..Default::default()
-        };
-        assert_eq!(*parsed, expected);
-        let drops: Record = serde_json::from_str(r#"{"type":"plugin_drops"}"#).unwrap();
-        assert_eq!(drops, Record::PluginDrops(PluginDrops { dropped: 0 }));
-    }
-
-    #[test]
-    fn a_finished_request_needs_its_finish_reason() {
-        let error = serde_json::from_str::<Record>(
-            r#"{"type":"iteration_stats","model_name":"m","engine":0,"finished_requests":[{"request_id":"r"}]}"#,
-        )
-        .unwrap_err();
-        // Located: the record streams into its variant, nothing is buffered.
-        assert_eq!(
-            error.to_string(),
-            "missing field `finish_reason` at line 1 column 93"
-        );
+        stats.validate(&InputLimits::default()).unwrap_err().0
     }
 
     #[test]
@@ -314,9 +265,7 @@ mod tests {
         s.prompt_token_stats.total = 1;
         s.inter_token_latencies_iter = vec![0.1, -0.5];
         s.finished_requests[0].queued_time = -0.25;
-        assert!(Record::IterationStats(Box::new(s))
-            .validate(&InputLimits::default())
-            .is_ok());
+        assert!(s.validate(&InputLimits::default()).is_ok());
     }
 
     #[test]
@@ -332,18 +281,14 @@ mod tests {
         );
         let mut s = stats();
         s.n_params_iter = vec![1; MAX_ITERATION_ENTRIES];
-        assert!(Record::IterationStats(Box::new(s))
-            .validate(&InputLimits::default())
-            .is_ok());
+        assert!(s.validate(&InputLimits::default()).is_ok());
         // A part is checked on its own, as the tracker applies the record:
         // the record itself stays valid.
         let mut s = stats();
         s.time_to_first_tokens_iter = vec![f64::INFINITY];
         s.finished_requests[0].decode_time = f64::NAN;
         let part = s.finished_requests[0].validate(&InputLimits::default());
-        assert!(Record::IterationStats(Box::new(s))
-            .validate(&InputLimits::default())
-            .is_ok());
+        assert!(s.validate(&InputLimits::default()).is_ok());
         assert_eq!(
             part.unwrap_err().0,
             "decode_time is not a finite number (NaN)"

@@ -184,3 +184,30 @@ fn preemption_reasons_and_operation_names_cross_the_wire() {
         "unknown operation_name 'summarize' (expected one of chat, create_agent, embeddings, execute_tool, generate_content, invoke_agent, text_completion)"
     );
 }
+
+/// The checked-in generated files (`pb.rs`, `mirrored.rs`,
+/// `prescan/proto_fields.rs`) are what build.rs makes of the proto now: it
+/// writes them into `OUT_DIR` on every build, and names them here.
+#[test]
+fn generated_files_are_current() {
+    let out_dir = std::path::Path::new(env!("OUT_DIR"));
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let read = |path: &std::path::Path| {
+        std::fs::read_to_string(path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .replace("\r\n", "\n")
+    };
+    let stale: Vec<&str> = env!("GENERATED_FILES")
+        .split(';')
+        .filter_map(|entry| {
+            let (name, checked_in) = entry.split_once('=').expect("name=path");
+            (read(&out_dir.join(name)) != read(&root.join(checked_in))).then_some(checked_in)
+        })
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "out of date with proto/vllm_otel_metrics/v1/ingest.proto (or build.rs): {}; \
+         run scripts/update-generated.sh and commit the result",
+        stale.join(", ")
+    );
+}

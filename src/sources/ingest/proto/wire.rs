@@ -1,27 +1,26 @@
 //! The field copies between the wire types and the records, each message's
 //! fields declared once.
 //!
-//! `mirror!` writes both directions of a message from one list of its
-//! fields; a field the list leaves out is a compile error on both sides.
-//! Messages whose every field is copied as it is take the list from the
-//! proto itself (`wire_fields!`, written by build.rs), so a new field of
-//! theirs needs nothing here: only the record's field of the same name. Fields that follow a rule (a required id, a
-//! default, an enum that may be unset or unknown) are named after `by rule`:
-//! the message then gets `from_wire_with`/`to_wire_with`, which take those
-//! fields from the caller, and [`super`] writes the rules by hand.
+//! Messages whose every field is copied as it is, and the enums, are
+//! converted by `mirrored.rs`, which build.rs generates from the proto (its
+//! `MIRRORED_MESSAGES`), so a new field of theirs needs nothing here: only
+//! the record's field of the same name. This file holds the traits those
+//! conversions implement, the conversions of the types the wire and the
+//! records share, and the messages some of whose fields follow a rule (a
+//! required id, a default, an enum that may be unset or unknown): `mirror!`
+//! writes both directions of such a message from one list of its fields (a
+//! field the list leaves out is a compile error on both sides), and the
+//! fields named after `by rule` are taken from the caller by
+//! `from_wire_with`/`to_wire_with`; [`super`] writes the rules by hand.
 
 use std::collections::{BTreeMap, HashMap};
 
 use super::pb;
 use crate::protocol::{
-    EngineConfig, EngineCoreOutput, EventType, ExternalHitsBySource, FinishReason, FinishedRequest,
-    GenAiOperation, IterationStats, KvCacheEvictionEvent, KvConnectorStats, KvFetchStages,
-    NixlStats, OffloadingStats, Operation, OperationKind, OutputBatch, PerfStats, PluginDrops,
-    PrefillStats, PromptTokenStats, RequestStart, SaveOutcomes, SchedulerStats,
-    SimpleCpuOffloadStats, SleepState, SpecDecodingStats,
+    EngineCoreEvent, EngineCoreOutput, FinishReason, FinishedRequest, GenAiOperation,
+    IterationStats, KvCacheEvictionEvent, Operation, OperationKind, OutputBatch, PromptTokenStats,
+    RequestStart, SleepState,
 };
-
-include!(concat!(env!("OUT_DIR"), "/wire_fields.rs"));
 
 /// A record value read off the wire.
 pub(super) trait FromWire<W> {
@@ -123,20 +122,9 @@ impl ToWire<Vec<pb::KvCacheEvictionEvent>> for Vec<KvCacheEvictionEvent> {
     }
 }
 
-/// Both directions of one message from one list of its fields.
+/// Both directions of one message whose fields named after `by rule`
+/// are given by the caller, from one list of the others.
 macro_rules! mirror {
-    ($ours:ident <=> $wire:ident { $($field:ident),* $(,)? }) => {
-        impl FromWire<pb::$wire> for $ours {
-            fn from_wire(wire: pb::$wire) -> Self {
-                $ours { $($field: FromWire::from_wire(wire.$field),)* }
-            }
-        }
-        impl ToWire<pb::$wire> for $ours {
-            fn to_wire(&self) -> pb::$wire {
-                pb::$wire { $($field: self.$field.to_wire(),)* }
-            }
-        }
-    };
     (
         $ours:ident <=> $wire:ident { $($field:ident),* $(,)? }
         by rule { $($rule:ident: $ours_ty:ty => $wire_ty:ty),* $(,)? }
@@ -155,42 +143,6 @@ macro_rules! mirror {
     };
 }
 
-/// Messages whose every field is copied as it is, with the field lists the
-/// proto declares (`wire_fields!`).
-macro_rules! mirror_as_in_proto {
-    ($($message:ident),* $(,)?) => {
-        $(wire_fields!($message, mirror!($message <=> $message));)*
-    };
-}
-
-/// Both directions of an enum: its wire value, and its value of a wire
-/// value that is known (unset is `None`; [`super`] says what that means).
-macro_rules! mirror_enum {
-    ($ours:ident <=> $wire:ident { $($variant:ident),* $(,)? }) => {
-        impl FromWire<pb::$wire> for Option<$ours> {
-            fn from_wire(wire: pb::$wire) -> Self {
-                match wire {
-                    pb::$wire::Unspecified => None,
-                    $(pb::$wire::$variant => Some($ours::$variant),)*
-                }
-            }
-        }
-        impl ToWire<i32> for $ours {
-            fn to_wire(&self) -> i32 {
-                (match self {
-                    $($ours::$variant => pb::$wire::$variant,)*
-                }) as i32
-            }
-        }
-    };
-}
-
-mirror_enum!(EventType <=> EventType { Queued, Scheduled, Preempted });
-mirror_enum!(FinishReason <=> FinishReason { Stop, Length, Abort, Error, Repetition });
-mirror_enum!(OperationKind <=> OperationKind {
-    Sleep, ReleaseKvCacheMemory, Wake, Init, Start, StartDraft, Update, Finish,
-});
-
 mirror!(RequestStart <=> RequestStarted {
     model_name, engine, arrival_time, prompt_len, max_tokens, stop_strings,
 } by rule {
@@ -205,7 +157,7 @@ mirror!(OutputBatch <=> OutputBatch { engine, timestamp } by rule {
 });
 mirror!(EngineCoreOutput <=> EngineCoreOutput { new_token_ids, prefill_stats } by rule {
     request_id: String => String,
-    events: Vec<crate::protocol::EngineCoreEvent> => Vec<pb::EngineCoreEvent>,
+    events: Vec<EngineCoreEvent> => Vec<pb::EngineCoreEvent>,
     finish_reason: Option<FinishReason> => i32,
 });
 mirror!(SleepState <=> SleepState { model_name, engine } by rule { level: u8 => u32 });
@@ -224,21 +176,3 @@ mirror!(FinishedRequest <=> FinishedRequest {
     mean_time_per_output_token, num_prompt_tokens, num_generation_tokens, num_preemptions,
     num_cached_tokens, max_tokens_param,
 } by rule { finish_reason: FinishReason => i32 });
-
-mirror_as_in_proto!(
-    PrefillStats,
-    SchedulerStats,
-    KvFetchStages,
-    ExternalHitsBySource,
-    KvCacheEvictionEvent,
-    PerfStats,
-    SpecDecodingStats,
-    KvConnectorStats,
-    NixlStats,
-    OffloadingStats,
-    SimpleCpuOffloadStats,
-    SaveOutcomes,
-    EngineConfig,
-    PromptTokenStats,
-    PluginDrops,
-);
