@@ -47,7 +47,7 @@ pub struct InstrumentsConfig {
     /// How the latency histograms aggregate (`--otlp-histograms`): with
     /// [`OtlpHistograms::Exponential`], exponentially for every reader of
     /// the provider except the explicit-bucket reader
-    /// ([`InstrumentsBuilder::with_explicit_histogram_reader`]).
+    /// ([`InstrumentsBuilder::with_explicit_histogram_reader`](super::InstrumentsBuilder::with_explicit_histogram_reader)).
     pub otlp_histograms: OtlpHistograms,
     /// The latency SLO requests are judged against (`--slo`); none: no SLO
     /// family is created and nothing is judged.

@@ -1,7 +1,7 @@
 //! OpenTelemetry instruments built from the catalog, and per-label-set handles.
 //!
 //! [`Instruments`] creates one `opentelemetry` API instrument per catalog
-//! family from a [`Meter`], either its own `SdkMeterProvider` (with the
+//! family from a [`Meter`](opentelemetry::metrics::Meter), either its own `SdkMeterProvider` (with the
 //! catalog's Views and the readers given to the [builder](InstrumentsBuilder))
 //! or one a host program owns ([`Instruments::install`]). It caches the
 //! SDK's bound handles of each `(model_name, engine)` label set: they are

@@ -322,12 +322,11 @@ impl SchedulerStats {
             .saturating_sub(self.num_skipped_waiting_reqs)
     }
 
-    /// Connector hits by tier, in [`catalog::engine::CACHE_HIT_SOURCES`] order
+    /// Connector hits by tier, in `catalog::engine::CACHE_HIT_SOURCES` order
     /// after `device`: `host`, `p2p`, `disk`, `external_unspecified`. When
     /// the split is absent or does not add up to the hits, all of them are
     /// `external_unspecified` (vLLM's `PrefixCacheStats.record` fallback).
-    ///
-    /// [`catalog::engine::CACHE_HIT_SOURCES`]: crate::catalog::engine::CACHE_HIT_SOURCES
+
     pub fn external_hits_by_source(
         &self,
     ) -> [u64; crate::catalog::engine::CACHE_HIT_SOURCES.len() - 1] {

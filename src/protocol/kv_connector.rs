@@ -103,7 +103,7 @@ pub struct SimpleCpuOffloadStats {
 }
 
 /// Store admission decisions by outcome, in
-/// [`SAVE_OUTCOMES`](crate::catalog::kv_connector::SAVE_OUTCOMES) order.
+/// `SAVE_OUTCOMES` order.
 #[skip_serializing_none]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -119,7 +119,7 @@ pub struct SaveOutcomes {
 }
 
 impl SaveOutcomes {
-    /// The counts in [`SAVE_OUTCOMES`](crate::catalog::kv_connector::SAVE_OUTCOMES) order.
+    /// The counts in `SAVE_OUTCOMES` order.
     pub fn in_order(&self) -> [Option<u64>; crate::catalog::kv_connector::SAVE_OUTCOMES.len()] {
         [
             self.stored,

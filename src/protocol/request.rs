@@ -122,7 +122,7 @@ impl PreemptionReason {
         PreemptionReason::PrefixCacheReset,
     ];
 
-    /// The label value (the catalog's [`PREEMPTION_REASONS`](crate::catalog::labels::PREEMPTION_REASONS)).
+    /// The label value (the catalog's `PREEMPTION_REASONS`).
     pub fn as_str(self) -> &'static str {
         crate::catalog::labels::PREEMPTION_REASONS[self as usize]
     }
@@ -171,7 +171,7 @@ impl GenAiOperation {
     ];
 
     /// The attribute value (the catalog's
-    /// [`OPERATION_NAMES`](crate::catalog::semconv::OPERATION_NAMES)).
+    /// `OPERATION_NAMES`).
     pub fn as_str(self) -> &'static str {
         crate::catalog::semconv::OPERATION_NAMES[self as usize]
     }
@@ -244,7 +244,7 @@ impl FinishReason {
         FinishReason::Repetition,
     ];
 
-    /// The label value (the catalog's [`FINISHED_REASONS`](crate::catalog::labels::FINISHED_REASONS)).
+    /// The label value (the catalog's `FINISHED_REASONS`).
     pub fn as_str(self) -> &'static str {
         crate::catalog::labels::FINISHED_REASONS[self.index()]
     }

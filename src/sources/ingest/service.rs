@@ -103,7 +103,7 @@ impl IngestService {
     }
 
     /// Ends every open stream now: each is answered `UNAVAILABLE` with the
-    /// summary of what it applied in the [`SUMMARY_TRAILER`], so its client
+    /// summary of what it applied in the [`SUMMARY_TRAILER`](super::grpc::SUMMARY_TRAILER), so its client
     /// can resume after the last applied record instead of sending again.
     pub fn cut_open_streams(&self) {
         self.cut.send_replace(true);

@@ -1,7 +1,7 @@
 //! The gRPC transport of ingest behind `serve`: engines stream records over
 //! HTTP/2 (TLS and a bearer token optional) into the [`IngestService`].
 //!
-//! A stream is read one message at a time ([`route`]'s framing: HTTP/2 flow
+//! A stream is read one message at a time (the private route's framing: HTTP/2 flow
 //! control pushes back on a fast sender instead of buffering), each message
 //! bounded before it is kept or decoded, and applied by the transport-neutral
 //! core ([`super::service`]).
