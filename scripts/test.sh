@@ -136,9 +136,14 @@ lint_python=$(bash scripts/python-lint-env.sh "$VLLM_OTEL_METRICS_PYTHON")
 )
 "$VLLM_OTEL_METRICS_PYTHON" -m pytest -q -p no:cacheprovider python/tests
 "$VLLM_OTEL_METRICS_PYTHON" -m pytest -q -p no:cacheprovider --doctest-modules \
-  python/src/vllm_otel_metrics/config.py python/src/vllm_otel_metrics/convert.py \
-  python/src/vllm_otel_metrics/kv_connector.py python/src/vllm_otel_metrics/sidecar.py \
-  python/src/vllm_otel_metrics/stream.py python/src/vllm_otel_metrics/tap.py
+  python/src/vllm_otel_metrics/bounded_queue.py python/src/vllm_otel_metrics/config.py \
+  python/src/vllm_otel_metrics/convert.py python/src/vllm_otel_metrics/errors.py \
+  python/src/vllm_otel_metrics/grpc_transport.py python/src/vllm_otel_metrics/kv_connector.py \
+  python/src/vllm_otel_metrics/outbox.py python/src/vllm_otel_metrics/private.py \
+  python/src/vllm_otel_metrics/resend.py python/src/vllm_otel_metrics/sidecar.py \
+  python/src/vllm_otel_metrics/slo.py python/src/vllm_otel_metrics/socket_transport.py \
+  python/src/vllm_otel_metrics/stream.py python/src/vllm_otel_metrics/tap.py \
+  python/src/vllm_otel_metrics/wire.py
 step "cargo test"
 cargo test --all-targets
 cargo test --doc

@@ -12,7 +12,7 @@ classes and times, interleaved in rounds (alternating which goes first):
   - ``hot``: the ``_send_msg_tracking_payload`` wrapper exactly as
     ``Tap._hook`` installs it (on a stand-in with no-op methods), called
     with the real encoded buffer, less the unwrapped no-op's call;
-  - ``thread``: the streaming thread's share: ``Streamer._drain()``,
+  - ``thread``: the streaming thread's share: ``FrameQueue.take()``,
     ``Tap._to_records(items)`` and what the transport does with each record
     while it holds the GIL, amortized over the steps of one drain. Over the
     ingest socket (the transport to a sidecar the plugin started) that is
@@ -248,17 +248,17 @@ def prepare(transport: str):
     ``sendmsg`` gathers (vLLM's frames as they are; ``sendmsg`` releases
     the GIL for its copy); over gRPC, the serialization gRPC's Python
     layer calls."""
-    from vllm_otel_metrics import stream
+    from vllm_otel_metrics import wire
 
-    return stream.socket_parts if transport == "socket" else stream._serialize
+    return wire.socket_parts if transport == "socket" else wire.serialize
 
 
 def time_thread(tap, items, per_drain: int, transport: str) -> float:
     """The thread's work per step: drains of ``per_drain`` queued steps each,
     converted and prepared for ``transport`` (:func:`prepare`)."""
-    streamer = tap.streamer
-    queue = streamer.queue
-    drain, to_records, ready = streamer._drain, tap._to_records, prepare(transport)
+    # The queue's deque itself: the bench queues what the hooks made.
+    queue = tap.queue.items
+    drain, to_records, ready = tap.queue.take, tap._to_records, prepare(transport)
     clock, blocks = time.perf_counter_ns, []
     for start in range(0, len(items), per_drain):
         queue.extend(items[start:start + per_drain])
@@ -309,8 +309,8 @@ def bench_steps(args, config, tap_module, pb, rng) -> list:
         plain = StandIn()
         # The thread's input: what the hot path queues.
         time_hot(core, buffers)
-        items = list(tap.streamer.queue)
-        tap.streamer.clear()
+        items = list(tap.queue.items)
+        tap.queue.clear()
         vllm_t, hot_t = [], []
         # And the steps one drain holds as deployed: a step every --step-ms,
         # a drain every POLL_SECONDS.
@@ -321,7 +321,7 @@ def bench_steps(args, config, tap_module, pb, rng) -> list:
         def ours():
             # The wrapper's time less that of the method it wraps (vLLM's).
             hot = time_hot(core, buffers) - time_hot(plain, buffers)
-            tap.streamer.clear()
+            tap.queue.clear()
             threads = {(name, k): time_thread(tap, items, k, name) for name, k in thread_t}
             return hot, threads
 
@@ -367,7 +367,7 @@ def bench_requests(args, config, tap_module, pb, rng) -> tuple:
         requests.append(Request.from_engine_core_request(r, None))
     tap, core = make_tap(config, tap_module, 10 * len(requests) + 100)
     plain = StandIn()
-    streamer = tap.streamer
+    tap_queue = tap.queue
 
     def vllm_decode():
         decode, clock, blocks = decoder.decode, time.perf_counter_ns, []
@@ -395,7 +395,7 @@ def bench_requests(args, config, tap_module, pb, rng) -> tuple:
                 plain.add_request(request, 0)
             own = clock() - began
             began = clock()
-            for record in tap._to_records(streamer._drain()):
+            for record in tap._to_records(tap_queue.take()):
                 ready(record)
             blocks.append((hooked - own + clock() - began, len(block)))
         return per_step(blocks)
@@ -405,12 +405,12 @@ def bench_requests(args, config, tap_module, pb, rng) -> tuple:
     # steps alone; per request.
     for bufs in buffers_of(engine_steps(64, 16, rng)):
         core._send_msg_tracking_payload(None, bufs)
-    step_items = list(streamer.queue)
-    streamer.clear()
+    step_items = list(tap_queue.items)
+    tap_queue.clear()
     for request in requests[:4]:
         core.add_request(request, 0)
-    started = list(streamer.queue)
-    streamer.clear()
+    started = list(tap_queue.items)
+    tap_queue.clear()
     mixed = list(step_items)
     for i, item in enumerate(started):
         mixed.insert(4 * (i + 1) + i, item)
@@ -420,12 +420,12 @@ def bench_requests(args, config, tap_module, pb, rng) -> tuple:
         ready = prepare("socket")
         differences = []
         for _ in range(max(1, len(requests) // 4)):
-            streamer.queue.extend(step_items)
+            tap_queue.items.extend(step_items)
             began = time.perf_counter_ns()
             for record in to_records(drain()):
                 ready(record)
             alone = time.perf_counter_ns() - began
-            streamer.queue.extend(mixed)
+            tap_queue.items.extend(mixed)
             began = time.perf_counter_ns()
             for record in to_records(drain()):
                 ready(record)
@@ -437,7 +437,7 @@ def bench_requests(args, config, tap_module, pb, rng) -> tuple:
     for round_ in range(args.rounds + 1):
         def ours():
             return ({t: tap_requests(t) for t in TRANSPORTS},
-                    split_cost(streamer._drain, tap._to_records))
+                    split_cost(tap_queue.take, tap._to_records))
 
         if round_ % 2:
             t, split = ours()
@@ -589,8 +589,8 @@ def bench_in_situ(args, config, tap_module, transport: str) -> list:
                 if transport == "socket":
                     # The CPU this thread spends inside sendmsg and sendall,
                     # which run without the GIL (the kernel's copy).
-                    connect = tap.streamer._unix
-                    tap.streamer._unix = lambda: GilFree.wrap(connect(), kernel)
+                    connect = tap.streamer.socket.connect
+                    tap.streamer.socket.connect = lambda: GilFree.wrap(connect(), kernel)
                 streamer = tap.streamer.start()
                 deadline = time.monotonic() + 10
                 while not streamer.connected and time.monotonic() < deadline:

@@ -8,7 +8,7 @@ import weakref
 
 import pytest
 
-from vllm_otel_metrics import config, convert, stream, tap
+from vllm_otel_metrics import config, convert, tap, wire
 
 
 class StandInEngine:
@@ -72,7 +72,7 @@ def test_hooks_call_through_and_queue_in_order():
     buffer[0] = 0xFF
     engine.abort_requests(("r1",))
     assert engine.calls == [("add", "r1", 3), ("send", "sock", b"\x91\x00"), ("abort", ["r1"])]
-    items = list(t.streamer.queue)
+    items = list(t.queue.items)
     assert [type(i).__name__ for i in items] == ["Started", "tuple", "Aborted"]
     assert items[1][1] == b"\x91\x00"
 
@@ -85,10 +85,10 @@ def test_a_full_queue_drops_and_counts_but_vllm_goes_on():
     engine._send_msg_tracking_payload("sock", [b"\x90"])
     engine.abort_requests(["r1", "r2"])
     assert len(engine.calls) == 3
-    assert len(t.streamer.queue) == 1
+    assert len(t.queue.items) == 1
     # The frame's drop on vLLM's output thread, the aborts' on its engine
     # thread: a counter each, one writer each.
-    assert (t.streamer.dropped_frames, t.streamer.dropped) == (1, 2)
+    assert (t.queue.dropped_frames, t.queue.dropped) == (1, 2)
 
 
 def test_frames_are_bounded_in_bytes_too():
@@ -102,18 +102,18 @@ def test_frames_are_bounded_in_bytes_too():
     t._hook(engine)
     for _ in range(3):
         engine._send_msg_tracking_payload("sock", [b"\x90" * 4])
-    assert [len(frame) for _at, frame in t.streamer.queue] == [4, 4]
-    assert t.streamer.dropped_frames == 1
-    drained = t.streamer._drain()
+    assert [len(frame) for _at, frame in t.queue.items] == [4, 4]
+    assert t.queue.dropped_frames == 1
+    drained = t.queue.take()
     assert len(drained) == 2
     # Drained, the frames are still held: no room yet.
     engine._send_msg_tracking_payload("sock", [b"\x90" * 4])
-    assert (len(t.streamer.queue), t.streamer.dropped_frames, t.streamer.held_bytes) == (0, 2, 8)
+    assert (len(t.queue.items), t.queue.dropped_frames, t.queue.held_bytes) == (0, 2, 8)
     (chunk,) = t._to_records(drained)
     assert chunk.frame_bytes == 8
-    t.streamer._let_go(chunk)
+    t.streamer.outbox.let_go(chunk)
     engine._send_msg_tracking_payload("sock", [b"\x90" * 4])
-    assert (len(t.streamer.queue), t.streamer.dropped_frames, t.streamer.held_bytes) == (1, 2, 4)
+    assert (len(t.queue.items), t.queue.dropped_frames, t.queue.held_bytes) == (1, 2, 4)
     assert len(engine.calls) == 5
 
 
@@ -129,42 +129,42 @@ def test_frames_held_anywhere_count_against_one_byte_bound():
     engine = StandInEngine()
     t._hook(engine)
     streamer = t.streamer
-    pb = convert.messages()
-    handed = streamer._handed()
-    requests = streamer._requests(pb, threading.Event(), handed, threading.Lock())
+    frames = t.queue
+    handed = streamer.outbox.handed()
+    requests = streamer.grpc.requests(threading.Event(), handed, threading.Lock())
 
     def held():
         """Counted here, independently of the streamer's counters."""
-        queued = sum(len(item[1]) for item in streamer.queue if type(item) is tuple)
-        waiting = sum(r.frame_bytes for r in streamer._unsent if type(r) is stream.Raw)
-        kept = sum(r.frame_bytes for r in handed.last if type(r) is stream.Raw)
+        queued = sum(len(item[1]) for item in frames.items if type(item) is tuple)
+        waiting = sum(r.frame_bytes for r in streamer.outbox.unsent if type(r) is wire.Raw)
+        kept = sum(r.frame_bytes for r in handed.last if type(r) is wire.Raw)
         return queued + waiting + kept
 
     # The sidecar reads: each step's frame goes out as a chunk of its own.
     for _ in range(20):
         engine._send_msg_tracking_payload("sock", [b"\x90" * size])
         next(requests)
-        assert held() == streamer.held_bytes <= bound
+        assert held() == frames.held_bytes <= bound
     assert (handed.count, len(handed.last), handed.bytes) == (20, 4, 4000)
-    assert streamer.dropped_frames == 0
+    assert frames.dropped_frames == 0
     # The sidecar stops reading, the resend window full: the queue takes
     # what the window leaves of the bound, and no more.
     for _ in range(10):
         engine._send_msg_tracking_payload("sock", [b"\x90" * size])
-    assert (len(streamer.queue), streamer.dropped_frames) == (4, 6)
-    assert held() == streamer.held_bytes == bound
+    assert (len(frames.items), frames.dropped_frames) == (4, 6)
+    assert held() == frames.held_bytes == bound
     # A shutting-down sidecar read all but the last two chunks: they are
     # sent again (still held), the others in the window are let go.
-    assert streamer._send_unread_again(handed, 18) == 2
-    assert streamer.held_bytes == 4 * size + 2 * size
+    assert streamer.outbox.send_unread_again(handed, 18) == 2
+    assert frames.held_bytes == 4 * size + 2 * size
     # The next call sends everything (the two chunks again, the four queued
     # frames as one chunk, the drops record), and the sidecar reads it all.
     streamer._stop.set()
-    again = streamer._handed()
-    list(streamer._requests(pb, threading.Event(), again, threading.Lock()))
-    assert (again.count, len(streamer.queue), len(streamer._unsent)) == (4, 0, 0)
-    assert streamer._send_unread_again(again, again.count) == 0
-    assert streamer.held_bytes == 0
+    again = streamer.outbox.handed()
+    list(streamer.grpc.requests(threading.Event(), again, threading.Lock()))
+    assert (again.count, len(frames.items), len(streamer.outbox.unsent)) == (4, 0, 0)
+    assert streamer.outbox.send_unread_again(again, again.count) == 0
+    assert frames.held_bytes == 0
 
 
 def test_the_queue_keeps_no_reference_to_the_request():
@@ -198,7 +198,7 @@ def test_the_queue_keeps_no_reference_to_the_request():
         request.trace_headers,
     )
     engine.add_request(request, 1)
-    (item,) = t.streamer.queue
+    (item,) = t.queue.items
     assert not [o for o in gc.get_referents(item) if any(o is x for x in inner)]
     alive = [weakref.ref(request), weakref.ref(request.sampling_params)]
     del request, inner
@@ -206,7 +206,7 @@ def test_the_queue_keeps_no_reference_to_the_request():
     assert [ref() for ref in alive] == [None, None]
     # What the queue holds still makes the request's record.
     assert engine.calls == [("add", "r1", 1)]
-    (record,) = parsed(t._to_records(list(t.streamer.queue)))
+    (record,) = parsed(t._to_records(list(t.queue.items)))
     assert record.request == convert.messages().RequestStarted(
         request_id="r1",
         model_name="tiny",
@@ -246,7 +246,7 @@ def test_a_vllm_request_is_copied_not_kept():
     del request, core_request
     gc.collect()
     assert alive() is None
-    (record,) = parsed(t._to_records(list(t.streamer.queue)))
+    (record,) = parsed(t._to_records(list(t.queue.items)))
     assert (
         record.request.request_id,
         record.request.arrival_time,
@@ -271,7 +271,7 @@ def test_a_request_that_cannot_be_read_is_counted_and_the_rest_is_sent():
     broken.sampling_params = object()
     engine.add_request(broken)
     assert engine.calls == [("add", "r0", 0)]
-    (unreadable,) = t.streamer.queue
+    (unreadable,) = t.queue.items
     odd = tap.started(2.0, request("r1"))
     odd.arrival_time = "soon"
     records = t._to_records([(1.0, b"\x90"), unreadable, odd, tap.started(3.0, request("r2"))])
@@ -342,39 +342,6 @@ def test_a_chunk_never_holds_more_frames_than_one_sendmsg_takes():
     assert [len(r.frames.sent_at) for r in records] == [tap.MAX_CHUNK_FRAMES] * 2 + [1]
 
 
-def test_a_hand_built_chunk_is_the_record_protobuf_builds():
-    pb = convert.messages()
-    fields = (["engine_index", "outputs", "timestamp"], ["request_id", "new_token_ids"])
-    writer = tap.ChunkWriter(
-        pb,
-        model_name="m\u00e9",
-        engine_core_outputs_fields=fields[0],
-        engine_core_output_fields=fields[1],
-        kv_consumer=True,
-        lora_enabled=True,
-    )
-    # Long enough for multi-byte lengths at every level.
-    frames = [bytes([i % 256]) * (i * 37) for i in range(1, 200)]
-    times = [1.7e9 + i / 7 for i in range(len(frames))]
-    raw = writer.record(frames, times, sum(map(len, frames)))
-    data = raw.SerializeToString()
-    assert raw.size == len(data)
-    expected = pb.Record(
-        frames=pb.EngineCoreFrames(
-            model_name="m\u00e9",
-            engine_core_outputs_fields=fields[0],
-            engine_core_output_fields=fields[1],
-            frames=b"".join(frames),
-            frame_lengths=[len(f) for f in frames],
-            sent_at=times,
-            kv_consumer=True,
-            lora_enabled=True,
-        )
-    )
-    assert pb.Record.FromString(data) == expected
-    assert len(data) == len(expected.SerializeToString())
-
-
 def test_an_unreadable_layout_is_named():
     outputs = types.SimpleNamespace(__struct_fields__=("outputs", "timestamp"))
     output = types.SimpleNamespace(__struct_fields__=("request_id", "new_token_ids", "events"))
@@ -404,7 +371,7 @@ def test_an_abort_is_recorded_once_while_the_scheduler_runs_the_request():
     engine.scheduler.requests["r1"] = finished
     engine.abort_requests(["r1"])
     engine.abort_requests("r1")
-    aborts = [item.request_ids for item in t.streamer.queue]
+    aborts = [item.request_ids for item in t.queue.items]
     assert aborts == [["r1"]]
     # vLLM's own method saw every call.
     assert [c for c in engine.calls if c[0] == "abort"] == [
@@ -428,31 +395,6 @@ def test_under_vllm_rs_the_main_process_starts_the_sidecar_with_rust_buckets(
     assert argv[argv.index("--token-buckets") + 1] == "rust"
     # vllm-rs's token buckets end at 131072 whatever the model: the default.
     assert "--max-model-len" not in argv
-
-
-def test_frames_records_go_alone_the_rest_batched_in_order():
-    from vllm_otel_metrics import stream
-
-    pb = convert.messages()
-    t = make_tap()
-    records = t._to_records(
-        [
-            tap.started(1.0, request("r1")),
-            tap.started(1.0, request("r2")),
-            (2.0, b"\x90"),
-            tap.Aborted(3.0, ["r1"]),
-            (4.0, b"\x90"),
-            (4.5, b"\x90"),
-        ]
-    )
-    messages = parsed(stream._messages_of(pb, records))
-    shapes = [
-        [r.WhichOneof("record") for r in m.batch.records]
-        if m.WhichOneof("record") == "batch"
-        else m.WhichOneof("record")
-        for m in messages
-    ]
-    assert shapes == [["request", "request"], "frames", "abort", "frames"]
 
 
 def test_queued_items_are_matched_by_type():

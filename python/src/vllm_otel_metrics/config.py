@@ -66,27 +66,28 @@ them on.
 
 Everything the plugin creates for a started sidecar (its lock file, its
 default log file and ingest socket) lives in the user's private directory,
-which must be this user's alone: GPU hosts are shared, and a file or socket
-another user can replace would hand them the plugin's records, its token or
-a way to make it write where they choose.
+which must be this user's alone (:mod:`.private`); the SLO is checked by
+:mod:`.slo`. :func:`rust_frontend` and :func:`engine_source` read which of
+vLLM's frontends runs and which half of the plugin sends an engine's
+records.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import errno
-import fcntl
 import ipaddress
-import json
 import logging
-import math
 import os
 import shlex
-import stat
-import tempfile
 import urllib.parse
 from collections.abc import Mapping
-from typing import Any, NoReturn
+
+from . import slo as slo_settings
+
+# ConfigError is re-exported: the callers of from_env() catch it as
+# config.ConfigError.
+from .errors import ConfigError as ConfigError
+from .private import private_dir
 
 log = logging.getLogger("vllm.vllm_otel_metrics")
 
@@ -107,10 +108,6 @@ SIDECAR_MODES = ("auto", "off")
 SOURCES = ("auto", "engine_core", "stat_logger")
 #: The longest path a Unix domain socket can bind (``sun_path`` less its NUL).
 MAX_SOCKET_PATH = 107
-
-
-class ConfigError(ValueError):
-    """A setting that cannot be used; the message names the variable."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,7 +190,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
     >>> from_env({"VLLM_OTEL_METRICS_QUEUE": "many"})
     Traceback (most recent call last):
     ...
-    vllm_otel_metrics.config.ConfigError: VLLM_OTEL_METRICS_QUEUE='many' is not a whole number from 1 to 1000000
+    vllm_otel_metrics.errors.ConfigError: VLLM_OTEL_METRICS_QUEUE='many' is not a whole number from 1 to 1000000
     """
     env = os.environ if env is None else env
     target_set = bool(env.get("VLLM_OTEL_METRICS_TARGET", ""))
@@ -260,7 +257,7 @@ def _bound(env: Mapping[str, str], variable: str, default: int, most: int) -> in
     >>> _bound({"VLLM_OTEL_METRICS_QUEUE_BYTES": "0"}, "VLLM_OTEL_METRICS_QUEUE_BYTES", 1, 10)
     Traceback (most recent call last):
     ...
-    vllm_otel_metrics.config.ConfigError: VLLM_OTEL_METRICS_QUEUE_BYTES='0' is not a whole number from 1 to 10
+    vllm_otel_metrics.errors.ConfigError: VLLM_OTEL_METRICS_QUEUE_BYTES='0' is not a whole number from 1 to 10
     """
     raw = env.get(variable, "") or str(default)
     try:
@@ -328,9 +325,7 @@ def _sidecar(
         directory, f"sidecar-{port}.log"
     )
     token_file = env.get("VLLM_OTEL_METRICS_TOKEN_FILE", "")
-    slo = env.get("VLLM_OTEL_METRICS_SLO", "").strip()
-    if slo:
-        check_slo(slo)
+    slo = slo_settings.from_env(env)
     ingest_socket = _ingest_socket(env, port, directory)
     asked = env.get("VLLM_OTEL_METRICS_INGEST_ADDR", "").strip()
     ingest_addr: str | None
@@ -379,7 +374,7 @@ def socket_address(variable: str, raw: str) -> str:
     >>> socket_address("V", "x:1")
     Traceback (most recent call last):
     ...
-    vllm_otel_metrics.config.ConfigError: V='x:1' is not IP:PORT ([IPv6]:PORT for IPv6) with a port from 1 to 65535
+    vllm_otel_metrics.errors.ConfigError: V='x:1' is not IP:PORT ([IPv6]:PORT for IPv6) with a port from 1 to 65535
     """
     host, colon, port = raw.rpartition(":")
     bracketed = host.startswith("[") and host.endswith("]")
@@ -394,53 +389,6 @@ def socket_address(variable: str, raw: str) -> str:
             f"{variable}={raw!r} is not IP:PORT ([IPv6]:PORT for IPv6) with a port from 1 to 65535"
         )
     return f"[{ip}]:{number}" if ip.version == 6 else f"{ip}:{number}"
-
-
-#: The keys of an SLO's bounds (``serve --slo``).
-SLO_BOUNDS = ("ttft", "tpot", "e2e")
-
-
-def check_slo(text: str) -> None:
-    """Checks ``VLLM_OTEL_METRICS_SLO`` as ``serve --slo`` reads it (a JSON
-    object of bounds in seconds, and ``models`` of the same per model name);
-    raises :class:`ConfigError` naming the key at fault, so that a sidecar
-    that would refuse it is never started (and started again).
-
-    >>> check_slo('{"ttft": 0.5, "models": {"big": {"tpot": 0.1}}}')
-    >>> check_slo('{"models": {"big": {"ttft": 0}}}')
-    Traceback (most recent call last):
-    ...
-    vllm_otel_metrics.config.ConfigError: VLLM_OTEL_METRICS_SLO: models.big.ttft: 0 is not a positive number of seconds
-    """
-
-    def fail(key: str, reason: str) -> NoReturn:
-        raise ConfigError(f"VLLM_OTEL_METRICS_SLO: {key}: {reason}")
-
-    try:
-        value = json.loads(text)
-    except ValueError as e:
-        fail("--slo", f"not JSON ({e})")
-    if not isinstance(value, dict):
-        fail("--slo", "not a JSON object")
-
-    def bounds(obj: dict[str, Any], place: str, models: bool) -> None:
-        for key, bound in obj.items():
-            where = f"{place}.{key}" if place else key
-            if models and key == "models":
-                if not isinstance(bound, dict):
-                    fail("models", "not an object of models")
-                for model, inner in bound.items():
-                    if not isinstance(inner, dict):
-                        fail(f"models.{model}", "not an object of bounds")
-                    bounds(inner, f"models.{model}", False)
-            elif key in SLO_BOUNDS:
-                ok = type(bound) in (int, float) and math.isfinite(bound) and bound > 0
-                if not ok:
-                    fail(where, f"{json.dumps(bound)} is not a positive number of seconds")
-            else:
-                fail(where, "unknown key")
-
-    bounds(value, "", True)
 
 
 def _ingest_socket(env: Mapping[str, str], port: int, directory: str) -> str | None:
@@ -477,126 +425,6 @@ def _ingest_socket(env: Mapping[str, str], port: int, directory: str) -> str | N
     return path
 
 
-def private_dir(env: Mapping[str, str] | None = None) -> str:
-    """This user's private directory, for the started sidecar's lock file,
-    log file and socket, made ``0700``: ``vllm-otel-metrics`` in
-    ``XDG_RUNTIME_DIR``, else ``vllm-otel-metrics-UID`` in the temporary
-    directory. Raises :class:`ConfigError`, naming the path and what is
-    wrong, when it is not this user's alone: a directory another user made
-    or can enter, or a symbolic link (anyone can make one in ``/tmp``
-    before this user does). Without ``XDG_RUNTIME_DIR`` another local user
-    can thus turn the plugin off by making the path first; the error says
-    so, and to set ``XDG_RUNTIME_DIR`` (systemd's ``/run/user/UID``) or
-    ``TMPDIR`` to a directory of this user's alone.
-
-    Other users share GPU hosts: a socket in a directory they can reach
-    could be replaced by theirs, and then the plugin would stream to them;
-    a lock or log file there could be a link to a file of this user's.
-    """
-    env = os.environ if env is None else env
-    runtime = env.get("XDG_RUNTIME_DIR", "")
-    shared = not (runtime and os.path.isabs(runtime))
-    if not shared:
-        path = os.path.join(runtime, "vllm-otel-metrics")
-    else:
-        path = os.path.join(tempfile.gettempdir(), f"vllm-otel-metrics-{os.getuid()}")
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
-    except OSError as e:
-        raise ConfigError(f"the private directory {path} cannot be made ({e.strerror})") from None
-    why = _not_private(path)
-    if why and shared:
-        # In /tmp any local user can make the path first, and so turn the
-        # plugin off: say so, and how to have a directory no one else can.
-        raise ConfigError(
-            f"the private directory {path} {why}: it must be a directory of this user's alone "
-            "(mode 0700). XDG_RUNTIME_DIR is not set, so it is in the temporary directory, "
-            "where another local user can make it first; set XDG_RUNTIME_DIR (systemd's "
-            f"/run/user/{os.getuid()}) or TMPDIR to a directory of this user's alone, or "
-            "remove it"
-        )
-    if why:
-        raise ConfigError(
-            f"the private directory {path} {why}: it must be a directory of this user's alone "
-            "(mode 0700); remove it, or set XDG_RUNTIME_DIR to a directory of this user's alone"
-        )
-    return path
-
-
-def _not_private(path: str) -> str:
-    """Why ``path`` is not a directory of this user's alone, or empty."""
-    try:
-        st = os.lstat(path)
-    except OSError as e:
-        return f"cannot be read ({e.strerror})"
-    if stat.S_ISLNK(st.st_mode):
-        return f"is a symbolic link (to {_link_target(path)})"
-    if not stat.S_ISDIR(st.st_mode):
-        return "is not a directory"
-    if st.st_uid != os.getuid():
-        return f"belongs to uid {st.st_uid}, not to this user (uid {os.getuid()})"
-    if st.st_mode & 0o077:
-        return f"is open to others (mode {stat.S_IMODE(st.st_mode):o})"
-    return ""
-
-
-def _link_target(path: str) -> str:
-    try:
-        return os.readlink(path)
-    except OSError:
-        return "?"
-
-
-def open_private(path: str, flags: int, *, user_named: bool = False) -> int:
-    """Opens (making it ``0600`` if need be) a file of this user's: never
-    through a symbolic link (``O_NOFOLLOW``), and only a regular file this
-    user owns with no permission for group or others, and with one name
-    (a hard link's other name may be any file of this user's: another user
-    can make one in a shared directory); for a file the user named
-    (``user_named``: a log file of their choosing, perhaps outside the
-    private directory) its mode is theirs to choose. Returns the file
-    descriptor (close-on-exec); raises :class:`ConfigError` naming the path
-    and what is wrong.
-
-    Opened without blocking: a FIFO put in its place would otherwise hang
-    the open, before the check could refuse it.
-    """
-    try:
-        fd = os.open(
-            path,
-            flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
-            0o600,
-        )
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise ConfigError(f"{path} is a symbolic link (to {_link_target(path)})") from None
-        raise ConfigError(f"{path} cannot be opened ({e.strerror})") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            why = "is not a regular file"
-        elif st.st_uid != os.getuid():
-            why = f"belongs to uid {st.st_uid}, not to this user (uid {os.getuid()})"
-        elif st.st_nlink != 1:
-            why = (
-                f"has {st.st_nlink} hard links, not 1: it may be another of this user's files "
-                "under a second name"
-            )
-        elif not user_named and st.st_mode & 0o077:
-            why = f"is open to others (mode {stat.S_IMODE(st.st_mode):o})"
-        else:
-            why = ""
-        if why:
-            raise ConfigError(f"{path} {why}")
-        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
 def rust_frontend(env: Mapping[str, str] | None = None) -> bool:
     """Whether vLLM runs its Rust frontend (``VLLM_USE_RUST_FRONTEND``, read
     as vLLM's ``envs`` reads a boolean).
@@ -619,7 +447,7 @@ def engine_source(env: Mapping[str, str] | None = None) -> str:
     >>> engine_source({"VLLM_OTEL_METRICS_SOURCE": "both"})
     Traceback (most recent call last):
     ...
-    vllm_otel_metrics.config.ConfigError: VLLM_OTEL_METRICS_SOURCE='both' is not one of auto, engine_core, stat_logger
+    vllm_otel_metrics.errors.ConfigError: VLLM_OTEL_METRICS_SOURCE='both' is not one of auto, engine_core, stat_logger
     """
     env = os.environ if env is None else env
     source = env.get("VLLM_OTEL_METRICS_SOURCE", "").strip() or "auto"

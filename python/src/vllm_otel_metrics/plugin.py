@@ -1,4 +1,5 @@
-"""The vLLM stat-logger plugin: the only module that imports vLLM.
+"""The vLLM stat-logger plugin: with :mod:`.tap`, the only module that
+imports vLLM.
 
 vLLM's ``load_stat_logger_plugin_factories()`` finds
 :class:`OtelMetricsStatLogger` through the ``vllm.stat_logger_plugins`` entry
@@ -25,6 +26,7 @@ from typing import Any
 from vllm.v1.metrics.loggers import AggregateStatLoggerBase
 
 from . import config, convert, kv_connector
+from .bounded_queue import RecordQueue
 from .sidecar import Supervisor, planned
 from .stream import Streamer
 
@@ -95,7 +97,9 @@ class OtelMetricsStatLogger(AggregateStatLoggerBase):
         self.steps = convert.StepConverter(
             self.model_name, lora_config is not None, self.kv_consumer
         )
-        self.streamer: Streamer | None = None
+        self.streamer: Streamer[Item] | None = None
+        #: The streamer's queue, which record() fills.
+        self.queue: RecordQueue[Item] | None = None
         self.supervisor: Supervisor | None = None
         try:
             settings = config.from_env()
@@ -133,10 +137,11 @@ class OtelMetricsStatLogger(AggregateStatLoggerBase):
                 source,
             )
             return
-        self.streamer = Streamer(
+        self.queue = RecordQueue(settings.queue, self._records_in)
+        self.streamer = Streamer[Item](
             settings,
+            self.queue,
             self._to_records,
-            self._records_in,
             admit=self.supervisor.admits if self.supervisor is not None else None,
         ).start()
         # At exit, what is queued gets up to 2 s to reach the sidecar.
@@ -156,20 +161,20 @@ class OtelMetricsStatLogger(AggregateStatLoggerBase):
         engine_idx: int = 0,
     ) -> None:
         """Once per engine step: enqueue, never block."""
-        if self.streamer is not None:
+        if self.queue is not None:
             # The weight inline (_records_in's rule): no call on vLLM's loop.
-            self.streamer.submit(
+            self.queue.submit(
                 Step(engine_idx, scheduler_stats, iteration_stats, mm_cache_stats, time.time()),
                 (scheduler_stats is not None) + (iteration_stats is not None),
             )
 
     def record_sleep_state(self, sleep: int = 0, level: int = 0) -> None:
-        if self.streamer is not None:
-            self.streamer.submit(SleepState(sleep, level))
+        if self.queue is not None:
+            self.queue.submit(SleepState(sleep, level))
 
     def log_engine_initialized(self) -> None:
-        if self.streamer is not None:
-            self.streamer.submit(EngineInitialized())
+        if self.queue is not None:
+            self.queue.submit(EngineInitialized())
 
     def log(self) -> None:
         """vLLM's periodic log call: nothing to print; the sidecar exports."""

@@ -4,7 +4,7 @@ With ``VLLM_OTEL_METRICS_SIDECAR=auto`` (the default) and an ``http://``
 loopback target, every plugin in the host's vLLM processes runs one
 :class:`Supervisor` thread, and the one that holds the lock file of the
 target's port (``sidecar-PORT.lock`` in the user's private directory,
-:func:`.config.private_dir`) supervises the sidecar:
+:func:`.private.private_dir`) supervises the sidecar:
 
 - **one sidecar per host and user**: ``vllm serve --api-server-count N``
   loads the plugin in N processes; the lock is ``flock``'d, so one holds it
@@ -15,7 +15,7 @@ target's port (``sidecar-PORT.lock`` in the user's private directory,
   ``/metrics`` port) before it starts its own;
 - **only this user's sidecar**: the host is shared. Every file the plugin
   makes is in the private directory, opened without following links and
-  checked to be this user's (:func:`.config.open_private`); one that is not
+  checked to be this user's (:func:`.private.open_private`); one that is not
   turns the plugin off, with one line in vLLM's log. A sidecar "answers"
   when a process of this user listens on the ingest socket (its peer's uid
   is checked), not when something accepts connections on the TCP port,
@@ -74,7 +74,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from . import config
+from . import config, private
 
 log = logging.getLogger("vllm.vllm_otel_metrics")
 
@@ -477,7 +477,7 @@ class Supervisor:
         self.process: subprocess.Popen[bytes] | None = None
         #: Held for the process's life: the kernel releases the lock when
         #: it ends, however it ends.
-        self._lock_fd = config.open_private(self.lock_path, os.O_RDWR)
+        self._lock_fd = private.open_private(self.lock_path, os.O_RDWR)
         try:
             os.close(self._open_log())
         except BaseException:
@@ -513,7 +513,7 @@ class Supervisor:
         # The default log file is in the private directory, beside the lock;
         # one the user named may be anywhere, and its mode is theirs.
         named = os.path.dirname(self.settings.log_file) != os.path.dirname(self.lock_path)
-        return config.open_private(
+        return private.open_private(
             self.settings.log_file, os.O_WRONLY | os.O_APPEND, user_named=named
         )
 

@@ -29,7 +29,8 @@ the step loop's; docs/PERFORMANCE.md measures it against vLLM's own work):
 - **each abort**: ``abort_requests`` appends the ids. A client that went away
   and a frontend that matched a stop string send the same abort.
 
-The streaming thread (:class:`.stream.Streamer`) drains the deque in one go,
+The streaming thread (:class:`.stream.Streamer`) drains the queue
+(:class:`.bounded_queue.FrameQueue`) in one go,
 groups consecutive frames into one ``EngineCoreFrames`` record (the bytes
 joined, their lengths and times as packed numbers) and sends it with the
 requests and aborts in their order.
@@ -48,16 +49,13 @@ import dataclasses
 import logging
 import multiprocessing
 import os
-import struct
 import time
 from collections.abc import Callable, Iterable, Sequence
-from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from . import config, convert, kv_connector
-
-if TYPE_CHECKING:
-    from .stream import Raw
+from . import config, convert, kv_connector, wire
+from .bounded_queue import Frame, FrameQueue
+from .convert import pb
 
 log = logging.getLogger("vllm.vllm_otel_metrics")
 
@@ -196,12 +194,6 @@ def readable_layout(outputs_cls: type, output_cls: type) -> str | None:
     return None
 
 
-#: A queued step: the wall-clock time and vLLM's encoded ``EngineCoreOutputs``.
-#: A plain tuple, unlike the other items: it is made on vLLM's output thread
-#: once per step, where even a dataclass would cost several times as much.
-Frame = tuple[float, bytes]
-
-
 # Not frozen, like the plugin's items (plugin.Step): made on vLLM's threads,
 # where a frozen dataclass's __init__ costs about four times a plain one's.
 @dataclasses.dataclass(slots=True)
@@ -281,67 +273,6 @@ def _running(request: Any) -> bool:
         return True
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-class ChunkWriter:
-    """Builds the ``Record`` of a chunk of frames by hand, as a
-    :class:`.stream.Raw`: a prefix, vLLM's frame buffers as they are, and a
-    suffix of their lengths and send times.
-
-    Protobuf would copy every frame twice (into the message, then into its
-    serialization) with the GIL held; here no frame byte is copied in Python.
-    The field numbers come from the generated descriptors, so the layout
-    follows proto/; the parts parse as the message protobuf would build
-    (python/tests/test_tap.py). ``header``: the chunk's fields that never
-    change (model name, field names, flags), serialized once. With ``pb``
-    the generated ingest module::
-
-        raw = ChunkWriter(pb, model_name="m").record([b"ab", b"c"], [1.0, 2.0], 3)
-        record = pb.Record.FromString(raw.SerializeToString())
-        # record.frames: model_name "m", frames b"abc", frame_lengths [2, 1]
-    """
-
-    def __init__(self, pb: ModuleType, **header: Any) -> None:
-        frames = pb.EngineCoreFrames.DESCRIPTOR.fields_by_name
-        record = pb.Record.DESCRIPTOR.fields_by_name["frames"].number
-
-        def key(number: int) -> bytes:
-            return _varint(number << 3 | 2)  # wire type 2: length-delimited
-
-        self._record_key = key(record)
-        self._header = pb.EngineCoreFrames(**header).SerializeToString()
-        self._frames_key = key(frames["frames"].number)
-        self._lengths_key = key(frames["frame_lengths"].number)
-        self._times_key = key(frames["sent_at"].number)
-
-    def record(self, frames: list[bytes], times: list[float], size: int) -> Raw:
-        """The record of ``frames`` (``size`` bytes in all), sent at ``times``."""
-        from .stream import Raw
-
-        n = len(frames)
-        head = self._frames_key + _varint(size)
-        tail = b"".join(
-            (
-                self._lengths_key,
-                _varint(4 * n),
-                struct.pack(f"<{n}I", *map(len, frames)),
-                self._times_key,
-                _varint(8 * n),
-                struct.pack(f"<{n}d", *times),
-            )
-        )
-        body = len(self._header) + len(head) + size + len(tail)
-        prefix = b"".join((self._record_key, _varint(body), self._header, head))
-        return Raw([prefix, *frames, tail], len(prefix) + size + len(tail), size)
-
-
 class Tap:
     """One engine core's tap: its queue, its hooks and its streamer."""
 
@@ -356,27 +287,34 @@ class Tap:
         lora_enabled: bool,
         admit: Callable[[], bool] | None = None,
     ) -> None:
+        # Not at the top: register() runs in every vLLM process, and the
+        # stream imports gRPC.
         from .stream import Streamer
 
         self.model_name = model_name
         self.engine = engine
-        self._chunk = ChunkWriter(
-            convert.messages(),
+        self._chunk = wire.ChunkWriter(
             model_name=model_name,
             engine_core_outputs_fields=list(outputs_fields),
             engine_core_output_fields=list(output_fields),
             kv_consumer=kv_consumer,
             lora_enabled=lora_enabled,
         )
-        self.streamer = Streamer(
-            settings,
-            self._to_records,
+        #: The queue the hooks fill: bounded in items and frame bytes.
+        self.queue = FrameQueue(
+            settings.queue,
+            settings.queue_bytes,
             self._weigh,
-            batched=True,
-            max_records=MAX_RECORDS,
-            resend_window=RESEND_WINDOW,
             max_drain=MAX_DRAIN,
             max_drain_bytes=MAX_CHUNK_BYTES * MAX_RECORDS // 2,
+        )
+        self.streamer = Streamer(
+            settings,
+            self.queue,
+            self._to_records,
+            grouping=wire.groups,
+            max_records=MAX_RECORDS,
+            resend_window=RESEND_WINDOW,
             poll_seconds=POLL_SECONDS,
             admit=admit,
         )
@@ -435,9 +373,8 @@ class Tap:
         max_model_len = (
             None if rust_frontend else getattr(vllm_config.model_config, "max_model_len", None)
         )
-        # Straight into the queue: the tap's queue is bounded by its hooks
-        # (items and bytes), not by submit()'s record count.
-        tap.streamer.queue.append(
+        # The first item: the queue is empty.
+        tap.queue.put(
             EngineStart(
                 convert.engine_records(
                     vllm_config.cache_config,
@@ -474,35 +411,20 @@ class Tap:
         """Wraps the three methods on the instance (an instance attribute
         wins over the class's function): nothing global changes, and each
         call is looked up anew, so the running output thread sees it."""
-        streamer = self.streamer
-        queue = streamer.queue
-        bound = streamer.bound
-        byte_bound = streamer.byte_bound
-        dropped = streamer.count_dropped
-        send = engine_core._send_msg_tracking_payload
+        frames = self.queue
+        queue = frames.items
+        bound = frames.bound
+        put = frames.put
+        dropped = frames.drop
         add = engine_core.add_request
         abort = engine_core.abort_requests
         now = time.time
 
         # The hot path: one engine step. A copy of the encoded step, a time,
-        # an append; no lock (deque.append is atomic under the GIL, and
-        # bytes_in is written by this thread only, bytes_out by the
-        # streamer's consumer only).
-        def _send_msg_tracking_payload(
-            socket: Any, buffers: Sequence[Any], _append: Callable[[Any], None] = queue.append
-        ) -> Any:
-            # The copy only when the queue has room for one more item.
-            if len(queue) < bound:
-                frame = bytes(buffers[0])
-                size = len(frame)
-                if streamer.bytes_in - streamer.bytes_out + size <= byte_bound:
-                    streamer.bytes_in += size
-                    _append((now(), frame))
-                    return send(socket, buffers)
-            # A counter of its own: this runs on vLLM's output thread, the
-            # other hooks on its engine thread.
-            streamer.dropped_frames += 1
-            return send(socket, buffers)
+        # an append (FrameQueue.frames_through); its dropped frames have a
+        # counter of their own: it runs on vLLM's output thread, the other
+        # hooks on its engine thread.
+        _send_msg_tracking_payload = frames.frames_through(engine_core._send_msg_tracking_payload)
 
         # A copy of the few fields a request's record needs, never the
         # request: the queue must not keep its prompt and inputs alive.
@@ -512,7 +434,7 @@ class Tap:
                     item: Item = started(now(), request)
                 except Exception as e:  # noqa: BLE001 — never fail vLLM's call
                     item = convert.Unconvertible("request", f"{type(e).__name__}: {e}")
-                queue.append(item)
+                put(item)
             else:
                 dropped(1)
             return add(request, *args, **kwargs)
@@ -533,7 +455,7 @@ class Tap:
                 ids = list(ids)
             if ids:
                 if len(queue) < bound:
-                    queue.append(Aborted(now(), ids))
+                    put(Aborted(now(), ids))
                 else:
                     dropped(len(ids))
             return abort(request_ids, *args, **kwargs)
@@ -555,7 +477,6 @@ class Tap:
         """Runs on the streaming thread: the drained items as records, in
         order; the frames in chunks of at most :data:`MAX_CHUNK_BYTES` and
         :data:`MAX_CHUNK_FRAMES`."""
-        pb = convert.messages()
         chunk = self._chunk
         records: list[Any] = []
         frames: list[bytes] = []
@@ -578,7 +499,7 @@ class Tap:
                 frames, times, size = [], [], 0
             if type(item) is Started:
                 try:
-                    records.append(self._request_record(pb, item))
+                    records.append(self._request_record(item))
                 except Exception as e:  # noqa: BLE001 — one odd request must not cost the drain
                     records.append(convert.Unconvertible("request", f"{type(e).__name__}: {e}"))
             elif type(item) is Aborted:
@@ -598,7 +519,7 @@ class Tap:
             records.append(chunk.record(frames, times, size))
         return records
 
-    def _request_record(self, pb: ModuleType, item: Started) -> Any:
+    def _request_record(self, item: Started) -> Any:
         record = pb.Record()
         message = record.request
         message.request_id = str(item.request_id)
