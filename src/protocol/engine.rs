@@ -326,7 +326,6 @@ impl SchedulerStats {
     /// after `device`: `host`, `p2p`, `disk`, `external_unspecified`. When
     /// the split is absent or does not add up to the hits, all of them are
     /// `external_unspecified` (vLLM's `PrefixCacheStats.record` fallback).
-
     pub fn external_hits_by_source(
         &self,
     ) -> [u64; crate::catalog::engine::CACHE_HIT_SOURCES.len() - 1] {
