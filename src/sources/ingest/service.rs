@@ -13,6 +13,7 @@
 //! framing and hand each message here.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -181,11 +182,13 @@ impl IngestService {
     /// `position` counting the stream's records: a record (a batch's one
     /// by one), or a refusal counted and named after `origin` (the
     /// transport's name for the message, such as `ingest socket, connection
-    /// 2, message 7: `; empty where the record's position names it).
+    /// 2, message 7: `; empty where the record's position names it). The
+    /// name is written only for a refusal: a message that applies costs
+    /// no formatting.
     pub async fn apply_incoming(
         &self,
         incoming: Incoming,
-        origin: &str,
+        origin: impl fmt::Display + Send,
         position: &mut u64,
         summary: &mut Summary,
     ) {

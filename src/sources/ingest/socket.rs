@@ -248,6 +248,22 @@ pub async fn serve(
 /// being read: small messages arrive whole in it and borrow no room.
 const BUFFER: usize = 64 * 1024;
 
+/// The socket's name for a message, in what its refusal says.
+struct SocketMessage {
+    connection: u64,
+    message: u64,
+}
+
+impl std::fmt::Display for SocketMessage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "ingest socket, connection {}, message {}: ",
+            self.connection, self.message
+        )
+    }
+}
+
 /// Reads one connection's messages into `service` until it ends, idles past
 /// `idle`, sends what cannot be read on, misses a message's deadline, or
 /// the service cuts open streams. Cut, it answers with the number of
@@ -297,7 +313,10 @@ async fn read_connection(
             service
                 .apply_incoming(
                     decode_message(body, &service.decode_limits()),
-                    &format!("ingest socket, connection {number}, message {message}: "),
+                    SocketMessage {
+                        connection: number,
+                        message,
+                    },
                     &mut position,
                     &mut summary,
                 )
