@@ -3,10 +3,11 @@
 //! Python logger's `PrometheusStatLogger`).
 //!
 //! Each per-request histogram is one row of [`request_histograms!`]: its
-//! name, unit, HELP, bucket family and how its value is taken, from the
-//! [`TerminalValues`] both tracker paths fill at a request's end or at its
-//! tokens. The instruments, the handles of each label set, the recording
-//! and the exposition all follow the table; nothing else lists them.
+//! name, unit, HELP, bucket family, how its value is taken (from the
+//! [`TerminalValues`] both tracker paths fill at a request's end, or at its
+//! tokens) and what its exemplars show ([`Exemplar`]). The instruments, the
+//! handles of each label set, the recording, the exemplars and the
+//! exposition all follow the table; nothing else lists them.
 
 use super::def::{counter, histogram, BucketFamily, MetricDef};
 use super::labels::{
@@ -169,6 +170,11 @@ pub(crate) struct TerminalValues {
     pub(crate) inference: f64,
     /// Decode time per output token after the first (0 for fewer than two).
     pub(crate) time_per_output_token: f64,
+    /// Arrival to the first token, when the path knows it per request and
+    /// the request had one (engine path; the Python logger observes it per
+    /// step from lists that name no request). Recorded per token; kept here
+    /// for the exemplar.
+    pub(crate) time_to_first_token: Option<f64>,
 }
 
 /// When a per-request histogram is observed.
@@ -181,13 +187,44 @@ pub(crate) enum Observed {
     PerToken,
 }
 
-/// One per-request histogram: its family and how its value is taken.
+/// Whether a per-request histogram carries exemplars (the request's
+/// `llm_request` span, per bucket), and which of the request's values and
+/// times an exemplar shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Exemplar {
+    /// None: the family is observed many times per request (inter-token
+    /// latency), so no one observation stands for the request.
+    No,
+    /// The value [`Observed::AtEnd`] gives, at the request's end.
+    AtEnd,
+    /// The time to first token, at the first token.
+    FirstToken,
+}
+
+/// One per-request histogram: its family, how its value is taken, and
+/// whether it carries exemplars.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RequestHistogram {
     /// The family.
     pub(crate) def: &'static MetricDef,
     /// When, and from what, it is observed.
     pub(crate) observed: Observed,
+    /// What its exemplars show.
+    pub(crate) exemplar: Exemplar,
+}
+
+impl RequestHistogram {
+    /// The value an exemplar of this family shows for a request that ended
+    /// with `values`, and whether it was observed at the first token (else
+    /// at the end); `None` when the family keeps no exemplar of it.
+    #[inline]
+    pub(crate) fn exemplar_value(&self, values: &TerminalValues) -> Option<(f64, bool)> {
+        match (self.exemplar, self.observed) {
+            (Exemplar::AtEnd, Observed::AtEnd(value_of)) => value_of(values).map(|v| (v, false)),
+            (Exemplar::FirstToken, _) => values.time_to_first_token.map(|v| (v, true)),
+            _ => None,
+        }
+    }
 }
 
 /// Declares each per-request histogram once: a `MetricDef` constant of the
@@ -196,7 +233,7 @@ macro_rules! request_histograms {
     ($(
         $(#[$doc:meta])*
         $vis:vis $name:ident: $family:expr, $unit:literal, $help:literal,
-            $buckets:ident, $observed:expr;
+            $buckets:ident, $observed:expr, $exemplar:ident;
     )*) => {
         $(
             $(#[$doc])*
@@ -205,7 +242,11 @@ macro_rules! request_histograms {
 
         /// The per-request histograms, in exposition order.
         pub(crate) const REQUEST_HISTOGRAMS: &[RequestHistogram] = &[
-            $(RequestHistogram { def: &$name, observed: $observed },)*
+            $(RequestHistogram {
+                def: &$name,
+                observed: $observed,
+                exemplar: Exemplar::$exemplar,
+            },)*
         ];
     };
 }
@@ -214,64 +255,64 @@ request_histograms! {
     /// Prompt length per finished request.
     pub(crate) REQUEST_PROMPT_TOKENS: vllm!("request_prompt_tokens"), "{token}",
         "Prompt length of each finished sequence; each parallel-sampling child is one observation.",
-        REQUEST_TOKENS_BUCKETS, Observed::AtEnd(|v| Some(f64::from(v.prompt_tokens)));
+        REQUEST_TOKENS_BUCKETS, Observed::AtEnd(|v| Some(f64::from(v.prompt_tokens))), AtEnd;
     /// Generated tokens per finished request.
     pub(crate) REQUEST_GENERATION_TOKENS: vllm!("request_generation_tokens"), "{token}",
         "Number of generation tokens processed.",
-        REQUEST_TOKENS_BUCKETS, Observed::AtEnd(|v| Some(v.generation_tokens as f64));
+        REQUEST_TOKENS_BUCKETS, Observed::AtEnd(|v| Some(v.generation_tokens as f64)), AtEnd;
     /// Maximum generated tokens per finished request.
     pub(crate) REQUEST_MAX_NUM_GENERATION_TOKENS: vllm!("request_max_num_generation_tokens"),
         "{token}", "Histogram of maximum number of requested generation tokens.",
-        REQUEST_TOKENS_BUCKETS, Observed::AtEnd(|v| v.max_num_generation_tokens.map(|t| t as f64));
+        REQUEST_TOKENS_BUCKETS, Observed::AtEnd(|v| v.max_num_generation_tokens.map(|t| t as f64)), AtEnd;
     /// The `max_tokens` request parameter, when the request set it.
     pub(crate) REQUEST_PARAMS_MAX_TOKENS: vllm!("request_params_max_tokens"), "{token}",
         "Histogram of the max_tokens request parameter.",
-        REQUEST_TOKENS_BUCKETS, Observed::AtEnd(|v| v.params_max_tokens.map(f64::from));
+        REQUEST_TOKENS_BUCKETS, Observed::AtEnd(|v| v.params_max_tokens.map(f64::from)), AtEnd;
     /// The `n` request parameter.
     pub(crate) REQUEST_PARAMS_N: vllm!("request_params_n"), "{sequence}",
         "Histogram of the n request parameter.",
-        REQUEST_PARAMS_N_BUCKETS, Observed::AtEnd(|v| v.params_n.map(f64::from));
+        REQUEST_PARAMS_N_BUCKETS, Observed::AtEnd(|v| v.params_n.map(f64::from)), AtEnd;
     /// Preemptions per terminated request, zero included: the headline family.
     pub REQUEST_NUM_PREEMPTIONS: vllm!("request_num_preemptions"), "{preemption}",
         "Histogram of the number of times a request was preempted.",
-        REQUEST_NUM_PREEMPTIONS_BUCKETS, Observed::AtEnd(|v| Some(v.num_preemptions as f64));
+        REQUEST_NUM_PREEMPTIONS_BUCKETS, Observed::AtEnd(|v| Some(v.num_preemptions as f64)), AtEnd;
     /// KV tokens computed during prefill (cache hits excluded).
     pub(crate) REQUEST_PREFILL_KV_COMPUTED_TOKENS: vllm!("request_prefill_kv_computed_tokens"),
         "{token}", "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
         REQUEST_TOKENS_BUCKETS,
-        Observed::AtEnd(|v| Some(f64::from(v.prompt_tokens.saturating_sub(v.cached_tokens))));
+        Observed::AtEnd(|v| Some(f64::from(v.prompt_tokens.saturating_sub(v.cached_tokens)))), AtEnd;
     /// Time to first token.
     pub TIME_TO_FIRST_TOKEN: vllm!("time_to_first_token_seconds"), "s",
         "Histogram of time to first token in seconds.",
-        TIME_TO_FIRST_TOKEN_BUCKETS, Observed::PerToken;
+        TIME_TO_FIRST_TOKEN_BUCKETS, Observed::PerToken, FirstToken;
     /// Inter-token latency.
     pub(crate) INTER_TOKEN_LATENCY: vllm!("inter_token_latency_seconds"), "s",
         "Histogram of inter-token latency in seconds.",
-        INTER_TOKEN_LATENCY_BUCKETS, Observed::PerToken;
+        INTER_TOKEN_LATENCY_BUCKETS, Observed::PerToken, No;
     /// End-to-end latency.
     pub E2E_REQUEST_LATENCY: vllm!("e2e_request_latency_seconds"), "s",
         "Histogram of e2e request latency in seconds.",
-        REQUEST_LATENCY_BUCKETS, Observed::AtEnd(|v| Some(v.e2e));
+        REQUEST_LATENCY_BUCKETS, Observed::AtEnd(|v| Some(v.e2e)), AtEnd;
     /// Time in the WAITING phase.
     pub(crate) REQUEST_QUEUE_TIME: vllm!("request_queue_time_seconds"), "s",
         "Histogram of time spent in WAITING phase for request.",
-        REQUEST_LATENCY_BUCKETS, Observed::AtEnd(|v| Some(v.queue));
+        REQUEST_LATENCY_BUCKETS, Observed::AtEnd(|v| Some(v.queue)), AtEnd;
     /// Time in the PREFILL phase.
     pub(crate) REQUEST_PREFILL_TIME: vllm!("request_prefill_time_seconds"), "s",
         "Histogram of time spent in PREFILL phase for request.",
-        REQUEST_LATENCY_BUCKETS, Observed::AtEnd(|v| Some(v.prefill));
+        REQUEST_LATENCY_BUCKETS, Observed::AtEnd(|v| Some(v.prefill)), AtEnd;
     /// Time in the DECODE phase.
     pub(crate) REQUEST_DECODE_TIME: vllm!("request_decode_time_seconds"), "s",
         "Histogram of time spent in DECODE phase for request.",
-        REQUEST_LATENCY_BUCKETS, Observed::AtEnd(|v| Some(v.decode));
+        REQUEST_LATENCY_BUCKETS, Observed::AtEnd(|v| Some(v.decode)), AtEnd;
     /// Time in the RUNNING phase.
     pub(crate) REQUEST_INFERENCE_TIME: vllm!("request_inference_time_seconds"), "s",
         "Histogram of time spent in RUNNING phase for request.",
-        REQUEST_LATENCY_BUCKETS, Observed::AtEnd(|v| Some(v.inference));
+        REQUEST_LATENCY_BUCKETS, Observed::AtEnd(|v| Some(v.inference)), AtEnd;
     /// Decode time per output token after the first.
     pub(crate) REQUEST_TIME_PER_OUTPUT_TOKEN: vllm!("request_time_per_output_token_seconds"), "s",
         "Histogram of time_per_output_token_seconds per request.",
-        INTER_TOKEN_LATENCY_BUCKETS, Observed::AtEnd(|v| Some(v.time_per_output_token));
+        INTER_TOKEN_LATENCY_BUCKETS, Observed::AtEnd(|v| Some(v.time_per_output_token)), AtEnd;
 }
 
 /// The place of `def` in [`REQUEST_HISTOGRAMS`], found at compile time

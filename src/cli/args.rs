@@ -102,12 +102,28 @@ pub(super) struct CommonArgs {
     /// (every key optional; a model's bounds override the default's).
     #[arg(long, value_name = "JSON")]
     pub(super) slo: Option<String>,
+    /// Exemplars on the per-request histograms and the SLO counter in
+    /// OpenMetrics scrapes: each bucket's latest request, linked to its
+    /// `llm_request` span (`# {trace_id="…",span_id="…"} value time`).
+    /// Default: on when spans are exported (--otlp-traces-endpoint); `on`
+    /// without spans links a request to its caller's `traceparent`.
+    #[arg(long, value_enum, value_name = "on|off")]
+    pub(super) exemplars: Option<Switch>,
     #[command(flatten)]
     pub(super) semconv: SemconvArgs,
     #[command(flatten)]
     pub(super) listen: ListenArgs,
     #[command(flatten)]
     pub(super) otlp: OtlpArgs,
+}
+
+/// A feature set on or off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(super) enum Switch {
+    /// On.
+    On,
+    /// Off.
+    Off,
 }
 
 /// The semantic-convention streams (docs/SEMANTICS.md §3c).

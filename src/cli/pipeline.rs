@@ -17,7 +17,7 @@ use vllm_otel_metrics::sources::ingest::service::describe_summary;
 use vllm_otel_metrics::sources::RecordSink;
 use vllm_otel_metrics::tracker::{Rejection, Tracker};
 
-use super::args::{CommonArgs, TargetArgs};
+use super::args::{CommonArgs, Switch, TargetArgs};
 use super::error::{CliError, FinalExportFailed, EXIT_EXPORT_FAILED};
 use super::flags;
 use super::report;
@@ -96,6 +96,12 @@ impl Pipeline {
         if let Some(slo) = common.slo()? {
             builder = builder.with_slo(slo);
         }
+        let spans_on = options.enabled(Signal::Traces, &env);
+        let exemplars = match common.exemplars {
+            Some(switch) => switch == Switch::On,
+            None => spans_on,
+        };
+        builder = builder.with_exemplars(exemplars);
         let mut bridge_reader =
             (bridge_read || common.metrics_addr.0.is_some()).then_some(bridge_reader);
         let resource = otlp::resource();
@@ -152,8 +158,26 @@ impl Pipeline {
             builder = builder.with_reader(bridge_reader);
         }
         let instruments = builder.build();
+        let bridge = bridge.with_exemplars(instruments.exemplars());
+        if let Some(exemplars) = instruments.exemplars() {
+            report::line(format_args!(
+                "exemplars on: OpenMetrics scrapes link each per-request histogram bucket to its latest request's {}",
+                if spans_on { "llm_request span" } else { "caller span (traceparent)" }
+            ));
+            // Placed every second besides at each scrape, so that a busy
+            // label set's ring does not fill on the recording thread.
+            let exemplars = exemplars.clone();
+            runtime.spawn(async move {
+                let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+                loop {
+                    tick.tick().await;
+                    let exemplars = exemplars.clone();
+                    let _ = tokio::task::spawn_blocking(move || exemplars.place_pending()).await;
+                }
+            });
+        }
         let mut traces = None;
-        if options.enabled(Signal::Traces, &env) {
+        if spans_on {
             // The batch span processor counts the spans it exports and the
             // ones it drops at a full queue (`otel.sdk.processor.span.processed`,
             // `error.type=queue_full`) on the global meter provider: made

@@ -113,7 +113,18 @@ pub(super) fn run_simulate(args: SimulateArgs) -> Result<ExitCode, CliError> {
         }
         out.flush()?;
     }
-    let summary = summary::summary(&config, &outcome, &pipeline.bridge.snapshot(), wall);
+    let most_preempted = pipeline
+        .exports
+        .instruments
+        .exemplars()
+        .map(|exemplars| exemplars.most_preempted());
+    let summary = summary::summary(
+        &config,
+        &outcome,
+        &pipeline.bridge.snapshot(),
+        most_preempted,
+        wall,
+    );
     match args.output.format() {
         Some(format) => {
             report::text(format_args!("{summary}"));

@@ -6,6 +6,7 @@ use std::fmt::Write;
 
 use vllm_otel_metrics::catalog::{self, MetricDef};
 use vllm_otel_metrics::export::prometheus::{Family, Value};
+use vllm_otel_metrics::instruments::exemplars::TraceLink;
 use vllm_otel_metrics::sources::sim::{SimConfig, SimOutcome};
 
 /// One histogram summed over every label set: cumulative `(le, count)` for the
@@ -105,10 +106,13 @@ fn counter_total(families: &[Family], def: &MetricDef, label: Option<(&str, &str
 pub(crate) const QUANTILES: [f64; 3] = [0.5, 0.9, 0.99];
 
 /// The summary of one run.
+/// `most_preempted` is the most-preempted request's count and trace, with
+/// exemplars on (`None` inside: no request's trace was kept).
 pub(crate) fn summary(
     config: &SimConfig,
     outcome: &SimOutcome,
     families: &[Family],
+    most_preempted: Option<Option<(u64, TraceLink)>>,
     wall: f64,
 ) -> String {
     let mut out = String::new();
@@ -146,6 +150,19 @@ pub(crate) fn summary(
     );
     if let Some(h) = MergedHistogram::from_snapshot(families, &catalog::REQUEST_NUM_PREEMPTIONS) {
         preemption_rows(&mut out, &outcome.preemptions_per_request, &h);
+    }
+    match most_preempted {
+        Some(Some((count, link))) => {
+            let _ = writeln!(
+                out,
+                "most-preempted request: {count} preemptions, trace {} (its llm_request span {})",
+                link.trace_id, link.span_id
+            );
+        }
+        Some(None) => {
+            let _ = writeln!(out, "most-preempted request: no trace kept (no span was sampled)");
+        }
+        None => {}
     }
     let latency = |def: &MetricDef| {
         MergedHistogram::from_snapshot(families, def).map_or_else(

@@ -94,6 +94,14 @@ impl InstrumentsBuilder {
         self
     }
 
+    /// Keeps, per bucket of each per-request histogram and per SLO outcome,
+    /// the latest request's trace link ([`super::exemplars`]): `/metrics`
+    /// writes them in OpenMetrics. Off by default.
+    pub fn with_exemplars(mut self, enabled: bool) -> Self {
+        self.config.exemplars = enabled;
+        self
+    }
+
     /// Judges each finished request against `slo` and records the SLO
     /// families (`--slo`).
     pub fn with_slo(mut self, slo: Slo) -> Self {

@@ -52,6 +52,9 @@ pub struct InstrumentsConfig {
     /// The latency SLO requests are judged against (`--slo`); none: no SLO
     /// family is created and nothing is judged.
     pub slo: Option<Arc<Slo>>,
+    /// Whether each label set keeps exemplars of its per-request families
+    /// (`--exemplars`; [`super::exemplars`]).
+    pub exemplars: bool,
 }
 
 impl Default for InstrumentsConfig {
@@ -65,6 +68,7 @@ impl Default for InstrumentsConfig {
             bucket_overrides: Arc::default(),
             otlp_histograms: OtlpHistograms::Explicit,
             slo: None,
+            exemplars: false,
         }
     }
 }

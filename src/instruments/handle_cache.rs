@@ -31,17 +31,18 @@ impl<H> HandleCache<H> {
     }
 
     /// The handles of a label set, bound under the write lock the first time
-    /// the set is seen.
+    /// the set is seen: `bind` gets the set (`None`: the overflow one) and
+    /// its attributes.
     pub(super) fn get(
         &self,
         model_name: &str,
         engine: u32,
-        bind: impl Fn(Vec<KeyValue>) -> H,
+        bind: impl Fn(Option<(&str, u32)>, Vec<KeyValue>) -> H,
     ) -> Arc<H> {
         let overflow = || {
             Arc::clone(
                 self.overflow
-                    .get_or_init(|| Arc::new(bind(base_labels(None)))),
+                    .get_or_init(|| Arc::new(bind(None, base_labels(None)))),
             )
         };
         if let Some(handles) = self
@@ -67,7 +68,8 @@ impl<H> HandleCache<H> {
         if self.label_sets.load(Ordering::Acquire) >= self.limit {
             return overflow();
         }
-        let handles = Arc::new(bind(base_labels(Some((model_name, engine)))));
+        let label_set = Some((model_name, engine));
+        let handles = Arc::new(bind(label_set, base_labels(label_set)));
         cache
             .entry(model_name.to_owned())
             .or_default()

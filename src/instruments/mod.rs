@@ -63,6 +63,7 @@ mod buckets;
 mod builder;
 mod config;
 mod engine;
+pub mod exemplars;
 mod handle_cache;
 mod kv_connector;
 mod label_set;

@@ -10,6 +10,7 @@ use opentelemetry_sdk::metrics::{MeterProviderBuilder, SdkMeterProvider};
 
 use super::config::InstrumentsConfig;
 use super::engine::{EngineHandles, EngineInstruments};
+use super::exemplars::Exemplars;
 use super::handle_cache::HandleCache;
 use super::label_set::LabelSet;
 use super::meters::{u64_counter, Meters};
@@ -36,6 +37,8 @@ struct Inner {
     /// Records the stat-logger plugin dropped.
     plugin_dropped: BoundCounter<u64>,
     request_handles: HandleCache<RequestHandles>,
+    /// With exemplars on.
+    exemplars: Option<Exemplars>,
     engine_handles: HandleCache<EngineHandles>,
     config: InstrumentsConfig,
 }
@@ -141,6 +144,7 @@ impl Instruments {
                 evicted: EvictReason::ALL.map(|r| evicted.bind(&reason(r.as_str()))),
                 plugin_dropped,
                 request_handles: HandleCache::new(config.max_label_sets),
+                exemplars: config.exemplars.then(|| Exemplars::new(&config)),
                 engine_handles: HandleCache::new(config.max_label_sets),
                 config,
             }),
@@ -170,21 +174,32 @@ impl Instruments {
         let semconv = self.inner.semconv.as_ref();
         let slo = self.inner.slo.as_ref();
         let invalid = &self.inner.rejected[RejectReason::InvalidRecord as usize];
+        let exemplars = self.inner.exemplars.as_ref();
         LabelSet {
             handles: self
                 .inner
                 .request_handles
-                .get(model_name, engine, |labels| {
-                    RequestHandles::bind(request, semconv, slo, labels, invalid.clone())
+                .get(model_name, engine, |label_set, labels| {
+                    let mut handles =
+                        RequestHandles::bind(request, semconv, slo, labels, invalid.clone());
+                    handles.exemplars = exemplars.map(|e| e.label_set(label_set));
+                    handles
                 }),
         }
+    }
+
+    /// The exemplars of every label set, with exemplars on
+    /// ([`InstrumentsBuilder::with_exemplars`](super::InstrumentsBuilder::with_exemplars)):
+    /// for [`PrometheusBridge::with_exemplars`](crate::export::prometheus::PrometheusBridge::with_exemplars).
+    pub fn exemplars(&self) -> Option<&Exemplars> {
+        self.inner.exemplars.as_ref()
     }
 
     /// The scheduler- and engine-tier handles of a label set, bound (and
     /// the engine's start-up series recorded) the first time the set is seen.
     pub(crate) fn engine_handles(&self, model_name: &str, engine: u32) -> Arc<EngineHandles> {
         let instruments = &self.inner.engine;
-        self.inner.engine_handles.get(model_name, engine, |labels| {
+        self.inner.engine_handles.get(model_name, engine, |_, labels| {
             EngineHandles::bind(instruments, labels)
         })
     }

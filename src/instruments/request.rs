@@ -10,12 +10,13 @@
 //! through a handle bound once per label set, so recording looks up no
 //! attributes and allocates nothing.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use opentelemetry::metrics::{BoundCounter, BoundHistogram, Counter, Histogram};
 use opentelemetry::KeyValue;
 
 use super::attributes::with_label;
+use super::exemplars::LabelSetExemplars;
 use super::meters::{f64_histogram, u64_counter, Meters};
 use super::semconv::{SemconvEnd, SemconvHandles, SemconvInstruments};
 use super::slo::{SloHandles, SloInstruments};
@@ -107,6 +108,8 @@ pub(crate) struct RequestHandles {
     invalid: BoundCounter<u64>,
     /// In [`REQUEST_HISTOGRAMS`] order.
     histograms: [BoundHistogram<f64>; REQUEST_HISTOGRAMS.len()],
+    /// The label set's exemplars, with exemplars on.
+    pub(super) exemplars: Option<Arc<LabelSetExemplars>>,
 }
 
 impl RequestHandles {
@@ -152,6 +155,7 @@ impl RequestHandles {
             iteration_tokens: i.iteration_tokens.bind(&labels),
             invalid,
             histograms: std::array::from_fn(|h| i.histograms[h].bind(&labels)),
+            exemplars: None,
             labels,
         }
     }
@@ -201,6 +205,12 @@ impl RequestHandles {
         if let Some(semconv) = &self.semconv {
             semconv.record_end(end);
         }
+    }
+
+    /// The label set's exemplars, with exemplars on.
+    #[inline(always)]
+    pub(crate) fn exemplars(&self) -> Option<&LabelSetExemplars> {
+        self.exemplars.as_deref()
     }
 
     /// The SLO handles, with `--slo`.

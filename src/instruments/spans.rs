@@ -49,6 +49,7 @@ use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 
+use super::exemplars::TraceLink;
 use super::meters::scope;
 use crate::protocol::{shown, FinishReason, PreemptionReason};
 
@@ -172,6 +173,18 @@ pub struct InvalidTraceparent {
     pub shown: String,
 }
 
+/// The caller's span, from a W3C `traceparent`: what a request's exemplars
+/// point at when no `llm_request` span is made.
+pub(crate) fn caller_link(traceparent: &str) -> Result<TraceLink, InvalidTraceparent> {
+    let context = parent_context(traceparent)?;
+    let span = context.span();
+    let caller = span.span_context();
+    Ok(TraceLink {
+        trace_id: caller.trace_id(),
+        span_id: caller.span_id(),
+    })
+}
+
 /// The caller's context from a W3C `traceparent`.
 pub(crate) fn parent_context(traceparent: &str) -> Result<Context, InvalidTraceparent> {
     let carrier = HashMap::from([("traceparent".to_owned(), traceparent.to_owned())]);
@@ -217,8 +230,9 @@ impl SpanState {
         self.preemptions.push((wall_time, reason));
     }
 
-    /// Ends the request: makes, fills and ends its span.
-    pub(crate) fn end(self, v: &SpanValues) {
+    /// Ends the request: makes, fills and ends its span; returns its link
+    /// when the span is sampled.
+    pub(crate) fn end(self, v: &SpanValues) -> Option<TraceLink> {
         self.spans.emit(
             &self.parent,
             Some(self.request_id),
@@ -226,7 +240,7 @@ impl SpanState {
             self.engine,
             &self.preemptions,
             v,
-        );
+        )
     }
 }
 
@@ -234,6 +248,13 @@ impl RequestSpans {
     /// Makes one ended `llm_request` span under `parent` (an empty context:
     /// a new trace) from a terminated request's values, with one
     /// `preempted` event per wall-clock time and reason in `preemptions`.
+    ///
+    /// Returns the span's trace and span ids when it is sampled: the
+    /// request's exemplars point at them. They are read off the span made,
+    /// not chosen beforehand: the SDK (0.33) takes its ids from the
+    /// provider's id generator and ignores a span builder's, so reading
+    /// them is what agrees with the exported span whatever the provider
+    /// (and an unsampled span, which no backend receives, links nothing).
     pub(crate) fn emit(
         &self,
         parent: &Context,
@@ -242,7 +263,7 @@ impl RequestSpans {
         engine: u32,
         preemptions: &[(f64, PreemptionReason)],
         v: &SpanValues,
-    ) {
+    ) -> Option<TraceLink> {
         let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         let attributes = [
             request_id.map(|id| KeyValue::new(keys::REQUEST_ID, id)),
@@ -303,7 +324,13 @@ impl RequestSpans {
                 ],
             );
         }
+        let context = span.span_context();
+        let link = context.is_sampled().then(|| TraceLink {
+            trace_id: context.trace_id(),
+            span_id: context.span_id(),
+        });
         span.end_with_timestamp(at(v.end_time));
+        link
     }
 }
 

@@ -85,15 +85,20 @@ fn histogram_aggregation(def: &MetricDef, config: &InstrumentsConfig) -> Aggrega
             };
         }
     }
-    let boundaries = match config.bucket_overrides.boundaries(def) {
+    Aggregation::ExplicitBucketHistogram {
+        boundaries: explicit_boundaries(def, config),
+        record_min_max: false,
+    }
+}
+
+/// A catalog histogram's explicit bucket bounds for `config`: overridden,
+/// or the catalog's (what `/metrics` shows, whatever OTLP gets).
+pub(super) fn explicit_boundaries(def: &MetricDef, config: &InstrumentsConfig) -> Vec<f64> {
+    match config.bucket_overrides.boundaries(def) {
         Some(boundaries) => boundaries.to_vec(),
         None => def
             .buckets
             .boundaries_with(config.max_model_len, config.token_buckets),
-    };
-    Aggregation::ExplicitBucketHistogram {
-        boundaries,
-        record_min_max: false,
     }
 }
 

@@ -282,7 +282,15 @@ impl Tracker {
                 start.engine,
                 traceparent,
             ),
-            None => traceparent.and_then(|t| crate::instruments::spans::parent_context(t).err()),
+            // Without spans, exemplars point at the caller's span.
+            None => match traceparent.map(crate::instruments::spans::caller_link) {
+                Some(Ok(link)) => {
+                    metrics.link(link);
+                    None
+                }
+                Some(Err(invalid)) => Some(invalid),
+                None => None,
+            },
         };
         let rejection = invalid_traceparent.map(|invalid| Rejection {
             detail: invalid.to_string(),

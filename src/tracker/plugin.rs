@@ -87,40 +87,43 @@ pub(super) fn iteration_stats(
             );
             continue;
         }
-        let slo_outcome = finished(h, request);
-        if let Some(spans) = spans {
-            span(spans, stats, received_at, request, slo_outcome);
+        let (slo_outcome, terminal) = finished(h, request);
+        let link = spans.and_then(|spans| span(spans, stats, received_at, request, slo_outcome));
+        if let (Some(exemplars), Some(link)) = (h.exemplars(), link) {
+            let arrival = received_at - request.e2e_latency;
+            exemplars.keep(link, arrival, received_at, &terminal, slo_outcome);
         }
     }
 }
 
 /// A finished request's terminal families (`record()`'s loop over
-/// `finished_requests`), and its SLO outcome with `--slo`.
-fn finished(h: &RequestHandles, r: &FinishedRequest) -> Option<SloOutcome> {
-    h.record_terminal(
-        r.finish_reason,
-        &TerminalValues {
-            prompt_tokens: r.num_prompt_tokens,
-            cached_tokens: r.num_cached_tokens,
-            generation_tokens: u64::from(r.num_generation_tokens),
-            // `record()` observes these from the step's lists, not here.
-            max_num_generation_tokens: None,
-            params_n: None,
-            // Python: `if finished_request.max_tokens_param:` (neither None nor 0).
-            params_max_tokens: r.max_tokens_param.filter(|m| *m > 0),
-            num_preemptions: u64::from(r.num_preemptions),
-            e2e: r.e2e_latency,
-            queue: r.queued_time,
-            prefill: r.prefill_time,
-            decode: r.decode_time,
-            inference: r.inference_time,
-            time_per_output_token: r.mean_time_per_output_token,
-        },
-    );
+/// `finished_requests`); returns its SLO outcome with `--slo`, and the
+/// values observed.
+fn finished(h: &RequestHandles, r: &FinishedRequest) -> (Option<SloOutcome>, TerminalValues) {
+    let terminal = TerminalValues {
+        prompt_tokens: r.num_prompt_tokens,
+        cached_tokens: r.num_cached_tokens,
+        generation_tokens: u64::from(r.num_generation_tokens),
+        // `record()` observes these from the step's lists, not here.
+        max_num_generation_tokens: None,
+        params_n: None,
+        // Python: `if finished_request.max_tokens_param:` (neither None nor 0).
+        params_max_tokens: r.max_tokens_param.filter(|m| *m > 0),
+        num_preemptions: u64::from(r.num_preemptions),
+        e2e: r.e2e_latency,
+        queue: r.queued_time,
+        prefill: r.prefill_time,
+        decode: r.decode_time,
+        inference: r.inference_time,
+        time_per_output_token: r.mean_time_per_output_token,
+        // Observed per step from lists that name no request.
+        time_to_first_token: None,
+        };
+    h.record_terminal(r.finish_reason, &terminal);
     // vLLM's finished-request stats carry no time to first token: the
     // engine's, from queued to the first token, stands in (it leaves out
     // what the frontend spends before queueing; docs/SEMANTICS.md).
-    h.slo().map(|slo| {
+    let outcome = h.slo().map(|slo| {
         slo.record(&SloEnd {
             reason: r.finish_reason,
             time_to_first_token: (r.num_generation_tokens > 0)
@@ -130,18 +133,20 @@ fn finished(h: &RequestHandles, r: &FinishedRequest) -> Option<SloOutcome> {
             e2e: r.e2e_latency,
             generation_tokens: u64::from(r.num_generation_tokens),
         })
-    })
+    });
+    (outcome, terminal)
 }
 
 /// A finished request's `llm_request` span: from `received_at − e2e_latency`
-/// to `received_at`, in a new trace, with the attributes its values give.
+/// to `received_at`, in a new trace, with the attributes its values give;
+/// its link when sampled.
 fn span(
     spans: &RequestSpans,
     stats: &IterationStats,
     received_at: f64,
     r: &FinishedRequest,
     slo_outcome: Option<SloOutcome>,
-) {
+) -> Option<crate::instruments::exemplars::TraceLink> {
     let values = SpanValues {
         reason: r.finish_reason,
         start_time: received_at - r.e2e_latency,
@@ -168,5 +173,5 @@ fn span(
         stats.engine,
         &[],
         &values,
-    );
+    )
 }

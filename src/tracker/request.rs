@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use crate::catalog::request::TerminalValues;
+use crate::instruments::exemplars::TraceLink;
 use crate::instruments::spans::{RequestSpans, SpanState, SpanValues};
 use crate::instruments::{
     Instruments, LabelSet, Preemptions, RequestHandles, SemconvEnd, SloEnd, NO_PREEMPTIONS,
@@ -250,13 +251,14 @@ impl RequestState {
 
     /// Mirrors vLLM's `record_finished`: every terminal family once, the
     /// preemption count included even when it is zero. Returns what the
-    /// request's span reports, from the same values.
+    /// request's span reports and what the histograms observed, from the
+    /// same values.
     fn record_terminal(
         &self,
         h: &RequestHandles,
         received_at: f64,
         reason: FinishReason,
-    ) -> SpanValues {
+    ) -> (SpanValues, TerminalValues) {
         let p = &self.params;
         let tokens = self.num_generation_tokens as f64;
         let mut values = SpanValues {
@@ -284,30 +286,29 @@ impl RequestState {
         } else {
             0.0
         };
-        h.record_terminal(
-            reason,
-            &TerminalValues {
-                prompt_tokens: p.prompt_len,
-                cached_tokens: self.latest_num_cached_tokens,
-                generation_tokens: self.num_generation_tokens,
-                // One sequence per request stream: its own count.
-                max_num_generation_tokens: Some(self.num_generation_tokens),
-                params_n: Some(p.n),
-                // Observed only when the request set it.
-                params_max_tokens: p.max_tokens,
-                num_preemptions: self.num_preemptions,
-                e2e: values.e2e,
-                queue: values.queue,
-                prefill: values.prefill,
-                decode: values.decode,
-                inference: values.inference,
-                time_per_output_token: per_output_token,
-            },
-        );
         // Only a request that produced a token has a first-token time; only
         // one of two tokens or more a time per output token.
         let time_to_first_token =
             (self.num_generation_tokens > 0).then_some(self.time_to_first_token);
+        let terminal = TerminalValues {
+            prompt_tokens: p.prompt_len,
+            cached_tokens: self.latest_num_cached_tokens,
+            generation_tokens: self.num_generation_tokens,
+            // One sequence per request stream: its own count.
+            max_num_generation_tokens: Some(self.num_generation_tokens),
+            params_n: Some(p.n),
+            // Observed only when the request set it.
+            params_max_tokens: p.max_tokens,
+            num_preemptions: self.num_preemptions,
+            e2e: values.e2e,
+            queue: values.queue,
+            prefill: values.prefill,
+            decode: values.decode,
+        inference: values.inference,
+        time_per_output_token: per_output_token,
+        time_to_first_token,
+    };
+    h.record_terminal(reason, &terminal);
         let time_per_output_token = (self.num_generation_tokens > 1).then_some(per_output_token);
         h.record_semconv(&SemconvEnd {
             operation: self.operation,
@@ -326,7 +327,7 @@ impl RequestState {
                 generation_tokens: self.num_generation_tokens,
             }));
         }
-        values
+        (values, terminal)
     }
 }
 
@@ -342,6 +343,8 @@ pub struct RequestMetrics {
     terminated: bool,
     /// The span in the making, when spans are recorded.
     span: Option<Box<SpanState>>,
+    /// What the request's exemplars point at when no span is made.
+    link: Option<TraceLink>,
 }
 
 impl std::fmt::Debug for RequestMetrics {
@@ -373,6 +376,7 @@ impl RequestMetrics {
             state: RequestState::new(params),
             terminated: false,
             span: None,
+            link: None,
         }
     }
 
@@ -396,6 +400,13 @@ impl RequestMetrics {
         let (state, invalid) = SpanState::start(spans, request_id, model_name, engine, traceparent);
         self.span = Some(state);
         invalid
+    }
+
+    /// Points the request's exemplars at `link` (a frontend's own request
+    /// span, or the caller's) when it makes no `llm_request` span: with
+    /// [`trace`](Self::trace), the span made is the link.
+    pub fn link(&mut self, link: TraceLink) {
+        self.link = Some(link);
     }
 
     /// Applies one engine-core output of this request, received at
@@ -476,11 +487,19 @@ impl RequestMetrics {
         if !self.terminated {
             self.terminated = true;
             self.state.decoding = false;
-            let values = self
+            let (values, terminal) = self
                 .state
                 .record_terminal(&self.handles, received_at, reason);
-            if let Some(span) = self.span.take() {
-                span.end(&values);
+            let link = match self.span.take() {
+                Some(span) => span.end(&values),
+                None => self.link,
+            };
+            // Checked first: without exemplars nothing more is copied.
+            if let Some(exemplars) = self.handles.exemplars() {
+                if let Some(link) = link {
+                    let end = values.end_time;
+                    exemplars.keep(link, values.start_time, end, &terminal, values.slo_outcome);
+                }
             }
         }
     }

@@ -8,6 +8,7 @@ use std::fmt::Write;
 
 use super::snapshot::{Family, Series, Value};
 use crate::catalog::{Kind, ValueType};
+use crate::instruments::exemplars::Exemplar;
 
 /// A text exposition format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -196,7 +197,22 @@ fn start_sample(out: &mut String, name: &str, suffix: &str, labels: &LabelBlock)
     out.push(' ');
 }
 
-/// Writes a counter's or gauge's sample.
+/// Appends an OpenMetrics exemplar to a sample line:
+/// ` # {trace_id="…",span_id="…"} value timestamp`. Its label set is 63
+/// characters, within OpenMetrics' 128.
+fn push_exemplar(out: &mut String, exemplar: &Exemplar) {
+    out.push_str(" # {trace_id=\"");
+    let _ = write!(out, "{}", exemplar.link.trace_id);
+    out.push_str("\",span_id=\"");
+    let _ = write!(out, "{}", exemplar.link.span_id);
+    out.push_str("\"} ");
+    push_float(out, exemplar.value);
+    out.push(' ');
+    push_float(out, exemplar.timestamp);
+}
+
+/// Writes a counter's or gauge's sample, with its exemplar when given (a
+/// counter's, in OpenMetrics).
 pub(super) fn write_scalar(
     out: &mut String,
     name: &str,
@@ -204,15 +220,21 @@ pub(super) fn write_scalar(
     labels: &LabelBlock,
     value: f64,
     value_type: ValueType,
+    exemplar: Option<&Exemplar>,
 ) {
     let suffix = if kind == Kind::Counter { "_total" } else { "" };
     start_sample(out, name, suffix, labels);
     push_value(out, value, value_type);
+    if let Some(exemplar) = exemplar {
+        push_exemplar(out, exemplar);
+    }
     out.push('\n');
 }
 
 /// Writes a histogram's samples: a bucket line per finite bound (`les`, in
-/// order, with `cumulative` counts), `+Inf`, `_sum` and `_count`.
+/// order, with `cumulative` counts), `+Inf`, `_sum` and `_count`; with
+/// `exemplars` (one per bucket, `+Inf` last; OpenMetrics), each bucket's.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn write_histogram(
     out: &mut String,
     name: &str,
@@ -221,18 +243,29 @@ pub(super) fn write_histogram(
     cumulative: impl Iterator<Item = u64>,
     sum: f64,
     count: u64,
+    exemplars: Option<&[Option<Exemplar>]>,
 ) {
     let prefix = labels.bucket_prefix(name);
-    for (le, cumulative) in les.iter().zip(cumulative) {
+    // One per bucket or none: a list of another length belongs to other
+    // bounds than these.
+    let exemplars = exemplars.filter(|e| e.len() == les.len() + 1);
+    let exemplar = |bucket: usize| exemplars.and_then(|e| e[bucket].as_ref());
+    for (bucket, (le, cumulative)) in les.iter().zip(cumulative).enumerate() {
         out.push_str(prefix);
         out.push_str(le);
         out.push_str("\"} ");
         push_count(out, cumulative);
+        if let Some(exemplar) = exemplar(bucket) {
+            push_exemplar(out, exemplar);
+        }
         out.push('\n');
     }
     out.push_str(prefix);
     out.push_str("+Inf\"} ");
     push_count(out, count);
+    if let Some(exemplar) = exemplar(les.len()) {
+        push_exemplar(out, exemplar);
+    }
     out.push('\n');
     start_sample(out, name, "_sum", labels);
     push_float(out, sum);
@@ -278,7 +311,7 @@ pub(super) fn write_family(out: &mut String, family: &Family, format: Format) {
     let mut les = LeCache::default();
     let mut labels = LabelBlock::default();
     for series in &family.series {
-        write_series(out, family, series, &mut labels, &mut les);
+        write_series(out, family, series, &mut labels, &mut les, format);
     }
 }
 
@@ -288,13 +321,18 @@ fn write_series(
     series: &Series,
     labels: &mut LabelBlock,
     les: &mut LeCache,
+    format: Format,
 ) {
     labels.clear();
     for (name, value) in &series.labels {
         labels.push(name, value);
     }
+    // Text 0.0.4 has no exemplars.
+    let exemplars = (format == Format::OpenMetrics && !series.exemplars.is_empty())
+        .then_some(series.exemplars.as_slice());
     match &series.value {
         Value::Scalar(v) => {
+            let exemplar = exemplars.and_then(|e| e.first()).and_then(Option::as_ref);
             write_scalar(
                 out,
                 &family.name,
@@ -302,6 +340,7 @@ fn write_series(
                 labels,
                 *v,
                 family.value_type,
+                exemplar,
             );
         }
         Value::Histogram {
@@ -318,6 +357,7 @@ fn write_series(
                 buckets.iter().map(|(_, cumulative)| *cumulative),
                 *sum,
                 *count,
+                exemplars,
             );
         }
     }
@@ -335,7 +375,7 @@ fn write_series(
 ///     help: "Cumulative number of preemption events.".into(),
 ///     kind: Kind::Counter,
 ///     value_type: ValueType::Integer,
-///     series: vec![Series { labels: vec![("engine".into(), "0".into())], value: Value::Scalar(2.0) }],
+///     series: vec![Series { labels: vec![("engine".into(), "0".into())], value: Value::Scalar(2.0), exemplars: vec![] }],
 /// };
 /// let text = encode(&[family], Format::Text);
 /// let lines: Vec<&str> = text.lines().collect();

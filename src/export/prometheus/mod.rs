@@ -39,7 +39,9 @@ use opentelemetry_prometheus::PrometheusExporter;
 use prometheus::proto::{Metric, MetricFamily, MetricType};
 
 use crate::catalog::{self, Kind, MetricDef, ValueType};
-use crate::instruments::OVERFLOW_ATTRIBUTE;
+use crate::catalog::labels::ENGINE_LABELS;
+use crate::instruments::exemplars::{Exemplar, ExemplarSnapshot, Exemplars, SeriesLabelSet};
+use crate::instruments::{SloOutcome, OVERFLOW_ATTRIBUTE};
 pub use encode::{encode, format_float, Format};
 use encode::{LabelBlock, LeCache};
 use layout::Layout;
@@ -103,6 +105,7 @@ impl PrometheusBridgeBuilder {
                 semconv: self.semconv,
                 overflow_label: Arc::from(metric_name(OVERFLOW_ATTRIBUTE)),
                 last_len: Arc::new(AtomicUsize::new(0)),
+                exemplars: None,
             },
             exporter,
         )
@@ -166,6 +169,8 @@ pub struct PrometheusBridge {
     /// The length of the latest exposition: the next one's buffer is
     /// reserved whole, not grown as it is written.
     last_len: Arc<AtomicUsize>,
+    /// The instruments' exemplars, when they keep any.
+    exemplars: Option<Exemplars>,
 }
 
 impl std::fmt::Debug for PrometheusBridge {
@@ -244,6 +249,8 @@ struct Gathered {
 /// the layout of its series.
 struct Laid<'g> {
     meta: Family,
+    /// The catalog family, for one from the catalog.
+    def: Option<&'static MetricDef>,
     layout: Option<Layout<'g>>,
 }
 
@@ -264,12 +271,14 @@ impl Gathered {
             .filter(move |(def, gathered)| gathered.is_some() || !optional(def));
         let catalog = defs_places.map(move |(def, gathered)| Laid {
             meta: catalog_family(def),
+            def: Some(def),
             layout: gathered.map(|i| Layout::new(&self.families[i], overflow_label, def.labels)),
         });
         let others = self.others.iter().map(move |&i| {
             let family = &self.families[i];
             Laid {
                 meta: other_family(family),
+                def: None,
                 layout: Some(Layout::new(family, overflow_label, &[])),
             }
         });
@@ -317,22 +326,45 @@ impl PrometheusBridge {
         }
     }
 
+    /// Writes the instruments' exemplars into OpenMetrics expositions (and
+    /// the [`snapshot`](Self::snapshot)): each per-request histogram
+    /// bucket's latest request and each SLO outcome's, linked to its
+    /// `llm_request` span. Text 0.0.4 stays as it is.
+    pub fn with_exemplars(mut self, exemplars: Option<&Exemplars>) -> Self {
+        self.exemplars = exemplars.cloned();
+        self
+    }
+
     /// Collects the current state: every catalog family in catalog order
     /// (with or without series), then any family from outside the catalog
-    /// (`target_info` when enabled).
+    /// (`target_info` when enabled); the exemplars too, when the bridge
+    /// writes them.
     pub fn snapshot(&self) -> Vec<Family> {
         let gathered = self.gather();
+        let exemplars = self.exemplars.as_ref().map(Exemplars::snapshot);
         gathered
             .families(&self.overflow_label)
-            .map(|Laid { mut meta, layout }| {
+            .map(|Laid { mut meta, def, layout }| {
                 if let Some(layout) = layout {
                     meta.series = layout
                         .series()
-                        .map(|(metric, labels)| Series {
-                            labels: labels
+                        .map(|(metric, labels)| {
+                            let labels: Vec<(String, String)> = labels
                                 .map(|l| (l.name().to_owned(), l.value().to_owned()))
-                                .collect(),
-                            value: series_value(layout.family(), metric),
+                                .collect();
+                            let pairs = labels.iter().map(|(n, v)| (n.as_str(), v.as_str()));
+                            let exemplars = match (&exemplars, def) {
+                                (Some(snapshot), Some(def)) => {
+                                    series_exemplars(snapshot, def, &self.overflow_label, pairs)
+                                        .to_vec()
+                                }
+                                _ => Vec::new(),
+                            };
+                            Series {
+                                value: series_value(layout.family(), metric),
+                                labels,
+                                exemplars,
+                            }
                         })
                         .collect();
                 }
@@ -340,6 +372,7 @@ impl PrometheusBridge {
             })
             .collect()
     }
+
 
     /// One more reader whose families join this bridge's exposition: for
     /// the provider that keeps the latency histograms' explicit buckets
@@ -376,14 +409,21 @@ impl PrometheusBridge {
     /// family's `le` strings once for all of its series.
     pub fn encode_with(&self, format: Format, extra: &[Family]) -> String {
         let gathered = self.gather();
+        // Text 0.0.4 has no exemplars: its scrape does not even place them.
+        let exemplars = match format {
+            Format::OpenMetrics => self.exemplars.as_ref().map(Exemplars::snapshot),
+            Format::Text => None,
+        };
         let last_len = self.last_len.load(Ordering::Relaxed);
         let mut out = String::with_capacity(last_len + last_len / 16);
         let mut labels = LabelBlock::default();
         let mut les = LeCache::default();
-        for Laid { meta, layout } in gathered.families(&self.overflow_label) {
+        for Laid { meta, def, layout } in gathered.families(&self.overflow_label) {
             encode::write_header(&mut out, &meta.name, &meta.help, meta.kind, format);
             if let Some(layout) = layout {
-                write_gathered(&mut out, &meta, &layout, &mut labels, &mut les);
+                let exemplars = exemplars.as_ref().zip(def);
+                let exemplars = exemplars.map(|(snapshot, def)| (snapshot, def, &*self.overflow_label));
+                write_gathered(&mut out, &meta, &layout, &mut labels, &mut les, exemplars);
             }
         }
         for family in extra {
@@ -395,20 +435,69 @@ impl PrometheusBridge {
     }
 }
 
-/// Writes a gathered family's series under `meta`'s name.
+/// A series' exemplars, from its family and labels: a per-request
+/// histogram's one per bucket, an SLO outcome's one; none for others.
+fn series_exemplars<'s, 'l>(
+    snapshot: &'s ExemplarSnapshot,
+    def: &MetricDef,
+    overflow_label: &str,
+    labels: impl Iterator<Item = (&'l str, &'l str)>,
+) -> Cow<'s, [Option<Exemplar>]> {
+    let is_slo = def.vllm_name == catalog::slo::SLO_REQUESTS.vllm_name;
+    if def.kind != Kind::Histogram && !is_slo {
+        return Cow::Borrowed(&[]);
+    }
+    let (mut model, mut engine, mut overflow, mut outcome) = (None, None, false, None);
+    for (name, value) in labels {
+        match name {
+            _ if name == ENGINE_LABELS[0] => model = Some(value),
+            _ if name == ENGINE_LABELS[1] => engine = value.parse::<u32>().ok(),
+            _ if name == overflow_label => overflow = true,
+            _ if name == catalog::slo::SLO_OUTCOME_LABEL => outcome = Some(value),
+            _ => {}
+        }
+    }
+    let label_set = match (overflow, model, engine) {
+        (true, _, _) => SeriesLabelSet::Overflow,
+        (false, Some(model), Some(engine)) => SeriesLabelSet::Of(model, engine),
+        _ => return Cow::Borrowed(&[]),
+    };
+    if is_slo {
+        let outcome = SloOutcome::ALL
+            .into_iter()
+            .find(|o| Some(o.as_str()) == outcome);
+        return match outcome.and_then(|o| snapshot.slo(o, label_set)) {
+            Some(exemplar) => Cow::Owned(vec![Some(*exemplar)]),
+            None => Cow::Borrowed(&[]),
+        };
+    }
+    Cow::Borrowed(snapshot.histogram(def, label_set).unwrap_or(&[]))
+}
+
+/// Writes a gathered family's series under `meta`'s name, with each
+/// series' exemplars that `exemplars` finds from its labels.
 fn write_gathered(
     out: &mut String,
     meta: &Family,
     layout: &Layout<'_>,
     labels: &mut LabelBlock,
     les: &mut LeCache,
+    exemplars: Option<(&ExemplarSnapshot, &MetricDef, &str)>,
 ) {
     let field_type = layout.family().get_field_type();
     for (metric, pairs) in layout.series() {
         labels.clear();
+        let mut names_values = Vec::new();
         for pair in pairs {
             labels.push(pair.name(), pair.value());
+            if exemplars.is_some() {
+                names_values.push((pair.name(), pair.value()));
+            }
         }
+        let found = exemplars.map(|(snapshot, def, overflow_label)| {
+            series_exemplars(snapshot, def, overflow_label, names_values.iter().copied())
+        });
+        let found = found.as_deref().filter(|e| !e.is_empty());
         if field_type == MetricType::HISTOGRAM {
             let h = metric.get_histogram();
             let buckets = h.get_bucket();
@@ -421,6 +510,7 @@ fn write_gathered(
                 buckets.iter().map(|b| b.cumulative_count()),
                 h.get_sample_sum(),
                 h.get_sample_count(),
+                found,
             );
             continue;
         }
@@ -429,7 +519,16 @@ fn write_gathered(
         } else {
             metric.get_gauge().get_value()
         };
-        encode::write_scalar(out, &meta.name, meta.kind, labels, scalar, meta.value_type);
+        let exemplar = found.and_then(|e| e[0].as_ref());
+        encode::write_scalar(
+            out,
+            &meta.name,
+            meta.kind,
+            labels,
+            scalar,
+            meta.value_type,
+            exemplar,
+        );
     }
 }
 

@@ -21,6 +21,7 @@ fn family(def: &'static MetricDef, value: f64) -> Family {
         series: vec![Series {
             labels: Vec::new(),
             value: Value::Scalar(value),
+            exemplars: Vec::new(),
         }],
     }
 }

@@ -5,6 +5,7 @@
 use std::borrow::Cow;
 
 use crate::catalog::{Kind, ValueType};
+use crate::instruments::exemplars::Exemplar;
 
 /// One family: its metadata and its series in exposition order.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,6 +29,9 @@ pub struct Series {
     pub labels: Vec<(String, String)>,
     /// The value.
     pub value: Value,
+    /// Exemplars, written in OpenMetrics only: a histogram's one per bucket
+    /// (`+Inf` last), a counter's one; empty when it has none.
+    pub exemplars: Vec<Option<Exemplar>>,
 }
 
 /// The value of a series.
