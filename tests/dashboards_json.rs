@@ -569,3 +569,38 @@ fn native_dashboard_is_filtered_described_and_chained() {
         });
     }
 }
+
+/// Every histogram panel of "vLLM preemptions" over a family that carries
+/// exemplars asks Prometheus for them (`"exemplar": true`), and no query
+/// asks for exemplars of a family that has none.
+#[test]
+fn histogram_panels_show_the_exemplars_of_the_families_that_carry_them() {
+    let carried: Vec<String> = catalog::exemplar_families()
+        .map(|def| format!("{}_bucket{{", def.vllm_name))
+        .collect();
+    let (path, json) = dashboards()
+        .into_iter()
+        .find(|(path, _)| path.ends_with("vllm-preemptions.json"))
+        .expect("the vLLM preemptions dashboard");
+    let mut asked = 0;
+    for panel in panels(&json) {
+        let kind = panel["type"].as_str().unwrap_or_default();
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let expr = target["expr"].as_str().unwrap_or_default();
+            let over_buckets = carried.iter().any(|bucket| expr.contains(bucket.as_str()));
+            let histogram_view =
+                expr.starts_with("histogram_quantile(") || target["format"] == "heatmap";
+            let wants = over_buckets && histogram_view && kind != "bargauge";
+            let asks = target["exemplar"] == Value::Bool(true);
+            assert_eq!(
+                asks,
+                wants,
+                "{}: panel '{}', query {expr}",
+                path.display(),
+                panel["title"]
+            );
+            asked += usize::from(asks);
+        }
+    }
+    assert_eq!(asked, 7, "{}", path.display());
+}

@@ -30,6 +30,25 @@ pub fn per_request_histograms() -> impl Iterator<Item = &'static MetricDef> {
     REQUEST_HISTOGRAMS.iter().map(|h| h.def)
 }
 
+/// The families whose OpenMetrics samples carry exemplars (with exemplars
+/// on): the per-request histograms the table's exemplar column marks, then
+/// the SLO outcome counter.
+///
+/// ```
+/// use vllm_otel_metrics::catalog;
+///
+/// let names: Vec<_> = catalog::exemplar_families().map(|d| d.vllm_name).collect();
+/// assert!(names.contains(&"vllm:request_num_preemptions"));
+/// assert!(!names.contains(&"vllm:inter_token_latency_seconds"));
+/// ```
+pub fn exemplar_families() -> impl Iterator<Item = &'static MetricDef> {
+    let histograms = REQUEST_HISTOGRAMS
+        .iter()
+        .filter(|h| h.exemplar != super::request::Exemplar::No)
+        .map(|h| h.def);
+    histograms.chain(std::iter::once(&super::slo::SLO_REQUESTS))
+}
+
 /// The family `/metrics` names `vllm_name` (`vllm:request_num_preemptions`),
 /// if the catalog has it.
 ///

@@ -63,7 +63,10 @@ pub use bucket_families::{
 pub use def::{
     BucketFamily, Buckets, Kind, MetricDef, TokenBuckets, ValueType, DEFAULT_MAX_MODEL_LEN,
 };
-pub use families::{all, by_otel_name, by_vllm_name, per_request_histograms, series_per_label_set};
+pub use families::{
+    all, by_otel_name, by_vllm_name, exemplar_families, per_request_histograms,
+    series_per_label_set,
+};
 pub use reasons::{EvictReason, RejectReason};
 // What a host program reads back from a snapshot (the command line's run
 // summaries do): the headline, the finished requests, two latencies.
