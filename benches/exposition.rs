@@ -20,6 +20,10 @@
 //! resident growth over all five) and
 //! `scrape: label_sets=1000 ours=… prometheus_client=… ms ratio=…`
 //! (the text scrape against `prometheus-client`'s).
+//! With exemplars on (`--exemplars on`), the same requests recorded again,
+//! each linked to a span: `openmetrics_exemplars` is that OpenMetrics
+//! scrape, and one line per size compares it with `openmetrics`:
+//! `exemplars: label_sets=N off_us=… on_us=… ratio=… bytes_off=… bytes_on=…`.
 //! Run: `cargo bench --bench exposition`.
 
 #[path = "common/alloc_count.rs"]
@@ -48,8 +52,10 @@ use opentelemetry_sdk::metrics::reader::MetricReader;
 use opentelemetry_sdk::metrics::{InstrumentKind, Pipeline, Temporality};
 
 use criterion::Criterion;
+use opentelemetry::trace::{SpanId, TraceId};
 use vllm_otel_metrics::catalog::DEFAULT_MAX_MODEL_LEN;
 use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
+use vllm_otel_metrics::instruments::exemplars::TraceLink;
 use vllm_otel_metrics::instruments::Instruments;
 use vllm_otel_metrics::protocol::{
     EngineCoreEvent, EngineCoreOutput, EventType, FinishReason, PrefillStats,
@@ -143,12 +149,22 @@ struct State {
     sdk: SharedReader,
     _instruments: Instruments,
     baseline: prometheus_client_tracker::Metrics,
+    /// The same requests, recorded with exemplars on.
+    with_exemplars: PrometheusBridge,
+    _exemplar_instruments: Instruments,
 }
 
 fn populate(label_sets: u32) -> State {
     let (bridge, reader) = PrometheusBridge::builder().build();
     let sdk = SharedReader(Arc::new(reader));
     let instruments = Instruments::builder().with_reader(sdk.clone()).build();
+    let (with_exemplars, reader) = PrometheusBridge::builder().build();
+    let exemplar_instruments = Instruments::builder()
+        .with_reader(reader)
+        .with_exemplars(true)
+        .build();
+    let with_exemplars = with_exemplars.with_exemplars(exemplar_instruments.exemplars());
+    let mut spans = 0u64;
     let baseline: prometheus_client_tracker::Metrics =
         prometheus_client_tracker::Metrics::new(DEFAULT_MAX_MODEL_LEN);
     let params = RequestParams {
@@ -166,9 +182,16 @@ fn populate(label_sets: u32) -> State {
         );
         for reason in [FinishReason::Length, FinishReason::Stop] {
             let mut ours = RequestMetrics::start(&instruments, &model, engine, params);
+            let mut linked = RequestMetrics::start(&exemplar_instruments, &model, engine, params);
+            spans += 1;
+            linked.link(TraceLink {
+                trace_id: TraceId::from(u128::from(spans) << 64 | 0x5eed),
+                span_id: SpanId::from(spans),
+            });
             let mut theirs = lifecycle_state::Request::start(&handles, params);
             for (batch_timestamp, received_at, output) in &outputs(reason) {
                 ours.observe_output(*batch_timestamp, *received_at, output);
+                linked.observe_output(*batch_timestamp, *received_at, output);
                 theirs.observe_output(*batch_timestamp, *received_at, output);
             }
         }
@@ -178,13 +201,15 @@ fn populate(label_sets: u32) -> State {
         sdk,
         _instruments: instruments,
         baseline,
+        with_exemplars,
+        _exemplar_instruments: exemplar_instruments,
     }
 }
 
 /// Encodes (or only gathers); returns something to keep the work alive.
 type Encoder = fn(&State) -> usize;
 
-const ENCODERS: [(&str, Encoder); 5] = [
+const ENCODERS: [(&str, Encoder); 6] = [
     ("text", |s| s.bridge.encode(Format::Text).len()),
     ("openmetrics", |s| {
         s.bridge.encode(Format::OpenMetrics).len()
@@ -198,6 +223,9 @@ const ENCODERS: [(&str, Encoder); 5] = [
         let mut rm = ResourceMetrics::default();
         s.sdk.collect(&mut rm).unwrap();
         rm.scope_metrics().count()
+    }),
+    ("openmetrics_exemplars", |s| {
+        s.with_exemplars.encode(Format::OpenMetrics).len()
     }),
 ];
 
@@ -255,14 +283,14 @@ fn main() {
         } else {
             1
         };
-        let mut samples = [const { Vec::new() }; 5];
+        let mut samples = [const { Vec::new() }; ENCODERS.len()];
         for round in 0..rounds {
             for k in 0..ENCODERS.len() {
                 let index = (round + k) % ENCODERS.len();
                 samples[index].push(time_us(state, ENCODERS[index].1, calls));
             }
         }
-        let [text, openmetrics, baseline, gather, sdk_collect] =
+        let [text, openmetrics, baseline, gather, sdk_collect, exemplars] =
             samples.map(|mut s| median(&mut s));
         println!(
             "exposition: label_sets={label_sets} text_us={text:.1} openmetrics_us={openmetrics:.1} prometheus_client_us={baseline:.1} gather_us={gather:.1} sdk_collect_us={sdk_collect:.1} bytes={} ratio_text={:.2} ratio_openmetrics={:.2} gather_share={:.2}",
@@ -270,6 +298,12 @@ fn main() {
             text / baseline,
             openmetrics / baseline,
             gather / text
+        );
+        println!(
+            "exemplars: label_sets={label_sets} off_us={openmetrics:.1} on_us={exemplars:.1} ratio={:.2} bytes_off={} bytes_on={}",
+            exemplars / openmetrics,
+            state.bridge.encode(Format::OpenMetrics).len(),
+            state.with_exemplars.encode(Format::OpenMetrics).len(),
         );
         scrape = Some((label_sets, text, baseline));
     }

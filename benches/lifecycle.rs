@@ -67,12 +67,14 @@ use std::time::Duration;
 
 use criterion::Criterion;
 use opentelemetry::metrics::MeterProvider as _;
+use opentelemetry::trace::{SpanId, TraceId};
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use timing::{median, ns_per_call};
 use vllm_otel_metrics::catalog::DEFAULT_MAX_MODEL_LEN;
 use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
 use vllm_otel_metrics::export::shared::SharedAggregation;
+use vllm_otel_metrics::instruments::exemplars::TraceLink;
 use vllm_otel_metrics::instruments::spans::RequestSpans;
 use vllm_otel_metrics::instruments::{
     views, ExponentialHistograms, Instruments, InstrumentsConfig, LabelSet, OtlpHistograms,
@@ -175,6 +177,8 @@ enum Readers {
     BridgeSemconv,
     /// The bridge's alone, each request judged against an SLO (`--slo`).
     BridgeSlo,
+    /// The bridge's alone, with exemplars (`--exemplars on`).
+    BridgeExemplars,
     /// Both sinks as the CLI registers them with `--otlp-histograms
     /// exponential`: OTLP and the bridge read one aggregation in which the
     /// latency histograms are exponential; the bridge's second reader, on a
@@ -207,11 +211,15 @@ impl Sdk {
             let slo = Slo::from_json(r#"{"ttft": 0.5, "tpot": 0.05, "e2e": 30}"#).unwrap();
             config.slo = Some(std::sync::Arc::new(slo));
         }
+        config.exemplars = readers == Readers::BridgeExemplars;
         let (bridge, reader) = PrometheusBridge::builder().build();
         let mut builder = SdkMeterProvider::builder().with_view(views(config.clone()));
         if matches!(
             readers,
-            Readers::Bridge | Readers::BridgeSemconv | Readers::BridgeSlo
+            Readers::Bridge
+                | Readers::BridgeSemconv
+                | Readers::BridgeSlo
+                | Readers::BridgeExemplars
         ) {
             builder = builder.with_reader(reader);
         } else {
@@ -312,6 +320,9 @@ struct Setup {
     sdk_both_sinks: Sdk,
     sdk_semconv: Sdk,
     sdk_slo: Sdk,
+    sdk_exemplars: Sdk,
+    /// Requests `otel_sdk_exemplars` ended, for its placement every 64.
+    exemplar_requests: std::cell::Cell<u64>,
     sdk_exponential: Sdk,
     traced: Traced,
     pc_handles: prometheus_client_tracker::Handles,
@@ -342,6 +353,8 @@ impl Setup {
             sdk_both_sinks: Sdk::new(Readers::BothSinks, &runtime),
             sdk_semconv: Sdk::new(Readers::BridgeSemconv, &runtime),
             sdk_slo: Sdk::new(Readers::BridgeSlo, &runtime),
+            sdk_exemplars: Sdk::new(Readers::BridgeExemplars, &runtime),
+            exemplar_requests: std::cell::Cell::new(0),
             sdk_exponential: Sdk::new(Readers::BothSinksExponential, &runtime),
             traced: Traced::new(),
             pc_handles: prometheus_client_tracker::Handles::resolve(&pc, &labels),
@@ -398,6 +411,30 @@ fn both_sinks(s: &Setup) {
 
 fn otel_sdk_semconv(s: &Setup) {
     shipped_request(&s.sdk_semconv.label_set, &s.canonical);
+}
+
+/// The shipped request with exemplars on, linked to a span of the
+/// frontend's; every 64 requests the pending ones are placed in their
+/// buckets, as the pipeline's one-second tick does at 64 requests/s per
+/// label set (the placement is counted here too, on the same thread).
+fn otel_sdk_exemplars(s: &Setup) {
+    let link = TraceLink {
+        trace_id: TraceId::from(0x0af7_6519_16cd_43dd_8448_eb21_1c80_319c_u128),
+        span_id: SpanId::from(0xb7ad_6b71_6920_3331_u64),
+    };
+    let mut request = RequestMetrics::start_in(&s.sdk_exemplars.label_set, s.canonical.params);
+    request.link(link);
+    for (batch_timestamp, received_at, output) in &s.canonical.steps {
+        request.observe_output(*batch_timestamp, *received_at, black_box(output));
+    }
+    black_box(request.is_terminated());
+    let ended = s.exemplar_requests.get() + 1;
+    s.exemplar_requests.set(ended);
+    if ended % 64 == 0 {
+        if let Some(exemplars) = s.sdk_exemplars._instruments.exemplars() {
+            exemplars.place_pending();
+        }
+    }
 }
 
 fn otel_sdk_slo(s: &Setup) {
@@ -472,7 +509,7 @@ const VARIANTS: [Variant; 3] = [
 ];
 
 /// Reference points, timed alongside but not part of the summary line.
-const REFERENCES: [Variant; 11] = [
+const REFERENCES: [Variant; 12] = [
     Variant {
         name: "vllm_rust_atomic",
         run: vllm_rust_atomic,
@@ -484,6 +521,10 @@ const REFERENCES: [Variant; 11] = [
     Variant {
         name: "otel_sdk_slo",
         run: otel_sdk_slo,
+    },
+    Variant {
+        name: "otel_sdk_exemplars",
+        run: otel_sdk_exemplars,
     },
     Variant {
         name: "both_sinks",

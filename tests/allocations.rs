@@ -296,6 +296,40 @@ fn with_an_slo_finishing_a_request_allocates_nothing() {
     finishing_as_success_or_abort_allocates_nothing(&instruments);
 }
 
+/// With exemplars on, a request's end copies it into its label set's ring
+/// and allocates nothing; nor does one that finds the ring full and places
+/// the oldest request itself, with `--slo` too.
+#[test]
+fn with_exemplars_finishing_a_request_allocates_nothing() {
+    use opentelemetry::trace::{SpanId, TraceId};
+    use vllm_otel_metrics::instruments::exemplars::{TraceLink, RING_CAPACITY};
+    use vllm_otel_metrics::instruments::Slo;
+    let (_bridge, reader) = PrometheusBridge::builder().build();
+    let instruments = Instruments::builder()
+        .with_reader(reader)
+        .with_exemplars(true)
+        .with_slo(Slo::from_json(r#"{"ttft": 0.1, "tpot": 0.05, "e2e": 30}"#).unwrap())
+        .build();
+    let link = TraceLink {
+        trace_id: TraceId::from(7u128),
+        span_id: SpanId::from(9u64),
+    };
+    finishing_as_success_or_abort_allocates_nothing(&instruments);
+    for round in 0..RING_CAPACITY + 2 {
+        let mut request = RequestMetrics::start(&instruments, MODEL, 0, params());
+        request.link(link);
+        request.observe_output(2.0, 100.5, &first_output("r"));
+        request.observe_output(3.0, 101.0, &preempted_output("r"));
+        let (n, ()) = allocations(|| request.finish(101.5, FinishReason::Stop));
+        assert_eq!(
+            n, 0,
+            "finishing linked request {round} allocated {n} time(s)"
+        );
+    }
+    let exemplars = instruments.exemplars().unwrap();
+    assert_eq!(exemplars.most_preempted().map(|(count, _)| count), Some(1));
+}
+
 #[test]
 fn observing_a_batch_of_live_requests_allocates_nothing_once_warmed() {
     let mut tracker = Tracker::new(instruments());

@@ -46,7 +46,10 @@ fn caller_ids(request_id: &str) -> (u128, u64) {
     for byte in request_id.bytes() {
         hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
     }
-    ((u128::from(hash) << 64) | u128::from(!hash), hash.rotate_left(17) | 1)
+    (
+        (u128::from(hash) << 64) | u128::from(!hash),
+        hash.rotate_left(17) | 1,
+    )
 }
 
 /// One run of the trace: the bridge, and the spans made, in the order
@@ -154,6 +157,11 @@ fn sample_lines(exposition: &str) -> Vec<Line> {
     lines
 }
 
+fn seconds(time: std::time::SystemTime) -> f64 {
+    let since = time.duration_since(std::time::UNIX_EPOCH).unwrap();
+    since.as_secs_f64()
+}
+
 fn attribute(span: &SpanData, key: &str) -> Option<Value> {
     span.attributes
         .iter()
@@ -178,11 +186,23 @@ fn labels_of(span: &SpanData) -> String {
 
 /// The families checked, and the span attribute each one's value is.
 const CHECKED: [(&str, &str); 5] = [
-    ("vllm:request_num_preemptions", "vllm.request.num_preemptions"),
-    ("vllm:time_to_first_token_seconds", "gen_ai.latency.time_to_first_token"),
+    (
+        "vllm:request_num_preemptions",
+        "vllm.request.num_preemptions",
+    ),
+    (
+        "vllm:time_to_first_token_seconds",
+        "gen_ai.latency.time_to_first_token",
+    ),
     ("vllm:e2e_request_latency_seconds", "gen_ai.latency.e2e"),
-    ("vllm:request_queue_time_seconds", "gen_ai.latency.time_in_queue"),
-    ("vllm:request_inference_time_seconds", "gen_ai.latency.time_in_model_inference"),
+    (
+        "vllm:request_queue_time_seconds",
+        "gen_ai.latency.time_in_queue",
+    ),
+    (
+        "vllm:request_inference_time_seconds",
+        "gen_ai.latency.time_in_model_inference",
+    ),
 ];
 
 #[test]
@@ -210,7 +230,11 @@ fn every_bucket_links_the_latest_request_that_landed_in_it() {
             let (lower, below) = previous
                 .insert(line.labels.clone(), (le, line.count))
                 .unwrap_or((f64::NEG_INFINITY, 0.0));
-            let (lower, below) = if lower < le { (lower, below) } else { (f64::NEG_INFINITY, 0.0) };
+            let (lower, below) = if lower < le {
+                (lower, below)
+            } else {
+                (f64::NEG_INFINITY, 0.0)
+            };
             // The requests whose value lies in this bucket, in end order.
             let landed: Vec<(usize, &SpanData)> = run
                 .spans
@@ -241,28 +265,34 @@ fn every_bucket_links_the_latest_request_that_landed_in_it() {
                 );
             }
             let Some(link) = line.link else {
-                assert!(landed.is_empty(), "{family} {} le={le}: no exemplar", line.labels);
+                assert!(
+                    landed.is_empty(),
+                    "{family} {} le={le}: no exemplar",
+                    line.labels
+                );
                 continue;
             };
             let (at, span) = by_link[&link];
-            assert_eq!(as_f64(&attribute(span, key).unwrap()), line.value, "{family}");
+            assert_eq!(
+                as_f64(&attribute(span, key).unwrap()),
+                line.value,
+                "{family}"
+            );
             assert!(line.value > lower && line.value <= le, "{line:?}");
-            assert_eq!(landed.last().unwrap().0, at, "{line:?}: not the latest");
-            let end = span
-                .end_time
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_secs_f64();
-            if key == "gen_ai.latency.time_to_first_token" {
-                let start = span
-                    .start_time
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap()
-                    .as_secs_f64();
-                assert!((line.timestamp - (start + line.value)).abs() < 1e-6, "{line:?}");
-            } else {
-                assert!((line.timestamp - end).abs() < 1e-6, "{line:?}");
-            }
+            // The latest observation: by its time (the first token for TTFT,
+            // the end for the rest), the last to end among equals.
+            let observed = |span: &SpanData| match key {
+                "gen_ai.latency.time_to_first_token" => {
+                    seconds(span.start_time) + as_f64(&attribute(span, key).unwrap())
+                }
+                _ => seconds(span.end_time),
+            };
+            let latest = landed
+                .iter()
+                .max_by(|a, b| observed(a.1).total_cmp(&observed(b.1)).then(a.0.cmp(&b.0)))
+                .unwrap();
+            assert_eq!(latest.0, at, "{line:?}: not the latest");
+            assert!((line.timestamp - observed(span)).abs() < 1e-6, "{line:?}");
             checked += 1;
         }
     }
@@ -274,7 +304,10 @@ fn every_bucket_links_the_latest_request_that_landed_in_it() {
 fn text_stays_byte_for_byte_and_openmetrics_only_gains_exemplars() {
     let on = run(true, true, true, None);
     let off = run(false, true, true, None);
-    assert_eq!(on.bridge.encode(Format::Text), off.bridge.encode(Format::Text));
+    assert_eq!(
+        on.bridge.encode(Format::Text),
+        off.bridge.encode(Format::Text)
+    );
     let with = on.bridge.encode(Format::OpenMetrics);
     let stripped: String = with
         .lines()
@@ -330,7 +363,12 @@ fn each_slo_outcome_links_its_latest_request() {
     for line in outcomes {
         let link = line.link.unwrap_or_else(|| panic!("{line:?}: no exemplar"));
         assert_eq!(line.value, 1.0);
-        let outcome = line.labels.rsplit_once("outcome=\"").unwrap().1.trim_end_matches('"');
+        let outcome = line
+            .labels
+            .rsplit_once("outcome=\"")
+            .unwrap()
+            .1
+            .trim_end_matches('"');
         let labels = line.labels.rsplit_once(",outcome=").unwrap().0;
         let latest = run
             .spans
@@ -376,7 +414,11 @@ fn the_sdk_still_keeps_no_exemplars_for_otlp() {
     }
     provider.force_flush().unwrap();
     let metrics = exporter.get_finished_metrics().unwrap();
-    let metric = metrics[0].scope_metrics().flat_map(|s| s.metrics()).next().unwrap();
+    let metric = metrics[0]
+        .scope_metrics()
+        .flat_map(|s| s.metrics())
+        .next()
+        .unwrap();
     let AggregatedMetrics::F64(MetricData::Histogram(histogram)) = metric.data() else {
         panic!("{:?}", metric.data());
     };

@@ -439,6 +439,13 @@ mod needs_collector_jaeger_prometheus {
             total >= AT_LEAST,
             "{total} exemplars in Prometheus, fewer than {AT_LEAST}"
         );
+        // A series' exemplars never go back in time (a request that ended
+        // later but had its first token earlier does not replace a TTFT
+        // exemplar), so Prometheus refuses none of them.
+        assert_eq!(
+            out_of_order, 0.0,
+            "exemplars Prometheus refused as out of order"
+        );
         std::fs::remove_dir_all(dir).ok();
     }
 }

@@ -231,6 +231,18 @@ fn check_slo_outcomes(jaeger: &Jaeger, service: &str, sidecar: &str, finished: u
     eprintln!("SLO {LIVE_SLO}: {counted:?}");
 }
 
+/// The sidecar's exemplars (on, since it exports spans): every one names
+/// an `llm_request` span Jaeger holds, with the exemplar's value, and every
+/// bucket a request landed in has one (`Jaeger::check_exemplars`).
+fn check_exemplars(jaeger: &Jaeger, report: &Value) -> usize {
+    let openmetrics = report["sidecar_openmetrics"]
+        .as_str()
+        .expect("the sidecar's OpenMetrics exposition");
+    let checked = jaeger.check_exemplars(openmetrics);
+    assert!(checked > 0, "no exemplar on the sidecar's /metrics");
+    checked
+}
+
 /// The environment of a live run whose sidecar pushes metrics and spans to
 /// `collector` as `service`/`instance`, under vLLM's names, every second,
 /// and judges each finished request against [`LIVE_SLO`].
@@ -342,8 +354,10 @@ mod needs_collector_jaeger_vllm {
         );
         let sidecar = report["sidecar_exposition"].as_str().unwrap();
         check_slo_outcomes(&jaeger, service, sidecar, finished);
+        let exemplars = check_exemplars(&jaeger, &report);
         eprintln!(
-        "{summary}; {} samples at the Collector; {finished} spans in Jaeger carrying {preemptions} preemptions",
+        "{summary}; {} samples at the Collector; {finished} spans in Jaeger carrying {preemptions} preemptions; \
+         {exemplars} exemplars matched their spans",
         served.len()
     );
     }
@@ -516,10 +530,12 @@ mod needs_collector_jaeger_vllm {
             common::exposition::sum_of(sidecar, "vllm:request_num_preemptions_sum")
         );
         check_slo_outcomes(&jaeger, service, sidecar, finished);
+        let exemplars = check_exemplars(&jaeger, &report);
         eprintln!(
         "vllm-rs: {} samples in {shared} shared families, 0 differ; {preemptions} preemptions, \
          {finished} requests finished ({abort} aborted, {stop} stop), {dropped} dropped by the client; \
-         {} samples at the Collector, {finished} spans in Jaeger carrying {span_preemptions} preemptions; \
+         {} samples at the Collector, {finished} spans in Jaeger carrying {span_preemptions} preemptions, \
+         {exemplars} exemplars matched their spans; \
          vLLM up in {} s, the test took {} s",
         report["shared_samples"],
         served.len(),

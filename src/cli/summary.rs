@@ -160,7 +160,10 @@ pub(crate) fn summary(
             );
         }
         Some(None) => {
-            let _ = writeln!(out, "most-preempted request: no trace kept (no span was sampled)");
+            let _ = writeln!(
+                out,
+                "most-preempted request: no trace kept (no span was sampled)"
+            );
         }
         None => {}
     }

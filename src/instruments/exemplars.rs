@@ -27,8 +27,10 @@
 //! outcome; [`Exemplars::bytes_per_label_set`] computes it for a
 //! configuration (docs/PERFORMANCE.md gives the figures).
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use opentelemetry::trace::{SpanId, TraceId};
 
@@ -38,8 +40,10 @@ use super::views::explicit_boundaries;
 use crate::catalog::request::{Exemplar as ExemplarColumn, TerminalValues, REQUEST_HISTOGRAMS};
 use crate::catalog::MetricDef;
 
-/// Ended requests a label set keeps for placement at the next scrape.
+/// Ended requests a label set keeps for placement at the next scrape (a
+/// power of two: a position in the ring is a mask away).
 pub const RING_CAPACITY: usize = 128;
+const _: () = assert!(RING_CAPACITY.is_power_of_two());
 
 /// The trace and span a request's exemplars point at: its `llm_request`
 /// span, or the caller's span when no span is made.
@@ -66,11 +70,37 @@ pub struct Exemplar {
 #[derive(Debug, Clone, Copy)]
 struct Ended {
     link: TraceLink,
-    arrival: f64,
+    /// When it ended; it arrived `values.e2e` before.
     end: f64,
     values: TerminalValues,
     slo: Option<SloOutcome>,
 }
+
+/// An empty place of the ring.
+const UNUSED: Ended = Ended {
+    link: TraceLink {
+        trace_id: TraceId::INVALID,
+        span_id: SpanId::INVALID,
+    },
+    end: 0.0,
+    values: TerminalValues {
+        prompt_tokens: 0,
+        cached_tokens: 0,
+        generation_tokens: 0,
+        max_num_generation_tokens: None,
+        params_n: None,
+        params_max_tokens: None,
+        num_preemptions: 0,
+        e2e: 0.0,
+        queue: 0.0,
+        prefill: 0.0,
+        decode: 0.0,
+        inference: 0.0,
+        time_per_output_token: 0.0,
+        time_to_first_token: None,
+    },
+    slo: None,
+};
 
 /// Where each family's slots are in a label set's slot list.
 #[derive(Debug)]
@@ -117,41 +147,73 @@ impl Layout {
             };
             // A bucket holds what is at most its bound (`le`).
             let bucket = bounds.partition_point(|bound| *bound < value);
+            // The first token came `value` after the arrival.
             let timestamp = match at_first_token {
-                true => ended.arrival + value,
+                true => ended.end - ended.values.e2e + value,
                 false => ended.end,
             };
-            slots[first + bucket] = Some(Exemplar {
-                link: ended.link,
-                value,
-                timestamp,
-            });
+            keep_latest(
+                &mut slots[first + bucket],
+                Exemplar {
+                    link: ended.link,
+                    value,
+                    timestamp,
+                },
+            );
         }
         if let (Some(first), Some(outcome)) = (self.slo, ended.slo) {
-            slots[first + outcome as usize] = Some(Exemplar {
+            let exemplar = Exemplar {
                 link: ended.link,
                 value: 1.0,
                 timestamp: ended.end,
-            });
+            };
+            keep_latest(&mut slots[first + outcome as usize], exemplar);
         }
     }
 }
 
+/// Puts `exemplar` in `slot` unless the slot holds a later observation:
+/// requests are placed in the order they ended, and one that ended later
+/// may have been observed earlier (its first token). A series' exemplars
+/// never go back in time, which Prometheus requires of them.
+fn keep_latest(slot: &mut Option<Exemplar>, exemplar: Exemplar) {
+    if slot.is_none_or(|held| held.timestamp <= exemplar.timestamp) {
+        *slot = Some(exemplar);
+    }
+}
+
 struct State {
-    /// Ended requests not yet placed, oldest first.
-    pending: VecDeque<Ended>,
+    /// Ended requests not yet placed: `len` of them from `head` on, oldest
+    /// first, wrapping around.
+    ring: [Ended; RING_CAPACITY],
+    head: usize,
+    len: usize,
     slots: Vec<Option<Exemplar>>,
     /// The first request placed with the most preemptions, and how many.
     most_preempted: Option<(u64, TraceLink)>,
 }
 
 impl State {
+    /// Takes the oldest pending request out of the ring.
+    fn pop_oldest(&mut self) -> Option<Ended> {
+        if self.len == 0 {
+            return None;
+        }
+        let oldest = self.ring[self.head];
+        self.head = (self.head + 1) & (RING_CAPACITY - 1);
+        self.len -= 1;
+        Some(oldest)
+    }
+
     /// Places `ended` in its buckets and notes it when it is the most
     /// preempted yet.
     fn place(&mut self, layout: &Layout, ended: &Ended) {
         layout.place(&mut self.slots, ended);
         let preemptions = ended.values.num_preemptions;
-        if self.most_preempted.is_none_or(|(most, _)| preemptions > most) {
+        if self
+            .most_preempted
+            .is_none_or(|(most, _)| preemptions > most)
+        {
             self.most_preempted = Some((preemptions, ended.link));
         }
     }
@@ -165,36 +227,37 @@ pub(crate) struct LabelSetExemplars {
 
 impl LabelSetExemplars {
     /// Keeps an ended request for placement: `values` as the histograms
-    /// observed them, the request's arrival and end (seconds since the
-    /// epoch) and its SLO outcome with `--slo`.
+    /// observed them, the request's end (seconds since the epoch; its
+    /// arrival is `values.e2e` before) and its SLO outcome with `--slo`.
     #[inline]
     pub(crate) fn keep(
         &self,
-        link: TraceLink,
-        arrival: f64,
+        link: &TraceLink,
         end: f64,
         values: &TerminalValues,
         slo: Option<SloOutcome>,
     ) {
-        let ended = Ended {
-            link,
-            arrival,
-            end,
-            values: *values,
-            slo,
-        };
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if state.pending.len() == RING_CAPACITY {
+        let mut state = self.state.lock();
+        if state.len == RING_CAPACITY {
             self.make_room(&mut state);
         }
-        state.pending.push_back(ended);
+        let at = (state.head + state.len) & (RING_CAPACITY - 1);
+        state.len += 1;
+        // Field by field: each value is copied once, straight into the ring.
+        let slot = &mut state.ring[at];
+        // The trace id whole (one 16-byte move), then the span id.
+        slot.link.trace_id = link.trace_id;
+        slot.link.span_id = link.span_id;
+        slot.end = end;
+        slot.values = *values;
+        slot.slo = slo;
     }
 
     /// Places the oldest pending request: the ring is full.
     #[cold]
     #[inline(never)]
     fn make_room(&self, state: &mut State) {
-        if let Some(oldest) = state.pending.pop_front() {
+        if let Some(oldest) = state.pop_oldest() {
             state.place(&self.layout, &oldest);
         }
     }
@@ -202,8 +265,8 @@ impl LabelSetExemplars {
     /// Places every pending request, oldest first; with `copy`, copies the
     /// slots out.
     fn place_all(&self, copy: bool) -> Option<Vec<Option<Exemplar>>> {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        while let Some(ended) = state.pending.pop_front() {
+        let mut state = self.state.lock();
+        while let Some(ended) = state.pop_oldest() {
             state.place(&self.layout, &ended);
         }
         copy.then(|| state.slots.clone())
@@ -211,7 +274,7 @@ impl LabelSetExemplars {
 
     fn most_preempted(&self) -> Option<(u64, TraceLink)> {
         self.place_all(false);
-        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let state = self.state.lock();
         state.most_preempted
     }
 }
@@ -257,18 +320,16 @@ impl Exemplars {
         let layout = Arc::clone(&self.store.layout);
         let set = Arc::new(LabelSetExemplars {
             state: Mutex::new(State {
-                pending: VecDeque::with_capacity(RING_CAPACITY),
+                ring: [UNUSED; RING_CAPACITY],
+                head: 0,
+                len: 0,
                 slots: vec![None; layout.slots],
                 most_preempted: None,
             }),
             layout,
         });
         let key = Key(label_set.map(|(model, engine)| (model.to_owned(), engine)));
-        self.store
-            .sets
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push((key, Arc::clone(&set)));
+        self.store.sets.lock().push((key, Arc::clone(&set)));
         set
     }
 
@@ -284,18 +345,22 @@ impl Exemplars {
     /// The request preempted most often of every label set (the first to
     /// reach that count), and its count: the trace a newcomer opens first.
     pub fn most_preempted(&self) -> Option<(u64, TraceLink)> {
-        let each = self.sets().into_iter().filter_map(|(_, set)| set.most_preempted());
-        each.fold(None, |most: Option<(u64, TraceLink)>, (count, link)| {
-            match most {
+        let each = self
+            .sets()
+            .into_iter()
+            .filter_map(|(_, set)| set.most_preempted());
+        each.fold(
+            None,
+            |most: Option<(u64, TraceLink)>, (count, link)| match most {
                 Some((top, _)) if top >= count => most,
                 _ => Some((count, link)),
-            }
-        })
+            },
+        )
     }
 
     /// Every label set's exemplars, as they are now (not held locked).
     fn sets(&self) -> Vec<(Key, Arc<LabelSetExemplars>)> {
-        let sets = self.store.sets.lock().unwrap_or_else(PoisonError::into_inner);
+        let sets = self.store.sets.lock();
         sets.iter()
             .map(|(key, set)| (key.clone(), Arc::clone(set)))
             .collect()
@@ -426,11 +491,11 @@ mod tests {
         let total = 3 * RING_CAPACITY as u16;
         for n in 1..=total {
             let preemptions = u64::from(n % 4 == 0) * 3 + u64::from(n == 7) * 11;
+            // Each arrived at 100 and ended `n` s later.
             set.keep(
-                link(n),
-                100.0,
+                &link(n),
                 100.0 + f64::from(n),
-                &values(preemptions, 0.5, Some(0.25)),
+                &values(preemptions, f64::from(n), Some(0.25)),
                 None,
             );
         }
@@ -441,7 +506,10 @@ mod tests {
         // Buckets 1, 2, 3, 4, 5, 10, 20, +Inf: 0 preemptions lands in `le=1`.
         assert_eq!(buckets.len(), 8);
         let latest_with = |wanted: fn(u16) -> bool| (1..=total).rev().find(|n| wanted(*n)).unwrap();
-        assert_eq!(buckets[0].unwrap().link, link(latest_with(|n| n % 4 != 0 && n != 7)));
+        assert_eq!(
+            buckets[0].unwrap().link,
+            link(latest_with(|n| n % 4 != 0 && n != 7))
+        );
         assert_eq!(buckets[0].unwrap().value, 0.0);
         assert_eq!(buckets[2].unwrap().link, link(latest_with(|n| n % 4 == 0)));
         assert_eq!(buckets[2].unwrap().value, 3.0);
@@ -457,8 +525,13 @@ mod tests {
         let e2e = snapshot
             .histogram(&E2E_REQUEST_LATENCY, SeriesLabelSet::Of("m", 0))
             .unwrap();
-        assert_eq!(e2e[1].unwrap().timestamp, 100.0 + f64::from(total), "0.5 ≤ 0.5");
-        assert!(snapshot.slo(SloOutcome::Met, SeriesLabelSet::Of("m", 0)).is_none());
+        // Latency buckets 0.3, 0.5, 0.8, 1, …: the last request (e2e 384 s)
+        // lands in `le=480`, the first (1 s) in `le=1`.
+        assert_eq!(e2e[3].unwrap().timestamp, 101.0, "1 ≤ 1");
+        assert_eq!(e2e[17].unwrap().timestamp, 100.0 + f64::from(total));
+        assert!(snapshot
+            .slo(SloOutcome::Met, SeriesLabelSet::Of("m", 0))
+            .is_none());
         assert!(snapshot
             .histogram(&REQUEST_NUM_PREEMPTIONS, SeriesLabelSet::Of("m", 1))
             .is_none());
@@ -470,7 +543,7 @@ mod tests {
         let exemplars = Exemplars::new(&InstrumentsConfig::default());
         exemplars
             .label_set(None)
-            .keep(link(1), 1.0, 2.0, &values(0, 1.0, None), None);
+            .keep(&link(1), 2.0, &values(0, 1.0, None), None);
         let snapshot = exemplars.snapshot();
         let ttft = snapshot
             .histogram(&TIME_TO_FIRST_TOKEN, SeriesLabelSet::Overflow)
@@ -483,5 +556,22 @@ mod tests {
             .filter(|row| row.exemplar == ExemplarColumn::AtEnd)
             .count();
         assert_eq!(snapshot.len(), at_end - 3);
+    }
+
+    /// The figure docs/PERFORMANCE.md gives ("Exemplars"), for the default
+    /// configuration: a 128-request ring of 176 bytes each, and 257 slots
+    /// of 64 bytes (one per bucket, `+Inf` included, of the 14 families with
+    /// exemplars), 6 more with `--slo`.
+    #[test]
+    fn a_label_set_takes_the_memory_the_docs_give() {
+        let config = InstrumentsConfig::default();
+        let exemplars = Exemplars::new(&config);
+        assert_eq!(exemplars.slots_per_label_set(), 257);
+        assert_eq!(exemplars.bytes_per_label_set(), 128 * 176 + 257 * 64);
+        let with_slo = InstrumentsConfig {
+            slo: Some(Arc::new(crate::instruments::Slo::default())),
+            ..config
+        };
+        assert_eq!(Exemplars::new(&with_slo).slots_per_label_set(), 263);
     }
 }

@@ -199,9 +199,11 @@ impl Instruments {
     /// the engine's start-up series recorded) the first time the set is seen.
     pub(crate) fn engine_handles(&self, model_name: &str, engine: u32) -> Arc<EngineHandles> {
         let instruments = &self.inner.engine;
-        self.inner.engine_handles.get(model_name, engine, |_, labels| {
-            EngineHandles::bind(instruments, labels)
-        })
+        self.inner
+            .engine_handles
+            .get(model_name, engine, |_, labels| {
+                EngineHandles::bind(instruments, labels)
+            })
     }
 
     /// The engine-tier instruments with label sets of their own

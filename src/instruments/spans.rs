@@ -231,7 +231,9 @@ impl SpanState {
     }
 
     /// Ends the request: makes, fills and ends its span; returns its link
-    /// when the span is sampled.
+    /// when the span is sampled. Out of line: a request without a span must
+    /// not pay for the room its inlined body takes.
+    #[inline(never)]
     pub(crate) fn end(self, v: &SpanValues) -> Option<TraceLink> {
         self.spans.emit(
             &self.parent,

@@ -90,8 +90,7 @@ pub(super) fn iteration_stats(
         let (slo_outcome, terminal) = finished(h, request);
         let link = spans.and_then(|spans| span(spans, stats, received_at, request, slo_outcome));
         if let (Some(exemplars), Some(link)) = (h.exemplars(), link) {
-            let arrival = received_at - request.e2e_latency;
-            exemplars.keep(link, arrival, received_at, &terminal, slo_outcome);
+            exemplars.keep(&link, received_at, &terminal, slo_outcome);
         }
     }
 }
@@ -118,7 +117,7 @@ fn finished(h: &RequestHandles, r: &FinishedRequest) -> (Option<SloOutcome>, Ter
         time_per_output_token: r.mean_time_per_output_token,
         // Observed per step from lists that name no request.
         time_to_first_token: None,
-        };
+    };
     h.record_terminal(r.finish_reason, &terminal);
     // vLLM's finished-request stats carry no time to first token: the
     // engine's, from queued to the first token, stands in (it leaves out

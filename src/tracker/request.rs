@@ -250,15 +250,18 @@ impl RequestState {
     }
 
     /// Mirrors vLLM's `record_finished`: every terminal family once, the
-    /// preemption count included even when it is zero. Returns what the
-    /// request's span reports and what the histograms observed, from the
-    /// same values.
+    /// preemption count included even when it is zero. Then ends the
+    /// request's span, when it has one, from the same values, and keeps the
+    /// request for its exemplars (linked to that span, else to `link`).
+    /// The values stay in this frame: built once, read in place.
     fn record_terminal(
         &self,
         h: &RequestHandles,
         received_at: f64,
         reason: FinishReason,
-    ) -> (SpanValues, TerminalValues) {
+        span: Option<Box<SpanState>>,
+        link: Option<&TraceLink>,
+    ) {
         let p = &self.params;
         let tokens = self.num_generation_tokens as f64;
         let mut values = SpanValues {
@@ -304,11 +307,11 @@ impl RequestState {
             queue: values.queue,
             prefill: values.prefill,
             decode: values.decode,
-        inference: values.inference,
-        time_per_output_token: per_output_token,
-        time_to_first_token,
-    };
-    h.record_terminal(reason, &terminal);
+            inference: values.inference,
+            time_per_output_token: per_output_token,
+            time_to_first_token,
+        };
+        h.record_terminal(reason, &terminal);
         let time_per_output_token = (self.num_generation_tokens > 1).then_some(per_output_token);
         h.record_semconv(&SemconvEnd {
             operation: self.operation,
@@ -327,7 +330,20 @@ impl RequestState {
                 generation_tokens: self.num_generation_tokens,
             }));
         }
-        (values, terminal)
+        let made;
+        let link = match span {
+            Some(span) => {
+                made = span.end(&values);
+                made.as_ref()
+            }
+            None => link,
+        };
+        // Checked first: without exemplars nothing more is copied.
+        if let Some(exemplars) = h.exemplars() {
+            if let Some(link) = link {
+                exemplars.keep(link, values.end_time, &terminal, values.slo_outcome);
+            }
+        }
     }
 }
 
@@ -487,20 +503,13 @@ impl RequestMetrics {
         if !self.terminated {
             self.terminated = true;
             self.state.decoding = false;
-            let (values, terminal) = self
-                .state
-                .record_terminal(&self.handles, received_at, reason);
-            let link = match self.span.take() {
-                Some(span) => span.end(&values),
-                None => self.link,
-            };
-            // Checked first: without exemplars nothing more is copied.
-            if let Some(exemplars) = self.handles.exemplars() {
-                if let Some(link) = link {
-                    let end = values.end_time;
-                    exemplars.keep(link, values.start_time, end, &terminal, values.slo_outcome);
-                }
-            }
+            self.state.record_terminal(
+                &self.handles,
+                received_at,
+                reason,
+                self.span.take(),
+                self.link.as_ref(),
+            );
         }
     }
 

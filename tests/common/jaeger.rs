@@ -93,6 +93,81 @@ impl Jaeger {
 }
 
 impl Jaeger {
+    /// Checks every exemplar of `vllm:request_num_preemptions` and
+    /// `vllm:e2e_request_latency_seconds` in an OpenMetrics exposition of
+    /// the sidecar against the span it names: Jaeger holds the trace, with an
+    /// `llm_request` span of that id whose attribute is the exemplar's value.
+    /// Returns how many were checked (each bucket a request of the run
+    /// landed in has one).
+    pub fn check_exemplars(&self, openmetrics: &str) -> usize {
+        const CHECKED: [(&str, &str); 2] = [
+            (
+                "vllm:request_num_preemptions_bucket{",
+                "vllm.request.num_preemptions",
+            ),
+            (
+                "vllm:e2e_request_latency_seconds_bucket{",
+                "gen_ai.latency.e2e",
+            ),
+        ];
+        let mut traces: std::collections::HashMap<String, serde_json::Value> = Default::default();
+        // Per series, the cumulative count of its previous bucket.
+        let mut below: std::collections::HashMap<String, f64> = Default::default();
+        let mut checked = 0;
+        for line in openmetrics.lines() {
+            let Some((family, key)) = CHECKED.iter().find(|(f, _)| line.starts_with(f)) else {
+                continue;
+            };
+            let (sample, exemplar) = match line.split_once(" # {trace_id=\"") {
+                Some((sample, exemplar)) => (sample, Some(exemplar)),
+                None => (line, None),
+            };
+            let (series, count) = sample.rsplit_once(' ').expect(line);
+            let count: f64 = count.parse().expect(line);
+            let series = series.split("le=").next().unwrap().to_owned();
+            let landed = count - below.insert(series.clone(), count).unwrap_or(0.0);
+            let landed = if landed < 0.0 { count } else { landed };
+            let Some(exemplar) = exemplar else {
+                assert_eq!(
+                    landed, 0.0,
+                    "{landed} requests landed in a bucket without an exemplar: {line}"
+                );
+                continue;
+            };
+            let (trace_id, rest) = exemplar.split_once("\",span_id=\"").expect(line);
+            let (span_id, rest) = rest.split_once("\"} ").expect(line);
+            let value: f64 = rest.split(' ').next().unwrap().parse().expect(line);
+            let trace = traces.entry(trace_id.to_owned()).or_insert_with(|| {
+                let trace = super::process::wait_for_optional(30, || {
+                    let body =
+                        super::http::http_get(self.query, &format!("/api/traces/{trace_id}"))?;
+                    let json: serde_json::Value = serde_json::from_str(&body).ok()?;
+                    json["data"][0]["spans"]
+                        .is_array()
+                        .then(|| json["data"][0].clone())
+                });
+                trace.unwrap_or_else(|| panic!("Jaeger has no trace {trace_id} ({line})"))
+            });
+            let span = trace["spans"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|s| s["spanID"] == span_id)
+                .unwrap_or_else(|| panic!("trace {trace_id} has no span {span_id} ({line})"));
+            assert_eq!(span["operationName"], "llm_request", "{line}");
+            let attribute = span["tags"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|t| t["key"] == *key)
+                .and_then(|t| t["value"].as_f64())
+                .unwrap_or_else(|| panic!("no {key} on span {span_id}"));
+            assert_eq!(attribute, value, "{family}: {line}");
+            checked += 1;
+        }
+        checked
+    }
+
     /// How many of `service`'s spans carry each SLO outcome
     /// (`vllm_otel_metrics.slo.outcome`); every span must carry one.
     pub fn request_spans_outcomes(&self, service: &str) -> std::collections::BTreeMap<String, u64> {

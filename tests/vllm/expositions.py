@@ -2,7 +2,20 @@
 (prometheus_client) and the sidecar's. No vLLM import, so the live-engine
 driver runs it as a plain client."""
 
+import urllib.request
+
 from prometheus_client.parser import text_string_to_metric_families
+
+
+def openmetrics(url: str, timeout: float = 10) -> "str | None":
+    """The exposition at ``url`` as OpenMetrics, which carries the
+    sidecar's exemplars (text 0.0.4 has none); ``None`` when unreachable."""
+    request = urllib.request.Request(url, headers={"Accept": "application/openmetrics-text; version=1.0.0"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.read().decode()
+    except OSError:
+        return None
 
 
 def bound(le: str) -> str:

@@ -38,7 +38,7 @@ import urllib.request
 import aiohttp
 from vllm_otel_metrics.sidecar import alive
 
-from expositions import compare, samples
+from expositions import compare, openmetrics, samples
 from ports import free_port
 
 MODEL_NAME = "tiny-llama"
@@ -315,6 +315,7 @@ def main():
         report.update(result)
         report["vllm_exposition"] = vllm_text
         report["sidecar_exposition"] = sidecar_text
+        report["sidecar_openmetrics"] = openmetrics(sidecar_metrics)
 
         if args.restart:
             report["restart"] = restart(args, base, vllm_metrics, sidecar_metrics, vllm_log)

@@ -39,6 +39,7 @@ import aiohttp
 from vllm_otel_metrics import config
 from vllm_otel_metrics.sidecar import alive, read_record
 
+from expositions import openmetrics
 from live import (
     BLOCK_SIZE,
     MAX_MODEL_LEN,
@@ -518,6 +519,7 @@ def main():
         }
         report["vllm_exposition"] = vllm_text
         report["sidecar_exposition"] = sidecar_text
+        report["sidecar_openmetrics"] = openmetrics(sidecar_metrics)
         report["sidecar_pids"] = sidecar_pids(vllm_log, env)
     finally:
         stop(vllm)

@@ -38,8 +38,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use opentelemetry_prometheus::PrometheusExporter;
 use prometheus::proto::{Metric, MetricFamily, MetricType};
 
-use crate::catalog::{self, Kind, MetricDef, ValueType};
 use crate::catalog::labels::ENGINE_LABELS;
+use crate::catalog::{self, Kind, MetricDef, ValueType};
 use crate::instruments::exemplars::{Exemplar, ExemplarSnapshot, Exemplars, SeriesLabelSet};
 use crate::instruments::{SloOutcome, OVERFLOW_ATTRIBUTE};
 pub use encode::{encode, format_float, Format};
@@ -344,35 +344,40 @@ impl PrometheusBridge {
         let exemplars = self.exemplars.as_ref().map(Exemplars::snapshot);
         gathered
             .families(&self.overflow_label)
-            .map(|Laid { mut meta, def, layout }| {
-                if let Some(layout) = layout {
-                    meta.series = layout
-                        .series()
-                        .map(|(metric, labels)| {
-                            let labels: Vec<(String, String)> = labels
-                                .map(|l| (l.name().to_owned(), l.value().to_owned()))
-                                .collect();
-                            let pairs = labels.iter().map(|(n, v)| (n.as_str(), v.as_str()));
-                            let exemplars = match (&exemplars, def) {
-                                (Some(snapshot), Some(def)) => {
-                                    series_exemplars(snapshot, def, &self.overflow_label, pairs)
-                                        .to_vec()
+            .map(
+                |Laid {
+                     mut meta,
+                     def,
+                     layout,
+                 }| {
+                    if let Some(layout) = layout {
+                        meta.series = layout
+                            .series()
+                            .map(|(metric, labels)| {
+                                let labels: Vec<(String, String)> = labels
+                                    .map(|l| (l.name().to_owned(), l.value().to_owned()))
+                                    .collect();
+                                let pairs = labels.iter().map(|(n, v)| (n.as_str(), v.as_str()));
+                                let exemplars = match (&exemplars, def) {
+                                    (Some(snapshot), Some(def)) => {
+                                        series_exemplars(snapshot, def, &self.overflow_label, pairs)
+                                            .to_vec()
+                                    }
+                                    _ => Vec::new(),
+                                };
+                                Series {
+                                    value: series_value(layout.family(), metric),
+                                    labels,
+                                    exemplars,
                                 }
-                                _ => Vec::new(),
-                            };
-                            Series {
-                                value: series_value(layout.family(), metric),
-                                labels,
-                                exemplars,
-                            }
-                        })
-                        .collect();
-                }
-                meta
-            })
+                            })
+                            .collect();
+                    }
+                    meta
+                },
+            )
             .collect()
     }
-
 
     /// One more reader whose families join this bridge's exposition: for
     /// the provider that keeps the latency histograms' explicit buckets
@@ -422,7 +427,8 @@ impl PrometheusBridge {
             encode::write_header(&mut out, &meta.name, &meta.help, meta.kind, format);
             if let Some(layout) = layout {
                 let exemplars = exemplars.as_ref().zip(def);
-                let exemplars = exemplars.map(|(snapshot, def)| (snapshot, def, &*self.overflow_label));
+                let exemplars =
+                    exemplars.map(|(snapshot, def)| (snapshot, def, &*self.overflow_label));
                 write_gathered(&mut out, &meta, &layout, &mut labels, &mut les, exemplars);
             }
         }
