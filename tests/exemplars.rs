@@ -279,23 +279,27 @@ fn every_bucket_links_the_latest_request_that_landed_in_it() {
                 "{family}"
             );
             assert!(line.value > lower && line.value <= le, "{line:?}");
-            // The latest observation: by its time (the first token for TTFT,
-            // the end for the rest), the last to end among equals.
+            // The latest observation: by its time in milliseconds (the first
+            // token for TTFT, the end for the rest), the first to end among
+            // those of one millisecond (Prometheus takes no second exemplar
+            // at the same time).
             let observed = |span: &SpanData| match key {
                 "gen_ai.latency.time_to_first_token" => {
                     seconds(span.start_time) + as_f64(&attribute(span, key).unwrap())
                 }
                 _ => seconds(span.end_time),
             };
+            let millis = |span: &SpanData| (observed(span) * 1000.0) as i64;
             let latest = landed
                 .iter()
-                .max_by(|a, b| observed(a.1).total_cmp(&observed(b.1)).then(a.0.cmp(&b.0)))
+                .max_by(|a, b| millis(a.1).cmp(&millis(b.1)).then(b.0.cmp(&a.0)))
                 .unwrap();
             assert_eq!(latest.0, at, "{line:?}: not the latest");
             assert!((line.timestamp - observed(span)).abs() < 1e-6, "{line:?}");
             checked += 1;
         }
     }
+    eprintln!("{checked} exemplars checked against their spans");
     // Both engines, five families: every bucket some request landed in.
     assert!(checked >= 40, "{checked} exemplars checked");
 }
@@ -370,14 +374,18 @@ fn each_slo_outcome_links_its_latest_request() {
             .1
             .trim_end_matches('"');
         let labels = line.labels.rsplit_once(",outcome=").unwrap().0;
+        // The latest to end, by the millisecond; the first of those.
+        let millis = |span: &SpanData| (seconds(span.end_time) * 1000.0) as i64;
         let latest = run
             .spans
             .iter()
             .filter(|span| labels_of(span) == labels)
-            .rfind(|span| {
+            .filter(|span| {
                 attribute(span, "vllm_otel_metrics.slo.outcome").map(|v| v.to_string())
                     == Some(outcome.to_owned())
             })
+            .rev()
+            .max_by_key(|span| millis(span))
             .unwrap();
         assert_eq!(latest.span_context.trace_id(), link.trace_id, "{line:?}");
         assert_eq!(latest.span_context.span_id(), link.span_id, "{line:?}");

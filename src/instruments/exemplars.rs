@@ -172,14 +172,22 @@ impl Layout {
     }
 }
 
-/// Puts `exemplar` in `slot` unless the slot holds a later observation:
-/// requests are placed in the order they ended, and one that ended later
-/// may have been observed earlier (its first token). A series' exemplars
-/// never go back in time, which Prometheus requires of them.
+/// Puts `exemplar` in `slot` when it was observed in a later millisecond
+/// than the one the slot holds. Requests are placed in the order they
+/// ended, and one that ended later may have been observed earlier (its
+/// first token). Prometheus keeps exemplar times in milliseconds and
+/// refuses one that is not later than its series' previous one: so a
+/// series' exemplars only move forward, and of several observed within one
+/// millisecond, the first placed stays.
 fn keep_latest(slot: &mut Option<Exemplar>, exemplar: Exemplar) {
-    if slot.is_none_or(|held| held.timestamp <= exemplar.timestamp) {
+    if slot.is_none_or(|held| millis(held.timestamp) < millis(exemplar.timestamp)) {
         *slot = Some(exemplar);
     }
+}
+
+/// A time in whole milliseconds, as Prometheus reads an exemplar's.
+fn millis(seconds: f64) -> i64 {
+    (seconds * 1000.0) as i64
 }
 
 struct State {
@@ -521,7 +529,9 @@ mod tests {
         let at = ttft.iter().position(Option::is_some).unwrap();
         let exemplar = ttft[at].unwrap();
         assert_eq!((exemplar.value, exemplar.timestamp), (0.25, 100.25));
-        assert_eq!(exemplar.link, link(total));
+        // Every first token came at 100.25: the first request placed stays
+        // (a second exemplar in the same millisecond would be refused).
+        assert_eq!(exemplar.link, link(1));
         let e2e = snapshot
             .histogram(&E2E_REQUEST_LATENCY, SeriesLabelSet::Of("m", 0))
             .unwrap();
