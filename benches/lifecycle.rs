@@ -430,7 +430,7 @@ fn otel_sdk_exemplars(s: &Setup) {
     black_box(request.is_terminated());
     let ended = s.exemplar_requests.get() + 1;
     s.exemplar_requests.set(ended);
-    if ended % 64 == 0 {
+    if ended.is_multiple_of(64) {
         if let Some(exemplars) = s.sdk_exemplars._instruments.exemplars() {
             exemplars.place_pending();
         }
