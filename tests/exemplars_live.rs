@@ -31,7 +31,7 @@ use std::collections::HashMap;
 use std::process::{Command, Stdio};
 
 use common::collector::Collector;
-use common::jaeger::Jaeger;
+use common::jaeger::{tag, Jaeger};
 use common::process::Guard;
 use serde_json::Value;
 
@@ -107,14 +107,6 @@ fn parse_bound(text: &str) -> f64 {
 
 fn is_hex(text: &str, len: usize) -> bool {
     text.len() == len && text.bytes().all(|b| b.is_ascii_hexdigit())
-}
-
-fn tag<'a>(span: &'a Value, key: &str) -> Option<&'a Value> {
-    span["tags"]
-        .as_array()?
-        .iter()
-        .find(|t| t["key"] == key)
-        .map(|t| &t["value"])
 }
 
 /// The `most-preempted request: N preemptions, trace T (its llm_request
@@ -277,19 +269,8 @@ mod needs_collector_jaeger_prometheus {
         let run_end = unix_now();
 
         // Every span the run exported, once it is all in Jaeger.
-        let mut spans = Vec::new();
-        let arrived = common::process::wait_for_optional(30, || {
-            spans = jaeger.spans(&service)?;
-            (spans.len() as f64 >= terminated).then_some(())
-        });
-        assert!(
-            arrived.is_some(),
-            "{} spans in Jaeger for {terminated} terminated requests\ncollector log:\n{}\njaeger log:\n{}",
-            spans.len(),
-            collector.log(),
-            jaeger.log()
-        );
-        assert_eq!(spans.len() as f64, terminated, "one span per request");
+        let collector_log = || format!("collector log:\n{}", collector.log());
+        let spans = jaeger.exactly_spans(&service, terminated as usize, &collector_log);
         let most_in_spans = spans
             .iter()
             .map(|s| {

@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use std::process::Command;
 
 use common::collector::Collector;
-use common::jaeger::Jaeger;
+use common::jaeger::{tag, Jaeger};
 use serde_json::Value;
 
 const TRACE: &str = "tests/data/generated-seed11.jsonl";
@@ -63,14 +63,6 @@ fn terminated_requests(samples: &BTreeMap<String, f64>) -> usize {
         .filter(|(k, _)| k.starts_with("vllm:request_success_total{"))
         .map(|(_, v)| *v as usize)
         .sum()
-}
-
-fn tag<'a>(span: &'a Value, key: &str) -> Option<&'a Value> {
-    span["tags"]
-        .as_array()?
-        .iter()
-        .find(|t| t["key"] == key)
-        .map(|t| &t["value"])
 }
 
 /// The span of one request, attribute by attribute, against the values its
@@ -329,23 +321,8 @@ mod needs_collector_jaeger {
         assert!(terminated > 50, "{terminated} terminated requests");
 
         // Everything the replay pushed, once it is all in Jaeger.
-        let mut spans: Vec<Value> = Vec::new();
-        let arrived = common::process::wait_for_optional(30, || {
-            spans = jaeger.spans(&service)?;
-            (spans.len() >= terminated).then_some(())
-        });
-        assert!(
-        arrived.is_some(),
-        "{} spans in Jaeger for {terminated} terminated requests\ncollector log:\n{}\njaeger log:\n{}",
-        spans.len(),
-        collector.log(),
-        jaeger.log()
-    );
-        assert_eq!(
-            spans.len(),
-            terminated,
-            "exactly one span per terminated request"
-        );
+        let collector_log = || format!("collector log:\n{}", collector.log());
+        let spans = jaeger.exactly_spans(&service, terminated, &collector_log);
 
         let mut preemptions: BTreeMap<u64, usize> = BTreeMap::new();
         let mut ids = std::collections::BTreeSet::new();

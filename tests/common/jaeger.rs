@@ -17,6 +17,15 @@ pub fn jaeger_binary() -> PathBuf {
     binary
 }
 
+/// A span's attribute `key`, from Jaeger's v1 JSON (attributes as `tags`).
+pub fn tag<'a>(span: &'a serde_json::Value, key: &str) -> Option<&'a serde_json::Value> {
+    span["tags"]
+        .as_array()?
+        .iter()
+        .find(|t| t["key"] == key)
+        .map(|t| &t["value"])
+}
+
 /// A Jaeger running the shipped config.
 #[derive(Debug)]
 pub struct Jaeger {
@@ -84,6 +93,35 @@ impl Jaeger {
                 .flat_map(|t| t["spans"].as_array().cloned().unwrap_or_default())
                 .collect(),
         )
+    }
+
+    /// Waits up to 30 s for `count` spans of `service` and checks that
+    /// there are exactly that many; `context` (a Collector's log, say) goes
+    /// into the failure message with Jaeger's own log.
+    pub fn exactly_spans(
+        &self,
+        service: &str,
+        count: usize,
+        context: &dyn Fn() -> String,
+    ) -> Vec<serde_json::Value> {
+        let mut spans = Vec::new();
+        let arrived = super::process::wait_for_optional(30, || {
+            spans = self.spans(service)?;
+            (spans.len() >= count).then_some(())
+        });
+        assert!(
+            arrived.is_some(),
+            "{} spans in Jaeger for {count} terminated requests\n{}\njaeger log:\n{}",
+            spans.len(),
+            context(),
+            self.log()
+        );
+        assert_eq!(
+            spans.len(),
+            count,
+            "exactly one span per terminated request"
+        );
+        spans
     }
 
     /// What Jaeger wrote to its log so far.
@@ -155,12 +193,8 @@ impl Jaeger {
                 .find(|s| s["spanID"] == span_id)
                 .unwrap_or_else(|| panic!("trace {trace_id} has no span {span_id} ({line})"));
             assert_eq!(span["operationName"], "llm_request", "{line}");
-            let attribute = span["tags"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|t| t["key"] == *key)
-                .and_then(|t| t["value"].as_f64())
+            let attribute = tag(span, key)
+                .and_then(serde_json::Value::as_f64)
                 .unwrap_or_else(|| panic!("no {key} on span {span_id}"));
             assert_eq!(attribute, value, "{family}: {line}");
             checked += 1;
@@ -190,19 +224,7 @@ impl Jaeger {
     /// are exactly that many, each an `llm_request` carrying
     /// `vllm.request.num_preemptions`, and returns the sum of those counts.
     pub fn request_spans_preemptions(&self, service: &str, count: usize) -> u64 {
-        let mut spans = Vec::new();
-        let all = super::process::wait_for_optional(30, || {
-            spans = self.spans(service)?;
-            (spans.len() >= count).then_some(())
-        });
-        assert!(
-            all.is_some(),
-            "{} spans for {count} finished requests\n{}",
-            spans.len(),
-            self.log()
-        );
-        assert_eq!(spans.len(), count);
-        spans
+        self.exactly_spans(service, count, &String::new)
             .iter()
             .map(|span| {
                 assert_eq!(span["operationName"], "llm_request");
