@@ -30,7 +30,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 
 use opentelemetry::trace::{SpanId, TraceId};
 
@@ -253,9 +253,7 @@ impl LabelSetExemplars {
         state.len += 1;
         // Field by field: each value is copied once, straight into the ring.
         let slot = &mut state.ring[at];
-        // The trace id whole (one 16-byte move), then the span id.
-        slot.link.trace_id = link.trace_id;
-        slot.link.span_id = link.span_id;
+        slot.link = *link;
         slot.end = end;
         slot.values = *values;
         slot.slo = slo;
@@ -270,20 +268,14 @@ impl LabelSetExemplars {
         }
     }
 
-    /// Places every pending request, oldest first; with `copy`, copies the
-    /// slots out.
-    fn place_all(&self, copy: bool) -> Option<Vec<Option<Exemplar>>> {
+    /// Places every pending request, oldest first; returns the state, still
+    /// locked, for what the caller reads of it.
+    fn placed(&self) -> MutexGuard<'_, State> {
         let mut state = self.state.lock();
         while let Some(ended) = state.pop_oldest() {
             state.place(&self.layout, &ended);
         }
-        copy.then(|| state.slots.clone())
-    }
-
-    fn most_preempted(&self) -> Option<(u64, TraceLink)> {
-        self.place_all(false);
-        let state = self.state.lock();
-        state.most_preempted
+        state
     }
 }
 
@@ -346,7 +338,7 @@ impl Exemplars {
     /// busy label set's ring never fills on the recording thread.
     pub fn place_pending(&self) {
         for (_, set) in self.sets() {
-            set.place_all(false);
+            drop(set.placed());
         }
     }
 
@@ -356,7 +348,7 @@ impl Exemplars {
         let each = self
             .sets()
             .into_iter()
-            .filter_map(|(_, set)| set.most_preempted());
+            .filter_map(|(_, set)| set.placed().most_preempted);
         each.fold(
             None,
             |most: Option<(u64, TraceLink)>, (count, link)| match most {
@@ -379,7 +371,7 @@ impl Exemplars {
         let mut by_model: HashMap<String, HashMap<u32, Vec<Option<Exemplar>>>> = HashMap::new();
         let mut overflow = None;
         for (Key(key), set) in self.sets() {
-            let slots = set.place_all(true).unwrap_or_default();
+            let slots = set.placed().slots.clone();
             match key {
                 Some((model, engine)) => {
                     by_model.entry(model).or_default().insert(engine, slots);
