@@ -253,7 +253,10 @@ impl LabelSetExemplars {
         state.len += 1;
         // Field by field: each value is copied once, straight into the ring.
         let slot = &mut state.ring[at];
-        slot.link = *link;
+        // Field by field: two instructions fewer per request than the
+        // link copied whole (callgrind).
+        slot.link.trace_id = link.trace_id;
+        slot.link.span_id = link.span_id;
         slot.end = end;
         slot.values = *values;
         slot.slo = slo;
