@@ -12,6 +12,10 @@
 //! The check reads the source as text: it knows `use` trees, paths, inline
 //! modules and comments, which is all this crate's imports are written
 //! with. Macros are not expanded.
+//!
+//! Test files follow one rule of the same kind: one that runs the binary
+//! (it declares the `process` helper) requires the `cli` feature in
+//! `Cargo.toml`, so the minimal feature set neither builds nor runs it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -573,5 +577,43 @@ fn a_circle_is_found() {
     assert_eq!(
         edges[&module("c")].keys().collect::<Vec<_>>(),
         [&module("a")]
+    );
+}
+
+/// A test file that declares `pub mod process;` runs the binary, which the
+/// `cli` feature builds: without `required-features = ["cli"]`, the minimal
+/// feature set's `cargo test` would run it again against a binary left by
+/// an earlier build, or not find one.
+#[test]
+fn tests_that_run_the_binary_require_the_cli_feature() {
+    let manifest = std::fs::read_to_string(repo().join("Cargo.toml")).unwrap();
+    let gated: BTreeSet<&str> = manifest
+        .split("[[test]]")
+        .skip(1)
+        .filter(|entry| {
+            let entry = entry.split("\n[").next().unwrap_or(entry);
+            entry.contains("required-features = [\"cli\"]")
+        })
+        .filter_map(|entry| entry.split("name = \"").nth(1)?.split('"').next())
+        .collect();
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(repo().join("tests")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "rs")
+            && std::fs::read_to_string(&path)
+                .unwrap()
+                .lines()
+                .any(|line| line.trim() == "pub mod process;")
+        {
+            let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+            if !gated.contains(name.as_str()) {
+                missing.push(name);
+            }
+        }
+    }
+    missing.sort();
+    assert!(
+        missing.is_empty(),
+        "tests that run the binary without `required-features = [\"cli\"]` in Cargo.toml: {missing:?}"
     );
 }
