@@ -42,6 +42,8 @@ fn workload(tag: &str, steps: usize) -> Vec<pb::Record> {
                 traceparent: None,
                 operation_name: None,
                 stop_strings: false,
+                lora_name: None,
+                priority: None,
             })));
             live.push((id, 0));
         }
@@ -293,6 +295,8 @@ fn main() {
                 traceparent: None,
                 operation_name: None,
                 stop_strings: false,
+                lora_name: None,
+                priority: None,
             })));
         }
         records.push(record_to_proto(&Record::Outputs(OutputBatch {

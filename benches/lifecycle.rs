@@ -26,7 +26,10 @@
 //! one in a hundred, into a batch span processor), `otel_sdk_semconv` (the
 //! shipped request with `--semconv gen_ai`: the GenAI histograms recorded
 //! besides vLLM's families), `otel_sdk_slo` (the shipped request judged
-//! against an SLO, `--slo`: its outcome and goodput counted). A last section (`baseline/per_observation.rs`) times
+//! against an SLO, `--slo`: its outcome and goodput counted),
+//! `otel_sdk_lookup` and `otel_sdk_attributed` (the shipped request with
+//! its label set looked up at its start as the tracker does, without and
+//! with `--attribute lora,priority`: the difference is attribution's cost). A last section (`baseline/per_observation.rs`) times
 //! single observations on each path.
 //!
 //! Every label set exists before anything is measured. After criterion's
@@ -77,8 +80,8 @@ use vllm_otel_metrics::export::shared::SharedAggregation;
 use vllm_otel_metrics::instruments::exemplars::TraceLink;
 use vllm_otel_metrics::instruments::spans::RequestSpans;
 use vllm_otel_metrics::instruments::{
-    views, ExponentialHistograms, Instruments, InstrumentsConfig, LabelSet, OtlpHistograms,
-    Semconv, Slo, SCOPE_NAME,
+    views, Attribution, ExponentialHistograms, Instruments, InstrumentsConfig, LabelSet,
+    OtlpHistograms, PriorityClasses, RequestClass, Semconv, Slo, SCOPE_NAME,
 };
 use vllm_otel_metrics::protocol::{
     EngineCoreEvent, EngineCoreOutput, EventType, FinishReason, PrefillStats,
@@ -179,6 +182,9 @@ enum Readers {
     BridgeSlo,
     /// The bridge's alone, with exemplars (`--exemplars on`).
     BridgeExemplars,
+    /// The bridge's alone, each request labelled with its adapter and
+    /// priority class (`--attribute lora,priority`).
+    BridgeAttributed,
     /// Both sinks as the CLI registers them with `--otlp-histograms
     /// exponential`: OTLP and the bridge read one aggregation in which the
     /// latency histograms are exponential; the bridge's second reader, on a
@@ -212,6 +218,13 @@ impl Sdk {
             config.slo = Some(std::sync::Arc::new(slo));
         }
         config.exemplars = readers == Readers::BridgeExemplars;
+        if let Readers::BridgeAttributed = readers {
+            let attribution = Attribution::default()
+                .with_lora()
+                .with_adapter_min_requests(1)
+                .with_priority(PriorityClasses::default());
+            config.attribution = Some(attribution);
+        }
         let (bridge, reader) = PrometheusBridge::builder().build();
         let mut builder = SdkMeterProvider::builder().with_view(views(config.clone()));
         if matches!(
@@ -220,6 +233,7 @@ impl Sdk {
                 | Readers::BridgeSemconv
                 | Readers::BridgeSlo
                 | Readers::BridgeExemplars
+                | Readers::BridgeAttributed
         ) {
             builder = builder.with_reader(reader);
         } else {
@@ -321,6 +335,8 @@ struct Setup {
     sdk_semconv: Sdk,
     sdk_slo: Sdk,
     sdk_exemplars: Sdk,
+    /// With `--attribute lora,priority`.
+    sdk_attributed: Sdk,
     /// Requests `otel_sdk_exemplars` ended, for its placement every 64.
     exemplar_requests: std::cell::Cell<u64>,
     sdk_exponential: Sdk,
@@ -354,6 +370,7 @@ impl Setup {
             sdk_semconv: Sdk::new(Readers::BridgeSemconv, &runtime),
             sdk_slo: Sdk::new(Readers::BridgeSlo, &runtime),
             sdk_exemplars: Sdk::new(Readers::BridgeExemplars, &runtime),
+            sdk_attributed: Sdk::new(Readers::BridgeAttributed, &runtime),
             exemplar_requests: std::cell::Cell::new(0),
             sdk_exponential: Sdk::new(Readers::BothSinksExponential, &runtime),
             traced: Traced::new(),
@@ -437,6 +454,26 @@ fn otel_sdk_exemplars(s: &Setup) {
     }
 }
 
+/// The shipped request, its label set looked up by `(model_name, engine)`
+/// at its start, as the tracker does for every request record.
+fn otel_sdk_lookup(s: &Setup) {
+    let label_set = s.sdk._instruments.label_set(MODEL, ENGINE);
+    shipped_request(&label_set, &s.canonical);
+}
+
+/// [`otel_sdk_lookup`] with `--attribute lora,priority`: the label set
+/// looked up with the request's class (its adapter and priority), as the
+/// tracker does; the difference is attribution's cost per request.
+fn otel_sdk_attributed(s: &Setup) {
+    let class = RequestClass {
+        lora_name: Some("sql-lora"),
+        priority: Some(1),
+    };
+    let instruments = &s.sdk_attributed._instruments;
+    let label_set = instruments.label_set_for(MODEL, ENGINE, black_box(&class));
+    shipped_request(&label_set, &s.canonical);
+}
+
 fn otel_sdk_slo(s: &Setup) {
     shipped_request(&s.sdk_slo.label_set, &s.canonical);
 }
@@ -509,7 +546,7 @@ const VARIANTS: [Variant; 3] = [
 ];
 
 /// Reference points, timed alongside but not part of the summary line.
-const REFERENCES: [Variant; 12] = [
+const REFERENCES: [Variant; 14] = [
     Variant {
         name: "vllm_rust_atomic",
         run: vllm_rust_atomic,
@@ -525,6 +562,14 @@ const REFERENCES: [Variant; 12] = [
     Variant {
         name: "otel_sdk_exemplars",
         run: otel_sdk_exemplars,
+    },
+    Variant {
+        name: "otel_sdk_lookup",
+        run: otel_sdk_lookup,
+    },
+    Variant {
+        name: "otel_sdk_attributed",
+        run: otel_sdk_attributed,
     },
     Variant {
         name: "both_sinks",

@@ -74,6 +74,8 @@ fn populate(tracker: &mut Tracker) {
             traceparent: None,
             operation_name: None,
             stop_strings: false,
+            lora_name: None,
+            priority: None,
         });
         assert_eq!(rejections, vec![]);
         let event = |kind, timestamp| EngineCoreEvent {

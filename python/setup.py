@@ -10,7 +10,9 @@
     glibc 2.28);
   - otherwise it is built here from the repository's `Cargo.toml` with
     `cargo build --release --locked`, which needs a Rust toolchain, for the
-    machine's own glibc;
+    machine's own glibc (`VLLM_OTEL_METRICS_CARGO_PROFILE=NAME` builds that
+    cargo profile instead: the pip-install test takes `dev`, the build its
+    test command has already made);
   - `VLLM_OTEL_METRICS_NO_BINARY=1`: no binary, a plugin-only wheel (the
     sidecar runs elsewhere, for example in its own container).
 - A wheel with the binary is tagged `py3-none-PLATFORM`: the binary links no
@@ -54,12 +56,24 @@ def sidecar_binary() -> pathlib.Path:
             "binary in VLLM_OTEL_METRICS_BINARY, install a wheel built by scripts/build-wheel.sh, "
             "or set VLLM_OTEL_METRICS_NO_BINARY=1 for the plugin alone"
         )
+    profile = os.environ.get("VLLM_OTEL_METRICS_CARGO_PROFILE", "") or "release"
+    if not profile.replace("-", "").replace("_", "").isalnum():
+        raise SystemExit(f"VLLM_OTEL_METRICS_CARGO_PROFILE={profile!r} is not a cargo profile name")
     subprocess.run(
-        ["cargo", "build", "--release", "--locked", "--manifest-path", str(REPO / "Cargo.toml")],
+        [
+            "cargo",
+            "build",
+            "--profile",
+            profile,
+            "--locked",
+            "--manifest-path",
+            str(REPO / "Cargo.toml"),
+        ],
         check=True,
     )
     target = pathlib.Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
-    return target / "release" / BINARY_NAME
+    # Cargo writes the `dev` profile's outputs under `debug/`.
+    return target / ("debug" if profile == "dev" else profile) / BINARY_NAME
 
 
 class BuildPyWithProtoAndBinary(build_py):

@@ -94,18 +94,17 @@ step "vLLM's Rust frontend, vllm-rs, from vLLM 0.32.0's wheel (scripts/vllm-rs.s
 VLLM_OTEL_METRICS_VLLM_RS=$(bash scripts/vllm-rs.sh)
 export VLLM_OTEL_METRICS_VLLM_RS
 step "the plugin's wheel, with the sidecar binary (scripts/build-wheel.sh)"
-# Release builds go to a target directory of their own, `wheel/`, where the
-# pip-install test (tests/plugin_pip.rs) builds too. The wheel's is
+# The wheel's release build goes to a target directory of its own, `wheel/`:
 # cargo-zigbuild's, for glibc 2.28, under `wheel/x86_64-unknown-linux-gnu/`.
 VLLM_OTEL_METRICS_WHEEL=$(CARGO_TARGET_DIR="$CARGO_TARGET_DIR/wheel" bash scripts/build-wheel.sh)
 export VLLM_OTEL_METRICS_WHEEL
-step "the release build for the pip-install test (cargo build --release)"
-# `pip install ./python` builds the sidecar with plain cargo for this
-# machine's glibc, under `wheel/release/`: a second release build of every
-# dependency, which shares nothing with the wheel's (another target, another
-# C compiler). Made here, the test finds it done instead of building it for
-# minutes while it holds the plugin tests' lock.
-CARGO_TARGET_DIR="$CARGO_TARGET_DIR/wheel" cargo build --release --locked --quiet
+step "the build for the pip-install test (cargo build, the dev profile)"
+# `pip install ./python` builds the sidecar with cargo; the test asks for the
+# `dev` profile in the tests' own target directory (tests/plugin_pip.rs), a
+# build whose dependencies are mostly the tests' own. Made here, the test
+# finds it done instead of building it while it holds the plugin tests'
+# lock. (It was a release build of its own, 250 s on a fresh machine.)
+cargo build --locked --quiet
 
 step "waiting for the Go builds: the Collector, the Jaeger traces backend, Thanos (otel-collector/build*.sh)"
 go_status=0

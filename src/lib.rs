@@ -21,6 +21,7 @@
 //! assert!(tracker.start_request(&RequestStart {
 //!     request_id: "r1".into(), model_name: "m".into(), engine: 0,
 //!     arrival_time: 100.0, prompt_len: 8, max_tokens: None, n: 1, traceparent: None, operation_name: None, stop_strings: false,
+//!     lora_name: None, priority: None,
 //! }).is_empty());
 //! assert!(tracker.abort(&Abort { request_id: "r1".into(), received_at: 101.0 }).is_empty());
 //! let text = bridge.encode(Format::Text);

@@ -347,6 +347,8 @@ fn observing_a_batch_of_live_requests_allocates_nothing_once_warmed() {
             traceparent: None,
             operation_name: None,
             stop_strings: false,
+            lora_name: None,
+            priority: None,
         });
         assert_eq!(rejections, vec![]);
     }

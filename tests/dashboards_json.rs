@@ -602,5 +602,5 @@ fn histogram_panels_show_the_exemplars_of_the_families_that_carry_them() {
             asked += usize::from(asks);
         }
     }
-    assert_eq!(asked, 7, "{}", path.display());
+    assert_eq!(asked, 10, "{}", path.display());
 }

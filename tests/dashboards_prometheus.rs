@@ -7,7 +7,10 @@
 //! - `vllm-starved`: a KV cache far too small for the load (256 blocks, 6
 //!   requests/s), so requests are preempted again and again; 30 % of its
 //!   arrivals are high-priority (`--priority-fraction 0.3`), so it preempts
-//!   for both reasons, `kv_full` and `priority`;
+//!   for both reasons, `kv_full` and `priority`; its requests ask for three
+//!   LoRA adapters and carry their class (`--attribute lora,priority`), so
+//!   every other query runs over classed series, and the low priority class
+//!   must show more preemptions per request than the high one;
 //! - `vllm-ample`: the same workload with 4096 blocks, never a preemption.
 //!
 //! Both judge every finished request against the same latency SLO (`--slo`,
@@ -79,6 +82,24 @@ const WORKLOAD: [&str; 10] = [
     "128",
     "--output-len",
     "256",
+];
+
+/// What the starved job adds to [`WORKLOAD`]: priority scheduling, three
+/// LoRA adapters, and attribution by adapter (two labels of their own) and
+/// priority class, so that every query of the dashboards' "by class" row
+/// has data, and every other query is checked with class labels present.
+const STARVED: [&str; 11] = [
+    "--priority-fraction",
+    "0.3",
+    "--lora-adapters",
+    "--models",
+    "3",
+    "--attribute",
+    "lora,priority",
+    "--max-adapters",
+    "2",
+    "--adapter-min-requests",
+    "3",
 ];
 
 /// rules.yml with short `for:` and windows, for a live run of about a minute.
@@ -191,14 +212,20 @@ fn slo_checks(port: u16) {
         eprintln!("{job} SLO outcomes: {outcomes:?}");
     }
 
-    // The long windows (36 and 6 minutes here) hold the whole run.
+    // The long windows (36 and 6 minutes here) hold the whole run. The
+    // starved job's rules are per class (`--attribute`): its worst class,
+    // the low priority, burns.
+    let worst = |result: &[Value], job: &str| {
+        let of_job = result.iter().filter(|series| series["metric"]["job"] == job);
+        of_job.filter_map(sample_value).reduce(f64::max)
+    };
     for (record, threshold) in [
         ("model_name:vllm_otel_metrics_slo_miss:ratio_rate6h", 6.0),
         ("model_name:vllm_otel_metrics_slo_miss:ratio_rate1h", 14.4),
     ] {
         let result = result_within(port, record, 20);
-        let starved = value_for_job(&result, "vllm-starved").expect("vllm-starved");
-        let ample = value_for_job(&result, "vllm-ample").expect("vllm-ample");
+        let starved = worst(&result, "vllm-starved").expect("vllm-starved");
+        let ample = worst(&result, "vllm-ample").expect("vllm-ample");
         assert!(
             starved / budget > threshold,
             "{record}: vllm-starved burns {} (threshold {threshold})",
@@ -265,14 +292,10 @@ mod needs_prometheus {
         let starved_port = common::http::free_port();
         let ample_port = common::http::free_port();
         // High-priority arrivals preempt low-priority running requests (reason
-        // `priority`) on top of the KV-cache shortage (`kv_full`).
-        let _starved = simulator(
-            &dir,
-            "starved",
-            "256",
-            &["--priority-fraction", "0.3"],
-            starved_port,
-        );
+        // `priority`) on top of the KV-cache shortage (`kv_full`). Its
+        // requests carry their class (`--attribute`): three adapters, two
+        // with a label of their own, and two priority classes.
+        let _starved = simulator(&dir, "starved", "256", &STARVED, starved_port);
         let _ample = simulator(&dir, "ample", "4096", &[], ample_port);
 
         let (_prometheus, port) = prometheus_server::start(
@@ -407,7 +430,28 @@ mod needs_prometheus {
             "vllm-ample has preemptions by reason: {ample_reasons:?}"
         );
 
-        // 6. Nothing fires, or is even pending, for the ample job.
+        // 6. By class: both priority classes (0 high, 1 low) have requests,
+        // and the classes add up to the job's requests. (Which class absorbs
+        // the preemptions is the simulator's test: this job is overloaded
+        // far past the point where it shows.)
+        let per_request = r#"sum by (priority) (vllm:request_num_preemptions_sum{job="vllm-starved"}) / sum by (priority) (vllm:request_num_preemptions_count{job="vllm-starved"})"#;
+        let classes = values_by(&result_within(port, per_request, 20), "priority");
+        let mut names: Vec<&str> = classes.iter().map(|(c, _)| c.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(
+            names,
+            ["0", "1"],
+            "preemptions per request by class: {classes:?}"
+        );
+        let apart = r#"sum(vllm:request_success_total{job="vllm-starved"}) - sum(sum by (priority, lora_name) (vllm:request_success_total{job="vllm-starved"}))"#;
+        let apart = result_within(port, apart, 20);
+        assert_eq!(
+            apart.iter().map(sample_value).collect::<Vec<_>>(),
+            [Some(0.0)]
+        );
+        eprintln!("vllm-starved preemptions per request by priority class: {classes:?}");
+
+        // 7. Nothing fires, or is even pending, for the ample job.
         let all = alerts(port).expect("alerts");
         let ample: Vec<_> = all.iter().filter(|a| a.1 == "vllm-ample").collect();
         assert!(ample.is_empty(), "alerts for vllm-ample: {ample:?}");

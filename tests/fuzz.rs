@@ -50,6 +50,8 @@ fn random_record(rng: &mut Rng, clock: &mut f64) -> Record {
             traceparent: None,
             operation_name: None,
             stop_strings: false,
+            lora_name: None,
+            priority: None,
         }),
         3..=7 => Record::Outputs(OutputBatch {
             engine,

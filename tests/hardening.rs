@@ -324,6 +324,8 @@ fn a_stream_cut_at_the_drain_deadline_gets_its_summary() {
             traceparent: None,
             operation_name: None,
             stop_strings: false,
+            lora_name: None,
+            priority: None,
         });
         runtime
             .block_on(sender.send(record_to_proto(&start)))

@@ -83,6 +83,8 @@ fn endpoint_negotiates_formats_and_both_parse_to_the_same_samples() {
         traceparent: None,
         operation_name: None,
         stop_strings: false,
+        lora_name: None,
+        priority: None,
     });
     assert_eq!(rejections, vec![]);
     let rejections = tracker.abort(&Abort {

@@ -1,5 +1,6 @@
 //! `pip install ./python` in a fresh virtual environment, as a user
-//! installs the plugin from source: its build runs cargo for the sidecar.
+//! installs the plugin from source: its build runs cargo for the sidecar
+//! (the `dev` profile here, `--release` for a user).
 
 /// The helpers of `tests/common/` this file uses.
 pub mod common {
@@ -39,18 +40,19 @@ mod needs_pip {
         );
         let output = common::environments::pip_install(&venv.join("bin/python"))
             .arg(common::paths::repo().join("python"))
-            // Its own target directory: this test runs while cargo may hold the
-            // tests' one, and a release build must not wait for it. Under the
-            // tests' one when that is set (the test command's cache), where
-            // scripts/test.sh has made this release build first (beside the
-            // wheel's, which is for another target and shares none of it), so
-            // that this build finds it done instead of building it here.
+            // The build runs cargo as a user's does, in the tests' own target
+            // directory (cargo holds its lock while it builds, not while the
+            // tests run) and with the `dev` profile: scripts/test.sh has made
+            // that build before the tests, most of it shared with theirs, so
+            // this one finds it done. A user's build is `--release`; which
+            // profile cargo builds is no part of what this test checks.
             .env(
                 "CARGO_TARGET_DIR",
                 std::env::var_os("CARGO_TARGET_DIR")
-                    .map(|dir| std::path::PathBuf::from(dir).join("wheel"))
-                    .unwrap_or_else(|| common::paths::repo().join("target/wheel")),
+                    .map(std::path::PathBuf::from)
+                    .unwrap_or_else(|| common::paths::repo().join("target")),
             )
+            .env("VLLM_OTEL_METRICS_CARGO_PROFILE", "dev")
             .output()
             .expect("pip runs");
         assert!(

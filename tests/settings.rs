@@ -156,8 +156,53 @@ fn every_rejected_setting_is_shown_as_its_flag_or_variable() {
             vec![],
             "--nixl must be used with a KV connector (--external-prefix-hit-rate above 0)".into(),
         ),
+        (
+            vec![
+                "simulate",
+                "--attribute",
+                "priority",
+                "--slo",
+                r#"{"ttft": 1, "priorities": {"7": {"ttft": 9}}}"#,
+            ],
+            vec![],
+            "--slo: priorities.7: not a class of --priority-classes (<-1, -1, 0, 1, >1)".into(),
+        ),
+        (
+            vec!["simulate", "--slo", r#"{"priorities": {"0": {"ttft": 9}}}"#],
+            vec![],
+            "--slo: priorities.0: priority classes need --attribute priority".into(),
+        ),
     ];
     fails_with(cases);
+}
+
+/// A class `--attribute` does not know, or priority boundaries that do not
+/// increase, are refused by the command line's parser, which names the
+/// value and what it takes.
+#[test]
+fn attribution_flags_name_the_value_at_fault() {
+    for (args, first_line) in [
+        (
+            &["--attribute", "lora,tenant"][..],
+            "error: invalid value 'tenant' for '--attribute <lora,priority>'",
+        ),
+        (
+            &["--priority-classes", "5,1"][..],
+            "error: invalid value '5,1' for '--priority-classes <B1,B2,…>': priority class boundaries: 1 is not above 5; boundaries increase strictly",
+        ),
+        (
+            &["--priority-classes", "0,high"][..],
+            "error: invalid value '0,high' for '--priority-classes <B1,B2,…>': priority class boundaries: 'high' is not an integer",
+        ),
+        (
+            &["--max-adapters", "0"][..],
+            "error: invalid value '0' for '--max-adapters <K>': 0 is not in 1..=1024",
+        ),
+    ] {
+        let (code, _, stderr) = common::process::run(&[&["simulate"][..], args].concat());
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().next(), Some(first_line), "{args:?}: {stderr}");
+    }
 }
 
 /// A `--custom-histogram-buckets` that cannot be used stops every

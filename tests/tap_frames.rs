@@ -192,6 +192,8 @@ fn starts() -> Vec<Record> {
                 traceparent: None,
                 operation_name: None,
                 stop_strings: false,
+                lora_name: None,
+                priority: None,
             })
         })
         .collect()

@@ -45,6 +45,8 @@ fn start(
         traceparent: None,
         operation_name: None,
         stop_strings: false,
+        lora_name: None,
+        priority: None,
     }
 }
 

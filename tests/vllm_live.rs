@@ -23,6 +23,7 @@ pub mod common {
     pub mod process;
 }
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -616,8 +617,158 @@ mod needs_collector_vllm {
     }
 }
 
+/// The tiny LoRA adapter of `tests/vllm/tiny_lora.py`, written once.
+fn tiny_lora() -> &'static Path {
+    static ADAPTER: OnceLock<PathBuf> = OnceLock::new();
+    ADAPTER.get_or_init(|| {
+        let (python, _) = live_engine();
+        let adapter = common::paths::tempdir("vllm-live-lora");
+        let output = Command::new(python)
+            .arg(common::paths::repo().join("tests/vllm/tiny_lora.py"))
+            .arg(&adapter)
+            .output()
+            .expect("python runs");
+        assert!(
+            output.status.success(),
+            "tiny_lora.py failed:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        adapter
+    })
+}
+
+/// The sidecar's `vllm:request_success_total` by class, keyed as the
+/// client's requests are (`MODEL|PRIORITY`: the base model by its served
+/// name, a priority by the number sent), from its `lora_name` and
+/// `priority` labels: `none` is the served model, a priority class
+/// (`--priority-classes` -1,0,1,2) stands for the one priority of the
+/// run it holds.
+fn finished_by_class(exposition: &str, priorities: &[(&str, &str)]) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for (key, value) in common::exposition::samples(exposition) {
+        let Some(labels) = key.strip_prefix("vllm:request_success_total{") else {
+            continue;
+        };
+        let label = |name: &str| {
+            let start = labels
+                .find(&format!("{name}=\""))
+                .map(|at| at + name.len() + 2)?;
+            Some(labels[start..].split('"').next()?.to_owned())
+        };
+        let lora = match label("lora_name").expect("a lora_name label").as_str() {
+            "none" => "tiny-llama".to_owned(),
+            adapter => adapter.to_owned(),
+        };
+        let class = label("priority").expect("a priority label");
+        let (priority, _) = priorities
+            .iter()
+            .find(|(_, c)| *c == class)
+            .unwrap_or_else(|| panic!("priority class {class} is none the run sent"));
+        *out.entry(format!("{lora}|{priority}")).or_insert(0.0) += value;
+    }
+    out.retain(|_, n| *n > 0.0);
+    out
+}
+
 mod needs_vllm {
     use super::*;
+
+    /// Attribution under vLLM's Python frontend: `vllm serve` with
+    /// `--scheduling-policy priority` and a LoRA adapter (`--enable-lora`,
+    /// the tiny adapter of `tests/vllm/tiny_lora.py`), the plugin with
+    /// `VLLM_OTEL_METRICS_ATTRIBUTE=lora,priority` (so its source is the
+    /// engine-core tap: vLLM's stat logger sees no request's class). The
+    /// client sends every pair of the base model or the adapter and of
+    /// priority 0 or 5; the sidecar's requests per class are what it sent,
+    /// its classes add up to vLLM's own request and preemption counts, and
+    /// the low priority takes more preemptions per request than the high.
+    #[test]
+    fn live_engine_classes_by_adapter_and_priority() {
+        let _serial = serial();
+        let lora = tiny_lora();
+        let (report, dir) = run_live(
+            "vllm-live-classes",
+            &[
+                "--priorities",
+                "0,5,5",
+                "--lora",
+                lora.to_str().unwrap(),
+                "--attribute",
+                "lora,priority",
+            ],
+            &[],
+        );
+        assert_eq!(
+            report["load"]["errors"],
+            serde_json::json!([]),
+            "{}",
+            dir.display()
+        );
+        let sidecar = report["sidecar_exposition"].as_str().unwrap();
+        let vllm = report["vllm_exposition"].as_str().unwrap();
+        let sent: BTreeMap<String, f64> =
+            serde_json::from_value(report["sent_by_class"].clone()).unwrap();
+        assert_eq!(
+            sent.len(),
+            4,
+            "every pair of adapter and priority: {sent:?}"
+        );
+        let finished = finished_by_class(sidecar, &[("0", "0"), ("5", ">1")]);
+        assert_eq!(
+            finished,
+            sent,
+            "requests per class; logs in {}",
+            dir.display()
+        );
+        // The classes add up to vLLM's own counts. vLLM's Python logger
+        // observes no request its client dropped (an abort it makes itself);
+        // the tap, on the Rust frontend's rules, observes each once, as an
+        // abort (docs/SEMANTICS.md §3d).
+        let count = "vllm:request_num_preemptions_count";
+        let aborted = common::exposition::sum_where(
+            sidecar,
+            "vllm:request_success_total",
+            "finished_reason",
+            "abort",
+        );
+        assert_eq!(
+            aborted,
+            report["load"]["dropped_by_client"].as_f64().unwrap()
+        );
+        let (ours, theirs) = (
+            common::exposition::sum_of(sidecar, count),
+            common::exposition::sum_of(vllm, count),
+        );
+        assert_eq!(
+            ours - aborted,
+            theirs,
+            "{count}: the classes add up to vLLM's"
+        );
+        let events = "vllm:num_preemptions_total";
+        let (ours, theirs) = (
+            common::exposition::sum_of(sidecar, events),
+            common::exposition::sum_of(vllm, events),
+        );
+        assert_eq!(ours, theirs, "{events}: the classes add up to vLLM's");
+        assert!(theirs > 0.0, "the load preempts: {events} {theirs}");
+        let preemptions = "vllm:request_num_preemptions_sum";
+        let by_priority = |class: &str| {
+            common::exposition::sum_where(sidecar, preemptions, "priority", class)
+                / common::exposition::sum_where(sidecar, count, "priority", class)
+        };
+        // vLLM preempts the lowest priority first: priority 5 absorbs them.
+        assert!(
+            by_priority(">1") > by_priority("0"),
+            "preemptions per request: priority 5 {}, priority 0 {}",
+            by_priority(">1"),
+            by_priority("0")
+        );
+        eprintln!(
+            "requests per class {finished:?}; {theirs} preemptions; per request: priority 0 {:.2}, priority 5 {:.2}",
+            by_priority("0"),
+            by_priority(">1")
+        );
+    }
 
     /// The wheel is `py3-none-manylinux_…_x86_64`, and a fresh virtual
     /// environment with no Rust toolchain on PATH installs it and gets the

@@ -301,6 +301,22 @@ def test_the_slo_reaches_the_started_sidecar_and_a_bad_one_is_refused_first(tmp_
             sidecar_settings(tmp_path, VLLM_OTEL_METRICS_SLO=bad)
 
 
+def test_the_attribution_reaches_the_started_sidecar_and_a_bad_class_is_named(tmp_path):
+    """VLLM_OTEL_METRICS_ATTRIBUTE becomes the sidecar's --attribute (and a
+    sidecar started without it differs); a class serve does not know is a
+    ConfigError naming it, before any sidecar is started."""
+    settings = sidecar_settings(tmp_path, VLLM_OTEL_METRICS_ATTRIBUTE="lora, priority")
+    argv = sidecar.command("bin", settings, 4096, parent_pid=1)
+    assert argv[argv.index("--attribute") + 1] == "lora,priority"
+    plain = sidecar_settings(tmp_path)
+    assert "--attribute" not in sidecar.command("bin", plain, 4096, parent_pid=1)
+    assert sidecar.fingerprint(settings, 4096) != sidecar.fingerprint(plain, 4096)
+    with pytest.raises(
+        config.ConfigError, match="VLLM_OTEL_METRICS_ATTRIBUTE: 'adapter' is not one of"
+    ):
+        sidecar_settings(tmp_path, VLLM_OTEL_METRICS_ATTRIBUTE="priority,adapter")
+
+
 def socket_only_settings(tmp_path):
     """A started sidecar's settings without VLLM_OTEL_METRICS_TARGET: its
     private directory in ``tmp_path``, no /metrics."""

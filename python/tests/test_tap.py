@@ -58,6 +58,8 @@ def request(request_id, stop=None, headers=None):
         num_prompt_tokens=7,
         sampling_params=params,
         trace_headers=headers,
+        lora_request=None,
+        priority=0,
     )
 
 
@@ -185,6 +187,8 @@ def test_the_queue_keeps_no_reference_to_the_request():
             self.prompt_token_ids = list(range(7))
             self.sampling_params = Params()
             self.trace_headers = {"traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01"}
+            self.lora_request = types.SimpleNamespace(lora_name="sql-adapter", lora_int_id=1)
+            self.priority = -3
 
     t = make_tap()
     engine = StandInEngine()
@@ -196,6 +200,7 @@ def test_the_queue_keeps_no_reference_to_the_request():
         request.prompt_token_ids,
         request.sampling_params.stop,
         request.trace_headers,
+        request.lora_request,
     )
     engine.add_request(request, 1)
     (item,) = t.queue.items
@@ -216,12 +221,15 @@ def test_the_queue_keeps_no_reference_to_the_request():
         n=2,
         stop_strings=True,
         traceparent="00-" + "a" * 32 + "-" + "b" * 16 + "-01",
+        lora_name="sql-adapter",
+        priority=-3,
     )
 
 
 def test_a_vllm_request_is_copied_not_kept():
     """The same with vLLM's own Request (vLLM 0.33.0), as its input thread
     makes it from an EngineCoreRequest: the prompt's token ids die with it."""
+    from vllm.lora.request import LoRARequest
     from vllm.sampling_params import SamplingParams
     from vllm.v1.engine import EngineCoreRequest
     from vllm.v1.request import Request
@@ -233,9 +241,10 @@ def test_a_vllm_request_is_copied_not_kept():
         sampling_params=SamplingParams(max_tokens=128),
         pooling_params=None,
         arrival_time=1700000000.5,
-        lora_request=None,
+        lora_request=LoRARequest("sql", 1, "/adapters/sql"),
         cache_salt=None,
         data_parallel_rank=None,
+        priority=7,
     )
     request = Request.from_engine_core_request(core_request, None)
     t = make_tap()
@@ -254,7 +263,9 @@ def test_a_vllm_request_is_copied_not_kept():
         record.request.max_tokens,
         record.request.n,
         record.request.stop_strings,
-    ) == ("cmpl-1", 1700000000.5, 512, 128, 1, False)
+        record.request.lora_name,
+        record.request.priority,
+    ) == ("cmpl-1", 1700000000.5, 512, 128, 1, False, "sql", 7)
 
 
 def test_a_request_that_cannot_be_read_is_counted_and_the_rest_is_sent():

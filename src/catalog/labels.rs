@@ -22,3 +22,14 @@ pub(crate) const REASON_LABELS: &[&str] = &["reason"];
 /// computed locally, hit in the local prefix cache, transferred from an external KV store.
 pub(crate) const PROMPT_TOKEN_SOURCES: [&str; 3] =
     ["local_compute", "local_cache_hit", "external_kv_transfer"];
+
+/// The adapter label of the per-request families, with `--attribute lora`
+/// (vLLM's `lora_request.lora_name`).
+pub const LORA_NAME_LABEL: &str = "lora_name";
+/// The priority-class label of the per-request families, with
+/// `--attribute priority` (the name vLLM's proposal #58077 gives it).
+pub const PRIORITY_LABEL: &str = "priority";
+/// `lora_name` of a request of the base model, without an adapter.
+pub const NO_ADAPTER: &str = "none";
+/// `lora_name` of the adapters without a label of their own.
+pub const OTHER_ADAPTER: &str = "other";

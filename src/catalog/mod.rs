@@ -67,6 +67,7 @@ pub use families::{
     all, by_otel_name, by_vllm_name, exemplar_families, per_request_histograms,
     series_per_label_set,
 };
+pub use labels::{LORA_NAME_LABEL, NO_ADAPTER, OTHER_ADAPTER, PRIORITY_LABEL};
 pub use reasons::{EvictReason, RejectReason};
 // What a host program reads back from a snapshot (the command line's run
 // summaries do): the headline, the finished requests, two latencies.

@@ -9,7 +9,7 @@ use super::labels::ENGINE_LABELS;
 /// The labels of [`SLO_REQUESTS`].
 pub(crate) const SLO_OUTCOME_LABELS: &[&str] = &["model_name", "engine", SLO_OUTCOME_LABEL];
 /// The label that names a request's outcome.
-pub(crate) const SLO_OUTCOME_LABEL: &str = "outcome";
+pub const SLO_OUTCOME_LABEL: &str = "outcome";
 
 /// The values of `outcome`, in `SloOutcome::ALL` order.
 pub const SLO_OUTCOMES: [&str; 6] = [

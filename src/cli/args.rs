@@ -11,7 +11,12 @@ use opentelemetry_sdk::metrics::Temporality;
 use vllm_otel_metrics::catalog::{TokenBuckets, DEFAULT_MAX_MODEL_LEN};
 use vllm_otel_metrics::export::otlp::{self, Protocol};
 use vllm_otel_metrics::export::prometheus::{http, Format};
-use vllm_otel_metrics::instruments::{ExponentialHistograms, DEFAULT_MAX_LABEL_SETS};
+use vllm_otel_metrics::instruments::attribution::{
+    DEFAULT_ADAPTER_MIN_REQUESTS, DEFAULT_MAX_ADAPTERS, MAX_ADAPTERS,
+};
+use vllm_otel_metrics::instruments::{
+    Attribution, AttributionError, ExponentialHistograms, PriorityClasses, DEFAULT_MAX_LABEL_SETS,
+};
 use vllm_otel_metrics::protocol::InputLimits;
 
 /// Where `/metrics` is served, or `none`.
@@ -110,11 +115,65 @@ pub(super) struct CommonArgs {
     #[arg(long, value_enum, value_name = "on|off")]
     pub(super) exemplars: Option<Switch>,
     #[command(flatten)]
+    pub(super) attribution: AttributionArgs,
+    #[command(flatten)]
     pub(super) semconv: SemconvArgs,
     #[command(flatten)]
     pub(super) listen: ListenArgs,
     #[command(flatten)]
     pub(super) otlp: OtlpArgs,
+}
+
+/// Which classes label the per-request families (docs/SEMANTICS.md §6d).
+#[derive(Debug, Args)]
+pub(super) struct AttributionArgs {
+    /// Label the per-request families with each request's class:
+    /// `lora` (its adapter, `lora_name`), `priority` (its priority class,
+    /// `priority`), or both (`lora,priority`). Default: neither, every
+    /// series as vLLM's.
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "lora,priority")]
+    pub(super) attribute: Vec<Dimension>,
+    /// With `--attribute priority`: the boundaries that cut priorities into
+    /// classes, increasing (the default gives `<-1`, `-1`, `0`, `1`, `>1`).
+    #[arg(long, default_value = "-1,0,1,2", value_name = "B1,B2,…", value_parser = parse_priority_classes, allow_hyphen_values = true)]
+    pub(super) priority_classes: PriorityClasses,
+    /// With `--attribute lora`: adapters with a `lora_name` of their own;
+    /// the others' requests carry `lora_name="other"`.
+    #[arg(long, default_value_t = DEFAULT_MAX_ADAPTERS, value_name = "K", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=MAX_ADAPTERS as u64))]
+    pub(super) max_adapters: usize,
+    /// With `--attribute lora`: requests an adapter shows before it gets a
+    /// `lora_name` of its own (while fewer than --max-adapters have one).
+    #[arg(long, default_value_t = DEFAULT_ADAPTER_MIN_REQUESTS, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(super) adapter_min_requests: u32,
+}
+
+/// A class dimension of `--attribute`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(super) enum Dimension {
+    /// The request's LoRA adapter.
+    Lora,
+    /// The request's priority class.
+    Priority,
+}
+
+fn parse_priority_classes(text: &str) -> Result<PriorityClasses, String> {
+    text.parse().map_err(|e: AttributionError| e.to_string())
+}
+
+impl AttributionArgs {
+    /// What `--attribute` and its bounds ask for.
+    pub(super) fn attribution(&self) -> Attribution {
+        let mut attribution = Attribution::default()
+            .with_max_adapters(self.max_adapters)
+            .with_adapter_min_requests(self.adapter_min_requests);
+        if self.attribute.contains(&Dimension::Lora) {
+            attribution = attribution.with_lora();
+        }
+        if self.attribute.contains(&Dimension::Priority) {
+            attribution = attribution.with_priority(self.priority_classes.clone());
+        }
+        attribution
+    }
 }
 
 /// A feature set on or off.

@@ -92,7 +92,8 @@ impl Pipeline {
             .with_name_style(common.otlp.name_style())
             .with_semconv(common.semconv.semconv())
             .with_semconv_server(common.semconv.server())
-            .with_bucket_overrides(common.bucket_overrides()?);
+            .with_bucket_overrides(common.bucket_overrides()?)
+            .with_attribution(common.attribution.attribution());
         if let Some(slo) = common.slo()? {
             builder = builder.with_slo(slo);
         }

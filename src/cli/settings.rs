@@ -10,7 +10,8 @@ use vllm_otel_metrics::export::otlp::tls::TlsFiles;
 use vllm_otel_metrics::export::otlp::OtlpOptions;
 use vllm_otel_metrics::export::prometheus::http;
 use vllm_otel_metrics::instruments::{
-    BucketOverrides, ExponentialHistograms, NameStyle, OtlpHistograms, Semconv, SemconvServer, Slo,
+    BucketOverrides, ExponentialHistograms, NameStyle, OtlpHistograms, PriorityClasses, Semconv,
+    SemconvServer, Slo,
 };
 use vllm_otel_metrics::listen::{BearerToken, ListenerLimits, ServerTls, ServerTlsFiles};
 use vllm_otel_metrics::protocol::InputLimits;
@@ -109,16 +110,36 @@ pub(super) fn parse_header(n: usize, s: &str) -> Result<(String, String), Invali
 
 impl CommonArgs {
     /// `--slo`, parsed; none given, no SLO.
+    /// A priority class the SLO names must be one `--attribute priority`
+    /// labels, or its bounds would never apply.
     pub(super) fn slo(&self) -> Result<Option<Slo>, CliError> {
-        self.slo
-            .as_deref()
-            .map(|json| {
-                Slo::from_json(json).map_err(|e| CliError::Invalid {
-                    flag: "--slo",
-                    reason: e.to_string(),
-                })
-            })
-            .transpose()
+        let Some(json) = self.slo.as_deref() else {
+            return Ok(None);
+        };
+        let invalid = |reason: String| CliError::Invalid {
+            flag: "--slo",
+            reason,
+        };
+        let slo = Slo::from_json(json).map_err(|e| invalid(e.to_string()))?;
+        let attribution = self.attribution.attribution();
+        let labels = attribution.priority().map(PriorityClasses::labels);
+        for class in slo.priority_classes() {
+            match &labels {
+                None => {
+                    return Err(invalid(format!(
+                        "priorities.{class}: priority classes need --attribute priority"
+                    )))
+                }
+                Some(labels) if !labels.contains(&class) => {
+                    return Err(invalid(format!(
+                        "priorities.{class}: not a class of --priority-classes ({})",
+                        labels.join(", ")
+                    )))
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(Some(slo))
     }
 
     /// `--custom-histogram-buckets`, parsed; none given, none overridden.

@@ -51,6 +51,7 @@ pub(super) fn run_sweep(args: &SimulateArgs) -> Result<ExitCode, CliError> {
             .with_max_model_len(config.max_model_len)
             .with_token_buckets(args.common.token_buckets.into())
             .with_bucket_overrides(args.common.bucket_overrides()?)
+            .with_attribution(args.common.attribution.attribution())
             .with_reader(reader);
         if let Some(slo) = &slo {
             builder = builder.with_slo(slo.clone());

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use vllm_otel_metrics::catalog::{self, MetricDef};
-use vllm_otel_metrics::export::prometheus::{Family, Value};
+use vllm_otel_metrics::export::prometheus::{Family, Series, Value};
 use vllm_otel_metrics::instruments::exemplars::TraceLink;
 use vllm_otel_metrics::sources::sim::{SimConfig, SimOutcome};
 
@@ -24,9 +24,18 @@ pub(crate) struct MergedHistogram {
 impl MergedHistogram {
     /// The family `def` of a snapshot, summed over its series.
     pub(crate) fn from_snapshot(families: &[Family], def: &MetricDef) -> Option<MergedHistogram> {
+        Self::of_series(families, def, |_| true)
+    }
+
+    /// The family `def` of a snapshot, summed over the series `keep` keeps.
+    fn of_series(
+        families: &[Family],
+        def: &MetricDef,
+        keep: impl Fn(&Series) -> bool,
+    ) -> Option<MergedHistogram> {
         let family = families.iter().find(|f| f.name == def.vllm_name)?;
         let mut merged: Option<MergedHistogram> = None;
-        for series in &family.series {
+        for series in family.series.iter().filter(|s| keep(s)) {
             if let Value::Histogram {
                 buckets,
                 sum,
@@ -90,16 +99,89 @@ impl MergedHistogram {
 }
 
 fn counter_total(families: &[Family], def: &MetricDef, label: Option<(&str, &str)>) -> f64 {
+    counter_where(families, def, |s| {
+        label.is_none_or(|(k, v)| s.labels.iter().any(|(lk, lv)| lk == k && lv == v))
+    })
+}
+
+fn counter_where(families: &[Family], def: &MetricDef, keep: impl Fn(&Series) -> bool) -> f64 {
     families
         .iter()
         .filter(|f| f.name == def.vllm_name)
         .flat_map(|f| &f.series)
-        .filter(|s| label.is_none_or(|(k, v)| s.labels.iter().any(|(lk, lv)| lk == k && lv == v)))
+        .filter(|s| keep(s))
         .map(|s| match s.value {
             Value::Scalar(v) => v,
             Value::Histogram { .. } => 0.0,
         })
         .sum()
+}
+
+/// A series' class with `--attribute`: its `lora_name` and `priority`
+/// (empty when it has no such label); None for a series of neither.
+fn class_of(series: &Series) -> Option<(String, String)> {
+    let label = |name: &str| {
+        let pair = series.labels.iter().find(|(k, _)| k == name);
+        pair.map(|(_, v)| v.clone())
+    };
+    match (
+        label(catalog::LORA_NAME_LABEL),
+        label(catalog::PRIORITY_LABEL),
+    ) {
+        (None, None) => None,
+        (lora, priority) => Some((lora.unwrap_or_default(), priority.unwrap_or_default())),
+    }
+}
+
+/// With `--attribute`, one line per class: its requests, preemptions per
+/// request, TTFT p99 and, with `--slo`, the share that met the SLO, all
+/// read from the recorded families of the class's series.
+fn class_rows(out: &mut String, families: &[Family]) {
+    let Some(preemptions) = families
+        .iter()
+        .find(|f| f.name == catalog::REQUEST_NUM_PREEMPTIONS.vllm_name)
+    else {
+        return;
+    };
+    let classes: std::collections::BTreeSet<(String, String)> =
+        preemptions.series.iter().filter_map(class_of).collect();
+    for class in classes {
+        let of_class = |s: &Series| class_of(s).as_ref() == Some(&class);
+        let Some(h) =
+            MergedHistogram::of_series(families, &catalog::REQUEST_NUM_PREEMPTIONS, of_class)
+        else {
+            continue;
+        };
+        let ttft = MergedHistogram::of_series(families, &catalog::TIME_TO_FIRST_TOKEN, of_class)
+            .map_or(f64::NAN, |t| t.quantile(0.99));
+        let mut line = String::from("class");
+        for (name, value) in [
+            (catalog::LORA_NAME_LABEL, &class.0),
+            (catalog::PRIORITY_LABEL, &class.1),
+        ] {
+            if !value.is_empty() {
+                let _ = write!(line, " {name}={value}");
+            }
+        }
+        let _ = write!(
+            line,
+            ": {} requests, {:.3} preemptions/request, TTFT p99 {:.3} s",
+            h.count,
+            h.mean(),
+            ttft
+        );
+        let judged = counter_where(families, &catalog::slo::SLO_REQUESTS, of_class);
+        if judged > 0.0 {
+            let met = counter_where(families, &catalog::slo::SLO_REQUESTS, |s| {
+                let met = catalog::slo::SLO_OUTCOMES[0];
+                of_class(s)
+                    && (s.labels.iter())
+                        .any(|(k, v)| k == catalog::slo::SLO_OUTCOME_LABEL && v == met)
+            });
+            let _ = write!(line, ", SLO met {:.1}%", met / judged * 100.0);
+        }
+        let _ = writeln!(out, "{line}");
+    }
 }
 
 /// The p-quantiles a summary shows.
@@ -151,6 +233,7 @@ pub(crate) fn summary(
     if let Some(h) = MergedHistogram::from_snapshot(families, &catalog::REQUEST_NUM_PREEMPTIONS) {
         preemption_rows(&mut out, &outcome.preemptions_per_request, &h);
     }
+    class_rows(&mut out, families);
     match most_preempted {
         Some(Some((count, link))) => {
             let _ = writeln!(

@@ -8,6 +8,7 @@ use opentelemetry_sdk::metrics::reader::MetricReader;
 use opentelemetry_sdk::metrics::{MeterProviderBuilder, SdkMeterProvider};
 use opentelemetry_sdk::Resource;
 
+use super::attribution::Attribution;
 use super::buckets::{BucketOverrides, OtlpHistograms};
 use super::config::{InstrumentsConfig, NameStyle};
 use super::meters::Meters;
@@ -99,6 +100,14 @@ impl InstrumentsBuilder {
     /// writes them in OpenMetrics. Off by default.
     pub fn with_exemplars(mut self, enabled: bool) -> Self {
         self.config.exemplars = enabled;
+        self
+    }
+
+    /// Labels the per-request families with each request's class, its
+    /// adapter and priority class, as `attribution` says (`--attribute`;
+    /// [`super::attribution`]). An attribution with neither label is off.
+    pub fn with_attribution(mut self, attribution: Attribution) -> Self {
+        self.config.attribution = attribution.is_on().then_some(attribution);
         self
     }
 

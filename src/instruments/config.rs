@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::attribution::Attribution;
 use super::buckets::{BucketOverrides, OtlpHistograms};
 use super::semconv::Semconv;
 use super::slo::Slo;
@@ -55,6 +56,10 @@ pub struct InstrumentsConfig {
     /// Whether each label set keeps exemplars of its per-request families
     /// (`--exemplars`; [`super::exemplars`]).
     pub exemplars: bool,
+    /// The classes the per-request families are labelled with besides
+    /// `model_name` and `engine` (`--attribute`; [`super::attribution`]);
+    /// none: no label added, every series as vLLM's.
+    pub attribution: Option<Attribution>,
 }
 
 impl Default for InstrumentsConfig {
@@ -69,6 +74,7 @@ impl Default for InstrumentsConfig {
             otlp_histograms: OtlpHistograms::Explicit,
             slo: None,
             exemplars: false,
+            attribution: None,
         }
     }
 }

@@ -35,6 +35,7 @@ use parking_lot::{Mutex, MutexGuard};
 use opentelemetry::trace::{SpanId, TraceId};
 
 use super::config::InstrumentsConfig;
+use super::handle_cache::LabelSetId;
 use super::slo::SloOutcome;
 use super::views::explicit_boundaries;
 use crate::catalog::request::{Exemplar as ExemplarColumn, TerminalValues, REQUEST_HISTOGRAMS};
@@ -282,10 +283,14 @@ impl LabelSetExemplars {
     }
 }
 
-/// The label set a [`LabelSetExemplars`] belongs to: `model_name` and
-/// `engine`, or the overflow label set.
+/// The label set a [`LabelSetExemplars`] belongs to: `model_name`,
+/// `engine` and the class labels (`lora_name`, `priority`; empty when the
+/// label set has none), or the overflow label set.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct Key(Option<(String, u32)>);
+struct Key(Option<(String, u32, String, String)>);
+
+/// Slots by `lora_name`, then `priority` (empty: no such label).
+type ByClass = HashMap<String, HashMap<String, Vec<Option<Exemplar>>>>;
 
 struct Store {
     layout: Arc<Layout>,
@@ -319,7 +324,7 @@ impl Exemplars {
 
     /// The exemplars of a label set being bound (`None`: the overflow one):
     /// the ring and the slots are allocated here, once.
-    pub(crate) fn label_set(&self, label_set: Option<(&str, u32)>) -> Arc<LabelSetExemplars> {
+    pub(crate) fn label_set(&self, label_set: Option<LabelSetId<'_>>) -> Arc<LabelSetExemplars> {
         let layout = Arc::clone(&self.store.layout);
         let set = Arc::new(LabelSetExemplars {
             state: Mutex::new(State {
@@ -331,7 +336,11 @@ impl Exemplars {
             }),
             layout,
         });
-        let key = Key(label_set.map(|(model, engine)| (model.to_owned(), engine)));
+        let key = Key(label_set.map(|id| {
+            let class = |value: Option<&str>| value.unwrap_or_default().to_owned();
+            let (lora_name, priority) = (class(id.lora_name), class(id.priority));
+            (id.model_name.to_owned(), id.engine, lora_name, priority)
+        }));
         self.store.sets.lock().push((key, Arc::clone(&set)));
         set
     }
@@ -371,13 +380,18 @@ impl Exemplars {
 
     /// Every label set's exemplars, after placing what is pending.
     pub fn snapshot(&self) -> ExemplarSnapshot {
-        let mut by_model: HashMap<String, HashMap<u32, Vec<Option<Exemplar>>>> = HashMap::new();
+        let mut by_model: HashMap<String, HashMap<u32, ByClass>> = HashMap::new();
         let mut overflow = None;
         for (Key(key), set) in self.sets() {
             let slots = set.placed().slots.clone();
             match key {
-                Some((model, engine)) => {
-                    by_model.entry(model).or_default().insert(engine, slots);
+                Some((model, engine, lora_name, priority)) => {
+                    let by_engine = by_model.entry(model).or_default();
+                    let by_class = by_engine.entry(engine).or_default();
+                    by_class
+                        .entry(lora_name)
+                        .or_default()
+                        .insert(priority, slots);
                 }
                 None => overflow = Some(slots),
             }
@@ -406,7 +420,7 @@ impl Exemplars {
 #[derive(Debug)]
 pub struct ExemplarSnapshot {
     layout: Arc<Layout>,
-    by_model: HashMap<String, HashMap<u32, Vec<Option<Exemplar>>>>,
+    by_model: HashMap<String, HashMap<u32, ByClass>>,
     overflow: Option<Vec<Option<Exemplar>>>,
 }
 
@@ -415,6 +429,9 @@ pub struct ExemplarSnapshot {
 pub enum SeriesLabelSet<'a> {
     /// `model_name` and `engine`.
     Of(&'a str, u32),
+    /// `model_name`, `engine` and the class labels, with `--attribute`
+    /// (`lora_name`, then `priority`; `None`: the series has no such label).
+    Classed(&'a str, u32, Option<&'a str>, Option<&'a str>),
     /// The overflow series.
     Overflow,
 }
@@ -422,10 +439,26 @@ pub enum SeriesLabelSet<'a> {
 impl ExemplarSnapshot {
     fn slots(&self, label_set: SeriesLabelSet<'_>) -> Option<&[Option<Exemplar>]> {
         match label_set {
-            SeriesLabelSet::Of(model, engine) => self.by_model.get(model)?.get(&engine),
+            SeriesLabelSet::Of(model, engine) => self.class_slots(model, engine, None, None),
+            SeriesLabelSet::Classed(model, engine, lora_name, priority) => {
+                self.class_slots(model, engine, lora_name, priority)
+            }
             SeriesLabelSet::Overflow => self.overflow.as_ref(),
         }
         .map(Vec::as_slice)
+    }
+
+    fn class_slots(
+        &self,
+        model: &str,
+        engine: u32,
+        lora_name: Option<&str>,
+        priority: Option<&str>,
+    ) -> Option<&Vec<Option<Exemplar>>> {
+        let by_class = self.by_model.get(model)?.get(&engine)?;
+        by_class
+            .get(lora_name.unwrap_or_default())?
+            .get(priority.unwrap_or_default())
     }
 
     /// The exemplars of a per-request histogram's series, one per bucket
@@ -452,7 +485,12 @@ impl ExemplarSnapshot {
     /// Every exemplar held, of every label set and family.
     pub fn len(&self) -> usize {
         let count = |slots: &Vec<Option<Exemplar>>| slots.iter().flatten().count();
-        let sets = self.by_model.values().flat_map(HashMap::values);
+        let sets = self
+            .by_model
+            .values()
+            .flat_map(HashMap::values)
+            .flat_map(HashMap::values)
+            .flat_map(HashMap::values);
         sets.chain(&self.overflow).map(count).sum()
     }
 
@@ -488,7 +526,12 @@ mod tests {
     #[test]
     fn each_bucket_holds_its_latest_request_however_full_the_ring_got() {
         let exemplars = Exemplars::new(&InstrumentsConfig::default());
-        let set = exemplars.label_set(Some(("m", 0)));
+        let set = exemplars.label_set(Some(LabelSetId {
+            model_name: "m",
+            engine: 0,
+            lora_name: None,
+            priority: None,
+        }));
         // Three times the ring: the first ones are placed by the recording
         // thread, the rest by the snapshot; the order decides either way.
         let total = 3 * RING_CAPACITY as u16;

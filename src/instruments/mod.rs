@@ -59,6 +59,7 @@
 //! ```
 
 mod attributes;
+pub mod attribution;
 mod buckets;
 mod builder;
 mod config;
@@ -77,6 +78,7 @@ mod tee;
 mod views;
 
 pub use attributes::OVERFLOW_ATTRIBUTE;
+pub use attribution::{Attribution, AttributionError, PriorityClasses, RequestClass};
 pub use buckets::{BucketOverrideError, BucketOverrides, ExponentialHistograms, OtlpHistograms};
 pub use builder::InstrumentsBuilder;
 pub use config::{InstrumentsConfig, NameStyle, DEFAULT_MAX_LABEL_SETS};

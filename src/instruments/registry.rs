@@ -3,11 +3,12 @@
 
 use std::sync::Arc;
 
-use opentelemetry::metrics::{BoundCounter, Meter};
+use opentelemetry::metrics::{BoundCounter, BoundHistogram, Meter};
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::metrics::{MeterProviderBuilder, SdkMeterProvider};
 
+use super::attribution::{Classes, RequestClass};
 use super::config::InstrumentsConfig;
 use super::engine::{EngineHandles, EngineInstruments};
 use super::exemplars::Exemplars;
@@ -37,6 +38,11 @@ struct Inner {
     /// Records the stat-logger plugin dropped.
     plugin_dropped: BoundCounter<u64>,
     request_handles: HandleCache<RequestHandles>,
+    /// With `--attribute`.
+    classes: Option<Classes>,
+    /// `vllm:iteration_tokens_total` per `(model_name, engine)`, which the
+    /// class label sets of one share, with `--attribute`.
+    iteration_tokens: HandleCache<BoundHistogram<f64>>,
     /// With exemplars on.
     exemplars: Option<Exemplars>,
     engine_handles: HandleCache<EngineHandles>,
@@ -144,6 +150,8 @@ impl Instruments {
                 evicted: EvictReason::ALL.map(|r| evicted.bind(&reason(r.as_str()))),
                 plugin_dropped,
                 request_handles: HandleCache::new(config.max_label_sets),
+                classes: config.attribution.clone().map(Classes::new),
+                iteration_tokens: HandleCache::new(config.max_label_sets),
                 exemplars: config.exemplars.then(|| Exemplars::new(&config)),
                 engine_handles: HandleCache::new(config.max_label_sets),
                 config,
@@ -170,21 +178,86 @@ impl Instruments {
     /// The per-request handles of a label set, bound the first time the set
     /// is seen (beyond the label-set limit, the overflow handles).
     pub fn label_set(&self, model_name: &str, engine: u32) -> LabelSet {
+        self.request_label_set(model_name, engine, None)
+    }
+
+    /// The per-request handles of a request of `class`: with attribution on
+    /// ([`InstrumentsBuilder::with_attribution`](super::InstrumentsBuilder::with_attribution)),
+    /// those of its class's label set (`lora_name`, `priority` after
+    /// `engine`), else [`label_set`](Self::label_set)'s. The class labels
+    /// are added here, once per label set, never per family or per request.
+    ///
+    /// ```
+    /// use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
+    /// use vllm_otel_metrics::instruments::{Attribution, Instruments, RequestClass};
+    /// use vllm_otel_metrics::tracker::{RequestMetrics, RequestParams};
+    ///
+    /// let (bridge, reader) = PrometheusBridge::builder().build();
+    /// let attribution = Attribution::default().with_priority("0,10".parse().unwrap());
+    /// let instruments = Instruments::builder().with_attribution(attribution).with_reader(reader).build();
+    /// let class = RequestClass { lora_name: None, priority: Some(20) };
+    /// let params = RequestParams { arrival_time: 100.0, prompt_len: 16, max_tokens: None, n: 1 };
+    /// RequestMetrics::start_in(&instruments.label_set_for("llama", 0, &class), params).abort(101.0);
+    /// assert!(bridge.encode(Format::Text).contains(
+    ///     "vllm:request_num_preemptions_count{model_name=\"llama\",engine=\"0\",priority=\">9\"} 1\n"
+    /// ));
+    /// # instruments.shutdown().unwrap();
+    /// ```
+    #[inline]
+    pub fn label_set_for(
+        &self,
+        model_name: &str,
+        engine: u32,
+        class: &RequestClass<'_>,
+    ) -> LabelSet {
+        match &self.inner.classes {
+            None => self.request_label_set(model_name, engine, None),
+            Some(classes) => {
+                let resolved = classes.resolve(class);
+                self.request_label_set(model_name, engine, Some(&resolved))
+            }
+        }
+    }
+
+    fn request_label_set(
+        &self,
+        model_name: &str,
+        engine: u32,
+        class: Option<&super::attribution::ResolvedClass<'_>>,
+    ) -> LabelSet {
         let request = &self.inner.request;
         let semconv = self.inner.semconv.as_ref();
         let slo = self.inner.slo.as_ref();
         let invalid = &self.inner.rejected[RejectReason::InvalidRecord as usize];
         let exemplars = self.inner.exemplars.as_ref();
         LabelSet {
-            handles: self
-                .inner
-                .request_handles
-                .get(model_name, engine, |label_set, labels| {
-                    let mut handles =
-                        RequestHandles::bind(request, semconv, slo, labels, invalid.clone());
+            handles: self.inner.request_handles.get(
+                model_name,
+                engine,
+                class,
+                |label_set, labels| {
+                    // A class's steps are its engine's: observed unclassed.
+                    let iteration_tokens = match (class, label_set) {
+                        (Some(_), Some(_)) => Some(self.inner.iteration_tokens.get(
+                            model_name,
+                            engine,
+                            None,
+                            |_, labels| request.bind_iteration_tokens(&labels),
+                        )),
+                        _ => None,
+                    };
+                    let mut handles = RequestHandles::bind(
+                        request,
+                        semconv,
+                        slo,
+                        labels,
+                        iteration_tokens,
+                        invalid.clone(),
+                    );
                     handles.exemplars = exemplars.map(|e| e.label_set(label_set));
                     handles
-                }),
+                },
+            ),
         }
     }
 
@@ -201,7 +274,7 @@ impl Instruments {
         let instruments = &self.inner.engine;
         self.inner
             .engine_handles
-            .get(model_name, engine, |_, labels| {
+            .get(model_name, engine, None, |_, labels| {
                 EngineHandles::bind(instruments, labels)
             })
     }

@@ -76,6 +76,12 @@ impl RequestInstruments {
             histograms: std::array::from_fn(|at| f64_histogram(meter, REQUEST_HISTOGRAMS[at].def)),
         }
     }
+
+    /// `vllm:iteration_tokens_total` of a label set without a class, which
+    /// its classes share ([`RequestHandles::iteration_tokens`]).
+    pub(crate) fn bind_iteration_tokens(&self, labels: &[KeyValue]) -> BoundHistogram<f64> {
+        self.iteration_tokens.bind(labels)
+    }
 }
 
 /// The per-request handles of one `(model_name, engine)` label set (or of
@@ -102,7 +108,10 @@ pub(crate) struct RequestHandles {
     /// panels read 0, not "No data"; docs/SEMANTICS.md §3).
     request_success: [BoundCounter<u64>; FINISHED_REASONS.len()],
     labels: Vec<KeyValue>,
-    pub(crate) iteration_tokens: BoundHistogram<f64>,
+    /// `vllm:iteration_tokens_total` of the label set without its class:
+    /// every class of one `(model_name, engine)` shares it, so that an
+    /// engine step is observed once whatever classes its requests are of.
+    pub(crate) iteration_tokens: Arc<BoundHistogram<f64>>,
     /// `rejected_inputs{reason="invalid_record"}`, for outputs
     /// the tracker's `RequestMetrics` refuses itself.
     invalid: BoundCounter<u64>,
@@ -122,6 +131,7 @@ impl RequestHandles {
         semconv: Option<&SemconvInstruments>,
         slo: Option<&SloInstruments>,
         labels: Vec<KeyValue>,
+        iteration_tokens: Option<Arc<BoundHistogram<f64>>>,
         invalid: BoundCounter<u64>,
     ) -> Self {
         let i = instruments;
@@ -152,7 +162,8 @@ impl RequestHandles {
                 series.add(0);
                 series
             }),
-            iteration_tokens: i.iteration_tokens.bind(&labels),
+            iteration_tokens: iteration_tokens
+                .unwrap_or_else(|| Arc::new(i.iteration_tokens.bind(&labels))),
             invalid,
             histograms: std::array::from_fn(|h| i.histograms[h].bind(&labels)),
             exemplars: None,

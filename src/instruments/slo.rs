@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use opentelemetry::metrics::{BoundCounter, Counter};
 use opentelemetry::KeyValue;
 
+use crate::catalog::labels::{LORA_NAME_LABEL, PRIORITY_LABEL};
 use crate::catalog::slo::{SLO_GOODPUT_TOKENS, SLO_OUTCOMES, SLO_OUTCOME_LABELS, SLO_REQUESTS};
 use crate::protocol::FinishReason;
 
@@ -47,6 +48,11 @@ pub struct SloBounds {
 pub struct Slo {
     default: SloBounds,
     models: BTreeMap<String, SloBounds>,
+    /// With `--attribute lora`: an adapter's bounds, over its model's.
+    adapters: BTreeMap<String, SloBounds>,
+    /// With `--attribute priority`: a priority class's bounds (by its
+    /// `priority` label), over its model's and its adapter's.
+    priorities: BTreeMap<String, SloBounds>,
 }
 
 // Every bound is a finite number (from_json refuses the others).
@@ -67,9 +73,26 @@ pub struct SloError {
 const BOUND_KEYS: [&str; 3] = ["ttft", "tpot", "e2e"];
 
 impl Slo {
-    /// Parses `{"ttft": S, "tpot": S, "e2e": S, "models": {"NAME": {…}}}`
+    /// Parses `{"ttft": S, "tpot": S, "e2e": S, "models": {"NAME": {…}},
+    /// "adapters": {"LORA_NAME": {…}}, "priorities": {"CLASS": {…}}}`
     /// (seconds; every key optional). A model's bounds override the
-    /// default's one by one.
+    /// default's one by one; with `--attribute`, an adapter's override its
+    /// model's, and a priority class's (keyed by its `priority` label, such
+    /// as `0` or `>1`) override both.
+    ///
+    /// ```
+    /// use vllm_otel_metrics::instruments::Slo;
+    ///
+    /// let slo = Slo::from_json(
+    ///     r#"{"ttft": 0.5, "e2e": 60, "adapters": {"sql": {"ttft": 1}}, "priorities": {">1": {"ttft": 5}}}"#,
+    /// )?;
+    /// let bounds = |adapter, priority| slo.bounds_for_class("m", adapter, priority);
+    /// assert_eq!(bounds(Some("sql"), Some("0")).ttft, Some(1.0));
+    /// assert_eq!(bounds(Some("sql"), Some(">1")).ttft, Some(5.0));
+    /// assert_eq!(bounds(Some("chat"), None).ttft, Some(0.5));
+    /// assert_eq!(bounds(Some("sql"), Some(">1")).e2e, Some(60.0), "inherited");
+    /// # Ok::<(), vllm_otel_metrics::instruments::SloError>(())
+    /// ```
     pub fn from_json(text: &str) -> Result<Slo, SloError> {
         let error = |key: &str, reason: String| SloError {
             key: key.to_owned(),
@@ -82,27 +105,33 @@ impl Slo {
             .ok_or_else(|| error("", "not a JSON object".into()))?;
         let mut slo = Slo::default();
         for (key, value) in object {
-            match key.as_str() {
-                "models" => {
-                    let models = value
+            let by_name = match key.as_str() {
+                "models" => Some((&mut slo.models, "models")),
+                "adapters" => Some((&mut slo.adapters, "adapters")),
+                "priorities" => Some((&mut slo.priorities, "priority classes")),
+                _ => None,
+            };
+            match by_name {
+                Some((into, what)) => {
+                    let named = value
                         .as_object()
-                        .ok_or_else(|| error("models", "not an object of models".into()))?;
-                    for (model, bounds) in models {
-                        let place = format!("models.{model}");
+                        .ok_or_else(|| error(key, format!("not an object of {what}")))?;
+                    for (name, bounds) in named {
+                        let place = format!("{key}.{name}");
                         let bounds = bounds
                             .as_object()
                             .ok_or_else(|| error(&place, "not an object of bounds".into()))?;
-                        slo.models
-                            .insert(model.clone(), parse_bounds(bounds, &place)?);
+                        into.insert(name.clone(), parse_bounds(bounds, &place)?);
                     }
                 }
-                bound if BOUND_KEYS.contains(&bound) => {
-                    set_bound(&mut slo.default, bound, value, bound)?;
+                None if BOUND_KEYS.contains(&key.as_str()) => {
+                    set_bound(&mut slo.default, key, value, key)?;
                 }
-                other => {
+                None => {
                     return Err(error(
-                        other,
-                        "unknown key (expected ttft, tpot, e2e or models)".into(),
+                        key,
+                        "unknown key (expected ttft, tpot, e2e, models, adapters or priorities)"
+                            .into(),
                     ))
                 }
             }
@@ -119,6 +148,32 @@ impl Slo {
     /// The bounds of `model`.
     pub fn bounds_for(&self, model: &str) -> SloBounds {
         self.models.get(model).copied().unwrap_or(self.default)
+    }
+
+    /// The bounds of a request of `model`, with its adapter and priority
+    /// class labels (`--attribute`): the class's bounds over the adapter's
+    /// over the model's, bound by bound.
+    pub fn bounds_for_class(
+        &self,
+        model: &str,
+        lora_name: Option<&str>,
+        priority: Option<&str>,
+    ) -> SloBounds {
+        let mut bounds = self.bounds_for(model);
+        let adapter = lora_name.and_then(|name| self.adapters.get(name));
+        let class = priority.and_then(|class| self.priorities.get(class));
+        for over in adapter.into_iter().chain(class) {
+            bounds.ttft = over.ttft.or(bounds.ttft);
+            bounds.tpot = over.tpot.or(bounds.tpot);
+            bounds.e2e = over.e2e.or(bounds.e2e);
+        }
+        bounds
+    }
+
+    /// The priority classes the SLO names (`priorities`' keys), which must
+    /// be `--priority-classes` labels to apply.
+    pub fn priority_classes(&self) -> impl Iterator<Item = &str> {
+        self.priorities.keys().map(String::as_str)
     }
 }
 
@@ -284,6 +339,11 @@ impl SloHandles {
         labels: &[KeyValue],
         model: Option<&str>,
     ) -> Self {
+        let label = |name: &str| {
+            let pair = labels.iter().find(|l| l.key.as_str() == name);
+            pair.map(|l| l.value.as_str())
+        };
+        let (lora_name, priority) = (label(LORA_NAME_LABEL), label(PRIORITY_LABEL));
         let requests = SloOutcome::ALL.map(|outcome| {
             let mut with_outcome = labels.to_vec();
             with_outcome.push(KeyValue::new(SLO_OUTCOME_LABELS[2], outcome.as_str()));
@@ -295,7 +355,10 @@ impl SloHandles {
         let goodput_tokens = instruments.goodput_tokens.bind(labels);
         goodput_tokens.add(0);
         SloHandles {
-            bounds: model.map_or(instruments.slo.default, |m| instruments.slo.bounds_for(m)),
+            bounds: model.map_or(instruments.slo.default, |m| {
+                let slo = &instruments.slo;
+                slo.bounds_for_class(m, lora_name.as_deref(), priority.as_deref())
+            }),
             requests,
             goodput_tokens,
         }
@@ -339,6 +402,17 @@ mod tests {
         assert_eq!(key(r#"{"models": {"m": {"tft": 1}}}"#), "models.m.tft");
         assert_eq!(key(r#"{"models": {"m": 3}}"#), "models.m");
         assert_eq!(key(r#"{"models": []}"#), "models");
+        assert_eq!(
+            key(r#"{"adapters": {"sql": {"ttft": 0}}}"#),
+            "adapters.sql.ttft"
+        );
+        assert_eq!(key(r#"{"priorities": {"0": 1}}"#), "priorities.0");
+        assert_eq!(
+            Slo::from_json(r#"{"priorities": 1}"#)
+                .unwrap_err()
+                .to_string(),
+            "priorities: not an object of priority classes"
+        );
     }
 
     #[test]

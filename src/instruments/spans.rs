@@ -33,6 +33,7 @@
 //!     request_id: "r1".into(), model_name: "m".into(), engine: 0, arrival_time: 100.0,
 //!     prompt_len: 8, max_tokens: None, n: 1,
 //!     traceparent: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into()), operation_name: None, stop_strings: false,
+//!     lora_name: None, priority: None,
 //! }).is_empty());
 //! assert!(tracker.abort(&Abort { request_id: "r1".into(), received_at: 101.0 }).is_empty());
 //! let spans = exporter.get_finished_spans().unwrap();
@@ -99,6 +100,30 @@ pub mod keys {
     /// Why a `preempted` event happened (`vllm:num_preemptions_by_reason`'s
     /// `reason`).
     pub const PREEMPTION_REASON: &str = "vllm.preemption.reason";
+    /// The request's priority, the integer (vLLM's `Request.priority`; vLLM
+    /// names no span attribute for it).
+    pub const REQUEST_PRIORITY: &str = "vllm.request.priority";
+    /// The request's LoRA adapter, its full name (vLLM's
+    /// `lora_request.lora_name`; vLLM names no span attribute for it).
+    pub const LORA_NAME: &str = "vllm.lora.name";
+}
+
+/// A request's class as its span carries it: the adapter's name and the
+/// priority as the request gave them, not the bounded labels of its
+/// series (a span is one request's: nothing to bound).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct SpanClass {
+    pub(crate) lora_name: Option<String>,
+    pub(crate) priority: Option<i64>,
+}
+
+/// Which request a span is of.
+pub(crate) struct SpanRequest {
+    /// None when the source names none.
+    pub(crate) request_id: Option<String>,
+    pub(crate) model_name: String,
+    pub(crate) engine: u32,
+    pub(crate) class: SpanClass,
 }
 
 /// Preemption times kept without allocating; more grow the list.
@@ -153,6 +178,7 @@ pub(crate) struct SpanState {
     engine: u32,
     /// Wall-clock times and reasons of the preemptions so far.
     preemptions: Vec<(f64, PreemptionReason)>,
+    pub(crate) class: SpanClass,
 }
 
 /// Seconds since the Unix epoch as a time (never before the epoch; a time
@@ -220,6 +246,7 @@ impl SpanState {
             model_name: model_name.to_owned(),
             engine,
             preemptions: Vec::with_capacity(PREEMPTIONS_INLINE),
+            class: SpanClass::default(),
         });
         (state, invalid)
     }
@@ -235,14 +262,13 @@ impl SpanState {
     /// not pay for the room its inlined body takes.
     #[inline(never)]
     pub(crate) fn end(self, v: &SpanValues) -> Option<TraceLink> {
-        self.spans.emit(
-            &self.parent,
-            Some(self.request_id),
-            self.model_name,
-            self.engine,
-            &self.preemptions,
-            v,
-        )
+        let request = SpanRequest {
+            request_id: Some(self.request_id),
+            model_name: self.model_name,
+            engine: self.engine,
+            class: self.class,
+        };
+        self.spans.emit(&self.parent, request, &self.preemptions, v)
     }
 }
 
@@ -260,12 +286,16 @@ impl RequestSpans {
     pub(crate) fn emit(
         &self,
         parent: &Context,
-        request_id: Option<String>,
-        model_name: String,
-        engine: u32,
+        request: SpanRequest,
         preemptions: &[(f64, PreemptionReason)],
         v: &SpanValues,
     ) -> Option<TraceLink> {
+        let SpanRequest {
+            request_id,
+            model_name,
+            engine,
+            class,
+        } = request;
         let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         let attributes = [
             request_id.map(|id| KeyValue::new(keys::REQUEST_ID, id)),
@@ -306,6 +336,12 @@ impl RequestSpans {
                 .map(|m| KeyValue::new(keys::REQUEST_MAX_TOKENS, i64::from(m))),
             v.slo_outcome
                 .map(|o| KeyValue::new(keys::SLO_OUTCOME, o.as_str())),
+            class
+                .lora_name
+                .map(|name| KeyValue::new(keys::LORA_NAME, name)),
+            class
+                .priority
+                .map(|priority| KeyValue::new(keys::REQUEST_PRIORITY, priority)),
         ];
         let mut present = Vec::with_capacity(attributes.len());
         present.extend(attributes.into_iter().flatten());

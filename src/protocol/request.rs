@@ -44,6 +44,17 @@ pub struct RequestStart {
     /// (docs/SEMANTICS.md, "Stop strings"). Absent: false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stop_strings: bool,
+    /// The request's LoRA adapter (vLLM's `lora_request.lora_name`); absent,
+    /// null or empty: the base model. Labels the request's series with
+    /// `--attribute lora`.
+    #[serde(default)]
+    pub lora_name: Option<String>,
+    /// The request's priority (vLLM's `Request.priority`, lower first under
+    /// `--scheduling-policy priority`); absent or null: vLLM's default, 0.
+    /// Labels the request's series with its class with
+    /// `--attribute priority`.
+    #[serde(default)]
+    pub priority: Option<i64>,
 }
 
 /// The outputs of one engine step, as the frontend receives them.
@@ -271,6 +282,9 @@ impl RequestStart {
         bounded("model_name", &self.model_name, limits.max_label_bytes)?;
         if let Some(traceparent) = &self.traceparent {
             bounded("traceparent", traceparent, limits.max_label_bytes)?;
+        }
+        if let Some(lora_name) = &self.lora_name {
+            bounded("lora_name", lora_name, limits.max_label_bytes)?;
         }
         time("arrival_time", self.arrival_time)
     }

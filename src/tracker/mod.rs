@@ -40,7 +40,7 @@ use std::sync::Arc;
 
 use crate::catalog::{EvictReason, RejectReason};
 use crate::instruments::spans::RequestSpans;
-use crate::instruments::{Instruments, Preemptions, RequestHandles, NO_PREEMPTIONS};
+use crate::instruments::{Instruments, Preemptions, RequestClass, RequestHandles, NO_PREEMPTIONS};
 use crate::protocol::{
     shown, Abort, FinishReason, InputLimits, OutputBatch, Record, RecordKind, RequestStart,
     SchedulerStats,
@@ -253,12 +253,14 @@ impl Tracker {
                 &start.request_id,
             )];
         }
-        let mut metrics = RequestMetrics::start(
-            &self.instruments,
-            &start.model_name,
-            start.engine,
-            RequestParams::from(start),
-        );
+        let class = RequestClass {
+            lora_name: start.lora_name.as_deref().filter(|name| !name.is_empty()),
+            priority: start.priority,
+        };
+        let label_set = self
+            .instruments
+            .label_set_for(&start.model_name, start.engine, &class);
+        let mut metrics = RequestMetrics::start_in(&label_set, RequestParams::from(start));
         if let Some(operation) = start.operation_name {
             metrics.set_operation(operation);
         }
@@ -292,6 +294,7 @@ impl Tracker {
                 None => None,
             },
         };
+        metrics.trace_class(&class);
         let rejection = invalid_traceparent.map(|invalid| Rejection {
             detail: invalid.to_string(),
             ..self.reject(
@@ -402,17 +405,28 @@ impl Tracker {
                 handles.iteration_tokens.record(0.0);
             }
         }
-        for counts in self.batch_counts.drain(..) {
+        let counted = &self.batch_counts;
+        for (at, counts) in counted.iter().enumerate() {
             counts
                 .handles
                 .record_counts(counts.new_tokens, &counts.preemptions);
             // Once per label set with an applied output, zero included, as
-            // vLLM's Rust frontend observes every non-empty batch.
-            counts
-                .handles
-                .iteration_tokens
-                .record(counts.iteration_tokens as f64);
+            // vLLM's Rust frontend observes every non-empty batch. The
+            // classes of one label set (`--attribute`) share its series:
+            // the first of them observes the tokens of all.
+            let series = &counts.handles.iteration_tokens;
+            let same = |c: &&BatchCounts| Arc::ptr_eq(&c.handles.iteration_tokens, series);
+            if counted[..at].iter().any(|c| same(&c)) {
+                continue;
+            }
+            let tokens: u64 = counted[at..]
+                .iter()
+                .filter(same)
+                .map(|c| c.iteration_tokens)
+                .sum();
+            series.record(tokens as f64);
         }
+        self.batch_counts.clear();
         rejections
     }
 

@@ -11,7 +11,7 @@
 use opentelemetry::Context;
 
 use crate::catalog::request::TerminalValues;
-use crate::instruments::spans::{RequestSpans, SpanValues};
+use crate::instruments::spans::{RequestSpans, SpanClass, SpanRequest, SpanValues};
 use crate::instruments::{Instruments, RequestHandles, SloEnd, SloOutcome, NO_PREEMPTIONS};
 use crate::protocol::{shown, FinishedRequest, InputLimits, IterationStats, RecordKind};
 use crate::support::clock::unix_now;
@@ -165,12 +165,11 @@ fn span(
         slo_outcome,
     };
     let request_id = (!r.request_id.is_empty()).then(|| r.request_id.clone());
-    spans.emit(
-        &Context::new(),
+    let request = SpanRequest {
         request_id,
-        stats.model_name.clone(),
-        stats.engine,
-        &[],
-        &values,
-    )
+        model_name: stats.model_name.clone(),
+        engine: stats.engine,
+        class: SpanClass::default(),
+    };
+    spans.emit(&Context::new(), request, &[], &values)
 }

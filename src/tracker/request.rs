@@ -6,9 +6,10 @@ use std::sync::Arc;
 
 use crate::catalog::request::TerminalValues;
 use crate::instruments::exemplars::TraceLink;
-use crate::instruments::spans::{RequestSpans, SpanState, SpanValues};
+use crate::instruments::spans::{RequestSpans, SpanClass, SpanState, SpanValues};
 use crate::instruments::{
-    Instruments, LabelSet, Preemptions, RequestHandles, SemconvEnd, SloEnd, NO_PREEMPTIONS,
+    Instruments, LabelSet, Preemptions, RequestClass, RequestHandles, SemconvEnd, SloEnd,
+    NO_PREEMPTIONS,
 };
 use crate::protocol::{
     EngineCoreEvent, EngineCoreOutput, EventType, FinishReason, GenAiOperation, RequestStart,
@@ -416,6 +417,18 @@ impl RequestMetrics {
         let (state, invalid) = SpanState::start(spans, request_id, model_name, engine, traceparent);
         self.span = Some(state);
         invalid
+    }
+
+    /// Puts the request's class on its span, when it makes one
+    /// ([`trace`](Self::trace)): `vllm.lora.name` and
+    /// `vllm.request.priority`, as the request gave them.
+    pub fn trace_class(&mut self, class: &RequestClass<'_>) {
+        if let Some(span) = &mut self.span {
+            span.class = SpanClass {
+                lora_name: class.lora_name.map(str::to_owned),
+                priority: class.priority,
+            };
+        }
     }
 
     /// Points the request's exemplars at `link` (a frontend's own request

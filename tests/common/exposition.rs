@@ -77,29 +77,45 @@ pub fn sum_where(exposition: &str, name: &str, label: &str, value: &str) -> f64 
 /// A sample with its labels parsed: family-agnostic key for comparing
 /// expositions written by different encoders (label order, `le` spelling).
 pub fn normalized_samples(exposition: &str, drop_labels: &[&str]) -> BTreeMap<String, f64> {
+    samples(exposition)
+        .into_iter()
+        .map(|(key, value)| (normalized_key(&key, drop_labels), value))
+        .collect()
+}
+
+/// The samples of a text exposition with `drop_labels` summed away: the
+/// samples that differ in those labels alone add up, under
+/// [`normalized_samples`]' keys.
+pub fn summed_away(exposition: &str, drop_labels: &[&str]) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
     for (key, value) in samples(exposition) {
-        let (name, labels) = match key.split_once('{') {
-            Some((name, rest)) => (name.to_owned(), rest.trim_end_matches('}').to_owned()),
-            None => (key.clone(), String::new()),
-        };
-        let mut pairs: Vec<(String, String)> = split_labels(&labels)
-            .into_iter()
-            .filter(|(k, _)| !drop_labels.contains(&k.as_str()))
-            .map(|(k, v)| {
-                let v = if k == "le" && v != "+Inf" {
-                    format!("{:?}", v.parse::<f64>().expect("numeric le"))
-                } else {
-                    v
-                };
-                (k, v)
-            })
-            .collect();
-        pairs.sort();
-        let labels: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
-        out.insert(format!("{name}{{{}}}", labels.join(",")), value);
+        *out.entry(normalized_key(&key, drop_labels)).or_insert(0.0) += value;
     }
     out
+}
+
+/// `name{labels}` with its labels sorted, `drop_labels` left out and `le`
+/// written as a float.
+fn normalized_key(key: &str, drop_labels: &[&str]) -> String {
+    let (name, labels) = match key.split_once('{') {
+        Some((name, rest)) => (name, rest.trim_end_matches('}')),
+        None => (key, ""),
+    };
+    let mut pairs: Vec<(String, String)> = split_labels(labels)
+        .into_iter()
+        .filter(|(k, _)| !drop_labels.contains(&k.as_str()))
+        .map(|(k, v)| {
+            let v = if k == "le" && v != "+Inf" {
+                format!("{:?}", v.parse::<f64>().expect("numeric le"))
+            } else {
+                v
+            };
+            (k, v)
+        })
+        .collect();
+    pairs.sort();
+    let labels: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
+    format!("{name}{{{}}}", labels.join(","))
 }
 
 fn split_labels(labels: &str) -> Vec<(String, String)> {

@@ -44,6 +44,8 @@ from ports import free_port
 MODEL_NAME = "tiny-llama"
 BLOCK_SIZE = 32
 MAX_MODEL_LEN = 512
+#: The name the tiny LoRA adapter (tiny_lora.py) is served under, with --lora.
+LORA_NAME = "sql"
 SIDECAR_PID = re.compile(r"vllm-otel-metrics: started the sidecar \(pid (\d+)\)")
 
 
@@ -76,8 +78,14 @@ class Load:
     and a whole completion; the finish reasons answered are counted."""
 
     def __init__(self, url: str, count: int, concurrency: int, drop_every: int, seed: int,
-                 drop_after: int = 3):
+                 drop_after: int = 3, priorities=(), adapters=()):
         self.url = url
+        #: Request ``index`` has priority ``priorities[index % len]`` and asks
+        #: for the model ``adapters[index % len]`` (the base model by
+        #: default); ``sent`` counts the requests of each pair.
+        self.priorities = list(priorities)
+        self.adapters = list(adapters)
+        self.sent = {}
         self.drop_after = drop_after
         self.finish_reasons = {}
         self.count = count
@@ -102,6 +110,12 @@ class Load:
             "temperature": 0.0,
             "stream": bool(drop or index % 3 == 0),
         }
+        if self.adapters:
+            body["model"] = self.adapters[index % len(self.adapters)]
+        if self.priorities:
+            body["priority"] = self.priorities[index % len(self.priorities)]
+        key = f"{body['model']}|{body.get('priority', '')}"
+        self.sent[key] = self.sent.get(key, 0) + 1
         began = time.monotonic()
         try:
             async with session.post(self.url, json=body) as response:
@@ -161,10 +175,13 @@ def percentile(values, q):
     return values[min(len(values) - 1, int(q * len(values)))] if values else None
 
 
-def settle(vllm_metrics: str, sidecar_metrics: str, api_servers: int, timeout: float = 60, equal=True):
+def settle(vllm_metrics: str, sidecar_metrics: str, api_servers: int, timeout: float = 60, equal=True,
+           finished=None):
     """Waits until vLLM is idle and the sidecar shows what vLLM shows (with
-    ``equal=False``: until the sidecar's samples stop changing); returns the
-    last comparison (its differences, if they never went away)."""
+    ``equal=False``: until the sidecar's samples stop changing, and, given
+    ``finished``, it has that many finished requests: the tap sends a
+    request's last output a moment after vLLM is idle); returns the last
+    comparison (its differences, if they never went away)."""
     deadline = time.monotonic() + timeout
     previous = None
     while True:
@@ -173,7 +190,10 @@ def settle(vllm_metrics: str, sidecar_metrics: str, api_servers: int, timeout: f
             theirs, ours = samples(theirs_text, MODEL_NAME), samples(ours_text, MODEL_NAME)
             running = sum(v for (name, _), v in theirs[0].items() if name in ("vllm:num_requests_running", "vllm:num_requests_waiting"))
             result = compare(theirs, ours, sums_in_any_order=api_servers > 1)
-            if running == 0 and (not result["differing_samples"] if equal else ours == previous):
+            done = finished is None or sum(
+                v for (name, _), v in ours[0].items() if name == "vllm:request_success_total"
+            ) == finished
+            if running == 0 and done and (not result["differing_samples"] if equal else ours == previous):
                 return result, theirs_text, ours_text
             previous = ours
             if time.monotonic() >= deadline:
@@ -268,6 +288,12 @@ def main():
     p.add_argument("--collector-metrics", help="the Collector's Prometheus exporter (with --restart)")
     p.add_argument("--report", required=True)
     p.add_argument("--log-dir", required=True)
+    # Attribution (docs/SEMANTICS.md §6d): vLLM's priority scheduling, the
+    # requests' priorities in turn, a LoRA adapter every other request, and
+    # the plugin's VLLM_OTEL_METRICS_ATTRIBUTE.
+    p.add_argument("--priorities", default="", help="comma-separated, cycled over the requests")
+    p.add_argument("--lora", help="a LoRA adapter's directory, served as `sql`")
+    p.add_argument("--attribute", default="", help="VLLM_OTEL_METRICS_ATTRIBUTE")
     args = p.parse_args()
 
     api_port, metrics_port = free_port(), free_port()
@@ -287,6 +313,18 @@ def main():
         "--gpu-memory-utilization", "0.3",
         "--api-server-count", str(args.api_servers),
     ]
+    priorities = [int(p) for p in args.priorities.split(",") if p]
+    adapters = []
+    if priorities:
+        argv += ["--scheduling-policy", "priority"]
+    if args.lora:
+        argv += ["--enable-lora", "--lora-modules", f"{LORA_NAME}={args.lora}",
+                 "--max-lora-rank", "8", "--max-loras", "1"]
+        adapters = [MODEL_NAME, LORA_NAME]
+    if args.attribute:
+        env["VLLM_OTEL_METRICS_ATTRIBUTE"] = args.attribute
+        # Every adapter its own label from its first request.
+        env["VLLM_OTEL_METRICS_SIDECAR_ARGS"] = "--adapter-min-requests 1"
     report = {"api_servers": args.api_servers, "blocks": args.blocks}
     started = time.monotonic()
     with open(vllm_log, "ab") as log:
@@ -305,9 +343,17 @@ def main():
         report["sidecar_metrics_addr"] = f"127.0.0.1:{metrics_port}"
         report["sidecar_tcp_listeners"] = tcp_listeners(int(first[0]))
 
-        load = Load(f"{base}/v1/completions", args.requests, args.concurrency, args.drop_every, seed=1)
+        load = Load(f"{base}/v1/completions", args.requests, args.concurrency, args.drop_every, seed=1,
+                    priorities=priorities, adapters=adapters)
         asyncio.run(load.run())
-        result, vllm_text, sidecar_text = settle(vllm_metrics, sidecar_metrics, args.api_servers)
+        report["sent_by_class"] = load.sent
+        # With attribution the tap feeds the sidecar on the Rust frontend's
+        # rules (docs/SEMANTICS.md §3d): the two sides are not equal sample
+        # for sample, and are compared by class instead.
+        result, vllm_text, sidecar_text = settle(
+            vllm_metrics, sidecar_metrics, args.api_servers, equal=not args.attribute,
+            finished=args.requests if args.attribute else None,
+        )
         report["load"] = {
             "completed": load.completed, "dropped_by_client": load.dropped, "errors": load.errors,
             "ttft_p50": percentile(load.ttft, 0.5), "ttft_p99": percentile(load.ttft, 0.99),

@@ -58,7 +58,11 @@ plugin is configured with environment variables:
   latency SLO each finished request is judged against
   (``{"ttft": 0.5, "tpot": 0.05, "models": {"NAME": {...}}}``); checked
   here, so that a value the sidecar would refuse is one error line at
-  start-up.
+  start-up;
+- ``VLLM_OTEL_METRICS_ATTRIBUTE``: the started sidecar's ``--attribute``,
+  the classes that label the per-request families: ``lora``, ``priority``
+  or ``lora,priority`` (their bounds, ``--max-adapters`` and
+  ``--priority-classes``, go in ``VLLM_OTEL_METRICS_SIDECAR_ARGS``).
 
 The started sidecar reads the standard ``OTEL_*`` variables itself (endpoint,
 protocol, headers, resource, traces exporter), as vLLM's environment passes
@@ -169,6 +173,39 @@ class SidecarSettings:
     token_file: str | None = None
     #: ``serve --slo``: the latency SLO (JSON), or empty.
     slo: str = ""
+    #: ``serve --attribute``: ``lora``, ``priority`` or both, or empty.
+    attribute: str = ""
+
+
+#: The classes ``VLLM_OTEL_METRICS_ATTRIBUTE`` may name.
+ATTRIBUTE_DIMENSIONS = ("lora", "priority")
+
+
+def attribute(env: Mapping[str, str]) -> str:
+    """``VLLM_OTEL_METRICS_ATTRIBUTE`` as ``serve --attribute`` takes it;
+    raises :class:`ConfigError` naming a value that is not a class.
+
+    >>> attribute({"VLLM_OTEL_METRICS_ATTRIBUTE": " priority, lora "})
+    'priority,lora'
+    >>> attribute({})
+    ''
+    >>> attribute({"VLLM_OTEL_METRICS_ATTRIBUTE": "lora,tenant"})
+    Traceback (most recent call last):
+    ...
+    vllm_otel_metrics.errors.ConfigError: VLLM_OTEL_METRICS_ATTRIBUTE: 'tenant' is not one of lora, priority
+    """
+    raw = env.get("VLLM_OTEL_METRICS_ATTRIBUTE", "").strip()
+    if not raw:
+        return ""
+    names = [name.strip() for name in raw.split(",")]
+    for name in names:
+        if name not in ATTRIBUTE_DIMENSIONS:
+            # A class name is short: show at most 64 characters of it.
+            raise ConfigError(
+                f"VLLM_OTEL_METRICS_ATTRIBUTE: {name[:64]!r} is not one of "
+                f"{', '.join(ATTRIBUTE_DIMENSIONS)}"
+            )
+    return ",".join(names)
 
 
 def _read(variable: str, path: str, limit: int | None = None) -> bytes:
@@ -326,6 +363,7 @@ def _sidecar(
     )
     token_file = env.get("VLLM_OTEL_METRICS_TOKEN_FILE", "")
     slo = slo_settings.from_env(env)
+    attribution = attribute(env)
     ingest_socket = _ingest_socket(env, port, directory)
     asked = env.get("VLLM_OTEL_METRICS_INGEST_ADDR", "").strip()
     ingest_addr: str | None
@@ -361,6 +399,7 @@ def _sidecar(
         # Absolute: the path is the sidecar's to open.
         token_file=os.path.abspath(token_file) if token_file else None,
         slo=slo,
+        attribute=attribution,
     )
 
 
@@ -448,11 +487,31 @@ def engine_source(env: Mapping[str, str] | None = None) -> str:
     Traceback (most recent call last):
     ...
     vllm_otel_metrics.errors.ConfigError: VLLM_OTEL_METRICS_SOURCE='both' is not one of auto, engine_core, stat_logger
+
+    Attribution (``VLLM_OTEL_METRICS_ATTRIBUTE``) needs each request's
+    adapter and priority, which only the engine core's ``Request`` carries:
+    vLLM's stat logger gets finished requests by id alone. ``auto`` is then
+    the tap under either frontend, and ``stat_logger`` an error:
+
+    >>> engine_source({"VLLM_OTEL_METRICS_ATTRIBUTE": "priority"})
+    'engine_core'
+    >>> engine_source(  # doctest: +ELLIPSIS
+    ...     {"VLLM_OTEL_METRICS_ATTRIBUTE": "lora", "VLLM_OTEL_METRICS_SOURCE": "stat_logger"}
+    ... )
+    Traceback (most recent call last):
+    ...
+    vllm_otel_metrics.errors.ConfigError: VLLM_OTEL_METRICS_ATTRIBUTE needs ...: vLLM's stat logger sees no ...
     """
     env = os.environ if env is None else env
     source = env.get("VLLM_OTEL_METRICS_SOURCE", "").strip() or "auto"
     if source not in SOURCES:
         raise ConfigError(f"VLLM_OTEL_METRICS_SOURCE={source!r} is not one of {', '.join(SOURCES)}")
+    attributed = bool(attribute(env))
     if source == "auto":
-        return "engine_core" if rust_frontend(env) else "stat_logger"
+        return "engine_core" if rust_frontend(env) or attributed else "stat_logger"
+    if source == "stat_logger" and attributed:
+        raise ConfigError(
+            "VLLM_OTEL_METRICS_ATTRIBUTE needs VLLM_OTEL_METRICS_SOURCE engine_core or auto: "
+            "vLLM's stat logger sees no request's adapter or priority"
+        )
     return source

@@ -244,6 +244,8 @@ def command(
         argv += ["--custom-histogram-buckets", settings.custom_histogram_buckets]
     if settings.slo:
         argv += ["--slo", settings.slo]
+    if settings.attribute:
+        argv += ["--attribute", settings.attribute]
     return argv
 
 

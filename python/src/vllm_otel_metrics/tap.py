@@ -219,6 +219,14 @@ class Started:
     stop_strings: bool = False
     #: The ``traceparent`` of the request's trace headers.
     traceparent: Any = None
+    #: ``Request.lora_request.lora_name`` (None: the base model): the name
+    #: alone, an immutable string, never the ``LoRARequest``.
+    lora_name: Any = None
+    #: ``Request.priority``.
+    priority: Any = None
+
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 def started(at: float, request: Any) -> Started:
@@ -230,6 +238,7 @@ def started(at: float, request: Any) -> Started:
     conversions wait for the streaming thread."""
     params = request.sampling_params
     headers = request.trace_headers
+    lora = request.lora_request
     return Started(
         at,
         request.request_id,
@@ -239,6 +248,8 @@ def started(at: float, request: Any) -> Started:
         None if params is None else (params.n or 1),
         params is not None and bool(params.stop),
         headers.get("traceparent") if headers else None,
+        None if lora is None else lora.lora_name,
+        request.priority,
     )
 
 
@@ -534,4 +545,9 @@ class Tap:
             message.stop_strings = item.stop_strings
         if item.traceparent:
             message.traceparent = str(item.traceparent)
+        if item.lora_name:
+            message.lora_name = str(item.lora_name)
+        if item.priority is not None:
+            # Python's int is unbounded, the wire's sint64 is not.
+            message.priority = min(max(int(item.priority), _INT64_MIN), _INT64_MAX)
         return record

@@ -454,18 +454,24 @@ fn series_exemplars<'s, 'l>(
         return Cow::Borrowed(&[]);
     }
     let (mut model, mut engine, mut overflow, mut outcome) = (None, None, false, None);
+    let (mut lora_name, mut priority) = (None, None);
     for (name, value) in labels {
         match name {
             _ if name == ENGINE_LABELS[0] => model = Some(value),
             _ if name == ENGINE_LABELS[1] => engine = value.parse::<u32>().ok(),
             _ if name == overflow_label => overflow = true,
             _ if name == catalog::slo::SLO_OUTCOME_LABEL => outcome = Some(value),
+            _ if name == catalog::labels::LORA_NAME_LABEL => lora_name = Some(value),
+            _ if name == catalog::labels::PRIORITY_LABEL => priority = Some(value),
             _ => {}
         }
     }
     let label_set = match (overflow, model, engine) {
         (true, _, _) => SeriesLabelSet::Overflow,
-        (false, Some(model), Some(engine)) => SeriesLabelSet::Of(model, engine),
+        (false, Some(model), Some(engine)) => match (lora_name, priority) {
+            (None, None) => SeriesLabelSet::Of(model, engine),
+            _ => SeriesLabelSet::Classed(model, engine, lora_name, priority),
+        },
         _ => return Cow::Borrowed(&[]),
     };
     if is_slo {

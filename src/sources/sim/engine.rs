@@ -208,22 +208,33 @@ impl Engine {
         pool.lookup_pending(head.key, target, &mut head.offload, now)
     }
 
-    /// Frees blocks for the running request at `index`: preempts the last
-    /// running request (vLLM's FCFS victim, reason `kv_full`); or, when the
-    /// request is high-priority and a low-priority request runs after it,
-    /// the last such one (reason `priority`). Victims come from `index` on,
-    /// so the requests scheduled before it in this step stay.
-    fn preempt_for(&mut self, index: usize, now: f64) {
+    /// Frees blocks for the running request at `index`; returns whether it
+    /// preempted that request itself. First come, first served: the last
+    /// running request (vLLM's FCFS victim). Under priority scheduling, as
+    /// vLLM 0.33's scheduler: the lowest-priority running request, the
+    /// latest to arrive of those (`max(running, key=(priority,
+    /// arrival_time))`), the request itself included. The reason is
+    /// `priority` when a high-priority request preempts a low-priority one,
+    /// else `kv_full`. Victims come from `index` on, so the requests
+    /// scheduled before it in this step stay (vLLM can take one of those
+    /// back too; this simulator does not).
+    fn preempt_for(&mut self, index: usize, now: f64) -> bool {
+        let victim = if self.limits.priority_scheduling {
+            let rank = |s: &Sequence| (!s.request.high_priority, s.key);
+            (index..self.running.len())
+                .max_by_key(|&j| rank(&self.running[j]))
+                .expect("the request itself runs")
+        } else {
+            self.running.len() - 1
+        };
         let for_high = self.running[index].request.high_priority;
-        let low_after = (index + 1..self.running.len())
-            .rev()
-            .find(|&j| !self.running[j].request.high_priority);
-        match low_after {
-            Some(victim) if for_high => {
-                self.preempt(victim, now, PreemptionReason::Priority);
-            }
-            _ => self.preempt(self.running.len() - 1, now, PreemptionReason::KvFull),
-        }
+        let reason = if for_high && !self.running[victim].request.high_priority {
+            PreemptionReason::Priority
+        } else {
+            PreemptionReason::KvFull
+        };
+        self.preempt(victim, now, reason);
+        victim == index
     }
 
     fn preempt(&mut self, index: usize, now: f64, reason: PreemptionReason) {
@@ -322,12 +333,14 @@ impl Engine {
                 (sequence.prefill_target() - sequence.computed).min(*budget)
             };
             let needed = blocks_for(sequence.computed + want, bs).saturating_sub(sequence.blocks);
-            while needed > self.free_blocks && i < self.running.len() {
-                self.preempt_for(i, now);
+            let mut preempted_itself = false;
+            while needed > self.free_blocks && !preempted_itself {
+                preempted_itself = self.preempt_for(i, now);
                 result.preemptions += 1;
             }
-            if i >= self.running.len() {
-                break; // the request preempted itself
+            if preempted_itself {
+                // The requests after it (now from `i`) may still fit.
+                continue;
             }
             let key = self.running[i].key;
             self.allocate(key, needed, now);

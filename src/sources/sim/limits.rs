@@ -33,6 +33,9 @@ pub(crate) struct EngineLimits {
     /// prefill/decode pair), and the chance that a transfer fails.
     pub(crate) nixl: bool,
     pub(crate) nixl_failure_rate: f64,
+    /// vLLM's `--scheduling-policy priority` (some arrivals high-priority):
+    /// a preemption's victim is the lowest-priority, latest-arriving request.
+    pub(crate) priority_scheduling: bool,
 }
 
 impl EngineLimits {
@@ -55,6 +58,7 @@ impl EngineLimits {
             offload_seconds_per_byte: 1.0 / (config.host_transfer_gbps * 1e9),
             nixl: config.nixl,
             nixl_failure_rate: config.nixl_failure_rate,
+            priority_scheduling: config.priority_fraction > 0.0,
         }
     }
 }

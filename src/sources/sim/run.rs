@@ -269,6 +269,14 @@ impl<'a> Run<'a> {
             traceparent: None,
             operation_name: None,
             stop_strings: false,
+            lora_name: request.adapter.map(SimConfig::adapter_name),
+            // vLLM's priorities: lower first, 0 by default. Without priority
+            // scheduling every request has the default.
+            priority: (config.priority_fraction > 0.0).then_some(if request.high_priority {
+                0
+            } else {
+                1
+            }),
         }));
         if let Some(at) = request.abort_at {
             self.aborts.push((at, request.id.clone(), engine));

@@ -161,6 +161,8 @@ pub(super) const PROTO_FIELDS: &[(&str, u32, &str, bool, &str)] = &[
     ("RequestStarted", 8, "string", false, ""),
     ("RequestStarted", 9, "string", false, ""),
     ("RequestStarted", 10, "varint", false, ""),
+    ("RequestStarted", 11, "string", false, ""),
+    ("RequestStarted", 12, "varint", false, ""),
     ("RecordBatch", 1, "message", true, "Record"),
     ("EngineCoreFrames", 1, "string", false, ""),
     ("EngineCoreFrames", 2, "string", true, ""),

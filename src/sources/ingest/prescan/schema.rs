@@ -86,6 +86,7 @@ static REQUEST: Schema = Schema {
         field(2, STRING),
         field(8, STRING),
         field(9, STRING),
+        field(11, STRING),
     ],
 };
 static OUTPUT_BATCH: Schema = Schema {

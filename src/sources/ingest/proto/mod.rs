@@ -282,12 +282,14 @@ pub fn record_from_proto_parts(
                 GenAiOperation::from_name,
                 ConversionError::UnknownOperationName,
             )?;
+            let lora_name = non_empty(r.lora_name.take());
             Record::Request(RequestStart::from_wire_with(
                 r,
                 request_id,
                 n,
                 traceparent,
                 operation_name,
+                lora_name,
             ))
         }
         R::Outputs(mut b) => {
@@ -345,6 +347,7 @@ pub fn record_to_proto(record: &Record) -> pb::Record {
             Some(r.n),
             r.traceparent.clone(),
             r.operation_name.map(|o| o.as_str().to_owned()),
+            r.lora_name.clone(),
         )),
         Record::Outputs(b) => R::Outputs(b.to_wire_with(
             Some(b.received_at),

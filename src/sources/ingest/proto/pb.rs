@@ -149,6 +149,14 @@ pub struct RequestStarted {
     /// "stop" (docs/SEMANTICS.md, "Stop strings").
     #[prost(bool, tag = "10")]
     pub stop_strings: bool,
+    /// The request's LoRA adapter (vLLM's lora_request.lora_name); absent or
+    /// empty: the base model. Longer than the label limit (--max-label-bytes)
+    /// makes the record invalid, as a long model_name does.
+    #[prost(string, optional, tag = "11")]
+    pub lora_name: ::core::option::Option<::prost::alloc::string::String>,
+    /// The request's priority (vLLM's Request.priority); absent: 0.
+    #[prost(sint64, optional, tag = "12")]
+    pub priority: ::core::option::Option<i64>,
 }
 /// The outputs of one engine step.
 #[derive(Clone, PartialEq, ::prost::Message)]

@@ -64,7 +64,7 @@ macro_rules! same_on_the_wire {
     };
 }
 
-same_on_the_wire!(copy: bool, u32, u64, f64; owned: String, Vec<u32>, Vec<u64>, Vec<f64>, Vec<String>);
+same_on_the_wire!(copy: bool, u32, u64, i64, f64; owned: String, Vec<u32>, Vec<u64>, Vec<f64>, Vec<String>);
 
 impl<A: FromWire<B>, B> FromWire<Option<B>> for Option<A> {
     fn from_wire(wire: Option<B>) -> Self {
@@ -144,12 +144,13 @@ macro_rules! mirror {
 }
 
 mirror!(RequestStart <=> RequestStarted {
-    model_name, engine, arrival_time, prompt_len, max_tokens, stop_strings,
+    model_name, engine, arrival_time, prompt_len, max_tokens, stop_strings, priority,
 } by rule {
     request_id: String => String,
     n: u32 => Option<u32>,
     traceparent: Option<String> => Option<String>,
     operation_name: Option<GenAiOperation> => Option<String>,
+    lora_name: Option<String> => Option<String>,
 });
 mirror!(OutputBatch <=> OutputBatch { engine, timestamp } by rule {
     received_at: f64 => Option<f64>,

@@ -1,0 +1,502 @@
+//! Attribution: the class a request's per-request series carry besides
+//! `model_name` and `engine`, its LoRA adapter (`lora_name`) and its
+//! priority class (`priority`), with `--attribute lora,priority`
+//! (docs/SEMANTICS.md §6d).
+//!
+//! Both labels are bounded before any series exists. A priority becomes
+//! one of a few classes cut by configured boundaries, never the raw
+//! integer. An adapter gets a `lora_name` of its own once it has shown
+//! [`Attribution::adapter_min_requests`] requests, while fewer than
+//! [`Attribution::max_adapters`] have one; every other adapter's requests
+//! carry `lora_name="other"`, so that the busiest adapters, not the first
+//! ones seen, get the labels, and a stream of one-off adapters costs no
+//! series. A label once given is kept: the SDK never forgets a cumulative
+//! series, so a label taken back would be a series more, not one fewer.
+//!
+//! ```
+//! use vllm_otel_metrics::instruments::{Attribution, PriorityClasses};
+//! let classes: PriorityClasses = "-1,0,1,2".parse().unwrap();
+//! assert_eq!(classes.labels(), ["<-1", "-1", "0", "1", ">1"]);
+//! let attribution = Attribution::default().with_lora().with_priority(classes);
+//! assert_eq!(attribution.max_adapters(), 16);
+//! ```
+
+use std::collections::HashMap;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use foldhash::fast::RandomState;
+use parking_lot::{Mutex, RwLock};
+
+use crate::catalog::labels::{LORA_NAME_LABEL, NO_ADAPTER, OTHER_ADAPTER, PRIORITY_LABEL};
+
+/// Adapters given a `lora_name` of their own, by default.
+pub const DEFAULT_MAX_ADAPTERS: usize = 16;
+/// Requests an adapter shows before it gets a `lora_name` of its own, by
+/// default.
+pub const DEFAULT_ADAPTER_MIN_REQUESTS: u32 = 5;
+/// Most priority-class boundaries (so at most 17 classes).
+pub const MAX_PRIORITY_BOUNDARIES: usize = 16;
+/// Most adapters with a label of their own, whatever is asked.
+pub const MAX_ADAPTERS: usize = 1024;
+
+/// Which classes the per-request series carry (`--attribute`), and their
+/// bounds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attribution {
+    lora: bool,
+    priority: Option<PriorityClasses>,
+    max_adapters: usize,
+    adapter_min_requests: u32,
+}
+
+impl Default for Attribution {
+    /// Neither label, with the default bounds.
+    fn default() -> Self {
+        Attribution {
+            lora: false,
+            priority: None,
+            max_adapters: DEFAULT_MAX_ADAPTERS,
+            adapter_min_requests: DEFAULT_ADAPTER_MIN_REQUESTS,
+        }
+    }
+}
+
+impl Attribution {
+    /// Also labels the request's adapter (`lora_name`).
+    pub fn with_lora(mut self) -> Self {
+        self.lora = true;
+        self
+    }
+
+    /// Also labels the request's priority class (`priority`).
+    pub fn with_priority(mut self, classes: PriorityClasses) -> Self {
+        self.priority = Some(classes);
+        self
+    }
+
+    /// At most `max` adapters get a `lora_name` of their own (1 to
+    /// [`MAX_ADAPTERS`]).
+    pub fn with_max_adapters(mut self, max: usize) -> Self {
+        self.max_adapters = max.clamp(1, MAX_ADAPTERS);
+        self
+    }
+
+    /// An adapter gets a `lora_name` of its own at its `min`-th request (at
+    /// least 1: the first adapters seen get the labels).
+    pub fn with_adapter_min_requests(mut self, min: u32) -> Self {
+        self.adapter_min_requests = min.max(1);
+        self
+    }
+
+    /// Whether `lora_name` is labelled.
+    pub fn lora(&self) -> bool {
+        self.lora
+    }
+
+    /// The priority classes, when `priority` is labelled.
+    pub fn priority(&self) -> Option<&PriorityClasses> {
+        self.priority.as_ref()
+    }
+
+    /// Adapters with a `lora_name` of their own, at most.
+    pub fn max_adapters(&self) -> usize {
+        self.max_adapters
+    }
+
+    /// Requests an adapter shows before it gets its own `lora_name`.
+    pub fn adapter_min_requests(&self) -> u32 {
+        self.adapter_min_requests
+    }
+
+    /// Whether any label is added.
+    pub fn is_on(&self) -> bool {
+        self.lora || self.priority.is_some()
+    }
+
+    /// The most class label sets one `(model_name, engine)` label set
+    /// splits into: adapters with a label, `none` and `other`, times the
+    /// priority classes.
+    pub fn max_classes(&self) -> usize {
+        let adapters = if self.lora { self.max_adapters + 2 } else { 1 };
+        adapters * self.priority.as_ref().map_or(1, |p| p.labels.len())
+    }
+}
+
+/// Priority classes cut by boundaries: with boundaries `b1 < … < bn`, a
+/// request's priority `p` is in class `<b1` below `b1`, in the class of
+/// `bi` for `bi ≤ p < b(i+1)`, and in the last class from `bn`. Labels are
+/// the integers each class holds: `5` for one, `0..9` for several,
+/// `<0` and `>99` at the ends. The default `-1,0,1,2` gives vLLM's proposed
+/// buckets (#58077): `<-1`, `-1`, `0`, `1`, `>1`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PriorityClasses {
+    boundaries: Vec<i64>,
+    /// One per class, lowest first.
+    labels: Vec<Arc<str>>,
+}
+
+impl Default for PriorityClasses {
+    fn default() -> Self {
+        PriorityClasses::new(vec![-1, 0, 1, 2]).expect("the default boundaries are valid")
+    }
+}
+
+impl PriorityClasses {
+    /// Classes cut by `boundaries`, strictly increasing, 1 to
+    /// [`MAX_PRIORITY_BOUNDARIES`] of them.
+    pub fn new(boundaries: Vec<i64>) -> Result<Self, AttributionError> {
+        if boundaries.is_empty() || boundaries.len() > MAX_PRIORITY_BOUNDARIES {
+            return Err(AttributionError::PriorityBoundaries(format!(
+                "{} boundaries; give 1 to {MAX_PRIORITY_BOUNDARIES}",
+                boundaries.len()
+            )));
+        }
+        if let Some(pair) = boundaries.windows(2).find(|pair| pair[0] >= pair[1]) {
+            return Err(AttributionError::PriorityBoundaries(format!(
+                "{} is not above {}; boundaries increase strictly",
+                pair[1], pair[0]
+            )));
+        }
+        let (first, last) = (boundaries[0], boundaries[boundaries.len() - 1]);
+        let mut labels = vec![format!("<{first}")];
+        for pair in boundaries.windows(2) {
+            let (low, high) = (pair[0], pair[1] - 1);
+            labels.push(if low == high {
+                low.to_string()
+            } else {
+                format!("{low}..{high}")
+            });
+        }
+        labels.push(format!(">{}", last.saturating_sub(1)));
+        Ok(PriorityClasses {
+            labels: labels.into_iter().map(Arc::from).collect(),
+            boundaries,
+        })
+    }
+
+    /// The boundaries.
+    pub fn boundaries(&self) -> &[i64] {
+        &self.boundaries
+    }
+
+    /// Every class's label, lowest priority value first.
+    pub fn labels(&self) -> Vec<&str> {
+        self.labels.iter().map(|l| &**l).collect()
+    }
+
+    /// The class of `priority`, by its place in [`labels`](Self::labels).
+    ///
+    /// ```
+    /// use vllm_otel_metrics::instruments::PriorityClasses;
+    /// let classes: PriorityClasses = "0,10,100".parse().unwrap();
+    /// assert_eq!(classes.labels(), ["<0", "0..9", "10..99", ">99"]);
+    /// assert_eq!([-5, 0, 9, 10, 500].map(|p| classes.class_of(p)), [0, 1, 1, 2, 3]);
+    /// ```
+    #[inline]
+    pub fn class_of(&self, priority: i64) -> usize {
+        self.boundaries.partition_point(|&b| b <= priority)
+    }
+}
+
+impl FromStr for PriorityClasses {
+    type Err = AttributionError;
+
+    /// Comma-separated integer boundaries (`0,10,100`).
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let boundaries = text
+            .split(',')
+            .map(|b| {
+                b.trim().parse::<i64>().map_err(|_| {
+                    AttributionError::PriorityBoundaries(format!("'{b}' is not an integer"))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        PriorityClasses::new(boundaries)
+    }
+}
+
+/// A bad attribution setting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AttributionError {
+    /// The priority classes' boundaries.
+    PriorityBoundaries(String),
+}
+
+impl fmt::Display for AttributionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AttributionError::PriorityBoundaries(why) => {
+                write!(f, "priority class boundaries: {why}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for AttributionError {}
+
+/// What a request says of its class: its adapter (none: the base model)
+/// and its priority (none: vLLM's default, 0).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RequestClass<'a> {
+    /// `lora_request.lora_name`.
+    pub lora_name: Option<&'a str>,
+    /// `Request.priority`.
+    pub priority: Option<i64>,
+}
+
+/// A request's class, resolved: a key that tells label sets apart, and the
+/// label values the label set is bound with the first time.
+pub(crate) struct ResolvedClass<'a> {
+    /// Adapter slot in the high bits, priority class in the low byte.
+    pub(crate) key: u32,
+    pub(crate) lora_name: Option<&'a str>,
+    pub(crate) priority: Option<&'a str>,
+}
+
+impl ResolvedClass<'_> {
+    /// The class labels, in the order they follow `model_name` and `engine`.
+    pub(crate) fn labels(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        let lora = self.lora_name.map(|v| (LORA_NAME_LABEL, v));
+        lora.into_iter()
+            .chain(self.priority.map(|v| (PRIORITY_LABEL, v)))
+    }
+}
+
+/// Slots 0 and 1 are `none` and `other`; adapters with a label of their own
+/// start at 2.
+const FIRST_ADAPTER_SLOT: u32 = 2;
+
+/// The classes of requests, resolved once per request at its start.
+pub(crate) struct Classes {
+    config: Attribution,
+    /// Adapters with a label of their own, and their slots.
+    labelled: RwLock<HashMap<Arc<str>, u32, RandomState>>,
+    /// Every slot is taken: other adapters go to `other` without counting.
+    full: AtomicBool,
+    /// Requests seen of adapters without a label, while slots remain.
+    /// Emptied when it reaches its capacity, so that it stays bounded
+    /// however many adapters come and go.
+    candidates: Mutex<HashMap<Box<str>, u32, RandomState>>,
+}
+
+impl Classes {
+    pub(crate) fn new(config: Attribution) -> Self {
+        Classes {
+            config,
+            labelled: RwLock::default(),
+            full: AtomicBool::new(false),
+            candidates: Mutex::default(),
+        }
+    }
+
+    /// Candidates counted at once, at most.
+    fn candidate_capacity(&self) -> usize {
+        (8 * self.config.max_adapters).max(64)
+    }
+
+    /// The class of a request. The labelled adapters' names live as long as
+    /// the classes: the returned label values borrow from `self`, or are
+    /// the request's own name on the label set's first request.
+    #[inline]
+    pub(crate) fn resolve<'a>(&'a self, class: &RequestClass<'a>) -> ResolvedClass<'a> {
+        let (adapter, lora_name) = if self.config.lora {
+            match class.lora_name {
+                None => (0, Some(NO_ADAPTER)),
+                Some(name) => match self.adapter_slot(name) {
+                    Some(slot) => (slot, Some(name)),
+                    None => (1, Some(OTHER_ADAPTER)),
+                },
+            }
+        } else {
+            (0, None)
+        };
+        let (priority, priority_label) = match &self.config.priority {
+            Some(classes) => {
+                let at = classes.class_of(class.priority.unwrap_or(0));
+                (at as u32, Some(&*classes.labels[at]))
+            }
+            None => (0, None),
+        };
+        ResolvedClass {
+            key: adapter << 8 | priority,
+            lora_name,
+            priority: priority_label,
+        }
+    }
+
+    /// The slot of an adapter with a label of its own; counts a request of
+    /// one without, and gives it a slot at its `adapter_min_requests`-th
+    /// request while slots remain.
+    fn adapter_slot(&self, name: &str) -> Option<u32> {
+        if let Some(&slot) = self.labelled.read().get(name) {
+            return Some(slot);
+        }
+        if self.full.load(Ordering::Relaxed) {
+            return None;
+        }
+        let mut candidates = self.candidates.lock();
+        let seen = match candidates.get_mut(name) {
+            Some(seen) => {
+                *seen += 1;
+                *seen
+            }
+            None => {
+                if candidates.len() >= self.candidate_capacity() {
+                    candidates.clear();
+                }
+                candidates.insert(name.into(), 1);
+                1
+            }
+        };
+        if seen < self.config.adapter_min_requests {
+            return None;
+        }
+        candidates.remove(name);
+        let mut labelled = self.labelled.write();
+        if let Some(&slot) = labelled.get(name) {
+            return Some(slot);
+        }
+        if labelled.len() >= self.config.max_adapters {
+            self.full.store(true, Ordering::Relaxed);
+            return None;
+        }
+        let slot = FIRST_ADAPTER_SLOT + labelled.len() as u32;
+        labelled.insert(name.into(), slot);
+        if labelled.len() >= self.config.max_adapters {
+            self.full.store(true, Ordering::Relaxed);
+        }
+        Some(slot)
+    }
+
+    /// Adapters with a label of their own.
+    #[cfg(test)]
+    fn labelled_adapters(&self) -> usize {
+        self.labelled.read().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn classes(attribution: Attribution) -> Classes {
+        Classes::new(attribution)
+    }
+
+    fn labels(resolved: &ResolvedClass<'_>) -> Vec<(String, String)> {
+        resolved
+            .labels()
+            .map(|(n, v)| (n.to_owned(), v.to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn priority_classes_are_cut_by_their_boundaries() {
+        let default = PriorityClasses::default();
+        assert_eq!(default.labels(), ["<-1", "-1", "0", "1", ">1"]);
+        let got: Vec<usize> = [-7, -2, -1, 0, 1, 2, 1 << 40]
+            .iter()
+            .map(|p| default.class_of(*p))
+            .collect();
+        assert_eq!(got, [0, 0, 1, 2, 3, 4, 4]);
+        let one: PriorityClasses = "10".parse().unwrap();
+        assert_eq!(one.labels(), ["<10", ">9"]);
+        for bad in ["", "1,1", "2,1", "a", "1,,2"] {
+            assert!(bad.parse::<PriorityClasses>().is_err(), "{bad:?}");
+        }
+        let many = (0..=MAX_PRIORITY_BOUNDARIES as i64).map(|b| b.to_string());
+        let err = many
+            .collect::<Vec<_>>()
+            .join(",")
+            .parse::<PriorityClasses>()
+            .unwrap_err();
+        assert!(err.to_string().contains("17 boundaries"), "{err}");
+    }
+
+    #[test]
+    fn adapters_get_labels_once_busy_and_while_slots_remain() {
+        let c = classes(
+            Attribution::default()
+                .with_lora()
+                .with_max_adapters(2)
+                .with_adapter_min_requests(3),
+        );
+        let of = |name: Option<&str>| {
+            let r = c.resolve(&RequestClass {
+                lora_name: name,
+                priority: None,
+            });
+            (r.key, labels(&r))
+        };
+        let lora = |v: &str| vec![("lora_name".to_owned(), v.to_owned())];
+        assert_eq!(of(None), (0, lora("none")));
+        // Below three requests: `other`.
+        assert_eq!(of(Some("a")), (1 << 8, lora("other")));
+        assert_eq!(of(Some("once")), (1 << 8, lora("other")));
+        assert_eq!(of(Some("a")), (1 << 8, lora("other")));
+        assert_eq!(of(Some("a")), (2 << 8, lora("a")));
+        assert_eq!(of(Some("a")), (2 << 8, lora("a")));
+        for _ in 0..2 {
+            assert_eq!(of(Some("b")).1, lora("other"));
+        }
+        assert_eq!(of(Some("b")), (3 << 8, lora("b")));
+        // Both slots taken: the busiest newcomer stays `other`.
+        for _ in 0..10 {
+            assert_eq!(of(Some("c")), (1 << 8, lora("other")));
+        }
+        assert_eq!(c.labelled_adapters(), 2);
+        // Once every slot is taken, nothing more is counted.
+        assert!(c.full.load(Ordering::Relaxed));
+        assert!(!c.candidates.lock().contains_key("c"));
+    }
+
+    #[test]
+    fn one_off_adapters_leave_the_counts_bounded_and_take_no_slot() {
+        let c = classes(Attribution::default().with_lora());
+        for n in 0..10_000 {
+            let name = format!("adapter-{n}");
+            let r = c.resolve(&RequestClass {
+                lora_name: Some(&name),
+                priority: Some(n),
+            });
+            assert_eq!(r.key, 1 << 8);
+        }
+        assert!(c.candidates.lock().len() <= c.candidate_capacity());
+        assert_eq!(c.labelled_adapters(), 0);
+    }
+
+    #[test]
+    fn both_labels_in_order() {
+        let c = classes(
+            Attribution::default()
+                .with_lora()
+                .with_adapter_min_requests(1)
+                .with_priority("0,10".parse().unwrap()),
+        );
+        let r = c.resolve(&RequestClass {
+            lora_name: Some("sql"),
+            priority: Some(12),
+        });
+        assert_eq!(r.key, 2 << 8 | 2);
+        assert_eq!(
+            labels(&r),
+            [
+                ("lora_name".to_owned(), "sql".to_owned()),
+                ("priority".to_owned(), ">9".to_owned())
+            ]
+        );
+        // No priority: vLLM's default, 0.
+        let r = c.resolve(&RequestClass::default());
+        assert_eq!((r.key, labels(&r)[1].1.as_str()), (1, "0..9"));
+        assert_eq!(
+            Attribution::default()
+                .with_lora()
+                .with_priority(PriorityClasses::default())
+                .max_classes(),
+            18 * 5
+        );
+    }
+}

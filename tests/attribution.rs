@@ -1,0 +1,231 @@
+//! Attribution (`--attribute lora,priority`, docs/SEMANTICS.md §6d): the
+//! per-request families carry each request's adapter and priority class,
+//! and summed over the class labels they are exactly what they are without
+//! attribution; the per-step family stays unclassed; the labels stay within
+//! their caps under churn, and no request leaves the totals.
+//!
+//! The records are a simulated two-engine run's (preemptions, aborts), each
+//! request given an adapter and a priority from its id, replayed into
+//! instruments with attribution on and off.
+
+/// The helpers of `tests/common/` this file uses.
+pub mod common {
+    pub mod exposition;
+}
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use common::exposition::{samples, summed_away};
+use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
+use vllm_otel_metrics::instruments::{Attribution, Instruments, PriorityClasses};
+use vllm_otel_metrics::protocol::Record;
+use vllm_otel_metrics::sources::sim::{simulate, SimConfig};
+use vllm_otel_metrics::tracker::Tracker;
+
+/// A simulated run's records: about 300 requests on two engines, a KV
+/// cache small enough to preempt, some aborted.
+fn simulated() -> Vec<Record> {
+    simulated_at(5.0, 60.0)
+}
+
+/// [`simulated`] at `rate` requests per second for `duration` seconds.
+fn simulated_at(rate: f64, duration: f64) -> Vec<Record> {
+    let mut config = SimConfig::default();
+    config.rate = rate;
+    config.duration = duration;
+    config.engines = 2;
+    config.kv_blocks = 96;
+    config.abort_rate = 0.05;
+    let mut records = Vec::new();
+    simulate(
+        &config,
+        &mut |record: &Record| records.push(record.clone()),
+        &mut |_| {},
+    );
+    records
+}
+
+/// A number from a request id, the same every run.
+fn digest(id: &str) -> u64 {
+    id.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// The records with each request's class set by `class` from its id.
+fn classed(
+    records: &[Record],
+    class: impl Fn(&str) -> (Option<String>, Option<i64>),
+) -> Vec<Record> {
+    let mut records = records.to_vec();
+    for record in &mut records {
+        if let Record::Request(start) = record {
+            (start.lora_name, start.priority) = class(&start.request_id);
+        }
+    }
+    records
+}
+
+/// Three adapters and the base model, priorities -3 to 12.
+fn three_adapters(id: &str) -> (Option<String>, Option<i64>) {
+    let d = digest(id);
+    let lora = ["sql", "chat", "code"]
+        .get((d % 4) as usize)
+        .map(|s| (*s).to_owned());
+    (lora, Some((d / 4 % 16) as i64 - 3))
+}
+
+fn replay(records: &[Record], attribution: Option<Attribution>) -> String {
+    let (bridge, reader) = PrometheusBridge::builder().build();
+    let mut builder = Instruments::builder().with_reader(reader);
+    if let Some(attribution) = attribution {
+        builder = builder.with_attribution(attribution);
+    }
+    let mut tracker = Tracker::new(builder.build());
+    for record in records {
+        tracker.apply(record);
+    }
+    bridge.encode(Format::Text)
+}
+
+/// Every label set (the labels but `le`, `finished_reason` and the like)
+/// of `family`'s samples.
+fn label_values(exposition: &str, family: &str, label: &str) -> BTreeSet<String> {
+    let with = format!("{label}=\"");
+    samples(exposition)
+        .keys()
+        .filter(|key| key.split('{').next() == Some(family))
+        .filter_map(|key| {
+            let start = key.find(&with)? + with.len();
+            let end = key[start..].find('"')?;
+            Some(key[start..start + end].to_owned())
+        })
+        .collect()
+}
+
+fn both() -> Attribution {
+    Attribution::default()
+        .with_lora()
+        .with_adapter_min_requests(1)
+        .with_priority("0,5,10".parse().unwrap())
+}
+
+/// Summed over `lora_name` and `priority`, every sample equals the run
+/// without attribution: counts exactly, latency sums to rounding.
+fn assert_same_totals(on: &str, off: &str) {
+    let on = summed_away(on, &["lora_name", "priority"]);
+    let off = summed_away(off, &[]);
+    assert_eq!(
+        on.keys().collect::<Vec<_>>(),
+        off.keys().collect::<Vec<_>>(),
+        "the same series once the class labels are summed away"
+    );
+    for (key, value) in &off {
+        let got = on[key];
+        let close = (got - value).abs() <= 1e-9 * value.abs().max(1.0);
+        assert!(close, "{key}: {got} with attribution, {value} without");
+    }
+}
+
+#[test]
+fn summed_over_the_classes_every_family_is_as_without_attribution() {
+    let records = classed(&simulated(), three_adapters);
+    let off = replay(&records, None);
+    let on = replay(&records, Some(both()));
+    assert!(
+        samples(&off)
+            .iter()
+            .any(|(k, v)| k.starts_with("vllm:num_preemptions_total") && *v >= 10.0),
+        "the run preempts"
+    );
+    assert_same_totals(&on, &off);
+    // With attribution off, the class fields change nothing at all.
+    assert_eq!(off, replay(&simulated(), None));
+}
+
+#[test]
+fn each_class_counts_its_own_requests() {
+    let records = classed(&simulated(), three_adapters);
+    let on = replay(&records, Some(both()));
+    let classes = PriorityClasses::new(vec![0, 5, 10]).unwrap();
+    // What was sent, per (adapter, class) and engine.
+    let mut sent: BTreeMap<(String, String, u32), f64> = BTreeMap::new();
+    for record in &records {
+        if let Record::Request(start) = record {
+            let lora = start.lora_name.clone().unwrap_or_else(|| "none".into());
+            let class = classes.labels()[classes.class_of(start.priority.unwrap())].to_owned();
+            *sent.entry((lora, class, start.engine)).or_default() += 1.0;
+        }
+    }
+    let mut counted: BTreeMap<(String, String, u32), f64> = BTreeMap::new();
+    for (key, value) in samples(&on) {
+        let Some(labels) = key.strip_prefix("vllm:request_num_preemptions_count{") else {
+            continue;
+        };
+        let label = |name: &str| {
+            let with = format!("{name}=\"");
+            let start = labels.find(&with).unwrap() + with.len();
+            labels[start..start + labels[start..].find('"').unwrap()].to_owned()
+        };
+        let engine = label("engine").parse().unwrap();
+        counted.insert((label("lora_name"), label("priority"), engine), value);
+    }
+    assert_eq!(
+        counted, sent,
+        "one preemption observation per request, in its class"
+    );
+    assert_eq!(
+        sent.len(),
+        4 * 4 * 2,
+        "every adapter, class and engine has requests"
+    );
+    // The class labels follow the family's own labels.
+    let text = on.as_str();
+    assert!(text.contains(
+        "vllm:request_success_total{model_name=\"sim-model-0\",engine=\"0\",finished_reason=\"stop\",lora_name=\"sql\",priority=\"<0\"}"
+    ), "{}", text.lines().filter(|l| l.starts_with("vllm:request_success_total{")).collect::<Vec<_>>().join("\n"));
+    // The per-step family is not classed.
+    assert_eq!(
+        label_values(&on, "vllm:iteration_tokens_total_count", "priority"),
+        BTreeSet::new()
+    );
+}
+
+#[test]
+fn thousands_of_adapters_and_any_priority_stay_within_the_caps() {
+    let churn = |id: &str| {
+        let d = digest(id);
+        // Two busy adapters; every other request a new one, seen once.
+        let lora = match d % 4 {
+            0 => "busy-a".to_owned(),
+            1 => "busy-b".to_owned(),
+            _ => format!("one-off-{id}"),
+        };
+        (Some(lora), Some((d >> 8) as i64 - (1 << 40)))
+    };
+    // About 4,000 requests: thousands of adapters.
+    let records = classed(&simulated_at(40.0, 100.0), churn);
+    let adapters: BTreeSet<_> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Request(s) => s.lora_name.clone(),
+            _ => None,
+        })
+        .collect();
+    assert!(adapters.len() > 1000, "{} adapters", adapters.len());
+    let attribution = Attribution::default()
+        .with_lora()
+        .with_max_adapters(3)
+        .with_adapter_min_requests(5)
+        .with_priority(PriorityClasses::default());
+    let on = replay(&records, Some(attribution));
+    let family = "vllm:request_num_preemptions_count";
+    // The busy adapters have their own label; no one-off took one.
+    assert_eq!(
+        label_values(&on, family, "lora_name"),
+        ["busy-a", "busy-b", "other"].map(String::from).into()
+    );
+    assert!(label_values(&on, family, "priority").len() <= 5);
+    // No request lost: the same totals as without attribution.
+    assert_same_totals(&on, &replay(&records, None));
+}
