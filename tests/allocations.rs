@@ -330,6 +330,61 @@ fn with_exemplars_finishing_a_request_allocates_nothing() {
     assert_eq!(exemplars.most_preempted().map(|(count, _)| count), Some(1));
 }
 
+/// With `--attribute lora,priority`, a request of a class whose handles
+/// exist resolves its class and starts without allocating (an adapter with
+/// a label of its own, one folded into `other`, the base model), and its
+/// whole lifecycle, exemplars and SLO included, allocates nothing.
+#[test]
+fn with_attribution_a_request_of_an_existing_class_allocates_nothing() {
+    use vllm_otel_metrics::instruments::{Attribution, PriorityClasses, RequestClass, Slo};
+    let (_bridge, reader) = PrometheusBridge::builder().build();
+    let attribution = Attribution::default()
+        .with_lora()
+        .with_max_adapters(1)
+        .with_adapter_min_requests(1)
+        .with_priority(PriorityClasses::default());
+    let instruments = Instruments::builder()
+        .with_reader(reader)
+        .with_attribution(attribution)
+        .with_exemplars(true)
+        .with_slo(Slo::from_json(r#"{"ttft": 0.1}"#).unwrap())
+        .build();
+    let classes = [
+        RequestClass {
+            lora_name: Some("sql"),
+            priority: Some(5),
+        },
+        // No slot left: `other`, uncounted.
+        RequestClass {
+            lora_name: Some("chat"),
+            priority: Some(-3),
+        },
+        RequestClass::default(),
+    ];
+    for class in &classes {
+        // The class's label set is bound, and its finish reason's series.
+        let label_set = instruments.label_set_for(MODEL, 0, class);
+        let mut request = RequestMetrics::start_in(&label_set, params());
+        request.observe_output(2.0, 100.5, &first_output("warm"));
+        assert!(request.observe_output(3.0, 101.0, &last_output("warm", FinishReason::Stop)));
+    }
+    for class in &classes {
+        let (n, label_set) = allocations(|| instruments.label_set_for(MODEL, 0, class));
+        assert_eq!(n, 0, "resolving {class:?} allocated {n} time(s)");
+        let (n, mut request) = allocations(|| RequestMetrics::start_in(&label_set, params()));
+        assert_eq!(
+            n, 0,
+            "starting a request of {class:?} allocated {n} time(s)"
+        );
+        let (first, last) = (first_output("r"), last_output("r", FinishReason::Stop));
+        let (n, _) = allocations(|| {
+            request.observe_output(2.0, 100.5, &first);
+            request.observe_output(3.0, 101.0, &last)
+        });
+        assert_eq!(n, 0, "a request of {class:?} allocated {n} time(s)");
+    }
+}
+
 #[test]
 fn observing_a_batch_of_live_requests_allocates_nothing_once_warmed() {
     let mut tracker = Tracker::new(instruments());

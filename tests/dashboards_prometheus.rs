@@ -216,7 +216,9 @@ fn slo_checks(port: u16) {
     // starved job's rules are per class (`--attribute`): its worst class,
     // the low priority, burns.
     let worst = |result: &[Value], job: &str| {
-        let of_job = result.iter().filter(|series| series["metric"]["job"] == job);
+        let of_job = result
+            .iter()
+            .filter(|series| series["metric"]["job"] == job);
         of_job.filter_map(sample_value).reduce(f64::max)
     };
     for (record, threshold) in [

@@ -23,12 +23,13 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::hash::BuildHasher;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use foldhash::fast::RandomState;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 
 use crate::catalog::labels::{LORA_NAME_LABEL, NO_ADAPTER, OTHER_ADAPTER, PRIORITY_LABEL};
 
@@ -250,8 +251,9 @@ pub struct RequestClass<'a> {
 /// A request's class, resolved: a key that tells label sets apart, and the
 /// label values the label set is bound with the first time.
 pub(crate) struct ResolvedClass<'a> {
-    /// Adapter slot in the high bits, priority class in the low byte.
-    pub(crate) key: u32,
+    /// The class's place among its `(model_name, engine)`'s classes:
+    /// adapter slot × priority classes + priority class.
+    pub(crate) index: usize,
     pub(crate) lora_name: Option<&'a str>,
     pub(crate) priority: Option<&'a str>,
 }
@@ -269,11 +271,23 @@ impl ResolvedClass<'_> {
 /// start at 2.
 const FIRST_ADAPTER_SLOT: u32 = 2;
 
+/// An adapter with a label of its own.
+struct Labelled {
+    hash: u64,
+    name: Box<str>,
+    slot: u32,
+}
+
 /// The classes of requests, resolved once per request at its start.
 pub(crate) struct Classes {
     config: Attribution,
-    /// Adapters with a label of their own, and their slots.
-    labelled: RwLock<HashMap<Arc<str>, u32, RandomState>>,
+    /// Adapters with a label of their own, by their names' hashes: an
+    /// open-addressing table at most half full, written once per adapter
+    /// (under `candidates`' lock) and read without a lock, so that a
+    /// request's start pays one hash and a probe or two.
+    labelled: Box<[OnceLock<Labelled>]>,
+    labelled_count: AtomicUsize,
+    hasher: RandomState,
     /// Every slot is taken: other adapters go to `other` without counting.
     full: AtomicBool,
     /// Requests seen of adapters without a label, while slots remain.
@@ -284,12 +298,49 @@ pub(crate) struct Classes {
 
 impl Classes {
     pub(crate) fn new(config: Attribution) -> Self {
+        let capacity = (2 * config.max_adapters).next_power_of_two().max(4);
         Classes {
             config,
-            labelled: RwLock::default(),
+            labelled: (0..capacity).map(|_| OnceLock::new()).collect(),
+            labelled_count: AtomicUsize::new(0),
+            hasher: RandomState::default(),
             full: AtomicBool::new(false),
             candidates: Mutex::default(),
         }
+    }
+
+    /// The slot of an adapter with a label of its own.
+    #[inline]
+    fn labelled_slot(&self, name: &str, hash: u64) -> Option<u32> {
+        let mask = self.labelled.len() - 1;
+        let mut at = hash as usize & mask;
+        loop {
+            let entry = self.labelled[at].get()?;
+            if entry.hash == hash && &*entry.name == name {
+                return Some(entry.slot);
+            }
+            at = (at + 1) & mask;
+        }
+    }
+
+    /// Gives `name` the next slot; under `candidates`' lock, the one writer.
+    fn label(&self, name: &str, hash: u64) -> u32 {
+        let slot = FIRST_ADAPTER_SLOT + self.labelled_count.load(Ordering::Relaxed) as u32;
+        let mask = self.labelled.len() - 1;
+        let mut at = hash as usize & mask;
+        // At most half full: a free place is always found. The one writer
+        // finds it free and fills it.
+        while self.labelled[at].get().is_some() {
+            at = (at + 1) & mask;
+        }
+        let entry = Labelled {
+            hash,
+            name: name.into(),
+            slot,
+        };
+        let _ = self.labelled[at].set(entry);
+        self.labelled_count.fetch_add(1, Ordering::Release);
+        slot
     }
 
     /// Candidates counted at once, at most.
@@ -313,15 +364,15 @@ impl Classes {
         } else {
             (0, None)
         };
-        let (priority, priority_label) = match &self.config.priority {
+        let (priority, priority_label, per_adapter) = match &self.config.priority {
             Some(classes) => {
                 let at = classes.class_of(class.priority.unwrap_or(0));
-                (at as u32, Some(&*classes.labels[at]))
+                (at, Some(&*classes.labels[at]), classes.labels.len())
             }
-            None => (0, None),
+            None => (0, None, 1),
         };
         ResolvedClass {
-            key: adapter << 8 | priority,
+            index: adapter as usize * per_adapter + priority,
             lora_name,
             priority: priority_label,
         }
@@ -330,14 +381,28 @@ impl Classes {
     /// The slot of an adapter with a label of its own; counts a request of
     /// one without, and gives it a slot at its `adapter_min_requests`-th
     /// request while slots remain.
+    #[inline]
     fn adapter_slot(&self, name: &str) -> Option<u32> {
-        if let Some(&slot) = self.labelled.read().get(name) {
+        let hash = self.hasher.hash_one(name);
+        if let Some(slot) = self.labelled_slot(name, hash) {
             return Some(slot);
         }
         if self.full.load(Ordering::Relaxed) {
             return None;
         }
+        self.count_candidate(name, hash)
+    }
+
+    /// Counts a request of an adapter without a label, and gives it one at
+    /// its `adapter_min_requests`-th request while slots remain. Out of
+    /// line: the labelled adapters' path stays short.
+    #[inline(never)]
+    fn count_candidate(&self, name: &str, hash: u64) -> Option<u32> {
         let mut candidates = self.candidates.lock();
+        // Labelled by another thread since.
+        if let Some(slot) = self.labelled_slot(name, hash) {
+            return Some(slot);
+        }
         let seen = match candidates.get_mut(name) {
             Some(seen) => {
                 *seen += 1;
@@ -355,17 +420,8 @@ impl Classes {
             return None;
         }
         candidates.remove(name);
-        let mut labelled = self.labelled.write();
-        if let Some(&slot) = labelled.get(name) {
-            return Some(slot);
-        }
-        if labelled.len() >= self.config.max_adapters {
-            self.full.store(true, Ordering::Relaxed);
-            return None;
-        }
-        let slot = FIRST_ADAPTER_SLOT + labelled.len() as u32;
-        labelled.insert(name.into(), slot);
-        if labelled.len() >= self.config.max_adapters {
+        let slot = self.label(name, hash);
+        if self.labelled_count.load(Ordering::Relaxed) >= self.config.max_adapters {
             self.full.store(true, Ordering::Relaxed);
         }
         Some(slot)
@@ -374,7 +430,7 @@ impl Classes {
     /// Adapters with a label of their own.
     #[cfg(test)]
     fn labelled_adapters(&self) -> usize {
-        self.labelled.read().len()
+        self.labelled_count.load(Ordering::Relaxed)
     }
 }
 
@@ -429,23 +485,23 @@ mod tests {
                 lora_name: name,
                 priority: None,
             });
-            (r.key, labels(&r))
+            (r.index, labels(&r))
         };
         let lora = |v: &str| vec![("lora_name".to_owned(), v.to_owned())];
         assert_eq!(of(None), (0, lora("none")));
         // Below three requests: `other`.
-        assert_eq!(of(Some("a")), (1 << 8, lora("other")));
-        assert_eq!(of(Some("once")), (1 << 8, lora("other")));
-        assert_eq!(of(Some("a")), (1 << 8, lora("other")));
-        assert_eq!(of(Some("a")), (2 << 8, lora("a")));
-        assert_eq!(of(Some("a")), (2 << 8, lora("a")));
+        assert_eq!(of(Some("a")), (1, lora("other")));
+        assert_eq!(of(Some("once")), (1, lora("other")));
+        assert_eq!(of(Some("a")), (1, lora("other")));
+        assert_eq!(of(Some("a")), (2, lora("a")));
+        assert_eq!(of(Some("a")), (2, lora("a")));
         for _ in 0..2 {
             assert_eq!(of(Some("b")).1, lora("other"));
         }
-        assert_eq!(of(Some("b")), (3 << 8, lora("b")));
+        assert_eq!(of(Some("b")), (3, lora("b")));
         // Both slots taken: the busiest newcomer stays `other`.
         for _ in 0..10 {
-            assert_eq!(of(Some("c")), (1 << 8, lora("other")));
+            assert_eq!(of(Some("c")), (1, lora("other")));
         }
         assert_eq!(c.labelled_adapters(), 2);
         // Once every slot is taken, nothing more is counted.
@@ -462,7 +518,7 @@ mod tests {
                 lora_name: Some(&name),
                 priority: Some(n),
             });
-            assert_eq!(r.key, 1 << 8);
+            assert_eq!(r.index, 1);
         }
         assert!(c.candidates.lock().len() <= c.candidate_capacity());
         assert_eq!(c.labelled_adapters(), 0);
@@ -480,7 +536,7 @@ mod tests {
             lora_name: Some("sql"),
             priority: Some(12),
         });
-        assert_eq!(r.key, 2 << 8 | 2);
+        assert_eq!(r.index, 2 * 3 + 2);
         assert_eq!(
             labels(&r),
             [
@@ -490,7 +546,7 @@ mod tests {
         );
         // No priority: vLLM's default, 0.
         let r = c.resolve(&RequestClass::default());
-        assert_eq!((r.key, labels(&r)[1].1.as_str()), (1, "0..9"));
+        assert_eq!((r.index, labels(&r)[1].1.as_str()), (1, "0..9"));
         assert_eq!(
             Attribution::default()
                 .with_lora()

@@ -3,10 +3,10 @@
 //! the overflow label set's handles.
 
 use std::collections::HashMap;
-use std::hash::Hash;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 
+use foldhash::fast::RandomState;
 use opentelemetry::KeyValue;
 
 use super::attributes::{base_labels, shared_string};
@@ -25,61 +25,41 @@ pub(crate) struct LabelSetId<'a> {
 /// Handles per label set, up to a limit (the Views' cardinality limit);
 /// later label sets share the overflow handles.
 pub(super) struct HandleCache<H> {
-    by_label_set: RwLock<Maps<H>>,
-    /// Label sets in `by_label_set`; once at `limit`, it never grows again.
+    /// By model name, then by engine. Keyed by foldhash: a request's start
+    /// hashes its model name and its engine here, and SipHash's flooding
+    /// resistance buys nothing for keys the label-set limit bounds.
+    by_label_set: RwLock<ByModel<H>>,
+    /// Label sets bound; once at `limit`, it never grows again.
     label_sets: AtomicUsize,
     overflow: OnceLock<Arc<H>>,
     limit: usize,
+    /// Class label sets one `(model_name, engine)` splits into, with
+    /// `--attribute` (0 without).
+    classes: usize,
 }
 
-/// Label sets by model name, then by engine; those of a class (with
-/// `--attribute`) apart, by engine (low 32 bits) and class key (high), so
-/// that a label set without a class is found exactly as without attribution.
-struct Maps<H> {
-    plain: ByModel<u32, H>,
-    classed: ByModel<u64, H>,
-}
+/// Entries by model name, then by engine.
+type ByModel<H> = HashMap<String, HashMap<u32, Entry<H>, RandomState>, RandomState>;
 
-type ByModel<K, H> = HashMap<String, HashMap<K, Arc<H>>>;
-
-/// One of [`Maps`]' two maps, to read or to write.
-struct Select<K, H> {
-    read: fn(&Maps<H>) -> &ByModel<K, H>,
-    write: fn(&mut Maps<H>) -> &mut ByModel<K, H>,
-}
-
-impl<H> Maps<H> {
-    const fn plain() -> Select<u32, H> {
-        Select {
-            read: |m| &m.plain,
-            write: |m| &mut m.plain,
-        }
-    }
-
-    const fn classed() -> Select<u64, H> {
-        Select {
-            read: |m| &m.classed,
-            write: |m| &mut m.classed,
-        }
-    }
-}
-
-impl<H> Default for Maps<H> {
-    fn default() -> Self {
-        Maps {
-            plain: HashMap::new(),
-            classed: HashMap::new(),
-        }
-    }
+/// The handles of one `(model_name, engine)`: those without a class, and,
+/// with `--attribute`, those of each class by its index, so that a class's
+/// label set is found with the same lookup as the set without one, and an
+/// index.
+struct Entry<H> {
+    unclassed: Option<Arc<H>>,
+    classed: Box<[OnceLock<Arc<H>>]>,
 }
 
 impl<H> HandleCache<H> {
-    pub(super) fn new(limit: usize) -> Self {
+    /// A cache of at most `limit` label sets, each `(model_name, engine)`
+    /// with room for `classes` class label sets.
+    pub(super) fn new(limit: usize, classes: usize) -> Self {
         HandleCache {
             by_label_set: RwLock::default(),
             label_sets: AtomicUsize::new(0),
             overflow: OnceLock::new(),
             limit,
+            classes,
         }
     }
 
@@ -95,21 +75,31 @@ impl<H> HandleCache<H> {
         class: Option<&ResolvedClass<'_>>,
         bind: impl Fn(Option<LabelSetId<'_>>, Vec<KeyValue>) -> H,
     ) -> Arc<H> {
-        match class {
-            None => self.get_in(Maps::plain(), model_name, engine, engine, None, bind),
-            Some(class) => {
-                let key = u64::from(engine) | u64::from(class.key) << 32;
-                self.get_in(Maps::classed(), model_name, engine, key, Some(class), bind)
-            }
+        let index = class.map(|c| c.index);
+        if let Some(handles) = self
+            .by_label_set
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(model_name)
+            .and_then(|by_engine| by_engine.get(&engine))
+            .and_then(|entry| match index {
+                None => entry.unclassed.as_ref(),
+                Some(at) => entry.classed.get(at)?.get(),
+            })
+        {
+            return Arc::clone(handles);
         }
+        self.bind(model_name, engine, class, bind)
     }
 
-    fn get_in<K: Copy + Eq + Hash>(
+    /// A label set seen the first time: bound under the write lock, or the
+    /// overflow set's handles once the limit is reached. Out of line: the
+    /// lookup of a known set stays short.
+    #[inline(never)]
+    fn bind(
         &self,
-        map: Select<K, H>,
         model_name: &str,
         engine: u32,
-        key: K,
         class: Option<&ResolvedClass<'_>>,
         bind: impl Fn(Option<LabelSetId<'_>>, Vec<KeyValue>) -> H,
     ) -> Arc<H> {
@@ -119,17 +109,6 @@ impl<H> HandleCache<H> {
                     .get_or_init(|| Arc::new(bind(None, base_labels(None)))),
             )
         };
-        if let Some(handles) = (map.read)(
-            &self
-                .by_label_set
-                .read()
-                .unwrap_or_else(PoisonError::into_inner),
-        )
-        .get(model_name)
-        .and_then(|by_engine| by_engine.get(&key))
-        {
-            return Arc::clone(handles);
-        }
         // A full cache stays full: new label sets skip the write lock.
         if self.label_sets.load(Ordering::Acquire) >= self.limit {
             return overflow();
@@ -138,8 +117,19 @@ impl<H> HandleCache<H> {
             .by_label_set
             .write()
             .unwrap_or_else(PoisonError::into_inner);
-        let cache = (map.write)(&mut cache);
-        if let Some(handles) = cache.get(model_name).and_then(|e| e.get(&key)) {
+        let entry = cache
+            .entry(model_name.to_owned())
+            .or_default()
+            .entry(engine)
+            .or_insert_with(|| Entry {
+                unclassed: None,
+                classed: (0..self.classes).map(|_| OnceLock::new()).collect(),
+            });
+        let slot = match class {
+            None => entry.unclassed.as_ref(),
+            Some(class) => entry.classed.get(class.index).and_then(OnceLock::get),
+        };
+        if let Some(handles) = slot {
             return Arc::clone(handles);
         }
         if self.label_sets.load(Ordering::Acquire) >= self.limit {
@@ -159,10 +149,17 @@ impl<H> HandleCache<H> {
             (id.lora_name, id.priority) = (class.lora_name, class.priority);
         }
         let handles = Arc::new(bind(Some(id), labels));
-        cache
-            .entry(model_name.to_owned())
-            .or_default()
-            .insert(key, Arc::clone(&handles));
+        match class {
+            None => entry.unclassed = Some(Arc::clone(&handles)),
+            Some(class) => {
+                let Some(slot) = entry.classed.get(class.index) else {
+                    // A class beyond the cache's room: never made (the
+                    // classes are counted from the same configuration).
+                    return overflow();
+                };
+                let _ = slot.set(Arc::clone(&handles));
+            }
+        }
         self.label_sets.fetch_add(1, Ordering::Release);
         handles
     }

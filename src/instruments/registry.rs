@@ -8,7 +8,7 @@ use opentelemetry::KeyValue;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::metrics::{MeterProviderBuilder, SdkMeterProvider};
 
-use super::attribution::{Classes, RequestClass};
+use super::attribution::{Attribution, Classes, RequestClass};
 use super::config::InstrumentsConfig;
 use super::engine::{EngineHandles, EngineInstruments};
 use super::exemplars::Exemplars;
@@ -149,11 +149,17 @@ impl Instruments {
                 rejected: RejectReason::ALL.map(|r| rejected.bind(&reason(r.as_str()))),
                 evicted: EvictReason::ALL.map(|r| evicted.bind(&reason(r.as_str()))),
                 plugin_dropped,
-                request_handles: HandleCache::new(config.max_label_sets),
+                request_handles: HandleCache::new(
+                    config.max_label_sets,
+                    config
+                        .attribution
+                        .as_ref()
+                        .map_or(0, Attribution::max_classes),
+                ),
                 classes: config.attribution.clone().map(Classes::new),
-                iteration_tokens: HandleCache::new(config.max_label_sets),
+                iteration_tokens: HandleCache::new(config.max_label_sets, 0),
                 exemplars: config.exemplars.then(|| Exemplars::new(&config)),
-                engine_handles: HandleCache::new(config.max_label_sets),
+                engine_handles: HandleCache::new(config.max_label_sets, 0),
                 config,
             }),
         }
