@@ -277,7 +277,12 @@ fn to_the_collector(
 
 /// One run of `tests/vllm/live_rs.py` (vLLM under its Rust frontend,
 /// `vllm-rs`, with the engine-core tap); returns its report.
-fn run_live_rs(tag: &str, vllm_rs: &Path, env: &[(&str, String)]) -> (Value, PathBuf) {
+fn run_live_rs(
+    tag: &str,
+    vllm_rs: &Path,
+    args: &[&str],
+    env: &[(&str, String)],
+) -> (Value, PathBuf) {
     let (python, model) = live_engine();
     let dir = common::paths::tempdir(tag);
     let report = dir.join("report.json");
@@ -287,6 +292,7 @@ fn run_live_rs(tag: &str, vllm_rs: &Path, env: &[(&str, String)]) -> (Value, Pat
         .arg(model)
         .arg("--vllm-rs")
         .arg(vllm_rs)
+        .args(args)
         .arg("--report")
         .arg(&report)
         .arg("--log-dir")
@@ -389,13 +395,28 @@ mod needs_collector_jaeger_vllm {
         let service = "vllm-live-rs";
         let instance = "vllm-live-rs-1";
         let began = std::time::Instant::now();
+        // vLLM's priority scheduling, requests of priorities 0 and 5, and
+        // the tap's attribution by priority class: every comparison below
+        // sums the class label away.
         let (report, dir) = run_live_rs(
             "vllm-live-rs",
             &vllm_rs,
+            &["--priorities", "0,5,5", "--attribute", "priority"],
             &to_the_collector(&collector, service, instance),
         );
         let logs = format!("logs in {}", dir.display());
         assert_eq!(report["rust_frontend_launched"], true, "{logs}");
+
+        // Per class: the requests the client sent of each priority (the
+        // stop-string requests, and the greedy one before them, have none:
+        // vLLM's default, 0).
+        let sidecar = report["sidecar_exposition"].as_str().unwrap();
+        let mut sent: BTreeMap<String, f64> =
+            serde_json::from_value(report["sent_by_class"].clone()).unwrap();
+        let stop_requests = report["stop_strings"]["requests"].as_f64().unwrap();
+        *sent.entry("tiny-llama|0".into()).or_default() += stop_requests + 1.0;
+        let finished = finished_by_class(sidecar, &[("0", "0"), ("5", ">1")]);
+        assert_eq!(finished, sent, "requests per priority class; {logs}");
 
         // The table: samples compared and differing, per shared family.
         let mut table = String::new();
@@ -531,6 +552,17 @@ mod needs_collector_jaeger_vllm {
             common::exposition::sum_of(sidecar, "vllm:request_num_preemptions_sum")
         );
         check_slo_outcomes(&jaeger, service, sidecar, finished);
+        // Each span carries its request's priority as the client sent it.
+        let mut spans_by_priority: BTreeMap<String, f64> = BTreeMap::new();
+        for span in jaeger.spans(service).unwrap_or_default() {
+            let priority = common::jaeger::tag(&span, "vllm.request.priority")
+                .and_then(Value::as_i64)
+                .unwrap_or_else(|| panic!("a span without vllm.request.priority: {span}"));
+            *spans_by_priority
+                .entry(format!("tiny-llama|{priority}"))
+                .or_default() += 1.0;
+        }
+        assert_eq!(spans_by_priority, sent, "spans per priority");
         let exemplars = check_exemplars(&jaeger, &report);
         eprintln!(
         "vllm-rs: {} samples in {shared} shared families, 0 differ; {preemptions} preemptions, \
@@ -655,9 +687,10 @@ fn finished_by_class(exposition: &str, priorities: &[(&str, &str)]) -> BTreeMap<
                 .map(|at| at + name.len() + 2)?;
             Some(labels[start..].split('"').next()?.to_owned())
         };
-        let lora = match label("lora_name").expect("a lora_name label").as_str() {
-            "none" => "tiny-llama".to_owned(),
-            adapter => adapter.to_owned(),
+        // No `lora_name` (attribution by priority alone): the base model.
+        let lora = match label("lora_name").as_deref() {
+            None | Some("none") => "tiny-llama".to_owned(),
+            Some(adapter) => adapter.to_owned(),
         };
         let class = label("priority").expect("a priority label");
         let (priority, _) = priorities
