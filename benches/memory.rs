@@ -1,7 +1,10 @@
 //! Resident memory per `(model_name, engine)` label set, for the bridge's
 //! reader alone, for the bridge and OTLP reading one aggregation
 //! (`both_sinks`, as the CLI registers them with cumulative OTLP), and for
-//! the two with an aggregation each (`apart`, as with delta OTLP).
+//! the two with an aggregation each (`apart`, as with delta OTLP); and for
+//! the bridge with attribution at its default caps (`attributed`: the
+//! class label sets of `--attribute lora,priority`, 90 per `(model_name,
+//! engine)`).
 //!
 //! Each measurement runs in a fresh process (this binary, started again
 //! with `MEMORY_CASE=<sinks>:<label sets>`), so that what an earlier case
@@ -23,7 +26,7 @@ use std::process::Command;
 
 use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
 use vllm_otel_metrics::export::shared::SharedAggregation;
-use vllm_otel_metrics::instruments::Instruments;
+use vllm_otel_metrics::instruments::{Attribution, Instruments, PriorityClasses, RequestClass};
 use vllm_otel_metrics::protocol::{EngineCoreEvent, EngineCoreOutput, EventType, FinishReason};
 use vllm_otel_metrics::tracker::{RequestMetrics, RequestParams};
 
@@ -50,7 +53,15 @@ fn run_case(sinks: &str, label_sets: u32) {
         .expect("a runtime");
     let (bridge, bridge_reader) = PrometheusBridge::builder().build();
     let builder = Instruments::builder();
-    let builder = if sinks == "bridge" {
+    let builder = if sinks == "attributed" {
+        let attribution = Attribution::default()
+            .with_lora()
+            .with_adapter_min_requests(2)
+            .with_priority(PriorityClasses::default());
+        builder
+            .with_reader(bridge_reader)
+            .with_attribution(attribution)
+    } else if sinks == "bridge" {
         builder.with_reader(bridge_reader)
     } else {
         let push = idle_otlp::idle_push(&runtime);
@@ -96,7 +107,22 @@ fn run_case(sinks: &str, label_sets: u32) {
     for i in 0..label_sets {
         let model = format!("model-{}", i % 10);
         let engine = i / 10;
-        let label_set = instruments.label_set(&model, engine);
+        let label_set = if sinks == "attributed" {
+            // At the caps: one `(model_name, engine)` per 90 class label
+            // sets, 17 adapters (16 labelled, the 17th `other`) and the
+            // base model, by 5 priority classes.
+            let (model, class) = (format!("model-{}", i / 90), i % 90);
+            let adapter = (class / 5 > 0).then(|| format!("adapter-{}", class / 5));
+            let class = RequestClass {
+                lora_name: adapter.as_deref(),
+                priority: Some(i64::from(class % 5) - 2),
+            };
+            // Its second request gives an adapter its label.
+            let _ = instruments.label_set_for(&model, 0, &class);
+            instruments.label_set_for(&model, 0, &class)
+        } else {
+            instruments.label_set(&model, engine)
+        };
         for reason in [FinishReason::Length, FinishReason::Stop] {
             let mut request = RequestMetrics::start_in(&label_set, params);
             request.observe_output(10.2, 100.3, &first);
@@ -146,7 +172,15 @@ fn main() {
     // Under `cargo test --all-targets`: one small case per sink, to keep
     // the cases running.
     let sizes: &[u32] = if bench_mode { &LABEL_SETS } else { &[0, 1] };
-    for sinks in SINKS {
+    // With attribution at its default caps: 90 and 900 class label sets
+    // (one and ten `(model_name, engine)`s).
+    let attributed: &[u32] = if bench_mode { &[0, 90, 900] } else { &[0, 90] };
+    for sinks in SINKS.into_iter().chain(["attributed"]) {
+        let sizes = if sinks == "attributed" {
+            attributed
+        } else {
+            sizes
+        };
         let (empty, _) = measure(sinks, 0);
         for &label_sets in &sizes[1..] {
             let (recorded, scraped) = measure(sinks, label_sets);

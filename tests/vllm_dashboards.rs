@@ -12,7 +12,8 @@
 //!   part of each prompt from a prefill instance (some transfers fail),
 //!   three LoRA adapters, sampled KV-block residency, an RL trainer pushing
 //!   weights every 6 s, and the OffloadingConnector's CPU pool with a store
-//!   threshold (skipped stores, allocation failures, deferred lookups);
+//!   threshold (skipped stores, allocation failures, deferred lookups); its
+//!   per-request series carry their class (`--attribute lora,priority`);
 //! - `vllm-b`: a light load whose engine sleeps whenever it has been idle for
 //!   a second and wakes for the next request;
 //! - `vllm-c`: a CPU pool under the SimpleCPUOffloadConnector.
@@ -68,8 +69,13 @@ const EXPECTED_EMPTY: [(&str, &str, &str, &str); 2] = [
     ),
 ];
 
-/// Simulator A: everything the engine tier models, under load.
-const SIM_A: [&str; 26] = [
+/// Simulator A: everything the engine tier models, under load; its
+/// per-request families carry each request's class (`--attribute
+/// lora,priority`, docs/SEMANTICS.md §6d), so every query also runs over
+/// classed series.
+const SIM_A: [&str; 28] = [
+    "--attribute",
+    "lora,priority",
     "--seed",
     "1",
     "--engines",

@@ -83,19 +83,25 @@ fn live_engine() -> &'static (PathBuf, PathBuf) {
         // The environment's own dependencies are in place; the wheel's
         // (grpcio, protobuf) are among them.
         install_wheel(&python, &["--no-deps"]);
-        let model = common::paths::tempdir("vllm-live-model");
-        let output = Command::new(&python)
-            .arg(common::paths::repo().join("tests/vllm/tiny_model.py"))
-            .arg(&model)
-            .output()
-            .expect("python runs");
-        assert!(
-            output.status.success(),
-            "tiny_model.py failed:\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        let model = written_by(&python, "tiny_model.py", "vllm-live-model");
         (python, model)
     })
+}
+
+/// A directory of its own, written by `tests/vllm/SCRIPT` under `python`.
+fn written_by(python: &Path, script: &str, tag: &str) -> PathBuf {
+    let dir = common::paths::tempdir(tag);
+    let output = Command::new(python)
+        .arg(common::paths::repo().join("tests/vllm").join(script))
+        .arg(&dir)
+        .output()
+        .expect("python runs");
+    assert!(
+        output.status.success(),
+        "{script} failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    dir
 }
 
 /// One run of `tests/vllm/live.py`; returns its report.
@@ -652,21 +658,7 @@ mod needs_collector_vllm {
 /// The tiny LoRA adapter of `tests/vllm/tiny_lora.py`, written once.
 fn tiny_lora() -> &'static Path {
     static ADAPTER: OnceLock<PathBuf> = OnceLock::new();
-    ADAPTER.get_or_init(|| {
-        let (python, _) = live_engine();
-        let adapter = common::paths::tempdir("vllm-live-lora");
-        let output = Command::new(python)
-            .arg(common::paths::repo().join("tests/vllm/tiny_lora.py"))
-            .arg(&adapter)
-            .output()
-            .expect("python runs");
-        assert!(
-            output.status.success(),
-            "tiny_lora.py failed:\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        adapter
-    })
+    ADAPTER.get_or_init(|| written_by(&live_engine().0, "tiny_lora.py", "vllm-live-lora"))
 }
 
 /// The sidecar's `vllm:request_success_total` by class, keyed as the
