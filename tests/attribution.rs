@@ -15,7 +15,7 @@ pub mod common {
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use common::exposition::{samples, summed_away};
+use common::exposition::{label, samples, summed_away};
 use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
 use vllm_otel_metrics::instruments::{Attribution, Instruments, PriorityClasses};
 use vllm_otel_metrics::protocol::Record;
@@ -90,16 +90,11 @@ fn replay(records: &[Record], attribution: Option<Attribution>) -> String {
 
 /// Every label set (the labels but `le`, `finished_reason` and the like)
 /// of `family`'s samples.
-fn label_values(exposition: &str, family: &str, label: &str) -> BTreeSet<String> {
-    let with = format!("{label}=\"");
+fn label_values(exposition: &str, family: &str, name: &str) -> BTreeSet<String> {
     samples(exposition)
         .keys()
         .filter(|key| key.split('{').next() == Some(family))
-        .filter_map(|key| {
-            let start = key.find(&with)? + with.len();
-            let end = key[start..].find('"')?;
-            Some(key[start..start + end].to_owned())
-        })
+        .filter_map(|key| label(key, name))
         .collect()
 }
 
@@ -159,16 +154,12 @@ fn each_class_counts_its_own_requests() {
     }
     let mut counted: BTreeMap<(String, String, u32), f64> = BTreeMap::new();
     for (key, value) in samples(&on) {
-        let Some(labels) = key.strip_prefix("vllm:request_num_preemptions_count{") else {
+        if !key.starts_with("vllm:request_num_preemptions_count{") {
             continue;
-        };
-        let label = |name: &str| {
-            let with = format!("{name}=\"");
-            let start = labels.find(&with).unwrap() + with.len();
-            labels[start..start + labels[start..].find('"').unwrap()].to_owned()
-        };
-        let engine = label("engine").parse().unwrap();
-        counted.insert((label("lora_name"), label("priority"), engine), value);
+        }
+        let of = |name: &str| label(&key, name).unwrap_or_else(|| panic!("{key}: no {name}"));
+        let engine = of("engine").parse().unwrap();
+        counted.insert((of("lora_name"), of("priority"), engine), value);
     }
     assert_eq!(
         counted, sent,

@@ -670,15 +670,10 @@ fn tiny_lora() -> &'static Path {
 fn finished_by_class(exposition: &str, priorities: &[(&str, &str)]) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
     for (key, value) in common::exposition::samples(exposition) {
-        let Some(labels) = key.strip_prefix("vllm:request_success_total{") else {
+        if !key.starts_with("vllm:request_success_total{") {
             continue;
-        };
-        let label = |name: &str| {
-            let start = labels
-                .find(&format!("{name}=\""))
-                .map(|at| at + name.len() + 2)?;
-            Some(labels[start..].split('"').next()?.to_owned())
-        };
+        }
+        let label = |name: &str| common::exposition::label(&key, name);
         // No `lora_name` (attribution by priority alone): the base model.
         let lora = match label("lora_name").as_deref() {
             None | Some("none") => "tiny-llama".to_owned(),

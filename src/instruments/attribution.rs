@@ -25,7 +25,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::hash::BuildHasher;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use foldhash::fast::RandomState;
@@ -286,10 +286,10 @@ pub(crate) struct Classes {
     /// (under `candidates`' lock) and read without a lock, so that a
     /// request's start pays one hash and a probe or two.
     labelled: Box<[OnceLock<Labelled>]>,
+    /// Adapters labelled; at `max_adapters` every slot is taken, and other
+    /// adapters go to `other` without counting.
     labelled_count: AtomicUsize,
     hasher: RandomState,
-    /// Every slot is taken: other adapters go to `other` without counting.
-    full: AtomicBool,
     /// Requests seen of adapters without a label, while slots remain.
     /// Emptied when it reaches its capacity, so that it stays bounded
     /// however many adapters come and go.
@@ -304,7 +304,6 @@ impl Classes {
             labelled: (0..capacity).map(|_| OnceLock::new()).collect(),
             labelled_count: AtomicUsize::new(0),
             hasher: RandomState::default(),
-            full: AtomicBool::new(false),
             candidates: Mutex::default(),
         }
     }
@@ -348,9 +347,9 @@ impl Classes {
         (8 * self.config.max_adapters).max(64)
     }
 
-    /// The class of a request. The labelled adapters' names live as long as
-    /// the classes: the returned label values borrow from `self`, or are
-    /// the request's own name on the label set's first request.
+    /// The class of a request. Its label values are the request's own
+    /// adapter name (used when its label set is bound, on its first
+    /// request) or values `self` and the catalog hold.
     #[inline]
     pub(crate) fn resolve<'a>(&'a self, class: &RequestClass<'a>) -> ResolvedClass<'a> {
         let (adapter, lora_name) = if self.config.lora {
@@ -387,7 +386,7 @@ impl Classes {
         if let Some(slot) = self.labelled_slot(name, hash) {
             return Some(slot);
         }
-        if self.full.load(Ordering::Relaxed) {
+        if self.all_labelled() {
             return None;
         }
         self.count_candidate(name, hash)
@@ -399,9 +398,12 @@ impl Classes {
     #[inline(never)]
     fn count_candidate(&self, name: &str, hash: u64) -> Option<u32> {
         let mut candidates = self.candidates.lock();
-        // Labelled by another thread since.
+        // Labelled by another thread since, or the last slot taken since.
         if let Some(slot) = self.labelled_slot(name, hash) {
             return Some(slot);
+        }
+        if self.all_labelled() {
+            return None;
         }
         let seen = match candidates.get_mut(name) {
             Some(seen) => {
@@ -420,11 +422,13 @@ impl Classes {
             return None;
         }
         candidates.remove(name);
-        let slot = self.label(name, hash);
-        if self.labelled_count.load(Ordering::Relaxed) >= self.config.max_adapters {
-            self.full.store(true, Ordering::Relaxed);
-        }
-        Some(slot)
+        Some(self.label(name, hash))
+    }
+
+    /// Whether every slot is taken.
+    #[inline]
+    fn all_labelled(&self) -> bool {
+        self.labelled_count.load(Ordering::Acquire) >= self.config.max_adapters
     }
 
     /// Adapters with a label of their own.
@@ -505,7 +509,7 @@ mod tests {
         }
         assert_eq!(c.labelled_adapters(), 2);
         // Once every slot is taken, nothing more is counted.
-        assert!(c.full.load(Ordering::Relaxed));
+        assert!(c.all_labelled());
         assert!(!c.candidates.lock().contains_key("c"));
     }
 

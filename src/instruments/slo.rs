@@ -31,6 +31,17 @@ pub struct SloBounds {
     pub e2e: Option<f64>,
 }
 
+impl SloBounds {
+    /// These bounds, each one not set taken from `base`.
+    fn over(self, base: SloBounds) -> SloBounds {
+        SloBounds {
+            ttft: self.ttft.or(base.ttft),
+            tpot: self.tpot.or(base.tpot),
+            e2e: self.e2e.or(base.e2e),
+        }
+    }
+}
+
 /// The SLO of every model: a default, and per-model overrides of some of
 /// its bounds.
 ///
@@ -138,9 +149,7 @@ impl Slo {
         }
         // Overrides, then the default for what a model leaves out.
         for bounds in slo.models.values_mut() {
-            bounds.ttft = bounds.ttft.or(slo.default.ttft);
-            bounds.tpot = bounds.tpot.or(slo.default.tpot);
-            bounds.e2e = bounds.e2e.or(slo.default.e2e);
+            *bounds = bounds.over(slo.default);
         }
         Ok(slo)
     }
@@ -163,9 +172,7 @@ impl Slo {
         let adapter = lora_name.and_then(|name| self.adapters.get(name));
         let class = priority.and_then(|class| self.priorities.get(class));
         for over in adapter.into_iter().chain(class) {
-            bounds.ttft = over.ttft.or(bounds.ttft);
-            bounds.tpot = over.tpot.or(bounds.tpot);
-            bounds.e2e = over.e2e.or(bounds.e2e);
+            bounds = over.over(bounds);
         }
         bounds
     }

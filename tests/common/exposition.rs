@@ -118,6 +118,15 @@ fn normalized_key(key: &str, drop_labels: &[&str]) -> String {
     format!("{name}{{{}}}", labels.join(","))
 }
 
+/// The value of the label `name` of a sample keyed `family{labels}` (as
+/// [`samples`] keys them), unescaped; `None` when it has no such label.
+pub fn label(key: &str, name: &str) -> Option<String> {
+    let labels = key.split_once('{')?.1.trim_end_matches('}');
+    split_labels(labels)
+        .into_iter()
+        .find_map(|(k, v)| (k == name).then_some(v))
+}
+
 fn split_labels(labels: &str) -> Vec<(String, String)> {
     let mut out = Vec::new();
     let mut chars = labels.chars().peekable();

@@ -56,7 +56,9 @@ def samples(text, model):
 SUM_ROUNDING = 1e-12
 
 
-def _rounded_apart(key, a, b) -> bool:
+def rounded_apart(key, a, b) -> bool:
+    """Whether ``key`` is a ``_sum`` sample whose two values differ by
+    :data:`SUM_ROUNDING` at most."""
     return (
         key[0].endswith("_sum")
         and a is not None
@@ -79,7 +81,7 @@ def compare(theirs, mine, sums_in_any_order=False) -> dict:
             a, b = theirs.get(key), mine.get(key)
             if a != b:
                 sample = {"sample": key[0], "labels": dict(key[1]), "vllm": a, "ours": b}
-                if sums_in_any_order and _rounded_apart(key, a, b):
+                if sums_in_any_order and rounded_apart(key, a, b):
                     rounded.append(sample)
                 else:
                     differing.append(sample)

@@ -39,7 +39,7 @@ import aiohttp
 from vllm_otel_metrics import config
 from vllm_otel_metrics.sidecar import alive, read_record
 
-from expositions import openmetrics
+from expositions import openmetrics, rounded_apart
 from live import (
     BLOCK_SIZE,
     MAX_MODEL_LEN,
@@ -77,12 +77,6 @@ def _unescape(value: str) -> str:
 #: With attribution (``--attribute``), the sidecar's class labels, summed
 #: away before its samples are compared with vllm-rs's.
 CLASS_LABELS = ("lora_name", "priority")
-
-#: How far apart a ``_sum`` sample summed over the classes may be from
-#: vllm-rs's one running sum: floating-point addition in another order
-#: differs in the last bits.
-SUM_ROUNDING = 1e-12
-
 
 def summed_away(families: dict, labels=CLASS_LABELS) -> dict:
     """``families`` (as :func:`parse` returns them) with ``labels`` left
@@ -273,7 +267,8 @@ def compare(theirs: dict, ours: dict, stop_matched: int = 0, sums_rounded: bool 
     ``ours`` the sidecar's, as :func:`parse` returns them); ``stop_matched``
     is how many requests vllm-rs ended on a stop string. With
     ``sums_rounded`` (the sidecar's classes summed away) a ``_sum`` sample
-    within :data:`SUM_ROUNDING` of vllm-rs's is equal."""
+    within :data:`expositions.SUM_ROUNDING` of vllm-rs's is equal: the
+    classes' sums added in another order differ in the last bits."""
     shared = sorted(set(theirs) & set(ours))
     per_family = {}
     differing = []  # the failures
@@ -289,13 +284,7 @@ def compare(theirs: dict, ours: dict, stop_matched: int = 0, sums_rounded: bool 
             a, b = a_family.get(key), b_family.get(key)
             if a == b:
                 continue
-            if (
-                sums_rounded
-                and key[0].endswith("_sum")
-                and a is not None
-                and b is not None
-                and abs(a - b) <= SUM_ROUNDING * max(abs(a), abs(b))
-            ):
+            if sums_rounded and rounded_apart(key, a, b):
                 continue
             row = {"sample": show(key), "vllm_rs": a, "sidecar": b}
             if a is None or b is None:
