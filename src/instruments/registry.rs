@@ -12,7 +12,7 @@ use super::attribution::{Attribution, Classes, RequestClass};
 use super::config::InstrumentsConfig;
 use super::engine::{EngineHandles, EngineInstruments};
 use super::exemplars::Exemplars;
-use super::handle_cache::HandleCache;
+use super::handle_cache::{HandleCache, UNCLASSED};
 use super::label_set::LabelSet;
 use super::meters::{u64_counter, Meters};
 use super::request::{RequestHandles, RequestInstruments};
@@ -183,7 +183,12 @@ impl Instruments {
 
     /// The per-request handles of a label set, bound the first time the set
     /// is seen (beyond the label-set limit, the overflow handles).
+    #[inline]
     pub fn label_set(&self, model_name: &str, engine: u32) -> LabelSet {
+        let handles = &self.inner.request_handles;
+        if let Some(handles) = handles.indexed(model_name, engine, UNCLASSED, 0) {
+            return LabelSet { handles };
+        }
         self.request_label_set(model_name, engine, None)
     }
 
@@ -217,8 +222,15 @@ impl Instruments {
         class: &RequestClass<'_>,
     ) -> LabelSet {
         match &self.inner.classes {
-            None => self.request_label_set(model_name, engine, None),
+            None => self.label_set(model_name, engine),
             Some(classes) => {
+                // A class some request has bound already: no count, no lock.
+                if let Some((adapter, priority)) = classes.key(class) {
+                    let handles = &self.inner.request_handles;
+                    if let Some(handles) = handles.indexed(model_name, engine, adapter, priority) {
+                        return LabelSet { handles };
+                    }
+                }
                 let resolved = classes.resolve(class);
                 self.request_label_set(model_name, engine, Some(&resolved))
             }

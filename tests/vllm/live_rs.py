@@ -42,6 +42,7 @@ from vllm_otel_metrics.sidecar import alive, read_record
 from expositions import openmetrics, rounded_apart
 from live import (
     BLOCK_SIZE,
+    LORA_NAME,
     MAX_MODEL_LEN,
     MODEL_NAME,
     SIDECAR_PID,
@@ -472,8 +473,10 @@ def main():
     p.add_argument("--report", required=True)
     p.add_argument("--log-dir", required=True)
     # Attribution (docs/SEMANTICS.md §6d): vLLM's priority scheduling, the
-    # requests' priorities in turn, and the tap's VLLM_OTEL_METRICS_ATTRIBUTE.
+    # requests' priorities in turn, a LoRA adapter every other request, and
+    # the tap's VLLM_OTEL_METRICS_ATTRIBUTE.
     p.add_argument("--priorities", default="", help="comma-separated, cycled over the requests")
+    p.add_argument("--lora", help="a LoRA adapter's directory, served as `sql`")
     p.add_argument("--attribute", default="", help="VLLM_OTEL_METRICS_ATTRIBUTE")
     args = p.parse_args()
 
@@ -495,10 +498,17 @@ def main():
         "--gpu-memory-utilization", "0.3",
     ]
     priorities = [int(p) for p in args.priorities.split(",") if p]
+    adapters = []
     if priorities:
         argv += ["--scheduling-policy", "priority"]
+    if args.lora:
+        argv += ["--enable-lora", "--lora-modules", f"{LORA_NAME}={args.lora}",
+                 "--max-lora-rank", "8", "--max-loras", "1"]
+        adapters = [MODEL_NAME, LORA_NAME]
     if args.attribute:
         env["VLLM_OTEL_METRICS_ATTRIBUTE"] = args.attribute
+        # Every adapter its own label from its first request.
+        env["VLLM_OTEL_METRICS_SIDECAR_ARGS"] = "--adapter-min-requests 1"
     report = {"blocks": args.blocks, "sidecar_pids": []}
     started = time.monotonic()
     with open(vllm_log, "ab") as log:
@@ -508,55 +518,65 @@ def main():
         base = f"http://127.0.0.1:{api_port}"
         vllm_metrics = f"{base}/metrics"
         sidecar_metrics = f"http://127.0.0.1:{metrics_port}/metrics"
-        wait("vllm-rs's /health", lambda: get(f"{base}/health") is not None, 900, vllm, vllm_log)
-        report["startup_seconds"] = round(time.monotonic() - started, 1)
-        wait("the sidecar's /metrics", lambda: get(sidecar_metrics), 60, vllm, vllm_log)
-        # What the sidecar the tap started listens on: /metrics alone.
-        running = wait("the started sidecar's pid",
-                       lambda: [pid for pid in sidecar_pids(vllm_log, env) if alive(pid)], 30, vllm, vllm_log)
-        report["sidecar_metrics_addr"] = f"127.0.0.1:{metrics_port}"
-        report["sidecar_tcp_listeners"] = tcp_listeners(running[0])
-        log_text = open(vllm_log, errors="replace").read()
-        report["rust_frontend_launched"] = "Launching Rust frontend" in log_text
+        try:
+            wait("vllm-rs's /health", lambda: get(f"{base}/health") is not None, 900, vllm, vllm_log)
+        except SystemExit as failed:
+            if not args.lora:
+                raise
+            # vLLM 0.32.0's Rust frontend refuses to start with an adapter
+            # (docs/SEMANTICS.md §6d): what it and the engine core said.
+            report["lora_startup_failure"] = str(failed)[:200]
+            with open(vllm_log, errors="replace") as lines:
+                report["lora_errors"] = [line.rstrip() for line in lines if "LoRA" in line or "add_lora" in line]
+        else:
+            report["startup_seconds"] = round(time.monotonic() - started, 1)
+            wait("the sidecar's /metrics", lambda: get(sidecar_metrics), 60, vllm, vllm_log)
+            # What the sidecar the tap started listens on: /metrics alone.
+            running = wait("the started sidecar's pid",
+                           lambda: [pid for pid in sidecar_pids(vllm_log, env) if alive(pid)], 30, vllm, vllm_log)
+            report["sidecar_metrics_addr"] = f"127.0.0.1:{metrics_port}"
+            report["sidecar_tcp_listeners"] = tcp_listeners(running[0])
+            log_text = open(vllm_log, errors="replace").read()
+            report["rust_frontend_launched"] = "Launching Rust frontend" in log_text
 
-        url = f"{base}/v1/completions"
-        # A dropped stream goes after its first chunk: vllm-rs drops it and
-        # aborts the request in the engine.
-        load = Load(url, args.requests, args.concurrency, args.drop_every, seed=1, drop_after=1,
-                    priorities=priorities)
-        began = time.monotonic()
+            url = f"{base}/v1/completions"
+            # A dropped stream goes after its first chunk: vllm-rs drops it and
+            # aborts the request in the engine.
+            load = Load(url, args.requests, args.concurrency, args.drop_every, seed=1, drop_after=1,
+                        priorities=priorities, adapters=adapters)
+            began = time.monotonic()
 
-        async def drive():
-            await asyncio.wait_for(load.run(), args.load_timeout)
-            return await asyncio.wait_for(stop_strings(url, args.stop_requests), args.load_timeout)
+            async def drive():
+                await asyncio.wait_for(load.run(), args.load_timeout)
+                return await asyncio.wait_for(stop_strings(url, args.stop_requests), args.load_timeout)
 
-        stops = asyncio.run(drive())
-        report["load_seconds"] = round(time.monotonic() - began, 1)
-        report["load"] = {
-            "completed": load.completed, "dropped_by_client": load.dropped, "errors": load.errors,
-            "finish_reasons": load.finish_reasons,
-            "ttft_p50": percentile(load.ttft, 0.5), "ttft_p99": percentile(load.ttft, 0.99),
-        }
-        report["stop_strings"] = stops
+            stops = asyncio.run(drive())
+            report["load_seconds"] = round(time.monotonic() - began, 1)
+            report["load"] = {
+                "completed": load.completed, "dropped_by_client": load.dropped, "errors": load.errors,
+                "finish_reasons": load.finish_reasons,
+                "ttft_p50": percentile(load.ttft, 0.5), "ttft_p99": percentile(load.ttft, 0.99),
+            }
+            report["stop_strings"] = stops
 
-        vllm_text, sidecar_text, settled = settle(vllm_metrics, sidecar_metrics)
-        report["settled_after_seconds"] = settled
-        report["sent_by_class"] = load.sent
-        theirs, ours = parse(vllm_text), parse(sidecar_text)
-        if args.attribute:
-            ours = summed_away(ours)
-        report.update(
-            compare(theirs, ours, stops.get("finish_reasons", {}).get("stop", 0), sums_rounded=bool(args.attribute))
-        )
-        report["finished_reasons"] = {"vllm_rs": reasons(theirs), "sidecar": reasons(ours)}
-        report["preemptions"] = {
-            "vllm_rs": total(theirs, "vllm:num_preemptions", "vllm:num_preemptions_total"),
-            "sidecar": total(ours, "vllm:num_preemptions", "vllm:num_preemptions_total"),
-        }
-        report["vllm_exposition"] = vllm_text
-        report["sidecar_exposition"] = sidecar_text
-        report["sidecar_openmetrics"] = openmetrics(sidecar_metrics)
-        report["sidecar_pids"] = sidecar_pids(vllm_log, env)
+            vllm_text, sidecar_text, settled = settle(vllm_metrics, sidecar_metrics)
+            report["settled_after_seconds"] = settled
+            report["sent_by_class"] = load.sent
+            theirs, ours = parse(vllm_text), parse(sidecar_text)
+            if args.attribute:
+                ours = summed_away(ours)
+            report.update(
+                compare(theirs, ours, stops.get("finish_reasons", {}).get("stop", 0), sums_rounded=bool(args.attribute))
+            )
+            report["finished_reasons"] = {"vllm_rs": reasons(theirs), "sidecar": reasons(ours)}
+            report["preemptions"] = {
+                "vllm_rs": total(theirs, "vllm:num_preemptions", "vllm:num_preemptions_total"),
+                "sidecar": total(ours, "vllm:num_preemptions", "vllm:num_preemptions_total"),
+            }
+            report["vllm_exposition"] = vllm_text
+            report["sidecar_exposition"] = sidecar_text
+            report["sidecar_openmetrics"] = openmetrics(sidecar_metrics)
+            report["sidecar_pids"] = sidecar_pids(vllm_log, env)
     finally:
         stop(vllm)
         if not report["sidecar_pids"] and os.path.exists(vllm_log):
