@@ -306,6 +306,274 @@ fn series_names(port: u16, selector: &str) -> Vec<String> {
     names
 }
 
+/// The queries of vLLM's dashboards that do not aggregate: they show one
+/// line per series, so with attribution one per class (whose sum is the
+/// line without it). (source, panel id, refId).
+const SPLIT_BY_CLASS: [(&str, &str, &str); 14] = [
+    (PERFORMANCE, "1", "A"),
+    (PERFORMANCE, "10", "A"),
+    (PERFORMANCE, "15", "A"),
+    (PERFORMANCE, "20", "A"),
+    (PERFORMANCE, "20", "B"),
+    (PROMETHEUS_GRAFANA, "5", "E"),
+    (PROMETHEUS_GRAFANA, "8", "A"),
+    (PROMETHEUS_GRAFANA, "8", "B"),
+    (PROMETHEUS_GRAFANA, "9", "E"),
+    (PROMETHEUS_GRAFANA, "10", "E"),
+    (PROMETHEUS_GRAFANA, "14", "A"),
+    (PROMETHEUS_GRAFANA, "15", "A"),
+    (PROMETHEUS_GRAFANA, "15", "B"),
+    (PROMETHEUS_GRAFANA, "16", "A"),
+];
+const PERFORMANCE: &str = "examples/observability/dashboards/grafana/performance_statistics.json";
+
+/// The A/B run: one simulated trace, replayed without and with
+/// `--attribute lora,priority` up to each of [`SNAPSHOTS`] points, the
+/// expositions backfilled a [`SNAPSHOT_SECS`] apart into two Prometheus
+/// servers.
+const SNAPSHOTS: usize = 12;
+const SNAPSHOT_SECS: u64 = 5;
+
+/// Writes `side`'s snapshots as one OpenMetrics file with timestamps, each
+/// family once (its samples in time order), as `promtool tsdb
+/// create-blocks-from openmetrics` reads it.
+fn backfill_file(expositions: &[String], first: u64) -> String {
+    let mut order: Vec<String> = Vec::new();
+    let mut families: std::collections::HashMap<String, (Vec<String>, Vec<String>)> =
+        std::collections::HashMap::new();
+    for (k, text) in expositions.iter().enumerate() {
+        let at = first + k as u64 * SNAPSHOT_SECS;
+        let mut family = String::new();
+        for line in text.lines().filter(|l| !l.is_empty() && *l != "# EOF") {
+            if let Some(meta) = line.strip_prefix("# ") {
+                family = meta.split(' ').nth(1).unwrap_or_default().to_owned();
+                let entry = families.entry(family.clone()).or_insert_with(|| {
+                    order.push(family.clone());
+                    Default::default()
+                });
+                if !entry.0.iter().any(|h| h == line) {
+                    entry.0.push(line.to_owned());
+                }
+            } else {
+                let entry = families
+                    .get_mut(&family)
+                    .expect("a sample after its family");
+                entry.1.push(format!("{line} {at}"));
+            }
+        }
+    }
+    let mut out = String::new();
+    for family in &order {
+        let (headers, samples) = &families[family];
+        for line in headers.iter().chain(samples) {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out + "# EOF\n"
+}
+
+/// A query's answer as label sets (JSON) to values.
+fn answer_at(port: u16, promql: &str, time: u64) -> Result<Vec<(String, f64)>, String> {
+    let data = prometheus_server::query_at(port, promql, time)?;
+    let value = |v: &Value| {
+        v.as_str()
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(f64::NAN)
+    };
+    let mut out: Vec<(String, f64)> = match data["resultType"].as_str() {
+        Some("scalar" | "string") => vec![(String::new(), value(&data["result"][1]))],
+        _ => data["result"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|s| (s["metric"].to_string(), value(&s["value"][1])))
+            .collect(),
+    };
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+/// Equal label sets, and values equal but for the rounding of sums taken
+/// in another order.
+fn same_answer(a: &[(String, f64)], b: &[(String, f64)]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|((la, va), (lb, vb))| {
+            la == lb
+                && ((va.is_nan() && vb.is_nan()) || (va - vb).abs() <= 1e-9 * va.abs().max(1.0))
+        })
+}
+
+mod needs_prometheus_promtool {
+    use super::*;
+
+    /// Attribution on against off, as vLLM's dashboards show it: one
+    /// simulated trace (three LoRA adapters, two priorities, preemptions)
+    /// replayed without and with `--attribute lora,priority` up to each of
+    /// twelve points, backfilled into two real Prometheus servers, and
+    /// every published query evaluated on both at the last point. Every
+    /// query answers the same, to the label set and the value, but two
+    /// kinds the test names: those of [`SPLIT_BY_CLASS`], which do not
+    /// aggregate (one line per class; the lines add up to the line
+    /// without attribution), and those whose window holds the birth of a
+    /// class's series (`rate` counts a series from its first sample, so a
+    /// class's first requests are missing until the window has passed its
+    /// birth): those answer the same over a window after the last birth.
+    #[test]
+    fn vllm_published_dashboards_show_the_same_with_attribution_on_and_off() {
+        let rows = queries();
+        let dir = common::paths::tempdir("vllm-dashboards-ab");
+        let trace = dir.join("trace.jsonl");
+        let run = |args: &[&str]| {
+            let out = Command::new(common::process::binary())
+                .args(args)
+                .output()
+                .expect("the binary runs");
+            assert!(
+                out.status.success(),
+                "{args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8(out.stdout).expect("UTF-8")
+        };
+        run(&[
+            "simulate",
+            "--seed",
+            "5",
+            "--duration",
+            "60",
+            "--rate",
+            "3",
+            "--models",
+            "3",
+            "--lora-adapters",
+            "--priority-fraction",
+            "0.3",
+            "--kv-blocks",
+            "256",
+            "--record",
+            trace.to_str().unwrap(),
+        ]);
+        let lines: Vec<String> = std::fs::read_to_string(&trace)
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let first = now - 600;
+        let last = first + (SNAPSHOTS as u64 - 1) * SNAPSHOT_SECS;
+        let mut ports = Vec::new();
+        let mut guards = Vec::new();
+        for (side, attribute) in [("off", None), ("on", Some("lora,priority"))] {
+            let expositions: Vec<String> = (1..=SNAPSHOTS)
+                .map(|k| {
+                    let prefix = dir.join(format!("prefix-{k}.jsonl"));
+                    let end = lines.len() * k / SNAPSHOTS;
+                    std::fs::write(&prefix, lines[..end].join("\n") + "\n").unwrap();
+                    let mut args = vec![
+                        "replay",
+                        prefix.to_str().unwrap(),
+                        "--output",
+                        "openmetrics",
+                        "--metrics-addr",
+                        "none",
+                    ];
+                    args.extend(attribute.iter().flat_map(|a| ["--attribute", a]));
+                    run(&args)
+                })
+                .collect();
+            let side_dir = dir.join(side);
+            std::fs::create_dir_all(&side_dir).unwrap();
+            let file = side_dir.join("backfill.om");
+            std::fs::write(&file, backfill_file(&expositions, first)).unwrap();
+            let out = Command::new(common::environments::promtool())
+                .args(["tsdb", "create-blocks-from", "openmetrics"])
+                .arg(&file)
+                .arg(side_dir.join("data"))
+                .output()
+                .expect("promtool runs");
+            assert!(
+                out.status.success(),
+                "promtool: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let (guard, port) = prometheus_server::start(&side_dir, &[], None, &[]);
+            guards.push(guard);
+            ports.push(port);
+        }
+
+        let range_secs = (SNAPSHOTS as u64 - 1) * SNAPSHOT_SECS;
+        let split = |q: &Query| {
+            SPLIT_BY_CLASS
+                .iter()
+                .any(|(s, p, r)| q.source == *s && q.panel_id == *p && q.ref_id == *r)
+        };
+        let (mut same, mut empty, mut split_seen, mut births) = (0, 0, 0, Vec::new());
+        let mut failures = Vec::new();
+        for q in &rows {
+            let promql = substitute(q, "sim-model-0", range_secs);
+            let ask = |port: u16, promql: &str| {
+                answer_at(port, promql, last).unwrap_or_else(|e| panic!("{e}\n  {promql}"))
+            };
+            let (off, on) = (ask(ports[0], &promql), ask(ports[1], &promql));
+            if split(q) {
+                // One line per class, each labelled with its class.
+                let classed = on
+                    .iter()
+                    .all(|(l, _)| l.contains("\"lora_name\"") && l.contains("\"priority\""));
+                if on.len() > off.len() && classed {
+                    split_seen += 1;
+                } else {
+                    failures.push(format!(
+                        "{} {} {}: not split by class\n  {promql}",
+                        q.source, q.panel_id, q.ref_id
+                    ));
+                }
+            } else if off.is_empty() && on.is_empty() {
+                empty += 1;
+            } else if same_answer(&off, &on) {
+                same += 1;
+            } else {
+                // Over a window after the last birth (the last 15 s hold
+                // none), the same.
+                let late = promql
+                    .replace("[5m]", "[15s]")
+                    .replace(&format!("[{range_secs}s]"), "[15s]");
+                if late != promql && same_answer(&ask(ports[0], &late), &ask(ports[1], &late)) {
+                    births.push(format!(
+                        "{} {} {}",
+                        q.source.rsplit('/').next().unwrap(),
+                        q.panel_id,
+                        q.ref_id
+                    ));
+                } else {
+                    failures.push(format!(
+                        "{} panel {} {}: off {off:?}\n  on {on:?}\n  {promql}",
+                        q.source, q.panel_id, q.ref_id
+                    ));
+                }
+            }
+        }
+        eprintln!(
+            "{same} queries answer the same on and off, {split_seen} split by class, {} differ only \
+             over windows that hold a class's birth ({births:?}), {empty} empty on both",
+            births.len()
+        );
+        assert!(
+            failures.is_empty(),
+            "{} queries:\n{}",
+            failures.len(),
+            failures.join("\n")
+        );
+        assert_eq!(split_seen, SPLIT_BY_CLASS.len());
+        assert!(same >= 150, "only {same} queries with data answer the same");
+        drop(guards);
+    }
+}
+
 mod needs_prometheus {
     use super::*;
 

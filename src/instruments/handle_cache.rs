@@ -122,21 +122,37 @@ impl<H> HandleCache<H> {
         class: usize,
     ) -> Option<Arc<H>> {
         let hash = self.key_hash(model_name, engine, adapter);
+        let indexed = self.probe(hash, model_name, engine, adapter).ok()?;
+        indexed
+            .entry
+            .slots
+            .get(indexed.first_slot + class)?
+            .get()
+            .cloned()
+    }
+
+    /// The key's entry in the index (`Ok`), or the free place where it
+    /// would go (`Err`). The index is at most half full: a probe ends.
+    #[inline]
+    fn probe(
+        &self,
+        hash: u64,
+        model_name: &str,
+        engine: u32,
+        adapter: u32,
+    ) -> Result<&Indexed<H>, usize> {
         let mask = self.index.len() - 1;
         let mut at = hash as usize & mask;
         loop {
-            let indexed = self.index[at].get()?;
+            let Some(indexed) = self.index[at].get() else {
+                return Err(at);
+            };
             if indexed.hash == hash
                 && indexed.engine == engine
                 && indexed.adapter == adapter
                 && same_str(&indexed.model_name, model_name)
             {
-                return indexed
-                    .entry
-                    .slots
-                    .get(indexed.first_slot + class)?
-                    .get()
-                    .cloned();
+                return Ok(indexed);
             }
             at = (at + 1) & mask;
         }
@@ -154,22 +170,14 @@ impl<H> HandleCache<H> {
         first_slot: usize,
     ) {
         let hash = self.key_hash(model_name, engine, adapter);
+        // The one writer: a place found free stays free until it is set.
         let _writer = self.index_writer.lock();
         if 2 * (self.indexed.load(Ordering::Relaxed) + 1) > self.index.len() {
             return;
         }
-        let mask = self.index.len() - 1;
-        let mut at = hash as usize & mask;
-        while let Some(indexed) = self.index[at].get() {
-            if indexed.hash == hash
-                && indexed.engine == engine
-                && indexed.adapter == adapter
-                && *indexed.model_name == *model_name
-            {
-                return;
-            }
-            at = (at + 1) & mask;
-        }
+        let Err(at) = self.probe(hash, model_name, engine, adapter) else {
+            return;
+        };
         let _ = self.index[at].set(Box::new(Indexed {
             hash,
             engine,

@@ -111,8 +111,19 @@ pub fn url_encode(text: &str) -> String {
 /// An instant query through `/api/v1/query`: the answer's `data` object, or
 /// the HTTP status and Prometheus' error.
 pub fn query(port: u16, promql: &str) -> Result<Value, String> {
-    let (status, body) =
-        super::http::get(port, &format!("/api/v1/query?query={}", url_encode(promql)))?;
+    api(port, &format!("/api/v1/query?query={}", url_encode(promql)))
+}
+
+/// An instant query evaluated at `time` (Unix seconds), as [`query`].
+pub fn query_at(port: u16, promql: &str, time: u64) -> Result<Value, String> {
+    api(
+        port,
+        &format!("/api/v1/query?query={}&time={time}", url_encode(promql)),
+    )
+}
+
+fn api(port: u16, path: &str) -> Result<Value, String> {
+    let (status, body) = super::http::get(port, path)?;
     let mut json: Value = serde_json::from_str(&body)
         .map_err(|e| format!("HTTP {status}, not JSON ({e}): {body}"))?;
     if status != 200 || json["status"] != "success" {
