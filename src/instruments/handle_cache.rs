@@ -350,6 +350,36 @@ mod tests {
     }
 
     #[test]
+    fn threads_racing_for_new_label_sets_bind_each_once() {
+        let (cache, binds) = cache(64);
+        let seen: Vec<Vec<usize>> = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..4)
+                .map(|t| {
+                    let (cache, binds) = (&cache, &binds);
+                    scope.spawn(move || {
+                        (0..2_000)
+                            .map(|i| {
+                                let engine = ((i * 7 + t) % 50) as u32;
+                                (engine as usize, *get(cache, binds, "racing", engine))
+                            })
+                            .fold(vec![0; 50], |mut by_engine, (engine, handles)| {
+                                assert!(by_engine[engine] == 0 || by_engine[engine] == handles);
+                                by_engine[engine] = handles;
+                                by_engine
+                            })
+                    })
+                })
+                .collect();
+            workers.into_iter().map(|w| w.join().unwrap()).collect()
+        });
+        assert_eq!(binds.load(Ordering::Relaxed), 50, "one bind per label set");
+        for other in &seen[1..] {
+            assert_eq!(other, &seen[0], "every thread got the same handles");
+        }
+        assert_eq!(cache.indexed.load(Ordering::Relaxed), 50);
+    }
+
+    #[test]
     fn the_overflow_set_is_never_indexed_and_the_index_stays_half_full() {
         let (cache, binds) = cache(3);
         for engine in 0..3 {
