@@ -276,6 +276,25 @@ def stop(vllm) -> None:
             vllm.wait()
 
 
+def attribution_options(args, env: dict) -> tuple[list, list]:
+    """The `vllm serve` options and the load's adapters for the attribution
+    arguments (``--priorities``, ``--lora``, ``--attribute``), with
+    VLLM_OTEL_METRICS_ATTRIBUTE set in ``env``: vLLM's priority scheduling,
+    the tiny adapter served as `sql`, and every adapter its own label from
+    its first request."""
+    argv, adapters = [], []
+    if any(args.priorities.split(",")):
+        argv += ["--scheduling-policy", "priority"]
+    if args.lora:
+        argv += ["--enable-lora", "--lora-modules", f"{LORA_NAME}={args.lora}",
+                 "--max-lora-rank", "8", "--max-loras", "1"]
+        adapters = [MODEL_NAME, LORA_NAME]
+    if args.attribute:
+        env["VLLM_OTEL_METRICS_ATTRIBUTE"] = args.attribute
+        env["VLLM_OTEL_METRICS_SIDECAR_ARGS"] = "--adapter-min-requests 1"
+    return argv, adapters
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--model", required=True)
@@ -314,17 +333,8 @@ def main():
         "--api-server-count", str(args.api_servers),
     ]
     priorities = [int(p) for p in args.priorities.split(",") if p]
-    adapters = []
-    if priorities:
-        argv += ["--scheduling-policy", "priority"]
-    if args.lora:
-        argv += ["--enable-lora", "--lora-modules", f"{LORA_NAME}={args.lora}",
-                 "--max-lora-rank", "8", "--max-loras", "1"]
-        adapters = [MODEL_NAME, LORA_NAME]
-    if args.attribute:
-        env["VLLM_OTEL_METRICS_ATTRIBUTE"] = args.attribute
-        # Every adapter its own label from its first request.
-        env["VLLM_OTEL_METRICS_SIDECAR_ARGS"] = "--adapter-min-requests 1"
+    extra, adapters = attribution_options(args, env)
+    argv += extra
     report = {"api_servers": args.api_servers, "blocks": args.blocks}
     started = time.monotonic()
     with open(vllm_log, "ab") as log:

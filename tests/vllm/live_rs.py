@@ -42,11 +42,11 @@ from vllm_otel_metrics.sidecar import alive, read_record
 from expositions import openmetrics, rounded_apart
 from live import (
     BLOCK_SIZE,
-    LORA_NAME,
     MAX_MODEL_LEN,
     MODEL_NAME,
     SIDECAR_PID,
     Load,
+    attribution_options,
     free_port,
     get,
     percentile,
@@ -498,17 +498,8 @@ def main():
         "--gpu-memory-utilization", "0.3",
     ]
     priorities = [int(p) for p in args.priorities.split(",") if p]
-    adapters = []
-    if priorities:
-        argv += ["--scheduling-policy", "priority"]
-    if args.lora:
-        argv += ["--enable-lora", "--lora-modules", f"{LORA_NAME}={args.lora}",
-                 "--max-lora-rank", "8", "--max-loras", "1"]
-        adapters = [MODEL_NAME, LORA_NAME]
-    if args.attribute:
-        env["VLLM_OTEL_METRICS_ATTRIBUTE"] = args.attribute
-        # Every adapter its own label from its first request.
-        env["VLLM_OTEL_METRICS_SIDECAR_ARGS"] = "--adapter-min-requests 1"
+    extra, adapters = attribution_options(args, env)
+    argv += extra
     report = {"blocks": args.blocks, "sidecar_pids": []}
     started = time.monotonic()
     with open(vllm_log, "ab") as log:
