@@ -1,8 +1,9 @@
-//! Attribution (`--attribute lora,priority`, docs/SEMANTICS.md §6d): the
-//! per-request families carry each request's adapter and priority class,
-//! and summed over the class labels they are exactly what they are without
-//! attribution; the per-step family stays unclassed; the labels stay within
-//! their caps under churn, and no request leaves the totals.
+//! Attribution (`--attribute lora,priority`, docs/SEMANTICS.md §6d): vLLM's
+//! families are exactly what they are without attribution, and beside each
+//! per-request family its series by class (`vllm_class:…`) carry each
+//! request's adapter and priority class and sum to it; the per-step family
+//! stays unclassed; the labels stay within their caps under churn, and no
+//! request leaves the totals.
 //!
 //! The records are a simulated two-engine run's (preemptions, aborts), each
 //! request given an adapter and a priority from its id, replayed into
@@ -105,21 +106,64 @@ fn both() -> Attribution {
         .with_priority("0,5,10".parse().unwrap())
 }
 
-/// Summed over `lora_name` and `priority`, every sample equals the run
-/// without attribution: counts exactly, latency sums to rounding.
-fn assert_same_totals(on: &str, off: &str) {
-    let on = summed_away(on, &["lora_name", "priority"]);
-    let off = summed_away(off, &[]);
-    assert_eq!(
-        on.keys().collect::<Vec<_>>(),
-        off.keys().collect::<Vec<_>>(),
-        "the same series once the class labels are summed away"
-    );
-    for (key, value) in &off {
-        let got = on[key];
-        let close = (got - value).abs() <= 1e-9 * value.abs().max(1.0);
-        assert!(close, "{key}: {got} with attribution, {value} without");
+/// Every key of `got` is in `want` with the same value: counts exactly,
+/// latency sums to rounding (summed in another order).
+fn assert_close(got: &BTreeMap<String, f64>, want: &BTreeMap<String, f64>, what: &str) {
+    for (key, value) in got {
+        let Some(wanted) = want.get(key) else {
+            panic!("{what}: {key} is not in the run without attribution");
+        };
+        let close = (value - wanted).abs() <= 1e-9 * wanted.abs().max(1.0);
+        assert!(
+            close,
+            "{what}: {key}: {value} with attribution, {wanted} without"
+        );
     }
+}
+
+/// With attribution, vLLM's families are sample for sample what they are
+/// without it (the class summed away at scrape time), and their by-class
+/// twins (`vllm_class:`), summed over `lora_name` and `priority`, are too.
+/// Returns the by-class twins' families.
+fn assert_same_totals(on: &str, off: &str) -> BTreeSet<String> {
+    // Keys with their labels in one order, the same on both sides.
+    let off = summed_away(off, &[]);
+    let vllm: BTreeMap<String, f64> = summed_away(on, &[])
+        .into_iter()
+        .filter(|(key, _)| !key.starts_with("vllm_class:"))
+        .collect();
+    assert_eq!(
+        vllm.keys().collect::<Vec<_>>(),
+        off.keys().collect::<Vec<_>>(),
+        "vLLM's families have the same series with attribution as without"
+    );
+    assert_close(&vllm, &off, "vLLM's families");
+    let by_class: BTreeMap<String, f64> = summed_away(on, &["lora_name", "priority"])
+        .into_iter()
+        .filter_map(|(key, value)| {
+            Some((format!("vllm:{}", key.strip_prefix("vllm_class:")?), value))
+        })
+        .collect();
+    assert_close(
+        &by_class,
+        &off,
+        "the by-class families summed over the class",
+    );
+    let families: BTreeSet<String> = by_class
+        .keys()
+        .map(|key| key.split('{').next().unwrap().to_owned())
+        .collect();
+    // Every family of the twins' has all of its series there.
+    let of_families: BTreeMap<String, f64> = off
+        .into_iter()
+        .filter(|(key, _)| families.contains(key.split('{').next().unwrap()))
+        .collect();
+    assert_eq!(
+        by_class.keys().collect::<Vec<_>>(),
+        of_families.keys().collect::<Vec<_>>(),
+        "each by-class family holds all of its vLLM family's series"
+    );
+    families
 }
 
 #[test]
@@ -133,7 +177,25 @@ fn summed_over_the_classes_every_family_is_as_without_attribution() {
             .any(|(k, v)| k.starts_with("vllm:num_preemptions_total") && *v >= 10.0),
         "the run preempts"
     );
-    assert_same_totals(&on, &off);
+    let twins = assert_same_totals(&on, &off);
+    assert!(
+        twins.contains("vllm:request_num_preemptions_count")
+            && twins.contains("vllm:e2e_request_latency_seconds_bucket")
+            && twins.contains("vllm:request_success_total"),
+        "the per-request families have their series by class: {twins:?}"
+    );
+    assert!(
+        !twins
+            .iter()
+            .any(|f| f.starts_with("vllm:iteration_tokens_total")),
+        "the per-step family is not classed: {twins:?}"
+    );
+    // No sample of vLLM's families carries a class label.
+    assert!(
+        samples(&on).keys().all(|key| key.starts_with("vllm_class:")
+            || (label(key, "lora_name").is_none() && label(key, "priority").is_none())),
+        "class labels only on the by-class families"
+    );
     // With attribution off, the class fields change nothing at all.
     assert_eq!(off, replay(&simulated(), None));
 }
@@ -154,7 +216,7 @@ fn each_class_counts_its_own_requests() {
     }
     let mut counted: BTreeMap<(String, String, u32), f64> = BTreeMap::new();
     for (key, value) in samples(&on) {
-        if !key.starts_with("vllm:request_num_preemptions_count{") {
+        if !key.starts_with("vllm_class:request_num_preemptions_count{") {
             continue;
         }
         let of = |name: &str| label(&key, name).unwrap_or_else(|| panic!("{key}: no {name}"));
@@ -170,11 +232,26 @@ fn each_class_counts_its_own_requests() {
         4 * 4 * 2,
         "every adapter, class and engine has requests"
     );
-    // The class labels follow the family's own labels.
+    // The class labels follow the family's own labels, and the by-class
+    // family follows vLLM's.
     let text = on.as_str();
     assert!(text.contains(
-        "vllm:request_success_total{model_name=\"sim-model-0\",engine=\"0\",finished_reason=\"stop\",lora_name=\"sql\",priority=\"<0\"}"
-    ), "{}", text.lines().filter(|l| l.starts_with("vllm:request_success_total{")).collect::<Vec<_>>().join("\n"));
+        "vllm_class:request_success_total{model_name=\"sim-model-0\",engine=\"0\",finished_reason=\"stop\",lora_name=\"sql\",priority=\"<0\"}"
+    ), "{}", text.lines().filter(|l| l.starts_with("vllm_class:request_success_total{")).collect::<Vec<_>>().join("\n"));
+    let at = |line: &str| text.find(line).unwrap_or_else(|| panic!("no {line}"));
+    assert!(
+        at("# TYPE vllm:request_success_total counter\n")
+            < at("# TYPE vllm_class:request_success_total counter\n")
+    );
+    assert!(
+        at("# TYPE vllm_class:request_success_total counter\n")
+            < at("# TYPE vllm:request_prompt_tokens histogram\n")
+            || at("# TYPE vllm:request_prompt_tokens histogram\n")
+                < at("# TYPE vllm:request_success_total counter\n")
+    );
+    assert!(text.contains(
+        "# HELP vllm_class:request_success_total Count of successfully processed requests. By adapter and priority class.\n"
+    ));
     // The per-step family is not classed.
     assert_eq!(
         label_values(&on, "vllm:iteration_tokens_total_count", "priority"),
@@ -210,7 +287,7 @@ fn thousands_of_adapters_and_any_priority_stay_within_the_caps() {
         .with_adapter_min_requests(5)
         .with_priority(PriorityClasses::default());
     let on = replay(&records, Some(attribution));
-    let family = "vllm:request_num_preemptions_count";
+    let family = "vllm_class:request_num_preemptions_count";
     // The busy adapters have their own label; no one-off took one.
     assert_eq!(
         label_values(&on, family, "lora_name"),

@@ -10,13 +10,27 @@ use super::labels::ENGINE_LABELS;
 pub(crate) struct FamilyName {
     prometheus: &'static str,
     otel: &'static str,
+    by_class: Option<&'static str>,
 }
 
 impl FamilyName {
     /// Only the catalog's naming macros (`vllm!`, `own!`, `process!`) call
     /// this, so that each name is written once.
     pub(crate) const fn new(prometheus: &'static str, otel: &'static str) -> FamilyName {
-        FamilyName { prometheus, otel }
+        FamilyName {
+            prometheus,
+            otel,
+            by_class: None,
+        }
+    }
+
+    /// With the name its series by class take on `/metrics` (vLLM's
+    /// families only: this crate's own carry the class labels themselves).
+    pub(crate) const fn with_by_class(self, by_class: &'static str) -> FamilyName {
+        FamilyName {
+            by_class: Some(by_class),
+            ..self
+        }
     }
 }
 
@@ -139,6 +153,12 @@ pub struct MetricDef {
     pub vllm_name: &'static str,
     /// The OpenTelemetry instrument name (`vllm.…`).
     pub otel_name: &'static str,
+    /// For vLLM's families, the name of the family that holds its series
+    /// by class on `/metrics` with `--attribute` (`vllm_class:…`, without
+    /// `_total`): the family itself keeps vLLM's labels alone there, the
+    /// class labels summed away. `None` for this crate's own families,
+    /// which carry the class labels themselves.
+    pub by_class_name: Option<&'static str>,
     /// Aggregation kind.
     pub kind: Kind,
     /// UCUM unit of the instrument (never appended to Prometheus names).
@@ -202,6 +222,7 @@ pub(crate) const fn counter(
     MetricDef {
         vllm_name: name.prometheus,
         otel_name: name.otel,
+        by_class_name: name.by_class,
         kind: Kind::Counter,
         unit,
         help,
@@ -223,6 +244,7 @@ pub(crate) const fn histogram(
     MetricDef {
         vllm_name: name.prometheus,
         otel_name: name.otel,
+        by_class_name: name.by_class,
         kind: Kind::Histogram,
         unit,
         help,
@@ -244,6 +266,7 @@ pub(crate) const fn gauge(
     MetricDef {
         vllm_name: name.prometheus,
         otel_name: name.otel,
+        by_class_name: name.by_class,
         kind: Kind::Gauge,
         unit,
         help,

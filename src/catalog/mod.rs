@@ -16,10 +16,12 @@
 //! ```
 
 /// A vLLM family's name: `vllm!("num_preemptions")` is `vllm:num_preemptions`
-/// on `/metrics` and `vllm.num_preemptions` over OTLP.
+/// on `/metrics` and `vllm.num_preemptions` over OTLP; its series by class
+/// (`--attribute`) are `vllm_class:num_preemptions` on `/metrics`.
 macro_rules! vllm {
     ($rest:literal) => {
         $crate::catalog::def::FamilyName::new(concat!("vllm:", $rest), concat!("vllm.", $rest))
+            .with_by_class(concat!("vllm_class:", $rest))
     };
 }
 

@@ -83,6 +83,7 @@ const fn histogram(
     MetricDef {
         vllm_name: prometheus_name,
         otel_name,
+        by_class_name: None,
         kind: Kind::Histogram,
         unit: "s",
         help,

@@ -33,7 +33,17 @@ impl MergedHistogram {
         def: &MetricDef,
         keep: impl Fn(&Series) -> bool,
     ) -> Option<MergedHistogram> {
-        let family = families.iter().find(|f| f.name == def.vllm_name)?;
+        Self::of_family(families, def.vllm_name, keep)
+    }
+
+    /// The family named `name` of a snapshot, summed over the series
+    /// `keep` keeps.
+    fn of_family(
+        families: &[Family],
+        name: &str,
+        keep: impl Fn(&Series) -> bool,
+    ) -> Option<MergedHistogram> {
+        let family = families.iter().find(|f| f.name == name)?;
         let mut merged: Option<MergedHistogram> = None;
         for series in family.series.iter().filter(|s| keep(s)) {
             if let Value::Histogram {
@@ -133,27 +143,34 @@ fn class_of(series: &Series) -> Option<(String, String)> {
     }
 }
 
+/// The name of `def`'s series by class on `/metrics`.
+fn by_class(def: &MetricDef) -> &'static str {
+    def.by_class_name.unwrap_or(def.vllm_name)
+}
+
 /// With `--attribute`, one line per class: its requests, preemptions per
 /// request, TTFT p99 and, with `--slo`, the share that met the SLO, all
-/// read from the recorded families of the class's series.
+/// read from the class's series (vLLM's families' by-class twins, and the
+/// SLO family, which carries the class itself).
 fn class_rows(out: &mut String, families: &[Family]) {
-    let Some(preemptions) = families
-        .iter()
-        .find(|f| f.name == catalog::REQUEST_NUM_PREEMPTIONS.vllm_name)
-    else {
+    let preemptions = by_class(&catalog::REQUEST_NUM_PREEMPTIONS);
+    let Some(preemptions) = families.iter().find(|f| f.name == preemptions) else {
         return;
     };
     let classes: std::collections::BTreeSet<(String, String)> =
         preemptions.series.iter().filter_map(class_of).collect();
     for class in classes {
         let of_class = |s: &Series| class_of(s).as_ref() == Some(&class);
-        let Some(h) =
-            MergedHistogram::of_series(families, &catalog::REQUEST_NUM_PREEMPTIONS, of_class)
-        else {
+        let Some(h) = MergedHistogram::of_family(
+            families,
+            by_class(&catalog::REQUEST_NUM_PREEMPTIONS),
+            of_class,
+        ) else {
             continue;
         };
-        let ttft = MergedHistogram::of_series(families, &catalog::TIME_TO_FIRST_TOKEN, of_class)
-            .map_or(f64::NAN, |t| t.quantile(0.99));
+        let ttft =
+            MergedHistogram::of_family(families, by_class(&catalog::TIME_TO_FIRST_TOKEN), of_class)
+                .map_or(f64::NAN, |t| t.quantile(0.99));
         let mut line = String::from("class");
         for (name, value) in [
             (catalog::LORA_NAME_LABEL, &class.0),

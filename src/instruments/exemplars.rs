@@ -396,9 +396,11 @@ impl Exemplars {
                 None => overflow = Some(slots),
             }
         }
+        let all_classes = all_classes(&by_model);
         ExemplarSnapshot {
             layout: Arc::clone(&self.store.layout),
             by_model,
+            all_classes,
             overflow,
         }
     }
@@ -416,11 +418,50 @@ impl Exemplars {
     }
 }
 
+/// Per `(model_name, engine)` with classes (`--attribute`), the slots of
+/// all its classes together: in each slot the latest of their exemplars.
+/// They are the exemplars of vLLM's families on `/metrics`, whose series
+/// sum the classes (`export::prometheus`).
+fn all_classes(
+    by_model: &HashMap<String, HashMap<u32, ByClass>>,
+) -> HashMap<String, HashMap<u32, Vec<Option<Exemplar>>>> {
+    let mut all = HashMap::new();
+    for (model, by_engine) in by_model {
+        for (&engine, by_class) in by_engine {
+            let classed = by_class.iter().any(|(lora_name, by_priority)| {
+                !lora_name.is_empty() || by_priority.keys().any(|p| !p.is_empty())
+            });
+            if !classed {
+                continue;
+            }
+            let mut latest: Vec<Option<Exemplar>> = Vec::new();
+            for slots in by_class.values().flat_map(HashMap::values) {
+                if latest.len() < slots.len() {
+                    latest.resize(slots.len(), None);
+                }
+                for (into, exemplar) in latest.iter_mut().zip(slots) {
+                    if let Some(exemplar) = exemplar {
+                        if into.is_none_or(|held| held.timestamp < exemplar.timestamp) {
+                            *into = Some(*exemplar);
+                        }
+                    }
+                }
+            }
+            all.entry(model.clone())
+                .or_insert_with(HashMap::new)
+                .insert(engine, latest);
+        }
+    }
+    all
+}
+
 /// What [`Exemplars::snapshot`] read: per label set, its slots.
 #[derive(Debug)]
 pub struct ExemplarSnapshot {
     layout: Arc<Layout>,
     by_model: HashMap<String, HashMap<u32, ByClass>>,
+    /// Per `(model_name, engine)` with classes: see [`all_classes`].
+    all_classes: HashMap<String, HashMap<u32, Vec<Option<Exemplar>>>>,
     overflow: Option<Vec<Option<Exemplar>>>,
 }
 
@@ -439,7 +480,13 @@ pub enum SeriesLabelSet<'a> {
 impl ExemplarSnapshot {
     fn slots(&self, label_set: SeriesLabelSet<'_>) -> Option<&[Option<Exemplar>]> {
         match label_set {
-            SeriesLabelSet::Of(model, engine) => self.class_slots(model, engine, None, None),
+            // With classes, a series without class labels is their sum.
+            SeriesLabelSet::Of(model, engine) => {
+                match self.all_classes.get(model).and_then(|e| e.get(&engine)) {
+                    Some(all) => Some(all),
+                    None => self.class_slots(model, engine, None, None),
+                }
+            }
             SeriesLabelSet::Classed(model, engine, lora_name, priority) => {
                 self.class_slots(model, engine, lora_name, priority)
             }

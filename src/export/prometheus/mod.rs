@@ -22,6 +22,7 @@
 //! # drop(instruments);
 //! ```
 
+mod classes;
 mod encode;
 #[cfg(feature = "http")]
 pub mod http;
@@ -189,6 +190,17 @@ fn catalog_family(def: &'static MetricDef) -> Family {
     }
 }
 
+/// The family of a vLLM family's series by class (`--attribute`).
+fn by_class_family(def: &'static MetricDef, name: &'static str) -> Family {
+    Family {
+        name: Cow::Borrowed(name),
+        help: Cow::Owned(format!("{} By adapter and priority class.", def.help)),
+        kind: def.kind,
+        value_type: def.value_type,
+        series: Vec::new(),
+    }
+}
+
 /// The value of a gathered series, as the data model holds it.
 fn series_value(family: &MetricFamily, metric: &Metric) -> Value {
     match family.get_field_type() {
@@ -238,6 +250,9 @@ struct Gathered {
     families: Vec<MetricFamily>,
     /// Per catalog family, in catalog order: its gathered family, if any.
     by_catalog: Vec<Option<usize>>,
+    /// Per catalog family, in catalog order: its series by class, when it
+    /// has any (`--attribute`; [`classes`]).
+    by_class: Vec<Option<usize>>,
     /// Per semantic-convention family when exposed, in tier order: its
     /// gathered family, if any; empty when not exposed.
     by_semconv: Vec<Option<usize>>,
@@ -269,11 +284,35 @@ impl Gathered {
         let defs_places = defs
             .zip(places)
             .filter(move |(def, gathered)| gathered.is_some() || !optional(def));
-        let catalog = defs_places.map(move |(def, gathered)| Laid {
-            meta: catalog_family(def),
-            def: Some(def),
-            layout: gathered.map(|i| Layout::new(&self.families[i], overflow_label, def.labels)),
-        });
+        // Each vLLM family with series by class is followed by them.
+        let by_class = self
+            .by_class
+            .iter()
+            .map(Some)
+            .chain(std::iter::repeat(None));
+        let catalog = defs_places
+            .zip(by_class)
+            .flat_map(move |((def, gathered), by_class)| {
+                let laid = |meta, i: usize| Laid {
+                    meta,
+                    def: Some(def),
+                    layout: Some(Layout::new(&self.families[i], overflow_label, def.labels)),
+                };
+                let family = match gathered {
+                    Some(i) => laid(catalog_family(def), *i),
+                    None => Laid {
+                        meta: catalog_family(def),
+                        def: Some(def),
+                        layout: None,
+                    },
+                };
+                let twin = by_class
+                    .copied()
+                    .flatten()
+                    .zip(def.by_class_name)
+                    .map(|(i, name)| laid(by_class_family(def, name), i));
+                std::iter::once(family).chain(twin)
+            });
         let others = self.others.iter().map(move |&i| {
             let family = &self.families[i];
             Laid {
@@ -318,9 +357,19 @@ impl PrometheusBridge {
                 None => others.push(i),
             }
         }
+        let mut by_class = vec![None; by_catalog.len()];
+        for (def, (gathered, twin)) in catalog::all().zip(by_catalog.iter().zip(&mut by_class)) {
+            if let (Some(i), Some(_)) = (gathered, def.by_class_name) {
+                if let Some(series_by_class) = classes::split_classes(&mut families[*i]) {
+                    families.push(series_by_class);
+                    *twin = Some(families.len() - 1);
+                }
+            }
+        }
         Gathered {
             families,
             by_catalog,
+            by_class,
             by_semconv,
             others,
         }
