@@ -436,7 +436,7 @@ mod needs_prometheus {
         // and the classes add up to the job's requests. (Which class absorbs
         // the preemptions is the simulator's test: this job is overloaded
         // far past the point where it shows.)
-        let per_request = r#"sum by (priority) (vllm:request_num_preemptions_sum{job="vllm-starved"}) / sum by (priority) (vllm:request_num_preemptions_count{job="vllm-starved"})"#;
+        let per_request = r#"sum by (priority) (vllm_class:request_num_preemptions_sum{job="vllm-starved"}) / sum by (priority) (vllm_class:request_num_preemptions_count{job="vllm-starved"})"#;
         let classes = values_by(&result_within(port, per_request, 20), "priority");
         let mut names: Vec<&str> = classes.iter().map(|(c, _)| c.as_str()).collect();
         names.sort_unstable();
@@ -445,11 +445,18 @@ mod needs_prometheus {
             ["0", "1"],
             "preemptions per request by class: {classes:?}"
         );
-        let apart = r#"sum(vllm:request_success_total{job="vllm-starved"}) - sum(sum by (priority, lora_name) (vllm:request_success_total{job="vllm-starved"}))"#;
+        let apart = r#"sum(vllm:request_success_total{job="vllm-starved"}) - sum(sum by (priority, lora_name) (vllm_class:request_success_total{job="vllm-starved"}))"#;
         let apart = result_within(port, apart, 20);
         assert_eq!(
             apart.iter().map(sample_value).collect::<Vec<_>>(),
             [Some(0.0)]
+        );
+        // vLLM's own family keeps vLLM's labels alone.
+        let classed = r#"vllm:request_success_total{job="vllm-starved", priority!=""}"#;
+        let classed = result(port, classed).expect("class labels query");
+        assert!(
+            classed.is_empty(),
+            "vLLM's family has class labels: {classed:?}"
         );
         eprintln!("vllm-starved preemptions per request by priority class: {classes:?}");
 

@@ -1034,8 +1034,18 @@ fn the_low_priority_class_absorbs_the_preemptions_and_the_class_lines_are_the_ex
         let [requests, per_request, ttft_p99, met] = numbers[..] else {
             panic!("not a class line: {line}");
         };
-        let count = sum("vllm:request_num_preemptions_count", &lora, &priority, "");
-        let preemptions = sum("vllm:request_num_preemptions_sum", &lora, &priority, "");
+        let count = sum(
+            "vllm_class:request_num_preemptions_count",
+            &lora,
+            &priority,
+            "",
+        );
+        let preemptions = sum(
+            "vllm_class:request_num_preemptions_sum",
+            &lora,
+            &priority,
+            "",
+        );
         assert_eq!(requests, count, "{line}");
         assert_eq!(
             format!("{per_request:.3}"),
@@ -1047,7 +1057,7 @@ fn the_low_priority_class_absorbs_the_preemptions_and_the_class_lines_are_the_ex
         for (key, value) in &samples {
             if of_class(
                 key,
-                "vllm:time_to_first_token_seconds_bucket",
+                "vllm_class:time_to_first_token_seconds_bucket",
                 &lora,
                 &priority,
             ) {
