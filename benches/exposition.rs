@@ -24,6 +24,11 @@
 //! each linked to a span: `openmetrics_exemplars` is that OpenMetrics
 //! scrape, and one line per size compares it with `openmetrics`:
 //! `exemplars: label_sets=N off_us=… on_us=… ratio=… bytes_off=… bytes_on=…`.
+//! With attribution (`--attribute lora,priority`), the same requests
+//! recorded again, each label set's two in two classes: `text_attributed`
+//! is that text scrape (vLLM's families with the classes summed away, and
+//! the `vllm_class:` families), and one line per size compares it with
+//! `text`: `attribution: label_sets=N off_us=… on_us=… ratio=… bytes_off=… bytes_on=…`.
 //! Run: `cargo bench --bench exposition`.
 
 #[path = "common/alloc_count.rs"]
@@ -56,7 +61,7 @@ use opentelemetry::trace::{SpanId, TraceId};
 use vllm_otel_metrics::catalog::DEFAULT_MAX_MODEL_LEN;
 use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
 use vllm_otel_metrics::instruments::exemplars::TraceLink;
-use vllm_otel_metrics::instruments::Instruments;
+use vllm_otel_metrics::instruments::{Attribution, Instruments, PriorityClasses, RequestClass};
 use vllm_otel_metrics::protocol::{
     EngineCoreEvent, EngineCoreOutput, EventType, FinishReason, PrefillStats,
 };
@@ -152,6 +157,9 @@ struct State {
     /// The same requests, recorded with exemplars on.
     with_exemplars: PrometheusBridge,
     _exemplar_instruments: Instruments,
+    /// The same requests, recorded with attribution, in two classes.
+    with_classes: PrometheusBridge,
+    _class_instruments: Instruments,
 }
 
 fn populate(label_sets: u32) -> State {
@@ -164,6 +172,16 @@ fn populate(label_sets: u32) -> State {
         .with_exemplars(true)
         .build();
     let with_exemplars = with_exemplars.with_exemplars(exemplar_instruments.exemplars());
+    let (with_classes, reader) = PrometheusBridge::builder().build();
+    let class_instruments = Instruments::builder()
+        .with_reader(reader)
+        .with_attribution(
+            Attribution::default()
+                .with_lora()
+                .with_adapter_min_requests(1)
+                .with_priority(PriorityClasses::default()),
+        )
+        .build();
     let mut spans = 0u64;
     let baseline: prometheus_client_tracker::Metrics =
         prometheus_client_tracker::Metrics::new(DEFAULT_MAX_MODEL_LEN);
@@ -180,8 +198,17 @@ fn populate(label_sets: u32) -> State {
             &baseline,
             &prometheus_client_tracker::LabelSet::new(&model, engine),
         );
-        for reason in [FinishReason::Length, FinishReason::Stop] {
+        for (reason, lora_name, priority) in [
+            (FinishReason::Length, "sql-lora", 0),
+            (FinishReason::Stop, "chat-lora", 1),
+        ] {
             let mut ours = RequestMetrics::start(&instruments, &model, engine, params);
+            let class = RequestClass {
+                lora_name: Some(lora_name),
+                priority: Some(priority),
+            };
+            let label_set = class_instruments.label_set_for(&model, engine, &class);
+            let mut classed = RequestMetrics::start_in(&label_set, params);
             let mut linked = RequestMetrics::start(&exemplar_instruments, &model, engine, params);
             spans += 1;
             linked.link(TraceLink {
@@ -192,6 +219,7 @@ fn populate(label_sets: u32) -> State {
             for (batch_timestamp, received_at, output) in &outputs(reason) {
                 ours.observe_output(*batch_timestamp, *received_at, output);
                 linked.observe_output(*batch_timestamp, *received_at, output);
+                classed.observe_output(*batch_timestamp, *received_at, output);
                 theirs.observe_output(*batch_timestamp, *received_at, output);
             }
         }
@@ -203,13 +231,15 @@ fn populate(label_sets: u32) -> State {
         baseline,
         with_exemplars,
         _exemplar_instruments: exemplar_instruments,
+        with_classes,
+        _class_instruments: class_instruments,
     }
 }
 
 /// Encodes (or only gathers); returns something to keep the work alive.
 type Encoder = fn(&State) -> usize;
 
-const ENCODERS: [(&str, Encoder); 6] = [
+const ENCODERS: [(&str, Encoder); 7] = [
     ("text", |s| s.bridge.encode(Format::Text).len()),
     ("openmetrics", |s| {
         s.bridge.encode(Format::OpenMetrics).len()
@@ -226,6 +256,9 @@ const ENCODERS: [(&str, Encoder); 6] = [
     }),
     ("openmetrics_exemplars", |s| {
         s.with_exemplars.encode(Format::OpenMetrics).len()
+    }),
+    ("text_attributed", |s| {
+        s.with_classes.encode(Format::Text).len()
     }),
 ];
 
@@ -290,7 +323,7 @@ fn main() {
                 samples[index].push(time_us(state, ENCODERS[index].1, calls));
             }
         }
-        let [text, openmetrics, baseline, gather, sdk_collect, exemplars] =
+        let [text, openmetrics, baseline, gather, sdk_collect, exemplars, attributed] =
             samples.map(|mut s| median(&mut s));
         println!(
             "exposition: label_sets={label_sets} text_us={text:.1} openmetrics_us={openmetrics:.1} prometheus_client_us={baseline:.1} gather_us={gather:.1} sdk_collect_us={sdk_collect:.1} bytes={} ratio_text={:.2} ratio_openmetrics={:.2} gather_share={:.2}",
@@ -304,6 +337,12 @@ fn main() {
             exemplars / openmetrics,
             state.bridge.encode(Format::OpenMetrics).len(),
             state.with_exemplars.encode(Format::OpenMetrics).len(),
+        );
+        println!(
+            "attribution: label_sets={label_sets} off_us={text:.1} on_us={attributed:.1} ratio={:.2} bytes_off={} bytes_on={}",
+            attributed / text,
+            state.bridge.encode(Format::Text).len(),
+            state.with_classes.encode(Format::Text).len(),
         );
         scrape = Some((label_sets, text, baseline));
     }

@@ -103,6 +103,33 @@ fn every_environment_reference_has_a_default() {
     );
 }
 
+/// The `transform` processor of a config, as written: its key and the
+/// lines indented under it.
+fn transform_block(config: &str) -> String {
+    let text = std::fs::read_to_string(dir().join(config)).unwrap();
+    let mut lines = text.lines().skip_while(|line| *line != "  transform:");
+    let key = lines
+        .next()
+        .unwrap_or_else(|| panic!("{config}: no transform processor"));
+    let body = lines.take_while(|line| line.starts_with("   "));
+    std::iter::once(key)
+        .chain(body)
+        .map(|line| format!("{line}\n"))
+        .collect()
+}
+
+/// Both configs that turn OTLP into Prometheus series (the Prometheus
+/// exporter's and the remote-write gateway's) rename and attribute alike.
+#[test]
+fn the_gateway_transforms_as_the_prometheus_config_does() {
+    let shipped = transform_block("config.yaml");
+    assert!(
+        shipped.contains("copy_metric(name=Concat([\"vllm_class:\""),
+        "{shipped}"
+    );
+    assert_eq!(transform_block("gateway.yaml"), shipped);
+}
+
 #[test]
 fn every_yaml_file_of_otel_collector_is_known() {
     let mut found: Vec<String> = std::fs::read_dir(dir())

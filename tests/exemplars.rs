@@ -16,7 +16,7 @@ use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData
 use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
 use vllm_otel_metrics::instruments::exemplars::TraceLink;
 use vllm_otel_metrics::instruments::spans::RequestSpans;
-use vllm_otel_metrics::instruments::{Instruments, Slo};
+use vllm_otel_metrics::instruments::{Attribution, Instruments, Slo};
 use vllm_otel_metrics::protocol::Record;
 use vllm_otel_metrics::tracker::Tracker;
 
@@ -61,10 +61,30 @@ struct Run {
 }
 
 fn run(exemplars: bool, spans: bool, caller: bool, slo: Option<&str>) -> Run {
+    run_attributed(exemplars, spans, caller, slo, false)
+}
+
+/// [`run`], with `attributed` each request given one of two adapters and
+/// one of two priorities from its id, and `--attribute lora,priority`.
+fn run_attributed(
+    exemplars: bool,
+    spans: bool,
+    caller: bool,
+    slo: Option<&str>,
+    attributed: bool,
+) -> Run {
     let (bridge, reader) = PrometheusBridge::builder().build();
     let mut builder = Instruments::builder()
         .with_reader(reader)
         .with_exemplars(exemplars);
+    if attributed {
+        builder = builder.with_attribution(
+            Attribution::default()
+                .with_lora()
+                .with_adapter_min_requests(1)
+                .with_priority("0,5".parse().unwrap()),
+        );
+    }
     if let Some(slo) = slo {
         builder = builder.with_slo(Slo::from_json(slo).unwrap());
     }
@@ -78,7 +98,12 @@ fn run(exemplars: bool, spans: bool, caller: bool, slo: Option<&str>) -> Run {
     if spans {
         tracker = tracker.with_spans(RequestSpans::new(&provider));
     }
-    for record in records(caller) {
+    for mut record in records(caller) {
+        if let (Record::Request(start), true) = (&mut record, attributed) {
+            let (trace, _) = caller_ids(&start.request_id);
+            start.lora_name = Some(["sql", "chat"][(trace >> 64) as usize % 2].to_owned());
+            start.priority = Some([0, 5][(trace >> 70) as usize % 2]);
+        }
         // The trace's invalid parts are refused alone, as in the replay.
         tracker.apply(&record);
     }
@@ -302,6 +327,66 @@ fn every_bucket_links_the_latest_request_that_landed_in_it() {
     eprintln!("{checked} exemplars checked against their spans");
     // Both engines, five families: every bucket some request landed in.
     assert!(checked >= 40, "{checked} exemplars checked");
+}
+
+/// With attribution, each `vllm_class:` bucket has its class's latest
+/// request, and vLLM's family's bucket, which sums the classes, the latest
+/// of its classes' exemplars.
+#[test]
+fn with_classes_vllm_buckets_link_the_latest_request_of_any_class() {
+    let on = run_attributed(true, true, false, None, true);
+    let lines = sample_lines(&on.bridge.encode(Format::OpenMetrics));
+    let class_labels = |labels: &str| {
+        labels
+            .split(',')
+            .filter(|p| !p.starts_with("lora_name=") && !p.starts_with("priority="))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let (mut checked, mut classes_seen) = (0, std::collections::BTreeSet::new());
+    for (family, _) in CHECKED {
+        let twin = family.replacen("vllm:", "vllm_class:", 1);
+        let bucket = |f: &str| format!("{f}_bucket");
+        for line in lines.iter().filter(|l| l.family == bucket(family)) {
+            let of_classes: Vec<&Line> = lines
+                .iter()
+                .filter(|l| {
+                    l.family == bucket(&twin)
+                        && l.le == line.le
+                        && class_labels(&l.labels) == line.labels
+                })
+                .collect();
+            assert!(
+                !of_classes.is_empty(),
+                "{family} {}: no classes",
+                line.labels
+            );
+            let count: f64 = of_classes.iter().map(|l| l.count).sum();
+            assert_eq!(
+                count, line.count,
+                "{family} {} le {:?}",
+                line.labels, line.le
+            );
+            let latest = of_classes
+                .iter()
+                .filter(|l| l.link.is_some())
+                .max_by(|a, b| a.timestamp.total_cmp(&b.timestamp));
+            assert_eq!(
+                line.link,
+                latest.and_then(|l| l.link),
+                "{family} {} le {:?}",
+                line.labels,
+                line.le
+            );
+            if line.link.is_some() {
+                checked += 1;
+                classes_seen.extend(of_classes.iter().map(|l| l.labels.clone()));
+            }
+        }
+    }
+    eprintln!("{checked} summed buckets' exemplars checked");
+    assert!(checked >= 40, "{checked} exemplars checked");
+    assert!(classes_seen.len() >= 8, "classes: {classes_seen:?}");
 }
 
 #[test]

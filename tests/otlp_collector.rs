@@ -271,6 +271,80 @@ mod needs_collector {
         }
     }
 
+    /// With `--attribute lora,priority`, OTLP carries the class as
+    /// attributes of vLLM's metrics, and the shipped config makes of them
+    /// what the bridge's `/metrics` shows: vLLM's families with the class
+    /// summed away, and the `vllm_class:` families by class. A simulated
+    /// trace (three adapters, two priorities, preemptions) replayed; every
+    /// sample equal (a float `_sum`, summed over the classes in another
+    /// order, to rounding).
+    #[test]
+    fn attributed_classes_arrive_as_on_metrics() {
+        let collector = Collector::start();
+        let dir = common::paths::tempdir("otlp-attribution");
+        let trace = dir.join("trace.jsonl");
+        let simulated = Command::new(common::process::binary())
+            .args(["simulate", "--seed", "5", "--duration", "40", "--rate", "3"])
+            .args(["--lora-adapters", "--priority-fraction", "0.3"])
+            .args(["--kv-blocks", "256", "--metrics-addr", "none", "--record"])
+            .arg(&trace)
+            .output()
+            .unwrap();
+        assert!(
+            simulated.status.success(),
+            "{}",
+            String::from_utf8_lossy(&simulated.stderr)
+        );
+        for protocol in ["grpc", "http/protobuf"] {
+            let instance = format!("attributed-{}", protocol.replace('/', "-"));
+            let output = replay_command(&collector.endpoint(protocol), protocol, "otel", &instance)
+                .args([
+                    "--attribute",
+                    "lora,priority",
+                    "--adapter-min-requests",
+                    "1",
+                ])
+                .arg(&trace)
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert!(output.status.success(), "{instance}: {stderr}");
+            let exposition = String::from_utf8(output.stdout).unwrap();
+            let bridge = common::collector::as_exported(&exposition);
+            let classed = bridge
+                .keys()
+                .filter(|k| k.starts_with("vllm_class:") && k.contains("lora_name=\"sim-lora-"))
+                .count();
+            assert!(classed > 100, "{instance}: {classed} samples by class");
+            assert!(
+                !bridge
+                    .keys()
+                    .any(|k| k.starts_with("vllm:") && k.contains("lora_name=")),
+                "{instance}: vLLM's families without class labels"
+            );
+            let mut shown = BTreeMap::new();
+            let close = |shown: &BTreeMap<String, f64>| {
+                shown.len() == bridge.len()
+                    && bridge.iter().all(|(k, v)| {
+                        shown
+                            .get(k)
+                            .is_some_and(|s| (s - v).abs() <= 1e-9 * v.abs().max(1.0))
+                    })
+            };
+            let arrived = common::process::wait_for_optional(20, || {
+                shown = collector.samples_of(&instance);
+                close(&shown).then_some(())
+            });
+            if arrived.is_none() {
+                assert_same(&bridge, &shown, &instance, &collector.log());
+            }
+            eprintln!(
+                "{instance}: {} samples, {classed} of them by class, as on /metrics",
+                bridge.len()
+            );
+        }
+    }
+
     #[test]
     fn bucket_overrides_reach_the_collector_as_on_metrics() {
         let collector = Collector::start();

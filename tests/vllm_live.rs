@@ -402,8 +402,10 @@ mod needs_collector_jaeger_vllm {
         let instance = "vllm-live-rs-1";
         let began = std::time::Instant::now();
         // vLLM's priority scheduling, requests of priorities 0 and 5, and
-        // the tap's attribution by priority class: every comparison below
-        // sums the class label away.
+        // the tap's attribution by priority class: the sidecar's vLLM
+        // families keep vLLM's labels alone (the classes summed at scrape
+        // time) and are compared as they are; its classes are the
+        // `vllm_class:` families.
         let (report, dir) = run_live_rs(
             "vllm-live-rs",
             &vllm_rs,
@@ -423,6 +425,10 @@ mod needs_collector_jaeger_vllm {
         *sent.entry("tiny-llama|0".into()).or_default() += stop_requests + 1.0;
         let finished = finished_by_class(sidecar, &[("0", "0"), ("5", ">1")]);
         assert_eq!(finished, sent, "requests per priority class; {logs}");
+        assert_eq!(
+            report["classed_vllm_samples"], 0,
+            "no class label on the sidecar's vLLM families; {logs}"
+        );
 
         // The table: samples compared and differing, per shared family.
         let mut table = String::new();
@@ -713,7 +719,7 @@ fn tiny_lora() -> &'static Path {
     ADAPTER.get_or_init(|| written_by(&live_engine().0, "tiny_lora.py", "vllm-live-lora"))
 }
 
-/// The sidecar's `vllm:request_success_total` by class, keyed as the
+/// The sidecar's `vllm_class:request_success_total` by class, keyed as the
 /// client's requests are (`MODEL|PRIORITY`: the base model by its served
 /// name, a priority by the number sent), from its `lora_name` and
 /// `priority` labels: `none` is the served model, a priority class
@@ -722,7 +728,7 @@ fn tiny_lora() -> &'static Path {
 fn finished_by_class(exposition: &str, priorities: &[(&str, &str)]) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
     for (key, value) in common::exposition::samples(exposition) {
-        if !key.starts_with("vllm:request_success_total{") {
+        if !key.starts_with("vllm_class:request_success_total{") {
             continue;
         }
         let label = |name: &str| common::exposition::label(&key, name);
@@ -797,6 +803,12 @@ mod needs_vllm {
         // the tap, on the Rust frontend's rules, observes each once, as an
         // abort (docs/SEMANTICS.md §3d).
         let count = "vllm:request_num_preemptions_count";
+        let class_count = "vllm_class:request_num_preemptions_count";
+        assert_eq!(
+            common::exposition::sum_of(sidecar, class_count),
+            common::exposition::sum_of(sidecar, count),
+            "the classes add up to the sidecar's vLLM family"
+        );
         let aborted = common::exposition::sum_where(
             sidecar,
             "vllm:request_success_total",
@@ -817,16 +829,18 @@ mod needs_vllm {
             "{count}: the classes add up to vLLM's"
         );
         let events = "vllm:num_preemptions_total";
-        let (ours, theirs) = (
+        let (ours, classes, theirs) = (
             common::exposition::sum_of(sidecar, events),
+            common::exposition::sum_of(sidecar, "vllm_class:num_preemptions_total"),
             common::exposition::sum_of(vllm, events),
         );
-        assert_eq!(ours, theirs, "{events}: the classes add up to vLLM's");
+        assert_eq!(ours, theirs, "{events}: the sidecar's is vLLM's");
+        assert_eq!(classes, theirs, "{events}: the classes add up to vLLM's");
         assert!(theirs > 0.0, "the load preempts: {events} {theirs}");
-        let preemptions = "vllm:request_num_preemptions_sum";
+        let preemptions = "vllm_class:request_num_preemptions_sum";
         let by_priority = |class: &str| {
             common::exposition::sum_where(sidecar, preemptions, "priority", class)
-                / common::exposition::sum_where(sidecar, count, "priority", class)
+                / common::exposition::sum_where(sidecar, class_count, "priority", class)
         };
         // vLLM preempts the lowest priority first: priority 5 absorbs them.
         assert!(

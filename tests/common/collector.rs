@@ -158,28 +158,36 @@ impl Collector {
         std::fs::read_to_string(self.dir.join("collector.log")).unwrap_or_default()
     }
 
-    /// The `vllm:` samples of one pushing process (by `instance`), without job/instance.
+    /// The `vllm:` (and, with attribution, `vllm_class:`) samples of one
+    /// pushing process (by `instance`), without job/instance.
     pub fn samples_of(&self, instance: &str) -> BTreeMap<String, f64> {
         let text = super::http::http_get(self.prometheus, "/metrics").unwrap_or_default();
         let marker = format!("instance=\"{instance}\"");
         let own: String = text
             .lines()
-            .filter(|l| l.starts_with("vllm:") && l.contains(&marker))
+            .filter(|l| is_vllm_sample(l) && l.contains(&marker))
             .map(|l| format!("{l}\n"))
             .collect();
         super::exposition::normalized_samples(&own, &["job", "instance"])
     }
 }
 
-/// A sidecar's `vllm:` samples as the Collector's Prometheus exporter
-/// shows them: it prefixes a label name that starts with one `_` with `key`
-/// (vLLM's cache configuration has `_block_size_resolved`); the sidecar's
-/// `/metrics` keeps vLLM's name.
+/// A sample of vLLM's families, or of their series by class
+/// (`--attribute`: `vllm_class:`, which the shipped config makes from the
+/// class attributes OTLP carries, as the sidecar's `/metrics` does).
+fn is_vllm_sample(line: &str) -> bool {
+    line.starts_with("vllm:") || line.starts_with("vllm_class:")
+}
+
+/// A sidecar's `vllm:` (and `vllm_class:`) samples as the Collector's
+/// Prometheus exporter shows them: it prefixes a label name that starts
+/// with one `_` with `key` (vLLM's cache configuration has
+/// `_block_size_resolved`); the sidecar's `/metrics` keeps vLLM's name.
 pub fn as_exported(exposition: &str) -> BTreeMap<String, f64> {
     super::exposition::normalized_samples(
         &exposition
             .lines()
-            .filter(|l| l.starts_with("vllm:"))
+            .filter(|l| is_vllm_sample(l))
             .map(|l| format!("{}\n", l.replace("{_", "{key_").replace(",_", ",key_")))
             .collect::<String>(),
         &[],

@@ -75,20 +75,17 @@ def _unescape(value: str) -> str:
     return re.sub(r"\\(.)", lambda m: "\n" if m.group(1) == "n" else m.group(1), value)
 
 
-#: With attribution (``--attribute``), the sidecar's class labels, summed
-#: away before its samples are compared with vllm-rs's.
+#: The class labels of ``--attribute``: on the sidecar's ``vllm_class:``
+#: families, never on its ``vllm:`` ones (the classes summed away there).
 CLASS_LABELS = ("lora_name", "priority")
 
-def summed_away(families: dict, labels=CLASS_LABELS) -> dict:
-    """``families`` (as :func:`parse` returns them) with ``labels`` left
-    out of every sample, the samples they alone told apart added up."""
-    out = {}
-    for family, samples in families.items():
-        merged = out.setdefault(family, {})
-        for (name, key), value in samples.items():
-            kept = tuple((k, v) for k, v in key if k not in labels)
-            merged[(name, kept)] = merged.get((name, kept), 0.0) + value
-    return out
+
+def classed_samples(families: dict, labels=CLASS_LABELS) -> int:
+    """How many samples of ``families`` (as :func:`parse` returns them)
+    carry one of ``labels``."""
+    return sum(
+        1 for samples in families.values() for (_, key) in samples if any(k in labels for k, _ in key)
+    )
 
 
 def parse(text: str) -> dict:
@@ -267,7 +264,7 @@ def compare(theirs: dict, ours: dict, stop_matched: int = 0, sums_rounded: bool 
     """Sample by sample on every family both have (``theirs`` vllm-rs's,
     ``ours`` the sidecar's, as :func:`parse` returns them); ``stop_matched``
     is how many requests vllm-rs ended on a stop string. With
-    ``sums_rounded`` (the sidecar's classes summed away) a ``_sum`` sample
+    ``sums_rounded`` (the sidecar's classes summed at scrape time) a ``_sum`` sample
     within :data:`expositions.SUM_ROUNDING` of vllm-rs's is equal: the
     classes' sums added in another order differ in the last bits."""
     shared = sorted(set(theirs) & set(ours))
@@ -554,8 +551,7 @@ def main():
             report["settled_after_seconds"] = settled
             report["sent_by_class"] = load.sent
             theirs, ours = parse(vllm_text), parse(sidecar_text)
-            if args.attribute:
-                ours = summed_away(ours)
+            report["classed_vllm_samples"] = classed_samples(ours)
             report.update(
                 compare(theirs, ours, stops.get("finish_reasons", {}).get("stop", 0), sums_rounded=bool(args.attribute))
             )
