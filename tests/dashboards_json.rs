@@ -575,8 +575,10 @@ fn native_dashboard_is_filtered_described_and_chained() {
 /// asks for exemplars of a family that has none.
 #[test]
 fn histogram_panels_show_the_exemplars_of_the_families_that_carry_them() {
+    // A family's series by class (`vllm_class:`) carry their class's.
     let carried: Vec<String> = catalog::exemplar_families()
-        .map(|def| format!("{}_bucket{{", def.vllm_name))
+        .flat_map(|def| std::iter::once(def.vllm_name).chain(def.by_class_name))
+        .map(|name| format!("{name}_bucket{{"))
         .collect();
     let (path, json) = dashboards()
         .into_iter()

@@ -17,8 +17,12 @@
 //! has a class label and nothing is touched.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasher, Hash, Hasher};
 
-use prometheus::proto::{LabelPair, Metric, MetricFamily, MetricType};
+use foldhash::fast::FixedState;
+use prometheus::proto::{
+    Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType,
+};
 
 use crate::catalog::labels::{LORA_NAME_LABEL, PRIORITY_LABEL};
 
@@ -27,9 +31,54 @@ fn is_class_label(pair: &LabelPair) -> bool {
     name == LORA_NAME_LABEL || name == PRIORITY_LABEL
 }
 
+/// A series' labels but the class's.
+fn kept(metric: &Metric) -> impl Iterator<Item = &LabelPair> + Clone {
+    metric
+        .get_label()
+        .iter()
+        .filter(|pair| !is_class_label(pair))
+}
+
+/// The hash of a series' labels but the class's.
+fn kept_hash(metric: &Metric, hasher: &FixedState) -> u64 {
+    let mut state = hasher.build_hasher();
+    for pair in kept(metric) {
+        pair.name().hash(&mut state);
+        pair.value().hash(&mut state);
+    }
+    state.finish()
+}
+
+/// Whether two series' labels but the class's are equal.
+fn same_kept(a: &Metric, b: &Metric) -> bool {
+    kept(a)
+        .map(|p| (p.name(), p.value()))
+        .eq(kept(b).map(|p| (p.name(), p.value())))
+}
+
+/// Whether two histograms have the same bucket bounds.
+fn same_bounds(a: &Histogram, b: &Histogram) -> bool {
+    a.get_bucket().len() == b.get_bucket().len()
+        && a.get_bucket()
+            .iter()
+            .zip(b.get_bucket())
+            .all(|(x, y)| x.upper_bound().to_bits() == y.upper_bound().to_bits())
+}
+
+/// One summed series: the first series of its group (its labels and, for
+/// a histogram, its bounds) and the running sums.
+struct Summed {
+    first: usize,
+    value: f64,
+    count: u64,
+    buckets: Vec<u64>,
+    /// The next group with the same hash.
+    next: Option<usize>,
+}
+
 /// When `family` has series with class labels: rewrites it to its series
-/// summed over the class labels, and returns it as gathered (the by-class
-/// family). `None`, and `family` untouched, otherwise.
+/// summed over the class labels, and returns its series as gathered (the
+/// by-class family). `None`, and `family` untouched, otherwise.
 pub(super) fn split_classes(family: &mut MetricFamily) -> Option<MetricFamily> {
     let classed = family
         .get_metric()
@@ -39,74 +88,95 @@ pub(super) fn split_classes(family: &mut MetricFamily) -> Option<MetricFamily> {
         return None;
     }
     let field_type = family.get_field_type();
-    let by_class = family.clone();
-    let mut summed: Vec<Metric> = Vec::new();
-    // The labels but the class's, as the key of the summed series.
-    let mut index: HashMap<Vec<(&str, &str)>, usize> = HashMap::new();
-    for metric in by_class.get_metric() {
-        let kept: Vec<&LabelPair> = metric
-            .get_label()
-            .iter()
-            .filter(|pair| !is_class_label(pair))
-            .collect();
-        let key = kept.iter().map(|p| (p.name(), p.value())).collect();
-        match index.get(&key) {
-            Some(&at) if add_into(&mut summed[at], metric, field_type) => {}
-            _ => {
-                let mut first = metric.clone();
-                first.set_label(kept.into_iter().cloned().collect());
-                index.insert(key, summed.len());
-                summed.push(first);
+    let metrics = family.take_metric();
+    let hasher = FixedState::default();
+    let mut groups: Vec<Summed> = Vec::new();
+    let mut heads: HashMap<u64, usize> = HashMap::with_capacity(metrics.len() / 2);
+    for (at, metric) in metrics.iter().enumerate() {
+        let hash = kept_hash(metric, &hasher);
+        let mut found = heads.get(&hash).copied();
+        while let Some(group) = found {
+            let first = &metrics[groups[group].first];
+            let fits = same_kept(first, metric)
+                && (field_type != MetricType::HISTOGRAM
+                    || same_bounds(first.get_histogram(), metric.get_histogram()));
+            if fits {
+                break;
             }
+            found = groups[group].next;
+        }
+        let group = match found {
+            Some(group) => group,
+            None => {
+                let buckets = match field_type {
+                    MetricType::HISTOGRAM => vec![0; metric.get_histogram().get_bucket().len()],
+                    _ => Vec::new(),
+                };
+                groups.push(Summed {
+                    first: at,
+                    value: 0.0,
+                    count: 0,
+                    buckets,
+                    next: heads.insert(hash, groups.len()),
+                });
+                groups.len() - 1
+            }
+        };
+        let sums = &mut groups[group];
+        match field_type {
+            MetricType::COUNTER => sums.value += metric.get_counter().get_value(),
+            MetricType::HISTOGRAM => {
+                let h = metric.get_histogram();
+                sums.value += h.get_sample_sum();
+                sums.count += h.get_sample_count();
+                for (into, bucket) in sums.buckets.iter_mut().zip(h.get_bucket()) {
+                    *into += bucket.cumulative_count();
+                }
+            }
+            _ => sums.value += metric.get_gauge().get_value(),
         }
     }
+    let summed = groups
+        .iter()
+        .map(|sums| {
+            let first = &metrics[sums.first];
+            let mut metric = Metric::from_label(kept(first).cloned().collect());
+            match field_type {
+                MetricType::COUNTER => {
+                    let mut counter = Counter::default();
+                    counter.set_value(sums.value);
+                    metric.set_counter(counter);
+                }
+                MetricType::HISTOGRAM => {
+                    let mut histogram = Histogram::default();
+                    histogram.set_sample_sum(sums.value);
+                    histogram.set_sample_count(sums.count);
+                    let bounds = first.get_histogram().get_bucket();
+                    let buckets = bounds.iter().zip(&sums.buckets).map(|(bound, &count)| {
+                        let mut bucket = Bucket::default();
+                        bucket.set_upper_bound(bound.upper_bound());
+                        bucket.set_cumulative_count(count);
+                        bucket
+                    });
+                    histogram.set_bucket(buckets.collect());
+                    metric.set_histogram(histogram);
+                }
+                _ => {
+                    let mut gauge = Gauge::default();
+                    gauge.set_value(sums.value);
+                    metric.set_gauge(gauge);
+                }
+            }
+            metric
+        })
+        .collect();
+    let mut by_class = MetricFamily::default();
+    by_class.set_name(family.name().to_owned());
+    by_class.set_help(family.help().to_owned());
+    by_class.set_field_type(field_type);
+    by_class.set_metric(metrics);
     family.set_metric(summed);
     Some(by_class)
-}
-
-/// Adds `metric`'s value into `into`'s. False, and nothing added, for two
-/// histograms of different bucket bounds (kept apart: the SDK never gives
-/// one family two, but a sum over them would be wrong).
-fn add_into(into: &mut Metric, metric: &Metric, field_type: MetricType) -> bool {
-    match field_type {
-        MetricType::COUNTER => {
-            let mut counter = into.get_counter().clone();
-            counter.set_value(counter.get_value() + metric.get_counter().get_value());
-            into.set_counter(counter);
-        }
-        MetricType::HISTOGRAM => {
-            let (a, b) = (into.get_histogram(), metric.get_histogram());
-            let same_bounds = a.get_bucket().len() == b.get_bucket().len()
-                && a.get_bucket()
-                    .iter()
-                    .zip(b.get_bucket())
-                    .all(|(x, y)| x.upper_bound().to_bits() == y.upper_bound().to_bits());
-            if !same_bounds {
-                return false;
-            }
-            let mut histogram = a.clone();
-            histogram.set_sample_count(a.get_sample_count() + b.get_sample_count());
-            histogram.set_sample_sum(a.get_sample_sum() + b.get_sample_sum());
-            let buckets = a
-                .get_bucket()
-                .iter()
-                .zip(b.get_bucket())
-                .map(|(x, y)| {
-                    let mut bucket = x.clone();
-                    bucket.set_cumulative_count(x.cumulative_count() + y.cumulative_count());
-                    bucket
-                })
-                .collect();
-            histogram.set_bucket(buckets);
-            into.set_histogram(histogram);
-        }
-        _ => {
-            let mut gauge = into.get_gauge().clone();
-            gauge.set_value(gauge.get_value() + metric.get_gauge().get_value());
-            into.set_gauge(gauge);
-        }
-    }
-    true
 }
 
 #[cfg(test)]
