@@ -127,9 +127,11 @@ pub(super) struct CommonArgs {
 /// Which classes label the per-request families (docs/SEMANTICS.md §6d).
 #[derive(Debug, Args)]
 pub(super) struct AttributionArgs {
-    /// Label the per-request families with each request's class:
-    /// `lora` (its adapter, `lora_name`), `priority` (its priority class,
-    /// `priority`), or both (`lora,priority`). Default: neither, every
+    /// Record each request with its class: `lora` (its adapter,
+    /// `lora_name`), `priority` (its priority class, `priority`), or both
+    /// (`lora,priority`). `/metrics` keeps vLLM's families as they are and
+    /// adds their series by class as `vllm_class:` families; over OTLP the
+    /// class is an attribute of vLLM's metrics. Default: neither, every
     /// series as vLLM's.
     #[arg(long, value_enum, value_delimiter = ',', value_name = "lora,priority")]
     pub(super) attribute: Vec<Dimension>,

@@ -103,9 +103,11 @@ impl InstrumentsBuilder {
         self
     }
 
-    /// Labels the per-request families with each request's class, its
-    /// adapter and priority class, as `attribution` says (`--attribute`;
-    /// [`super::attribution`]). An attribution with neither label is off.
+    /// Records the per-request families with each request's class, its
+    /// adapter and priority class, as attributes, as `attribution` says
+    /// (`--attribute`; [`super::attribution`]); the Prometheus bridge sums
+    /// them away from vLLM's families and writes the series by class as
+    /// `vllm_class:` families. An attribution with neither label is off.
     pub fn with_attribution(mut self, attribution: Attribution) -> Self {
         self.config.attribution = attribution.is_on().then_some(attribution);
         self

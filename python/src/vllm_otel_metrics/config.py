@@ -60,8 +60,8 @@ plugin is configured with environment variables:
   here, so that a value the sidecar would refuse is one error line at
   start-up;
 - ``VLLM_OTEL_METRICS_ATTRIBUTE``: the started sidecar's ``--attribute``,
-  the classes that label the per-request families: ``lora``, ``priority``
-  or ``lora,priority`` (their bounds, ``--max-adapters`` and
+  the classes each request is recorded with (the sidecar's ``vllm_class:``
+  families): ``lora``, ``priority`` or ``lora,priority`` (their bounds, ``--max-adapters`` and
   ``--priority-classes``, go in ``VLLM_OTEL_METRICS_SIDECAR_ARGS``).
 
 The started sidecar reads the standard ``OTEL_*`` variables itself (endpoint,
