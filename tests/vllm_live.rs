@@ -815,9 +815,13 @@ mod needs_vllm {
             "finished_reason",
             "abort",
         );
-        assert_eq!(
-            aborted,
-            report["load"]["dropped_by_client"].as_f64().unwrap()
+        // A stream the client drops is an abort, unless the engine ends the
+        // request (by `length`) before the abort reaches it: under load it
+        // does. Either way the counts below must agree.
+        let dropped = report["load"]["dropped_by_client"].as_f64().unwrap();
+        assert!(
+            aborted > 0.0 && aborted <= dropped,
+            "{aborted} aborts for {dropped} streams the client dropped"
         );
         let (ours, theirs) = (
             common::exposition::sum_of(sidecar, count),
