@@ -200,6 +200,32 @@ fn summed_over_the_classes_every_family_is_as_without_attribution() {
     assert_eq!(off, replay(&simulated(), None));
 }
 
+/// The snapshot a host reads (and the command line's summaries) holds the
+/// same families as the exposition, the `vllm_class:` ones included.
+#[test]
+fn the_snapshot_encodes_to_the_exposition_with_classes() {
+    let records = classed(&simulated(), three_adapters);
+    let (bridge, reader) = PrometheusBridge::builder().build();
+    let instruments = Instruments::builder()
+        .with_reader(reader)
+        .with_attribution(both())
+        .build();
+    let mut tracker = Tracker::new(instruments.clone());
+    for record in &records {
+        tracker.apply(record);
+    }
+    let snapshot = bridge.snapshot();
+    assert!(snapshot
+        .iter()
+        .any(|f| f.name == "vllm_class:request_num_preemptions" && !f.series.is_empty()));
+    for format in [Format::Text, Format::OpenMetrics] {
+        assert_eq!(
+            vllm_otel_metrics::export::prometheus::encode(&snapshot, format),
+            bridge.encode(format)
+        );
+    }
+}
+
 #[test]
 fn each_class_counts_its_own_requests() {
     let records = classed(&simulated(), three_adapters);

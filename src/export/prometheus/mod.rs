@@ -281,17 +281,16 @@ impl Gathered {
                 .iter()
                 .any(|slo| slo.vllm_name == def.vllm_name)
         };
-        let defs_places = defs
-            .zip(places)
-            .filter(move |(def, gathered)| gathered.is_some() || !optional(def));
         // Each vLLM family with series by class is followed by them.
         let by_class = self
             .by_class
             .iter()
             .map(Some)
             .chain(std::iter::repeat(None));
-        let catalog = defs_places
+        let catalog = defs
+            .zip(places)
             .zip(by_class)
+            .filter(move |((def, gathered), _)| gathered.is_some() || !optional(def))
             .flat_map(move |((def, gathered), by_class)| {
                 let laid = |meta, i: usize| Laid {
                     meta,
