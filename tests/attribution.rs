@@ -276,7 +276,7 @@ fn each_class_counts_its_own_requests() {
                 < at("# TYPE vllm:request_success_total counter\n")
     );
     assert!(text.contains(
-        "# HELP vllm_class:request_success_total Count of successfully processed requests. By adapter and priority class.\n"
+        "# HELP vllm_class:request_success_total Count of successfully processed requests. By request class (--attribute).\n"
     ));
     // The per-step family is not classed.
     assert_eq!(

@@ -103,31 +103,43 @@ fn every_environment_reference_has_a_default() {
     );
 }
 
-/// The `transform` processor of a config, as written: its key and the
-/// lines indented under it.
-fn transform_block(config: &str) -> String {
+/// The processor `key` of a config, as written: its key line and the lines
+/// indented under it.
+fn processor_block(config: &str, key: &str) -> String {
     let text = std::fs::read_to_string(dir().join(config)).unwrap();
-    let mut lines = text.lines().skip_while(|line| *line != "  transform:");
-    let key = lines
+    let key_line = format!("  {key}:");
+    let mut lines = text.lines().skip_while(|line| *line != key_line);
+    let key_line = lines
         .next()
-        .unwrap_or_else(|| panic!("{config}: no transform processor"));
+        .unwrap_or_else(|| panic!("{config}: no processor {key}"));
     let body = lines.take_while(|line| line.starts_with("   "));
-    std::iter::once(key)
+    std::iter::once(key_line)
         .chain(body)
         .map(|line| format!("{line}\n"))
         .collect()
 }
 
-/// Both configs that turn OTLP into Prometheus series (the Prometheus
-/// exporter's and the remote-write gateway's) rename and attribute alike.
+/// Every config that receives vllm-otel-metrics' OTLP attributes alike (the
+/// Prometheus exporter's, the scale-out agent's and gateway's), and the two
+/// that write Prometheus series rename alike.
 #[test]
-fn the_gateway_transforms_as_the_prometheus_config_does() {
-    let shipped = transform_block("config.yaml");
+fn the_configs_attribute_and_rename_alike() {
+    let shipped = processor_block("config.yaml", "transform/attribution");
     assert!(
         shipped.contains("copy_metric(name=Concat([\"vllm_class:\""),
         "{shipped}"
     );
-    assert_eq!(transform_block("gateway.yaml"), shipped);
+    for config in ["gateway.yaml", "agent.yaml"] {
+        assert_eq!(
+            processor_block(config, "transform/attribution"),
+            shipped,
+            "{config}"
+        );
+    }
+    assert_eq!(
+        processor_block("gateway.yaml", "transform"),
+        processor_block("config.yaml", "transform")
+    );
 }
 
 #[test]

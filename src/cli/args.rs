@@ -124,7 +124,7 @@ pub(super) struct CommonArgs {
     pub(super) otlp: OtlpArgs,
 }
 
-/// Which classes label the per-request families (docs/SEMANTICS.md §6d).
+/// Which classes each request is recorded with (docs/SEMANTICS.md §6d).
 #[derive(Debug, Args)]
 pub(super) struct AttributionArgs {
     /// Record each request with its class: `lora` (its adapter,

@@ -434,16 +434,21 @@ fn all_classes(
             if !classed {
                 continue;
             }
+            // Classes in a fixed order, so that of two exemplars of one
+            // millisecond the same one wins at every scrape.
+            let mut classes: Vec<(&String, &String, &Vec<Option<Exemplar>>)> = by_class
+                .iter()
+                .flat_map(|(lora, by_priority)| by_priority.iter().map(move |(p, s)| (lora, p, s)))
+                .collect();
+            classes.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
             let mut latest: Vec<Option<Exemplar>> = Vec::new();
-            for slots in by_class.values().flat_map(HashMap::values) {
+            for (_, _, slots) in classes {
                 if latest.len() < slots.len() {
                     latest.resize(slots.len(), None);
                 }
                 for (into, exemplar) in latest.iter_mut().zip(slots) {
                     if let Some(exemplar) = exemplar {
-                        if into.is_none_or(|held| held.timestamp < exemplar.timestamp) {
-                            *into = Some(*exemplar);
-                        }
+                        keep_latest(into, *exemplar);
                     }
                 }
             }

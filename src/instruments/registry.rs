@@ -209,8 +209,11 @@ impl Instruments {
     /// let class = RequestClass { lora_name: None, priority: Some(20) };
     /// let params = RequestParams { arrival_time: 100.0, prompt_len: 16, max_tokens: None, n: 1 };
     /// RequestMetrics::start_in(&instruments.label_set_for("llama", 0, &class), params).abort(101.0);
-    /// assert!(bridge.encode(Format::Text).contains(
-    ///     "vllm:request_num_preemptions_count{model_name=\"llama\",engine=\"0\",priority=\">9\"} 1\n"
+    /// let text = bridge.encode(Format::Text);
+    /// // vLLM's family as without attribution, the class in its twin.
+    /// assert!(text.contains("vllm:request_num_preemptions_count{model_name=\"llama\",engine=\"0\"} 1\n"));
+    /// assert!(text.contains(
+    ///     "vllm_class:request_num_preemptions_count{model_name=\"llama\",engine=\"0\",priority=\">9\"} 1\n"
     /// ));
     /// # instruments.shutdown().unwrap();
     /// ```

@@ -194,7 +194,7 @@ fn catalog_family(def: &'static MetricDef) -> Family {
 fn by_class_family(def: &'static MetricDef, name: &'static str) -> Family {
     Family {
         name: Cow::Borrowed(name),
-        help: Cow::Owned(format!("{} By adapter and priority class.", def.help)),
+        help: Cow::Owned(format!("{} By request class (--attribute).", def.help)),
         kind: def.kind,
         value_type: def.value_type,
         series: Vec::new(),
