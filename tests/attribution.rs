@@ -16,7 +16,7 @@ pub mod common {
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use common::exposition::{label, samples, summed_away};
+use common::exposition::{close, label, samples, summed_away};
 use vllm_otel_metrics::export::prometheus::{Format, PrometheusBridge};
 use vllm_otel_metrics::instruments::{Attribution, Instruments, PriorityClasses};
 use vllm_otel_metrics::protocol::Record;
@@ -113,9 +113,8 @@ fn assert_close(got: &BTreeMap<String, f64>, want: &BTreeMap<String, f64>, what:
         let Some(wanted) = want.get(key) else {
             panic!("{what}: {key} is not in the run without attribution");
         };
-        let close = (value - wanted).abs() <= 1e-9 * wanted.abs().max(1.0);
         assert!(
-            close,
+            close(*value, *wanted),
             "{what}: {key}: {value} with attribution, {wanted} without"
         );
     }

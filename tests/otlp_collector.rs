@@ -68,7 +68,7 @@ fn assert_same(
         .filter(|(k, v)| {
             actual
                 .get(*k)
-                .is_some_and(|a| (a - *v).abs() > 1e-9 * v.abs().max(1.0))
+                .is_some_and(|a| !common::exposition::close(*a, **v))
         })
         .take(10)
         .collect();
@@ -134,6 +134,19 @@ fn push_and_compare(collector: &Collector, protocol: &str, names: &str) -> BTree
         &format!("{protocol} / {names} names"),
     );
     bridge
+}
+
+/// Writes `lines` to a replay's standard input in three chunks, several
+/// export periods apart (`--otlp-interval-ms 200`), then closes it.
+fn feed_in_chunks(child: &mut std::process::Child, lines: &[&str]) {
+    let mut stdin = child.stdin.take().unwrap();
+    for chunk in lines.chunks(lines.len() / 3 + 1) {
+        for line in chunk {
+            writeln!(stdin, "{line}").unwrap();
+        }
+        stdin.flush().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(700));
+    }
 }
 
 /// The `le` values of `family`'s bucket samples, in order, once each.
@@ -338,16 +351,7 @@ mod needs_collector {
                     _ => samples,
                 }
             };
-            let mut stdin = child.stdin.take().unwrap();
-            for chunk in lines.chunks(lines.len() / 3 + 1) {
-                for line in chunk {
-                    writeln!(stdin, "{line}").unwrap();
-                }
-                stdin.flush().unwrap();
-                // Several export periods per chunk.
-                std::thread::sleep(std::time::Duration::from_millis(700));
-            }
-            drop(stdin);
+            feed_in_chunks(&mut child, &lines);
             let output = child.wait_with_output().unwrap();
             let stderr = String::from_utf8_lossy(&output.stderr);
             let log = || collector.log();
@@ -375,7 +379,7 @@ mod needs_collector {
                     && bridge.iter().all(|(k, v)| {
                         shown
                             .get(k)
-                            .is_some_and(|s| (s - v).abs() <= 1e-9 * v.abs().max(1.0))
+                            .is_some_and(|s| common::exposition::close(*s, *v))
                     })
             };
             let arrived = common::process::wait_for_optional(20, || {
@@ -454,16 +458,7 @@ mod needs_collector {
                 .env("OTEL_EXPORTER_OTLP_COMPRESSION", compression)
                 .spawn()
                 .unwrap();
-            let mut stdin = child.stdin.take().unwrap();
-            for chunk in lines.chunks(lines.len() / 3 + 1) {
-                for line in chunk {
-                    writeln!(stdin, "{line}").unwrap();
-                }
-                stdin.flush().unwrap();
-                // Several export periods per chunk.
-                std::thread::sleep(std::time::Duration::from_millis(700));
-            }
-            drop(stdin);
+            feed_in_chunks(&mut child, &lines);
             let all = clean_replay_samples(child.wait_with_output().unwrap(), &instance);
             let bridge = recorded_series(&all);
             assert!(

@@ -13,6 +13,12 @@ pub const ONLY_VLLM: &[&str] = &[
     "vllm:admission_rejections",
 ];
 
+/// Whether `got` is `want` to rounding (within 1e-9 of it, relative): a
+/// count exactly, a float sum added up in another order.
+pub fn close(got: f64, want: f64) -> bool {
+    (got - want).abs() <= 1e-9 * want.abs().max(1.0)
+}
+
 /// Samples of a text exposition: `name{labels}` exactly as written → value.
 /// Panics on a line that is neither a comment nor a `key value` sample.
 pub fn samples(exposition: &str) -> BTreeMap<String, f64> {
